@@ -1,0 +1,29 @@
+# dlm-data — the two set-up commands are `make demo` and `make test` (see README.md).
+# Stage-specific targets live in mk/*.mk; each may add prerequisites to TEST_DEPS.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TEST_DEPS :=
+# Integration tests find helper tools through these.
+export DLM_PYTHON := $(abspath $(PY))
+
+-include mk/*.mk
+
+.PHONY: build test demo clean fmt
+build:
+	$(CARGO) build --bins
+
+test: $(TEST_DEPS)
+	$(CARGO) test --all-targets -- --test-threads=2
+
+demo: build
+	scripts/demo.sh
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	rm -rf target $(VENV) demo-out

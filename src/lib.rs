@@ -1,0 +1,40 @@
+//! `dlm-data` prepares all training data for converting an autoregressive LLM into a
+//! masked-diffusion LLM. The data path, one module per stage:
+//!
+//! 1. [`hub`] — `fetch`: declared corpora from the Hugging Face Hub at pinned commits, eval
+//!    splits refused by [`policy`] before a byte is downloaded, every download logged and
+//!    checksummed into the cache and the lock ([`manifest`]).
+//! 2. [`sources`] — streaming readers (parquet, JSON array, JSONL) turning files into
+//!    documents with [`provenance`].
+//! 3. [`pack`] — tokenize in parallel, pack fixed-length rows, write [`shards`]
+//!    (parquet, MDS, Megatron) with an index.
+//! 4. [`mcq`] — stage-2 SFT set and stage-3 prompts from sciq/mmlu; [`decontam`] against
+//!    benchmark eval sets; [`audit`] proves the provenance chain.
+//! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
+//!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
+//! 6. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
+//!    merging their outputs into exactly what one process would have written.
+//!
+//! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
+//! the hub emulator, a trained tokenizer, a tiny random teacher.
+
+pub mod audit;
+pub mod cli;
+pub mod decontam;
+pub mod distill;
+pub mod error;
+pub mod fixtures;
+#[cfg(feature = "cuda")]
+pub mod gpu;
+pub mod hub;
+pub mod manifest;
+pub mod mcq;
+pub mod merge;
+pub mod pack;
+pub mod policy;
+pub mod provenance;
+pub mod shards;
+pub mod sources;
+pub mod teacher;
+pub mod util;
+pub mod worker;

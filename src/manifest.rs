@@ -1,0 +1,245 @@
+//! Declared sources (`manifests/*.toml`) and their lock files (`*.lock`): what may be fetched,
+//! pinned to which commit, with which bytes.
+//!
+//! The key names are a contract (scripts read them): `[[source]]` with `name`, `repo`,
+//! `revision`, `config`, `split`, `files`, `format`, `text`, `license`, `weight`, and `role`
+//! (`train`, the default, or `eval-reference` for benchmark sets used only by decontamination).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::util::atomic_write;
+
+/// Input format of a source's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Parquet,
+    /// One top-level JSON array of objects (MetaMathQA).
+    Json,
+    Jsonl,
+}
+
+/// What a source may be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Training input: evaluation splits are refused.
+    #[default]
+    Train,
+    /// A benchmark set for decontamination only: may be a test split, never packed or prompted.
+    EvalReference,
+}
+
+fn default_config() -> String {
+    "default".to_string()
+}
+
+/// One `[[source]]` entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    pub name: String,
+    /// `owner/name` of the dataset repo on the Hub.
+    pub repo: String,
+    /// Branch, tag or 40-hex commit sha.
+    pub revision: String,
+    #[serde(default = "default_config")]
+    pub config: String,
+    pub split: String,
+    /// Globs overriding the README's `configs:` mapping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    pub format: Format,
+    /// Template over columns, e.g. `"{query}\n\n{response}"`; nested fields as `{train.question}`.
+    #[serde(default = "default_text")]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    #[serde(default)]
+    pub role: Role,
+}
+
+fn default_text() -> String {
+    "{text}".to_string()
+}
+
+/// A manifest file: a list of sources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    #[serde(rename = "source", default)]
+    pub sources: Vec<Source>,
+    /// Where the manifest was read from (not serialised).
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+impl Manifest {
+    /// Read and validate a manifest.
+    pub fn load(path: &Path) -> Result<Manifest> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading manifest {}", path.display()))?;
+        let mut m: Manifest = toml::from_str(&text)
+            .map_err(|e| crate::error::usage(format!("manifest {}: {e}", path.display())))?;
+        m.path = path.to_path_buf();
+        m.validate()?;
+        Ok(m)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        if self.sources.is_empty() {
+            return Err(crate::error::usage(format!(
+                "manifest {}: no [[source]] entries",
+                self.path.display()
+            )));
+        }
+        for s in &self.sources {
+            if !seen.insert(s.name.clone()) {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source name {:?} declared twice",
+                    self.path.display(),
+                    s.name
+                )));
+            }
+            let parts: Vec<&str> = s.repo.split('/').collect();
+            if parts.len() != 2
+                || parts
+                    .iter()
+                    .any(|p| p.is_empty() || *p == "." || *p == "..")
+            {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source {:?}: repo {:?} is not owner/name",
+                    self.path.display(),
+                    s.name,
+                    s.repo
+                )));
+            }
+            if s.revision.is_empty() || s.revision.starts_with("refs/pr/") {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source {:?}: revision {:?} not allowed (pin a branch, tag or commit; never a PR ref)",
+                    self.path.display(),
+                    s.name,
+                    s.revision
+                )));
+            }
+            if let Some(w) = s.weight {
+                if !(w.is_finite() && w >= 0.0) {
+                    return Err(crate::error::usage(format!(
+                        "manifest {}: source {:?}: weight must be a non-negative number",
+                        self.path.display(),
+                        s.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sources used as training input (role = train).
+    pub fn train_sources(&self) -> impl Iterator<Item = &Source> {
+        self.sources.iter().filter(|s| s.role == Role::Train)
+    }
+
+    /// `stage1.toml` → `stage1.lock`, beside the manifest.
+    pub fn lock_path(&self) -> PathBuf {
+        self.path.with_extension("lock")
+    }
+}
+
+/// One file pinned in a lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockedFile {
+    /// Repo-relative path.
+    pub path: String,
+    pub size: u64,
+    /// sha256 of the file's bytes (LFS oid for LFS files; computed for small git files).
+    pub sha256: String,
+    /// git blob sha1 (the Hub's `oid`) for non-LFS files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_oid: Option<String>,
+}
+
+/// One source pinned in a lock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockedSource {
+    pub name: String,
+    pub repo: String,
+    /// The revision asked for in the manifest.
+    pub revision: String,
+    /// The commit it resolved to.
+    pub commit: String,
+    pub config: String,
+    pub split: String,
+    #[serde(default)]
+    pub role: Role,
+    #[serde(rename = "file", default)]
+    pub files: Vec<LockedFile>,
+}
+
+/// A lock file: every source's commit and every file's size and sha256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Lock {
+    pub version: u32,
+    #[serde(rename = "source", default)]
+    pub sources: Vec<LockedSource>,
+}
+
+impl Lock {
+    pub fn load(path: &Path) -> Result<Lock> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading lock {}", path.display()))?;
+        let lock: Lock =
+            toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))?;
+        if lock.version != 1 {
+            bail!(
+                "lock {}: unsupported version {}",
+                path.display(),
+                lock.version
+            );
+        }
+        Ok(lock)
+    }
+
+    /// Write atomically (temp + rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = toml::to_string_pretty(self)?;
+        atomic_write(path, text.as_bytes())
+    }
+
+    pub fn source(&self, name: &str) -> Option<&LockedSource> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_manifests_parse() {
+        for f in ["manifests/stage1.toml", "manifests/mcq.toml"] {
+            let m = Manifest::load(Path::new(f)).unwrap();
+            assert!(!m.sources.is_empty(), "{f}");
+            for s in &m.sources {
+                assert_eq!(s.role, Role::Train, "{f} {}", s.name);
+                assert!(!crate::policy::is_eval_name(&s.split), "{f} {}", s.name);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_usage_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.toml");
+        std::fs::write(&p, "[[source]]\nname='a'\nrepo='o/n'\nrevision='main'\nsplit='train'\nformat='parquet'\nbogus=1\n").unwrap();
+        let e = Manifest::load(&p).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(e.to_string().contains("m.toml"), "{e}");
+    }
+}

@@ -1,0 +1,1 @@
+//! Streaming readers: each input format turns files into documents with provenance.

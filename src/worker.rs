@@ -1,0 +1,176 @@
+//! Which slice of the work this process owns: `--shard I/N`, else the Slurm array or a
+//! Kubernetes Indexed Job environment, else the whole job (0/1).
+//!
+//! Slices are deterministic and disjoint: item `k` of an ordered work list belongs to worker
+//! `k % N`. Every long command takes the same [`WorkerSlice`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use anyhow::Result;
+
+/// Worker `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerSlice {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl WorkerSlice {
+    pub const WHOLE: WorkerSlice = WorkerSlice { index: 0, count: 1 };
+
+    pub fn is_whole(&self) -> bool {
+        self.count == 1
+    }
+
+    /// Does work item `k` (in a deterministic global order) belong to this worker?
+    pub fn owns(&self, k: usize) -> bool {
+        k % self.count == self.index
+    }
+
+    /// `parts/00003-of-00004` — the directory a worker writes inside a shared `--out`.
+    pub fn part_dir_name(&self) -> String {
+        format!("{:05}-of-{:05}", self.index, self.count)
+    }
+
+    /// Resolve from an explicit flag, else the environment (Slurm array, then Kubernetes).
+    pub fn resolve(flag: Option<WorkerSlice>, num_shards: Option<usize>) -> Result<WorkerSlice> {
+        if let Some(s) = flag {
+            return Ok(s);
+        }
+        Self::from_env(|k| std::env::var(k).ok(), num_shards)
+    }
+
+    /// The environment lookup behind [`resolve`](Self::resolve), testable with a fake env.
+    pub fn from_env(
+        env: impl Fn(&str) -> Option<String>,
+        num_shards: Option<usize>,
+    ) -> Result<WorkerSlice> {
+        let num = |k: &str| -> Result<Option<usize>> {
+            match env(k) {
+                None => Ok(None),
+                Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
+                    crate::error::usage(format!("environment {k}={v:?} is not a number"))
+                }),
+            }
+        };
+        if let Some(id) = num("SLURM_ARRAY_TASK_ID")? {
+            let min = num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+            let count = match num("SLURM_ARRAY_TASK_COUNT")? {
+                Some(c) => c,
+                None => match num("SLURM_ARRAY_TASK_MAX")? {
+                    Some(max) => max - min + 1,
+                    None => {
+                        return Err(crate::error::usage(
+                            "SLURM_ARRAY_TASK_ID set without SLURM_ARRAY_TASK_COUNT",
+                        ))
+                    }
+                },
+            };
+            if id < min {
+                return Err(crate::error::usage(format!(
+                    "SLURM_ARRAY_TASK_ID {id} < SLURM_ARRAY_TASK_MIN {min}"
+                )));
+            }
+            return Self::new(id - min, count);
+        }
+        if let Some(idx) = num("JOB_COMPLETION_INDEX")? {
+            let count = num_shards.ok_or_else(|| {
+                crate::error::usage("JOB_COMPLETION_INDEX is set: pass --num-shards N with it")
+            })?;
+            return Self::new(idx, count);
+        }
+        Ok(Self::WHOLE)
+    }
+
+    pub fn new(index: usize, count: usize) -> Result<WorkerSlice> {
+        if count == 0 || index >= count {
+            return Err(crate::error::usage(format!(
+                "worker slice {index}/{count}: need 0 <= I < N"
+            )));
+        }
+        Ok(WorkerSlice { index, count })
+    }
+}
+
+impl fmt::Display for WorkerSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl FromStr for WorkerSlice {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected I/N"))?;
+        let i: usize = i
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: I is not a number"))?;
+        let n: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: N is not a number"))?;
+        WorkerSlice::new(i, n).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn parse_and_env() {
+        assert_eq!(
+            "1/4".parse::<WorkerSlice>().unwrap(),
+            WorkerSlice { index: 1, count: 4 }
+        );
+        assert!("4/4".parse::<WorkerSlice>().is_err());
+        assert!("x/4".parse::<WorkerSlice>().is_err());
+        let s = WorkerSlice::from_env(
+            env(&[
+                ("SLURM_ARRAY_TASK_ID", "7"),
+                ("SLURM_ARRAY_TASK_MIN", "5"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(s, WorkerSlice { index: 2, count: 4 });
+        let s = WorkerSlice::from_env(env(&[("JOB_COMPLETION_INDEX", "3")]), Some(8)).unwrap();
+        assert_eq!(s, WorkerSlice { index: 3, count: 8 });
+        assert!(WorkerSlice::from_env(env(&[("JOB_COMPLETION_INDEX", "3")]), None).is_err());
+        assert_eq!(
+            WorkerSlice::from_env(env(&[]), None).unwrap(),
+            WorkerSlice::WHOLE
+        );
+    }
+
+    #[test]
+    fn slices_partition() {
+        let n = 4;
+        for k in 0..100 {
+            let owners: Vec<usize> = (0..n)
+                .filter(|i| {
+                    WorkerSlice {
+                        index: *i,
+                        count: n,
+                    }
+                    .owns(k)
+                })
+                .collect();
+            assert_eq!(owners.len(), 1);
+        }
+    }
+}
