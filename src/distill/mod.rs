@@ -1,6 +1,8 @@
 //! `dlm-data distill`: the masked-diffusion teacher answers prompts with LLaDA's block-wise
 //! sampler; results go to a resumable distilled.json.
 
+pub mod rng;
+
 use std::path::PathBuf;
 
 use anyhow::Result;
