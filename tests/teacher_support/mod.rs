@@ -1,6 +1,8 @@
 //! Shared set-up for the teacher/distill integration tests: one tiny teacher per test binary.
 #![allow(dead_code)]
 
+pub mod llada_ref;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
