@@ -271,3 +271,39 @@ fn attention_is_bidirectional_and_padding_invisible() {
     let d = max_abs_diff(&p, &a.iter().map(|x| *x as f64).collect::<Vec<_>>());
     assert!(d < 1e-4, "padded run differs by {d}");
 }
+
+#[test]
+fn chat_template_letters_and_ids_from_the_checkpoint() {
+    let t = Teacher::open(teacher_support::teacher_dir(), &TeacherOptions::default()).unwrap();
+    let tok = &t.tokenizer;
+    assert_eq!(
+        tok.render("Why?", true).unwrap(),
+        "<|user|>\nWhy?\n<|assistant|>\n"
+    );
+    assert_eq!(tok.render("Why?", false).unwrap(), "Why?");
+    let letters = tok
+        .letter_ids(dlm_data::distill::mcq::ANSWER_TEMPLATE, 10)
+        .unwrap();
+    for (i, id) in letters.iter().enumerate() {
+        let text = tok.tok.decode(&[*id], false).unwrap();
+        assert_eq!(text.trim(), dlm_data::teacher::tokenizer::LETTERS[i]);
+    }
+    // Ids resolved from config/tokenizer; pad ≠ mask; --mask-id overrides.
+    assert_eq!(t.mask_id, tok.tok.token_to_id("<|mask|>").unwrap());
+    assert_eq!(t.pad_id, tok.tok.token_to_id("<|pad|>").unwrap());
+    assert_eq!(
+        t.eos_ids,
+        vec![tok.tok.token_to_id("<|endoftext|>").unwrap()]
+    );
+    assert_eq!(t.logits_shift, 0);
+    let o = Teacher::open(
+        teacher_support::teacher_dir(),
+        &TeacherOptions {
+            mask_id: Some(5),
+            logits_shift: Some(1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((o.mask_id, o.logits_shift), (5, 1));
+}
