@@ -495,6 +495,77 @@ fn sharded_workers_split_files_and_skip_the_lock() {
     assert_cached_exactly(&env, &Lock::load(&m.with_extension("lock")).unwrap());
 }
 
+#[test]
+fn retry_after_is_honoured_and_the_budget_ends_with_a_clear_error() {
+    // 429 with Retry-After: 1 on every first request: the next try waits at least that long.
+    let env = Env::new(
+        Options {
+            faults: vec![Fault::RateLimit],
+            retry_after_secs: 1,
+            ..Options::default()
+        },
+        None,
+    );
+    let m = env.write_manifest(
+        "one.toml",
+        "[[source]]\nname = \"mm\"\nrepo = \"meta-math/MetaMathQA\"\nrevision = \"main\"\nsplit = \"train\"\nfiles = [\"MetaMathQA-395K.json\"]\nformat = \"json\"\n",
+    );
+    let o = env.fetch(&m, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reqs = env.emu.requests();
+    let mut checked = 0;
+    for (i, r) in reqs.iter().enumerate().filter(|(_, r)| r.status == 429) {
+        let next = reqs[i + 1..]
+            .iter()
+            .find(|n| n.host == r.host && n.target == r.target)
+            .expect("retried");
+        assert!(
+            next.at.duration_since(r.at) >= Duration::from_millis(950),
+            "{} retried too early",
+            r.target
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked}");
+
+    // A dropped then a corrupted body, a budget of one retry: the file fails with a clear
+    // error, a log line says so (verified: false, error), no blob and no lock look complete.
+    let env = Env::new(
+        Options {
+            faults: vec![Fault::Drop, Fault::Corrupt],
+            ..Options::default()
+        },
+        None,
+    );
+    let m = env.write_manifest("one.toml", &std::fs::read_to_string(&m).unwrap());
+    let o = env.fetch(&m, &["--retries", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("giving up after 2 attempts") && err.contains("MetaMathQA-395K.json"),
+        "{err}"
+    );
+    let log = env.log();
+    assert_eq!(log.len(), 1);
+    assert!(
+        !log[0].verified
+            && log[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("retry budget")),
+        "{:?}",
+        log[0]
+    );
+    assert!(!m.with_extension("lock").exists());
+    let blobs = env.cache().join("datasets--meta-math--MetaMathQA/blobs");
+    if blobs.exists() {
+        for e in std::fs::read_dir(blobs).unwrap() {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            assert!(n.ends_with(".incomplete"), "{n} looks complete");
+        }
+    }
+}
+
 /// Start a real fetch of the large file, kill -9 it mid-file, rerun: it resumes (serves fewer
 /// bytes than the file) and ends byte-identical.
 fn kill9_resume(jobs: &str) {
