@@ -566,6 +566,60 @@ fn retry_after_is_honoured_and_the_budget_ends_with_a_clear_error() {
     }
 }
 
+#[test]
+fn concurrent_fetches_share_the_cache_without_double_downloads() {
+    let env = Env::new(Options::default(), Some(24));
+    let size = std::fs::metadata(env.root().join(LARGE_REPO).join(LARGE_FILE))
+        .unwrap()
+        .len();
+    env.emu.set_options(Options {
+        throttle_bytes_per_sec: Some(20_000_000),
+        ..Options::default()
+    });
+    let text = format!("[[source]]\nname = \"large\"\nrepo = \"{LARGE_REPO}\"\nrevision = \"main\"\nsplit = \"train\"\nformat = \"jsonl\"\n");
+    let (m1, m2) = (
+        env.write_manifest("a.toml", &text),
+        env.write_manifest("b.toml", &text),
+    );
+    let spawn = |m: &Path, log: &str| {
+        env.cmd(
+            m,
+            &[
+                "--jobs",
+                "4",
+                "--chunk-mb",
+                "4",
+                "--log",
+                env.dir.path().join(log).to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (a, b) = (spawn(&m1, "a.log"), spawn(&m2, "b.log"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    // One of them downloaded, the other waited on the blob lock and found it cached.
+    let served = env.emu.file_bytes_served();
+    assert!(
+        served < size + size / 2,
+        "served {served} for a {size}-byte file: downloaded twice"
+    );
+    let recs: Vec<LogRecord> = ["a.log", "b.log"]
+        .iter()
+        .flat_map(|l| read_log(&env.dir.path().join(l)))
+        .collect();
+    assert_eq!(recs.iter().filter(|r| r.cached).count(), 1, "{recs:?}");
+    assert_cached_exactly(&env, &Lock::load(&m1.with_extension("lock")).unwrap());
+}
+
 /// Start a real fetch of the large file, kill -9 it mid-file, rerun: it resumes (serves fewer
 /// bytes than the file) and ends byte-identical.
 fn kill9_resume(jobs: &str) {
