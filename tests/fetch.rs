@@ -701,3 +701,56 @@ fn kill9_resume_sequential() {
 fn kill9_resume_parallel_chunks() {
     kill9_resume("4");
 }
+
+#[test]
+fn hub_emulator_command_prints_its_endpoint_first() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hub");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args([
+            "hub-emulator",
+            "--fixtures",
+            "--faults",
+            "429,5xx",
+            "--retry-after",
+            "0",
+            "--root",
+        ])
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let endpoint = line.trim().to_string();
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint:?}");
+    let m = dir.path().join("mcq.toml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/mcq.toml"),
+        &m,
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args(["fetch", "--retry-base-ms", "5", "--manifest"])
+        .arg(&m)
+        .arg("--cache")
+        .arg(dir.path().join("cache"))
+        .env("HF_ENDPOINT", &endpoint)
+        .env_remove("HF_TOKEN")
+        .env("HF_HOME", dir.path().join("home"))
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lock = Lock::load(&m.with_extension("lock")).unwrap();
+    assert_eq!(
+        lock.sources[1].commit,
+        "c30699e8356da336a370243923dbaf21066bb9fe"
+    );
+}
