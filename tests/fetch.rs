@@ -495,6 +495,131 @@ fn sharded_workers_split_files_and_skip_the_lock() {
     assert_cached_exactly(&env, &Lock::load(&m.with_extension("lock")).unwrap());
 }
 
+#[test]
+fn retry_after_is_honoured_and_the_budget_ends_with_a_clear_error() {
+    // 429 with Retry-After: 1 on every first request: the next try waits at least that long.
+    let env = Env::new(
+        Options {
+            faults: vec![Fault::RateLimit],
+            retry_after_secs: 1,
+            ..Options::default()
+        },
+        None,
+    );
+    let m = env.write_manifest(
+        "one.toml",
+        "[[source]]\nname = \"mm\"\nrepo = \"meta-math/MetaMathQA\"\nrevision = \"main\"\nsplit = \"train\"\nfiles = [\"MetaMathQA-395K.json\"]\nformat = \"json\"\n",
+    );
+    let o = env.fetch(&m, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let reqs = env.emu.requests();
+    let mut checked = 0;
+    for (i, r) in reqs.iter().enumerate().filter(|(_, r)| r.status == 429) {
+        let next = reqs[i + 1..]
+            .iter()
+            .find(|n| n.host == r.host && n.target == r.target)
+            .expect("retried");
+        assert!(
+            next.at.duration_since(r.at) >= Duration::from_millis(950),
+            "{} retried too early",
+            r.target
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked}");
+
+    // A dropped then a corrupted body, a budget of one retry: the file fails with a clear
+    // error, a log line says so (verified: false, error), no blob and no lock look complete.
+    let env = Env::new(
+        Options {
+            faults: vec![Fault::Drop, Fault::Corrupt],
+            ..Options::default()
+        },
+        None,
+    );
+    let m = env.write_manifest("one.toml", &std::fs::read_to_string(&m).unwrap());
+    let o = env.fetch(&m, &["--retries", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("giving up after 2 attempts") && err.contains("MetaMathQA-395K.json"),
+        "{err}"
+    );
+    let log = env.log();
+    assert_eq!(log.len(), 1);
+    assert!(
+        !log[0].verified
+            && log[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("retry budget")),
+        "{:?}",
+        log[0]
+    );
+    assert!(!m.with_extension("lock").exists());
+    let blobs = env.cache().join("datasets--meta-math--MetaMathQA/blobs");
+    if blobs.exists() {
+        for e in std::fs::read_dir(blobs).unwrap() {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            assert!(n.ends_with(".incomplete"), "{n} looks complete");
+        }
+    }
+}
+
+#[test]
+fn concurrent_fetches_share_the_cache_without_double_downloads() {
+    let env = Env::new(Options::default(), Some(24));
+    let size = std::fs::metadata(env.root().join(LARGE_REPO).join(LARGE_FILE))
+        .unwrap()
+        .len();
+    env.emu.set_options(Options {
+        throttle_bytes_per_sec: Some(20_000_000),
+        ..Options::default()
+    });
+    let text = format!("[[source]]\nname = \"large\"\nrepo = \"{LARGE_REPO}\"\nrevision = \"main\"\nsplit = \"train\"\nformat = \"jsonl\"\n");
+    let (m1, m2) = (
+        env.write_manifest("a.toml", &text),
+        env.write_manifest("b.toml", &text),
+    );
+    let spawn = |m: &Path, log: &str| {
+        env.cmd(
+            m,
+            &[
+                "--jobs",
+                "4",
+                "--chunk-mb",
+                "4",
+                "--log",
+                env.dir.path().join(log).to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let (a, b) = (spawn(&m1, "a.log"), spawn(&m2, "b.log"));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}\n{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    // One of them downloaded, the other waited on the blob lock and found it cached.
+    let served = env.emu.file_bytes_served();
+    assert!(
+        served < size + size / 2,
+        "served {served} for a {size}-byte file: downloaded twice"
+    );
+    let recs: Vec<LogRecord> = ["a.log", "b.log"]
+        .iter()
+        .flat_map(|l| read_log(&env.dir.path().join(l)))
+        .collect();
+    assert_eq!(recs.iter().filter(|r| r.cached).count(), 1, "{recs:?}");
+    assert_cached_exactly(&env, &Lock::load(&m1.with_extension("lock")).unwrap());
+}
+
 /// Start a real fetch of the large file, kill -9 it mid-file, rerun: it resumes (serves fewer
 /// bytes than the file) and ends byte-identical.
 fn kill9_resume(jobs: &str) {
@@ -575,4 +700,57 @@ fn kill9_resume_sequential() {
 #[test]
 fn kill9_resume_parallel_chunks() {
     kill9_resume("4");
+}
+
+#[test]
+fn hub_emulator_command_prints_its_endpoint_first() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("hub");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args([
+            "hub-emulator",
+            "--fixtures",
+            "--faults",
+            "429,5xx",
+            "--retry-after",
+            "0",
+            "--root",
+        ])
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let endpoint = line.trim().to_string();
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint:?}");
+    let m = dir.path().join("mcq.toml");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/mcq.toml"),
+        &m,
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args(["fetch", "--retry-base-ms", "5", "--manifest"])
+        .arg(&m)
+        .arg("--cache")
+        .arg(dir.path().join("cache"))
+        .env("HF_ENDPOINT", &endpoint)
+        .env_remove("HF_TOKEN")
+        .env("HF_HOME", dir.path().join("home"))
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lock = Lock::load(&m.with_extension("lock")).unwrap();
+    assert_eq!(
+        lock.sources[1].commit,
+        "c30699e8356da336a370243923dbaf21066bb9fe"
+    );
 }

@@ -113,6 +113,9 @@ impl Downloader {
             .or_default()
             .clone();
         let _guard = lock.lock().await;
+        // Across processes (Slurm workers, a second fetch on the same cache): the same
+        // `.locks/` flock huggingface_hub's filelock takes, so Python tools interoperate too.
+        let _flock = self.flock(t).await?;
         let (t2, b2) = (t.clone(), blob.clone());
         if let Some(sha) = tokio::task::spawn_blocking(move || verify_existing(&t2, &b2)).await?? {
             link_snapshot(&self.cache, t, &blob)?;
@@ -166,6 +169,39 @@ impl Downloader {
             cached: false,
             seconds: t0.elapsed().as_secs_f64(),
         })
+    }
+
+    /// `<root>/.locks/datasets--owner--name/<etag>.lock`, held (flock) until dropped.
+    async fn flock(&self, t: &FileTask) -> Result<File> {
+        use std::os::fd::AsRawFd;
+        let p = self
+            .cache
+            .role_root(t.role)
+            .join(".locks")
+            .join(Cache::repo_folder(&t.repo))
+            .join(format!("{}.lock", t.etag()));
+        std::fs::create_dir_all(p.parent().unwrap())
+            .with_context(|| format!("creating {}", p.parent().unwrap().display()))?;
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .with_context(|| format!("opening lock {}", p.display()))?;
+        tokio::task::spawn_blocking(move || {
+            // SAFETY: flock on a descriptor we own; blocks until the lock is ours.
+            let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+            if rc == 0 {
+                Ok(f)
+            } else {
+                Err(anyhow!(
+                    "flock {}: {}",
+                    p.display(),
+                    std::io::Error::last_os_error()
+                ))
+            }
+        })
+        .await?
     }
 
     /// One attempt: sequential or chunked, resuming whatever is on disk.

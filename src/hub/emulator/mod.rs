@@ -113,6 +113,8 @@ pub struct RequestRecord {
     pub authorization: Option<String>,
     pub range: Option<String>,
     pub status: u16,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 pub(crate) struct Shared {

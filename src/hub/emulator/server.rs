@@ -124,6 +124,7 @@ async fn read_request(r: &mut BufReader<TcpStream>) -> std::io::Result<Option<Re
 async fn connection(shared: Arc<Shared>, sock: TcpStream, host: Host) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(16 * 1024, sock);
     while let Some(req) = read_request(&mut r).await? {
+        let at = Instant::now();
         let close = req
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
@@ -138,6 +139,7 @@ async fn connection(shared: Arc<Shared>, sock: TcpStream, host: Host) -> std::io
             authorization: req.header("authorization").map(str::to_string),
             range: req.header("range").map(str::to_string),
             status: resp.status,
+            at,
         });
         let keep = write_response(&shared, r.get_mut(), &req, resp).await?;
         if close || !keep {

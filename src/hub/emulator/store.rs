@@ -76,8 +76,12 @@ impl Store {
         if !dir.is_dir() {
             return Err(Missing::Repo);
         }
-        let repo = self.load(id, &dir).map_err(|_| Missing::Repo)?;
-        if rev == repo.commit || rev == "main" || rev == "refs/heads/main" {
+        let (repo, branches) = self.load(id, &dir).map_err(|_| Missing::Repo)?;
+        if rev == repo.commit
+            || rev == "main"
+            || rev == "refs/heads/main"
+            || branches.iter().any(|b| b == rev)
+        {
             Ok(repo)
         } else {
             Err(Missing::Revision)
@@ -89,7 +93,8 @@ impl Store {
         self.by_sha256.lock().unwrap().get(sha256).cloned()
     }
 
-    fn load(&self, id: &str, dir: &Path) -> Result<Repo> {
+    /// The repo and its extra branch names (`.emulator.json` `branches`).
+    fn load(&self, id: &str, dir: &Path) -> Result<(Repo, Vec<String>)> {
         let mut paths = Vec::new();
         walk(dir, dir, &mut paths)?;
         paths.sort();
@@ -127,19 +132,29 @@ impl Store {
                 pointer_size,
             });
         }
+        let mut branches = Vec::new();
         let commit = match std::fs::read_to_string(dir.join(META_FILE)) {
             Ok(t) => {
                 let v: serde_json::Value = serde_json::from_str(&t)
                     .with_context(|| format!("{}", dir.join(META_FILE).display()))?;
+                if let Some(b) = v["branches"].as_array() {
+                    branches = b
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect();
+                }
                 v["commit"].as_str().unwrap_or_default().to_string()
             }
             Err(_) => hex::encode(&listing_digest.finalize()[..20]),
         };
-        Ok(Repo {
-            id: id.to_string(),
-            commit,
-            files,
-        })
+        Ok((
+            Repo {
+                id: id.to_string(),
+                commit,
+                files,
+            },
+            branches,
+        ))
     }
 
     fn hashes_of(&self, disk: &Path, size: u64, mtime: SystemTime) -> Result<Hashes> {
