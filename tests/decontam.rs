@@ -229,3 +229,53 @@ fn local_benchmark_file_and_bad_usage() {
     assert_eq!(code, 1);
     assert!(err.contains("mybench.jsonl line 2"), "{err}");
 }
+
+#[test]
+fn planted_document_found_in_pack_shards_parquet_and_megatron() {
+    use std::sync::Arc;
+    let w = world();
+    let mut docs = questions(55, 40, 30);
+    docs[17] = format!(
+        "Some preface text. {} And then the document goes on.",
+        w.sciq_test_questions[3]
+    );
+    let batch = arrow::array::RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("text", arrow::datatypes::DataType::Utf8, false),
+        ])),
+        vec![Arc::new(arrow::array::StringArray::from_iter_values(
+            docs.iter(),
+        ))],
+    )
+    .unwrap();
+    let input = w.root().join("corpus.parquet");
+    {
+        let f = std::fs::File::create(&input).unwrap();
+        let mut wr = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
+        wr.write(&batch).unwrap();
+        wr.close().unwrap();
+    }
+    for fmt in ["parquet", "megatron"] {
+        let out = w.root().join(format!("packed-{fmt}"));
+        let (code, _, err) = run(&[
+            "pack",
+            "--input",
+            p(&input),
+            "--tokenizer",
+            p(&w.tokenizer),
+            "--out",
+            p(&out),
+            "--seq-len",
+            "64",
+            "--format",
+            fmt,
+        ]);
+        assert_eq!(code, 0, "{fmt}: {err}");
+        let r = decontam(&w, &["--shards", p(&out)], &[]);
+        assert_eq!(r.scanned.documents, 40, "{fmt}");
+        assert_eq!(r.contaminated_documents, 1, "{fmt}: {:?}", r.hits);
+        assert_eq!(r.hits[0].benchmark, "sciq-test");
+        assert_eq!(r.hits[0].benchmark_row, 3);
+        assert!(r.hits[0].document.shard.is_some());
+    }
+}

@@ -44,6 +44,12 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
             })
         }
         Kind::Shards { dir, index, spans } => {
+            if index.format != "parquet" {
+                return Err(crate::error::usage(format!(
+                    "--drop: {} shards cannot be rewritten yet (parquet only)",
+                    index.format
+                )));
+            }
             if out == dir.as_path() {
                 return Err(crate::error::usage(
                     "--drop must name a new directory, not the scanned one",

@@ -180,9 +180,9 @@ fn token_column(schema: &arrow::datatypes::Schema) -> Option<String> {
 /// Decode a shard directory back into documents.
 pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Target> {
     let index = shard_index::load(dir)?;
-    if index.format != "parquet" {
+    if index.format != "parquet" && index.format != "megatron" {
         return Err(crate::error::usage(format!(
-            "{}: format {:?} cannot be scanned yet (parquet shards only)",
+            "{}: format {:?} cannot be scanned yet (parquet and megatron shards only)",
             dir.display(),
             index.format
         )));
@@ -216,6 +216,26 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         bytes += std::fs::metadata(&path)
             .with_context(|| format!("{}: shard listed in index.json is missing", path.display()))?
             .len();
+        if index.format == "megatron" {
+            let (docs, spans_m) = megatron_docs(&path, &index, si)?;
+            let decoded: Vec<String> = docs
+                .par_iter()
+                .map(|(ids, _)| {
+                    tok.decode(ids, true)
+                        .map_err(|e| anyhow!("{}: decode: {e}", path.display()))
+                })
+                .collect::<Result<_>>()?;
+            for ((text, (_, first)), span) in decoded.into_iter().zip(docs).zip(spans_m) {
+                texts.push(text);
+                origins.push(Origin {
+                    shard: Some(sh.file.clone()),
+                    shard_row: Some(first),
+                    ..Origin::default()
+                });
+                spans.push(span);
+            }
+            continue;
+        }
         let f = File::open(&path)?;
         let reader = ParquetRecordBatchReaderBuilder::try_new(f)
             .with_context(|| format!("{}: not a readable parquet shard", path.display()))?
@@ -352,4 +372,42 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         texts,
         origins,
     })
+}
+
+/// A Megatron `.bin` (raw little-endian tokens of the index's dtype) split at EOS into
+/// documents; rows are `seq_len` tokens, as `pack` writes them.
+fn megatron_docs(
+    bin: &Path,
+    index: &ShardIndex,
+    shard: usize,
+) -> Result<(Vec<(Vec<u32>, u64)>, Vec<RowSpan>)> {
+    let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
+    let toks: Vec<u32> = match index.dtype.as_str() {
+        "uint16" => bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .collect(),
+        "uint32" | "int32" => bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        other => bail!("{}: unsupported dtype {other:?}", bin.display()),
+    };
+    let seq = index.seq_len.max(1);
+    let eos = index.tokenizer.eos_id;
+    let (mut docs, mut spans) = (Vec::new(), Vec::new());
+    let mut start = 0usize;
+    for (i, &t) in toks.iter().enumerate() {
+        if t == eos || i + 1 == toks.len() {
+            let end = if t == eos { i } else { i + 1 };
+            if end > start {
+                let first = start as u64 / seq;
+                let last = (end as u64 - 1) / seq;
+                docs.push((toks[start..end].to_vec(), first));
+                spans.push(RowSpan { shard, first, last });
+            }
+            start = i + 1;
+        }
+    }
+    Ok((docs, spans))
 }
