@@ -59,6 +59,7 @@ head -c 600 "$OUT/mcq/prompts.jsonl"; echo
 say "decontam: benchmark n-gram overlap (prompts and stage-1 shards)"
 $BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --prompts "$OUT/mcq/prompts.jsonl"
 $BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --shards "$OUT/shards/stage1"
+$BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --shards "$OUT/mcq/sft"
 
 say "distill: tiny teacher on the CPU over a few prompts"
 $BIN distill --teacher "$OUT/fixtures/teacher" --prompts "$OUT/mcq/prompts.jsonl" \
