@@ -53,10 +53,7 @@ fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBacke
 
 #[cfg(feature = "cuda")]
 fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
-    // The GPU backend (module `gpu`) plugs in here.
-    Err(crate::error::usage(format!(
-        "--device {device}: the CUDA teacher backend is not wired into distill in this build"
-    )))
+    crate::gpu::backend::open(device, _teacher)
 }
 
 /// Everything that determines the output bytes; a resume must match it exactly.

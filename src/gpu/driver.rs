@@ -59,7 +59,13 @@ pub struct Kernel(pub sys::CUfunction);
 impl Gpu {
     /// Open device `ordinal`, compile (or load from the cache) the kernels for its architecture.
     pub fn open(ordinal: usize) -> Result<Self> {
-        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+        // cudarc panics (printing a long message) when libcuda is absent: silence the hook
+        // for this call and report one clear error instead.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal));
+        std::panic::set_hook(hook);
+        let ctx = ctx
             .map_err(|_| {
                 anyhow!(
                     "--device cuda:{ordinal}: cannot load the CUDA driver (libcuda.so.1); \

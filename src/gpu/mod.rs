@@ -11,6 +11,7 @@
 //! - [`weights`]: config + safetensors → validated bf16 tensors.
 //! - [`engine`]: the forward pass, the sampler step as one CUDA graph, the letter head.
 
+pub mod backend;
 pub mod blas;
 pub mod driver;
 pub mod engine;
