@@ -1,14 +1,42 @@
-//! `dlm-data fetch`: the Hub client, the cache, the lock and the download log.
+//! `dlm-data fetch`: the declared corpora from the Hugging Face Hub at pinned commits,
+//! evaluation splits refused before a byte is downloaded, every file checksummed into a
+//! huggingface_hub-compatible cache, logged in `download.log` and pinned in the lock.
+//!
+//! The run, in order: load the manifest (and the lock for `--locked` / `HF_HUB_OFFLINE=1`);
+//! plan every source ([`plan`]: commit, listing, config/split → files); refuse the whole run
+//! (exit 2) if any training source touches eval data; download this worker's slice of the
+//! files ([`download`]) with `--jobs` parallel transfers; append one log line per file
+//! ([`log`]); write the lock only when this process is the whole job and every file is good.
+//!
+//! Sharded runs (`--shard I/N` or a Slurm/Kubernetes array): files are numbered in manifest
+//! order, then path order; worker I takes every file k with k % N == I. Each worker writes its
+//! own log `<log>.part-0000I-of-0000N` and never the lock; run one unsharded `fetch` afterwards
+//! (everything is then cached, so it only re-verifies) to write the lock and a complete log.
 
 pub mod cache;
+pub mod client;
+pub mod configs;
+pub mod download;
 pub mod emulator;
+pub mod log;
+pub mod plan;
+pub mod progress;
+pub mod retry;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 
+use crate::manifest::{Lock, LockedFile, LockedSource, Manifest};
 use crate::worker::WorkerSlice;
+use cache::Cache;
+use client::HubClient;
+use download::{Downloader, FileTask, Outcome};
+use log::{DownloadLog, LogRecord};
+use plan::SourcePlan;
 
 /// `dlm-data fetch --manifest FILE [--cache DIR] [--log FILE] [--jobs N] [--locked]`
 #[derive(Args, Debug, Clone)]
@@ -34,8 +62,398 @@ pub struct FetchArgs {
     /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
     #[arg(long)]
     pub num_shards: Option<usize>,
+    /// Failed attempts tolerated per request/file before giving up.
+    #[arg(long, default_value_t = 8)]
+    pub retries: u32,
+    /// First retry backoff in milliseconds (doubles each retry, with jitter; capped at 60 s).
+    #[arg(long, default_value_t = 500)]
+    pub retry_base_ms: u64,
+    /// Files at least twice this size (MiB) are fetched as parallel ranged chunks.
+    #[arg(long, default_value_t = 16)]
+    pub chunk_mb: u64,
 }
 
-pub fn run_fetch(_args: FetchArgs) -> Result<()> {
-    anyhow::bail!("fetch: not implemented yet")
+/// `HF_HUB_OFFLINE` set to a true value.
+pub fn offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE")
+        .map(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "true" | "yes" | "on"
+            )
+        })
+        .unwrap_or(false)
+}
+
+pub fn run_fetch(args: FetchArgs) -> Result<()> {
+    if args.jobs == 0 {
+        return Err(crate::error::usage("--jobs must be at least 1"));
+    }
+    let manifest = Manifest::load(&args.manifest)?;
+    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let cache = Cache::resolve(args.cache.as_deref());
+    let mut log_path = args.log.clone().unwrap_or_else(|| cache.default_log());
+    if !slice.is_whole() {
+        log_path = log::part_path(&log_path, slice.index, slice.count);
+    }
+    let lock_path = manifest.lock_path();
+    let offline = offline();
+    let lock = if args.locked || offline {
+        if !lock_path.exists() {
+            let why = if offline {
+                "HF_HUB_OFFLINE=1"
+            } else {
+                "--locked"
+            };
+            return Err(crate::error::usage(format!(
+                "{why} needs the lock {} (run `dlm-data fetch --manifest {}` online first)",
+                lock_path.display(),
+                args.manifest.display()
+            )));
+        }
+        Some(Lock::load(&lock_path)?)
+    } else {
+        None
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(fetch(
+        args, manifest, slice, cache, log_path, lock_path, lock, offline,
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn fetch(
+    args: FetchArgs,
+    manifest: Manifest,
+    slice: WorkerSlice,
+    cache: Cache,
+    log_path: PathBuf,
+    lock_path: PathBuf,
+    lock: Option<Lock>,
+    offline: bool,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let retry = retry::RetryPolicy {
+        retries: args.retries,
+        base: Duration::from_millis(args.retry_base_ms.max(1)),
+        max: Duration::from_secs(60),
+    };
+    let client = Arc::new(HubClient::from_env(retry)?);
+    let lock_name = lock_path.display().to_string();
+
+    // 1. Plan every source concurrently (no data downloaded yet).
+    let planned = futures::future::join_all(manifest.sources.iter().map(|s| {
+        let (client, lock, lock_name) = (&client, &lock, &lock_name);
+        async move {
+            let locked = match lock {
+                Some(l) => {
+                    let ls = l.source(&s.name).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "lock {lock_name} has no source {:?} (run fetch without --locked)",
+                            s.name
+                        )
+                    })?;
+                    plan::check_lock_matches(s, ls, lock_name)?;
+                    Some(ls)
+                }
+                None => None,
+            };
+            let p = match (offline, locked) {
+                (true, Some(l)) => SourcePlan {
+                    source: s.clone(),
+                    commit: l.commit.clone(),
+                    files: plan::tasks_from_lock(s, l),
+                },
+                _ => plan::plan_source(client, s, locked).await?,
+            };
+            tracing::info!(
+                "{}: {}@{} → {} files, {} bytes",
+                s.name,
+                s.repo,
+                short(&p.commit),
+                p.files.len(),
+                p.files.iter().map(|f| f.size).sum::<u64>()
+            );
+            Ok::<_, anyhow::Error>(p)
+        }
+    }))
+    .await;
+    // Policy refusals first (exit 2), then any other planning error.
+    let mut plans: Vec<SourcePlan> = Vec::new();
+    let mut first_err = None;
+    for r in planned {
+        match r {
+            Ok(p) => plans.push(p),
+            Err(e)
+                if crate::error::exit_code(&e) == 2
+                    && first_err
+                        .as_ref()
+                        .is_none_or(|f| crate::error::exit_code(f) != 2) =>
+            {
+                first_err = Some(e)
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+
+    // 2. The split policy, on every training source, before any download.
+    let refusals: Vec<anyhow::Error> = plans
+        .iter()
+        .filter_map(|p| {
+            let names: Vec<String> = p.files.iter().map(|f| f.path.clone()).collect();
+            plan::policy_check(&p.source, &names)
+        })
+        .collect();
+    if !refusals.is_empty() {
+        let msg = refusals
+            .iter()
+            .map(|e| format!("{e}"))
+            .collect::<Vec<_>>()
+            .join("\n  ");
+        return Err(crate::error::refused(
+            msg.trim_start_matches("refused: ")
+                .replace("\n  refused: ", "\n  "),
+        ));
+    }
+
+    // 3. This worker's files, in a global deterministic order.
+    let all: Vec<(usize, FileTask)> = plans
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.files.iter().map(move |f| (i, f.clone())))
+        .collect();
+    let mine: Vec<(usize, usize, FileTask)> = all
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| slice.owns(*k))
+        .map(|(k, (i, f))| (k, i, f))
+        .collect();
+    let dlog = Arc::new(DownloadLog::open(&log_path)?);
+    let dl = Arc::new(Downloader::new(
+        client.clone(),
+        cache.clone(),
+        args.jobs,
+        args.chunk_mb.max(1) << 20,
+    ));
+    let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
+    let mut handles = Vec::new();
+    for (k, i, t) in mine {
+        let (dl, dlog, file_sem, client) =
+            (dl.clone(), dlog.clone(), file_sem.clone(), client.clone());
+        handles.push(tokio::spawn(async move {
+            let _p = file_sem.acquire_owned().await?;
+            let r = if offline {
+                offline_file(&dl.cache, &t).await
+            } else {
+                dl.fetch(&t).await
+            };
+            let url = client.resolve_url(&t.repo, &t.commit, &t.path);
+            let rec = record(&t, &url, &r);
+            dlog.append(&rec)?;
+            match &r {
+                Ok(o) => dl.progress.println(&file_line(&t, o)),
+                Err(e) => dl.progress.println(&format!(
+                    "FAILED {}@{} {}: {e:#}",
+                    t.repo,
+                    short(&t.commit),
+                    t.path
+                )),
+            }
+            Ok::<_, anyhow::Error>((k, i, t, r))
+        }));
+    }
+    let mut results: Vec<(usize, usize, FileTask, Result<Outcome>)> = Vec::new();
+    for h in handles {
+        results.push(h.await.context("download task panicked")??);
+    }
+    results.sort_by_key(|r| r.0);
+    let failures: Vec<String> = results
+        .iter()
+        .filter_map(|(_, _, t, r)| {
+            r.as_ref()
+                .err()
+                .map(|e| format!("{}/{}: {e:#}", t.repo, t.path))
+        })
+        .collect();
+    let downloaded: u64 = results
+        .iter()
+        .filter_map(|r| r.3.as_ref().ok())
+        .map(|o| o.downloaded)
+        .sum();
+    let cached = results
+        .iter()
+        .filter(|r| r.3.as_ref().is_ok_and(|o| o.cached))
+        .count();
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} of {} files failed (see {}); no lock written:\n  {}",
+            failures.len(),
+            results.len(),
+            log_path.display(),
+            failures.join("\n  ")
+        );
+    }
+
+    // 4. Refs, then the lock (whole job only; unchanged under --locked/offline).
+    if !offline {
+        for p in &plans {
+            if p.source.revision != p.commit {
+                let r = cache.ref_path(p.source.role, &p.source.repo, &p.source.revision);
+                crate::util::atomic_write(&r, p.commit.as_bytes())?;
+            }
+        }
+    }
+    let wrote_lock = slice.is_whole() && lock.is_none();
+    if wrote_lock {
+        write_lock(&lock_path, &plans, &results)?;
+    }
+    eprintln!(
+        "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
+        results.len(),
+        cached,
+        downloaded as f64 / 1e6,
+        t0.elapsed().as_secs_f64(),
+        log_path.display(),
+        if wrote_lock {
+            format!("; lock {}", lock_path.display())
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+fn short(c: &str) -> &str {
+    &c[..8.min(c.len())]
+}
+
+fn file_line(t: &FileTask, o: &Outcome) -> String {
+    if o.cached {
+        format!(
+            "cached  {}@{} {} ({} B, verified)",
+            t.repo,
+            short(&t.commit),
+            t.path,
+            t.size
+        )
+    } else {
+        format!(
+            "fetched {}@{} {} ({} B, {:.1} MB/s, {} attempt{})",
+            t.repo,
+            short(&t.commit),
+            t.path,
+            t.size,
+            o.downloaded as f64 / 1e6 / o.seconds.max(1e-6),
+            o.attempts,
+            if o.attempts == 1 { "" } else { "s" }
+        )
+    }
+}
+
+fn record(t: &FileTask, url: &str, r: &Result<Outcome>) -> LogRecord {
+    let (sha256, verified, cached, attempts, seconds, downloaded, error) = match r {
+        Ok(o) => (
+            o.sha256.clone(),
+            true,
+            o.cached,
+            o.attempts,
+            o.seconds,
+            o.downloaded,
+            None,
+        ),
+        Err(e) => (
+            t.lfs_sha256.clone().unwrap_or_default(),
+            false,
+            false,
+            0,
+            0.0,
+            0,
+            Some(format!("{e:#}")),
+        ),
+    };
+    LogRecord {
+        time: log::now_rfc3339(),
+        source: t.source.clone(),
+        role: t.role,
+        repo: t.repo.clone(),
+        revision: t.revision.clone(),
+        commit: t.commit.clone(),
+        path: t.path.clone(),
+        url: url.to_string(),
+        bytes: t.size,
+        sha256,
+        verified,
+        cached,
+        attempts,
+        seconds,
+        downloaded,
+        error,
+    }
+}
+
+async fn offline_file(cache: &Cache, t: &FileTask) -> Result<Outcome> {
+    let t0 = Instant::now();
+    let blob = cache.blob_path(t.role, &t.repo, t.etag());
+    if !blob.is_file() {
+        anyhow::bail!(
+            "HF_HUB_OFFLINE=1 and {}@{} {} is not in the cache ({})",
+            t.repo,
+            short(&t.commit),
+            t.path,
+            blob.display()
+        );
+    }
+    let (t2, b2) = (t.clone(), blob.clone());
+    let sha = tokio::task::spawn_blocking(move || download::verify_file(&t2, &b2)).await??;
+    download::link_snapshot(cache, t, &blob)?;
+    Ok(Outcome {
+        sha256: sha,
+        downloaded: 0,
+        attempts: 0,
+        cached: true,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn write_lock(
+    path: &Path,
+    plans: &[SourcePlan],
+    results: &[(usize, usize, FileTask, Result<Outcome>)],
+) -> Result<()> {
+    let mut lock = Lock {
+        version: 1,
+        sources: Vec::new(),
+    };
+    for (i, p) in plans.iter().enumerate() {
+        let mut files: Vec<LockedFile> = results
+            .iter()
+            .filter(|r| r.1 == i)
+            .map(|(_, _, t, r)| LockedFile {
+                path: t.path.clone(),
+                size: t.size,
+                sha256: r.as_ref().map(|o| o.sha256.clone()).unwrap_or_default(),
+                git_oid: t.lfs_sha256.is_none().then(|| t.git_oid.clone()),
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        lock.sources.push(LockedSource {
+            name: p.source.name.clone(),
+            repo: p.source.repo.clone(),
+            revision: p.source.revision.clone(),
+            commit: p.commit.clone(),
+            config: p.source.config.clone(),
+            split: p.source.split.clone(),
+            role: p.source.role,
+            files,
+        });
+    }
+    lock.save(path)
 }

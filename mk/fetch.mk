@@ -1,0 +1,8 @@
+# fetch / hub emulator: benchmark against curl on loopback (results in bench/results/fetch-*.md).
+.PHONY: bench-fetch hub-emulator
+bench-fetch: build
+	bench/fetch/run.sh
+
+# Serve the fixture repos (generated into demo-out/hub) in the foreground.
+hub-emulator: build
+	target/debug/dlm-data hub-emulator --root demo-out/hub --fixtures

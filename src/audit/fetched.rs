@@ -1,0 +1,230 @@
+//! The fetch half of the chain: every manifest source pinned in its lock; every locked file in
+//! download.log, verified, with the same sha256; every locked file present in the cache with
+//! the locked size (and sha256 with `--hash`).
+
+use std::collections::HashMap;
+
+use super::context::{Ctx, LogLine};
+use super::report::Check;
+use crate::manifest::Role;
+
+fn is_commit(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `manifest-pinned`
+pub fn manifest_pinned(ctx: &Ctx) -> Check {
+    let mut c = Check::new("manifest-pinned");
+    let mut n = 0;
+    for s in &ctx.sets {
+        let lock = match &s.lock {
+            Ok(l) => l,
+            Err(e) => {
+                c.fail(format!(
+                    "{}: no lock ({e}); the manifest was never fetched",
+                    s.manifest.path.display()
+                ));
+                continue;
+            }
+        };
+        for src in &s.manifest.sources {
+            n += 1;
+            let Some(ls) = lock.source(&src.name) else {
+                c.fail(format!(
+                    "{}: source {:?} is not pinned in {}",
+                    s.manifest.path.display(),
+                    src.name,
+                    s.lock_path.display()
+                ));
+                continue;
+            };
+            let mut diffs = Vec::new();
+            if ls.repo != src.repo {
+                diffs.push(format!("repo {} vs {}", ls.repo, src.repo));
+            }
+            if ls.revision != src.revision {
+                diffs.push(format!("revision {} vs {}", ls.revision, src.revision));
+            }
+            if ls.split != src.split || ls.config != src.config {
+                diffs.push(format!(
+                    "config/split {}/{} vs {}/{}",
+                    ls.config, ls.split, src.config, src.split
+                ));
+            }
+            if ls.role != src.role {
+                diffs.push(format!("role {:?} vs {:?}", ls.role, src.role));
+            }
+            if !is_commit(&ls.commit) {
+                diffs.push(format!("commit {:?} is not a 40-hex sha", ls.commit));
+            }
+            if ls.files.is_empty() {
+                diffs.push("no files locked".into());
+            }
+            if !diffs.is_empty() {
+                c.fail(format!(
+                    "source {:?}: lock {} disagrees with the manifest: {}",
+                    src.name,
+                    s.lock_path.display(),
+                    diffs.join("; ")
+                ));
+            }
+        }
+        for ls in &lock.sources {
+            if !s.manifest.sources.iter().any(|m| m.name == ls.name) {
+                c.fail(format!(
+                    "{}: locks source {:?}, which the manifest does not declare",
+                    s.lock_path.display(),
+                    ls.name
+                ));
+            }
+        }
+    }
+    c.summary = format!("{n} declared source(s) checked against their locks");
+    c
+}
+
+/// `download-log`
+pub fn download_log(ctx: &Ctx) -> Check {
+    let mut c = Check::new("download-log");
+    let lines = match &ctx.log {
+        Ok(l) => l,
+        Err(e) => {
+            c.fail(format!("download log missing: {e}"));
+            c.summary = "no download log".into();
+            return c;
+        }
+    };
+    for (ln, e) in &ctx.log_bad {
+        c.fail(format!(
+            "{} line {ln}: not a log entry ({e})",
+            ctx.log_path.display()
+        ));
+    }
+    let mut by_file: HashMap<(&str, &str, &str), Vec<(usize, &LogLine)>> = HashMap::new();
+    for (ln, l) in lines {
+        by_file
+            .entry((l.repo.as_str(), l.commit.as_str(), l.path.as_str()))
+            .or_default()
+            .push((*ln, l));
+    }
+    let mut files = 0;
+    for s in &ctx.sets {
+        let Ok(lock) = &s.lock else { continue };
+        for ls in &lock.sources {
+            for f in &ls.files {
+                files += 1;
+                let entries = by_file
+                    .get(&(ls.repo.as_str(), ls.commit.as_str(), f.path.as_str()))
+                    .cloned()
+                    .unwrap_or_default();
+                let good = entries
+                    .iter()
+                    .any(|(_, l)| l.verified && l.sha256.as_deref() == Some(f.sha256.as_str()));
+                if entries.is_empty() {
+                    c.fail(format!(
+                        "{} {}@{}: locked in {} but never logged as downloaded",
+                        ls.name,
+                        ls.repo,
+                        &ls.commit[..ls.commit.len().min(12)],
+                        f.path
+                    ));
+                } else if !good {
+                    let (ln, l) = entries.last().unwrap();
+                    c.fail(format!(
+                        "{} {}: no verified download with the locked sha256 {} (last: line {ln}, sha256 {}, verified {}{})",
+                        ls.name,
+                        f.path,
+                        f.sha256,
+                        l.sha256.as_deref().unwrap_or("-"),
+                        l.verified,
+                        l.error.as_deref().map(|e| format!(", error {e}")).unwrap_or_default()
+                    ));
+                }
+                for (ln, l) in &entries {
+                    if l.verified && l.sha256.as_deref() != Some(f.sha256.as_str()) {
+                        c.fail(format!(
+                            "{} line {ln}: {} verified with sha256 {} but the lock says {}",
+                            ctx.log_path.display(),
+                            f.path,
+                            l.sha256.as_deref().unwrap_or("-"),
+                            f.sha256
+                        ));
+                    }
+                    let want = match ls.role {
+                        Role::Train => "train",
+                        Role::EvalReference => "eval-reference",
+                    };
+                    if !l.role.is_empty() && l.role != want {
+                        c.fail(format!(
+                            "{} line {ln}: {} logged with role {:?}, locked as {want}",
+                            ctx.log_path.display(),
+                            f.path,
+                            l.role
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    c.summary = format!(
+        "{files} locked file(s) against {} log line(s) in {}",
+        lines.len(),
+        ctx.log_path.display()
+    );
+    c
+}
+
+/// `cache`
+pub fn cache(ctx: &Ctx, hash: bool) -> Check {
+    let mut c = Check::new("cache");
+    let mut files = 0;
+    let mut bytes = 0u64;
+    for s in &ctx.sets {
+        let Ok(lock) = &s.lock else { continue };
+        for ls in &lock.sources {
+            for f in &ls.files {
+                files += 1;
+                let p = ctx
+                    .cache
+                    .snapshot_path(ls.role, &ls.repo, &ls.commit, &f.path);
+                match std::fs::metadata(&p) {
+                    Err(_) => c.fail(format!(
+                        "{}: locked file missing from the cache",
+                        p.display()
+                    )),
+                    Ok(m) if m.len() != f.size => c.fail(format!(
+                        "{}: {} bytes, the lock says {}",
+                        p.display(),
+                        m.len(),
+                        f.size
+                    )),
+                    Ok(m) => {
+                        bytes += m.len();
+                        if hash {
+                            match crate::util::sha256_file(&p) {
+                                Ok(h) if h == f.sha256 => {}
+                                Ok(h) => c.fail(format!(
+                                    "{}: sha256 {h}, the lock says {}",
+                                    p.display(),
+                                    f.sha256
+                                )),
+                                Err(e) => c.fail(format!("{}: {e:#}", p.display())),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    c.summary = format!(
+        "{files} locked file(s), {:.1} MB, present in {}{}",
+        bytes as f64 / 1e6,
+        ctx.cache.root.display(),
+        if hash {
+            " (sha256 re-hashed)"
+        } else {
+            " (sizes; --hash re-hashes)"
+        }
+    );
+    c
+}

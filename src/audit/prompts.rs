@@ -1,0 +1,292 @@
+//! The stage-3 links: prompts.jsonl items come from locked sciq train / mmlu auxiliary_train
+//! files; distilled records each match a prompt (id, provenance, prompt text, gold), follow the
+//! prompts' order, and come from exactly one teacher (weights and config hashes).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::context::Ctx;
+use super::policy::Use;
+use super::report::Check;
+use crate::mcq::prompts::PromptRecord;
+
+/// Is this locked training source one stage 3 may draw from?
+fn mcq_origin(repo: &str, split: &str, config: &str) -> bool {
+    match repo {
+        "allenai/sciq" => split == "train",
+        "cais/mmlu" => config == "auxiliary_train" || split == "auxiliary_train",
+        _ => false,
+    }
+}
+
+/// `prompts`; returns the parsed records (by line order) for the distilled check.
+pub fn check_prompts(
+    ctx: &Ctx,
+    path: Option<&Path>,
+    uses: &mut Vec<Use>,
+) -> (Check, Option<Vec<PromptRecord>>) {
+    let Some(path) = path else {
+        return (Check::skip("prompts", "no --prompts given"), None);
+    };
+    let mut c = Check::new("prompts");
+    let f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            c.fail(format!("{}: {e}", path.display()));
+            return (c, None);
+        }
+    };
+    let mut recs = Vec::new();
+    let mut ids = HashSet::new();
+    let mut per_source: HashMap<String, u64> = HashMap::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let ln = i + 1;
+        let Ok(line) = line else {
+            c.fail(format!("{} line {ln}: unreadable", path.display()));
+            break;
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let r: PromptRecord = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                c.fail(format!(
+                    "{} line {ln}: not a prompt record ({e})",
+                    path.display()
+                ));
+                continue;
+            }
+        };
+        if let Err(e) = r.validate() {
+            c.fail(format!("{} line {ln} ({}): {e}", path.display(), r.id));
+        }
+        if !ids.insert(r.id.clone()) {
+            c.fail(format!(
+                "{} line {ln}: duplicate id {:?}",
+                path.display(),
+                r.id
+            ));
+        }
+        let key = (r.repo.clone(), r.commit.clone(), r.file.clone());
+        match ctx.train_files.get(&key) {
+            None => c.fail(format!(
+                "{} line {ln} ({}): {}@{} {} is not a locked training file",
+                path.display(),
+                r.id,
+                r.repo,
+                r.commit,
+                r.file
+            )),
+            Some(tf) => {
+                if tf.source != r.source {
+                    c.fail(format!(
+                        "{} line {ln} ({}): source {:?} but the file is locked under {:?}",
+                        path.display(),
+                        r.id,
+                        r.source,
+                        tf.source
+                    ));
+                }
+                if !mcq_origin(&r.repo, &tf.split, &tf.config) {
+                    c.fail(format!(
+                        "{} line {ln} ({}): {} {}/{} is not sciq train or mmlu auxiliary_train",
+                        path.display(),
+                        r.id,
+                        r.repo,
+                        tf.config,
+                        tf.split
+                    ));
+                }
+            }
+        }
+        *per_source.entry(r.source.clone()).or_default() += 1;
+        uses.push(Use {
+            what: format!("{} line {ln}", path.display()),
+            repo: r.repo.clone(),
+            commit: r.commit.clone(),
+            file: r.file.clone(),
+            split: None,
+            role: None,
+        });
+        recs.push(r);
+    }
+    let mut counts: Vec<_> = per_source.into_iter().collect();
+    counts.sort();
+    c.summary = format!(
+        "{} item(s) traced to locked MCQ training files ({})",
+        recs.len(),
+        counts
+            .iter()
+            .map(|(s, n)| format!("{s}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    (c, Some(recs))
+}
+
+fn read_distilled(path: &Path) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if text.trim_start().starts_with('[') {
+        match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Array(a)) => Ok(a),
+            Ok(_) => Err(format!("{}: not a JSON array", path.display())),
+            Err(e) => Err(format!("{}: not JSON ({e})", path.display())),
+        }
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .map_err(|e| format!("{} line {}: not JSON ({e})", path.display(), i + 1))
+            })
+            .collect()
+    }
+}
+
+/// `distilled`
+pub fn check_distilled(
+    path: Option<&Path>,
+    prompts: Option<&[PromptRecord]>,
+    uses: &mut Vec<Use>,
+) -> Check {
+    let Some(path) = path else {
+        return Check::skip("distilled", "no --distilled given");
+    };
+    let mut c = Check::new("distilled");
+    let Some(prompts) = prompts else {
+        c.fail(
+            "--distilled needs --prompts: records can only be traced through their prompts"
+                .to_string(),
+        );
+        return c;
+    };
+    let recs = match read_distilled(path) {
+        Ok(r) => r,
+        Err(e) => {
+            c.fail(e);
+            return c;
+        }
+    };
+    let pos: HashMap<&str, usize> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.id.as_str(), i))
+        .collect();
+    let mut teachers: HashMap<(String, String), u64> = HashMap::new();
+    let mut last = None;
+    let mut seen = HashSet::new();
+    let (mut correct, mut with_correct) = (0u64, 0u64);
+    for (k, r) in recs.iter().enumerate() {
+        let at = format!("{} record {k}", path.display());
+        let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        let id = s("id");
+        let Some(&p) = pos.get(id.as_str()) else {
+            c.fail(format!("{at}: id {id:?} is not in the prompts"));
+            continue;
+        };
+        if !seen.insert(id.clone()) {
+            c.fail(format!("{at}: id {id:?} distilled twice"));
+        }
+        let pr = &prompts[p];
+        let mut diffs = Vec::new();
+        for (f, want) in [
+            ("source", &pr.source),
+            ("repo", &pr.repo),
+            ("commit", &pr.commit),
+            ("file", &pr.file),
+            ("prompt", &pr.prompt),
+            ("gold", &pr.gold),
+        ] {
+            if &s(f) != want {
+                diffs.push(f);
+            }
+        }
+        if r.get("row").and_then(Value::as_u64) != Some(pr.row) {
+            diffs.push("row");
+        }
+        if !diffs.is_empty() {
+            c.fail(format!(
+                "{at} ({id}): {} differ from the prompt",
+                diffs.join(", ")
+            ));
+        }
+        if let Some(l) = last {
+            if p <= l {
+                c.fail(format!("{at} ({id}): out of prompt order"));
+            }
+        }
+        last = Some(p);
+        let t = r.get("teacher");
+        let w = t
+            .and_then(|t| t.get("weights_sha256"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let cfg = t
+            .and_then(|t| t.get("config_sha256"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if w.is_empty() {
+            c.fail(format!("{at} ({id}): no teacher.weights_sha256"));
+        }
+        *teachers
+            .entry((w.to_string(), cfg.to_string()))
+            .or_default() += 1;
+        if let Some(b) = r.get("correct").and_then(Value::as_bool) {
+            with_correct += 1;
+            correct += b as u64;
+        }
+        uses.push(Use {
+            what: at,
+            repo: s("repo"),
+            commit: s("commit"),
+            file: s("file"),
+            split: None,
+            role: None,
+        });
+    }
+    if teachers.len() > 1 {
+        let mut t: Vec<_> = teachers
+            .iter()
+            .map(|((w, _), n)| format!("{w}: {n}"))
+            .collect();
+        t.sort();
+        c.fail(format!(
+            "records come from {} teachers: {}",
+            teachers.len(),
+            t.join("; ")
+        ));
+    }
+    let teacher = teachers
+        .keys()
+        .next()
+        .map(|(w, _)| w.clone())
+        .unwrap_or_default();
+    c.summary = format!(
+        "{} record(s) traced to prompts; teacher weights sha256 {}",
+        recs.len(),
+        if teacher.is_empty() {
+            "-".into()
+        } else {
+            teacher
+        }
+    );
+    if with_correct > 0 {
+        c.note(format!(
+            "teacher accuracy on these items: {correct}/{with_correct} ({:.1}%)",
+            100.0 * correct as f64 / with_correct as f64
+        ));
+    }
+    if recs.len() < prompts.len() {
+        c.note(format!(
+            "{} of {} prompts distilled",
+            recs.len(),
+            prompts.len()
+        ));
+    }
+    c
+}

@@ -1,0 +1,144 @@
+//! The `shards` link: each `--shards DIR` has a complete index.json built from an audited lock;
+//! every shard file's bytes and sha256 match it; rows, tokens and documents add up; every
+//! provenance entry names a locked training file. Provenance uses are returned for the
+//! split and eval-reference checks.
+
+use std::path::PathBuf;
+
+use super::context::Ctx;
+use super::policy::Use;
+use super::report::Check;
+use crate::mcq::shard_index;
+
+pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
+    if dirs.is_empty() {
+        return Check::skip("shards", "no --shards given");
+    }
+    let mut c = Check::new("shards");
+    let mut total_rows = 0;
+    let mut total_files = 0;
+    for dir in dirs {
+        let d = dir.display();
+        let idx = match shard_index::load(dir) {
+            Ok(i) => i,
+            Err(e) => {
+                c.fail(format!("{d}: {e:#}"));
+                continue;
+            }
+        };
+        if !idx.complete {
+            c.fail(format!(
+                "{d}/index.json: complete is false (an interrupted run)"
+            ));
+        }
+        match &idx.lock_sha256 {
+            Some(h) if ctx.lock_shas.contains(h) => {}
+            Some(h) => c.fail(format!(
+                "{d}/index.json: built from a lock with sha256 {h}, which is none of the audited locks (re-run the stage or audit with its manifest)"
+            )),
+            None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+        }
+        let (mut rows, mut tokens) = (0u64, 0u64);
+        for sh in &idx.shards {
+            total_files += 1;
+            let p = dir.join(&sh.file);
+            match std::fs::metadata(&p) {
+                Err(_) => {
+                    c.fail(format!("{}: listed in index.json but missing", p.display()));
+                    continue;
+                }
+                Ok(m) if m.len() != sh.bytes => c.fail(format!(
+                    "{}: {} bytes, index.json says {}",
+                    p.display(),
+                    m.len(),
+                    sh.bytes
+                )),
+                Ok(_) => {}
+            }
+            match crate::util::sha256_file(&p) {
+                Ok(h) if h == sh.sha256 => {}
+                Ok(h) => c.fail(format!(
+                    "{}: sha256 {h} does not match index.json ({}) — the shard was modified",
+                    p.display(),
+                    sh.sha256
+                )),
+                Err(e) => c.fail(format!("{}: {e:#}", p.display())),
+            }
+            for (name, want) in &sh.extra_files {
+                let ep = dir.join(name);
+                match crate::util::sha256_file(&ep) {
+                    Ok(h) if &h == want => {}
+                    Ok(h) => c.fail(format!(
+                        "{}: sha256 {h} does not match index.json ({want})",
+                        ep.display()
+                    )),
+                    Err(e) => c.fail(format!("{}: {e:#}", ep.display())),
+                }
+            }
+            rows += sh.rows;
+            tokens += sh.tokens;
+        }
+        total_rows += rows;
+        if rows != idx.total("rows") {
+            c.fail(format!(
+                "{d}: shards hold {rows} rows, totals.rows says {}",
+                idx.total("rows")
+            ));
+        }
+        if tokens != idx.total("tokens") {
+            c.fail(format!(
+                "{d}: shards hold {tokens} tokens, totals.tokens says {}",
+                idx.total("tokens")
+            ));
+        }
+        if idx.kind == "pretrain" && idx.format != "megatron" && tokens != rows * idx.seq_len {
+            c.fail(format!(
+                "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
+                idx.seq_len
+            ));
+        }
+        let docs: u64 = idx.provenance.iter().map(|p| p.documents).sum();
+        if docs != idx.total("documents") {
+            c.fail(format!(
+                "{d}: provenance accounts for {docs} documents, totals.documents says {}",
+                idx.total("documents")
+            ));
+        }
+        for (k, p) in idx.provenance.iter().enumerate() {
+            let key = (p.repo.clone(), p.commit.clone(), p.file.clone());
+            match ctx.train_files.get(&key) {
+                Some(tf) if tf.source == p.source => {}
+                Some(tf) => c.fail(format!(
+                    "{d} provenance[{k}]: {} is locked under source {:?}, not {:?}",
+                    p.file, tf.source, p.source
+                )),
+                None => c.fail(format!(
+                    "{d} provenance[{k}]: {}@{} {} is not a locked training file",
+                    p.repo, p.commit, p.file
+                )),
+            }
+            if p.row_end < p.row_start {
+                c.fail(format!("{d} provenance[{k}]: row_end < row_start"));
+            }
+            uses.push(Use {
+                what: format!("{d} provenance[{k}]"),
+                repo: p.repo.clone(),
+                commit: p.commit.clone(),
+                file: p.file.clone(),
+                split: Some(p.split.clone()),
+                role: Some(p.role.clone()),
+            });
+        }
+        c.note(format!(
+            "{d}: {} {} shard(s), {rows} rows, {tokens} tokens, {docs} documents from {} file(s)",
+            idx.shards.len(),
+            idx.format,
+            idx.provenance.len()
+        ));
+    }
+    c.summary = format!(
+        "{} dir(s), {total_files} shard file(s), {total_rows} rows re-hashed and counted",
+        dirs.len()
+    );
+    c
+}

@@ -1,0 +1,165 @@
+//! `--drop OUT`: the scanned data without the contaminated documents. prompts.jsonl → the
+//! other lines byte-identical; shards → every row a contaminated document touches removed,
+//! shards rewritten (zstd parquet), index.json recomputed (sha256, bytes, rows, tokens) and
+//! written last, so a copy with an index is complete.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use arrow::array::{Array, AsArray, BooleanArray};
+use arrow::compute::filter_record_batch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use super::targets::{Kind, Target};
+use crate::mcq::shard_index::{self, ShardEntry};
+
+/// What a drop removed.
+pub struct Dropped {
+    pub documents: u64,
+    pub rows: u64,
+}
+
+/// Write the filtered copy of `target` to `out`, leaving out documents in `bad`.
+pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Dropped> {
+    match &target.kind {
+        Kind::Prompts { lines } => {
+            let mut buf = Vec::new();
+            for (i, l) in lines.iter().enumerate() {
+                if !bad.contains(&i) {
+                    buf.extend_from_slice(l.as_bytes());
+                    buf.push(b'\n');
+                }
+            }
+            crate::util::atomic_write(out, &buf)?;
+            Ok(Dropped {
+                documents: bad.len() as u64,
+                rows: bad.len() as u64,
+            })
+        }
+        Kind::Shards { dir, index, spans } => {
+            if out == dir.as_path() {
+                return Err(crate::error::usage(
+                    "--drop must name a new directory, not the scanned one",
+                ));
+            }
+            std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+            // An old index in OUT must not describe the new shards.
+            let _ = std::fs::remove_file(out.join("index.json"));
+            let mut drop_rows: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); index.shards.len()];
+            for d in bad {
+                let s = spans[*d];
+                for r in s.first..=s.last {
+                    drop_rows[s.shard].insert(r);
+                }
+            }
+            let mut shards = Vec::new();
+            let mut dropped_rows = 0;
+            for (si, sh) in index.shards.iter().enumerate() {
+                let (entry, n) =
+                    filter_shard(&dir.join(&sh.file), &out.join(&sh.file), &drop_rows[si])?;
+                dropped_rows += n;
+                shards.push(ShardEntry {
+                    file: sh.file.clone(),
+                    ..entry
+                });
+            }
+            let mut new = index.clone();
+            let rows: u64 = shards.iter().map(|s| s.rows).sum();
+            let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
+            new.shards = shards;
+            new.totals.insert("rows".into(), (rows).into());
+            new.totals.insert("tokens".into(), (tokens).into());
+            let docs = new.total("documents").saturating_sub(bad.len() as u64);
+            new.totals.insert("documents".into(), (docs).into());
+            new.totals.insert(
+                "dropped_contaminated_documents".into(),
+                (bad.len() as u64).into(),
+            );
+            new.totals
+                .insert("dropped_contaminated_rows".into(), dropped_rows.into());
+            new.extra.insert(
+                "decontam_filtered_from".into(),
+                serde_json::json!({"path": dir.display().to_string(), "index_sha256": target.sha256}),
+            );
+            shard_index::save(out, &new)?;
+            Ok(Dropped {
+                documents: bad.len() as u64,
+                rows: dropped_rows,
+            })
+        }
+    }
+}
+
+fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEntry, u64)> {
+    let f = File::open(src).with_context(|| format!("opening {}", src.display()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+        .build();
+    let tmp = crate::util::temp_path(dst);
+    let mut writer: Option<ArrowWriter<File>> = None;
+    let mut row = 0u64;
+    let (mut rows, mut tokens, mut dropped) = (0u64, 0u64, 0u64);
+    for b in reader {
+        let b = b?;
+        let keep: BooleanArray = (0..b.num_rows() as u64)
+            .map(|i| Some(!drop.contains(&(row + i))))
+            .collect();
+        row += b.num_rows() as u64;
+        let fb = filter_record_batch(&b, &keep)?;
+        dropped += (b.num_rows() - fb.num_rows()) as u64;
+        rows += fb.num_rows() as u64;
+        let tc = ["input_ids", "tokens", "ids"]
+            .iter()
+            .find_map(|n| fb.column_by_name(n))
+            .ok_or_else(|| anyhow!("{}: no token column", src.display()))?;
+        tokens += match tc.data_type() {
+            arrow::datatypes::DataType::List(_) => {
+                let l = tc.as_list::<i32>();
+                (0..l.len()).map(|i| l.value_length(i) as u64).sum::<u64>()
+            }
+            arrow::datatypes::DataType::LargeList(_) => {
+                let l = tc.as_list::<i64>();
+                (0..l.len()).map(|i| l.value_length(i) as u64).sum::<u64>()
+            }
+            _ => 0,
+        };
+        let w = match &mut writer {
+            Some(w) => w,
+            None => {
+                let file =
+                    File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+                writer = Some(ArrowWriter::try_new(
+                    file,
+                    Arc::new(fb.schema().as_ref().clone()),
+                    Some(props.clone()),
+                )?);
+                writer.as_mut().unwrap()
+            }
+        };
+        w.write(&fb)?;
+    }
+    let w = writer.ok_or_else(|| anyhow!("{}: empty shard", src.display()))?;
+    let mut file = w.into_inner()?;
+    file.flush()?;
+    file.sync_all()?;
+    crate::util::commit_rename(&tmp, dst)?;
+    Ok((
+        ShardEntry {
+            file: String::new(),
+            sha256: crate::util::sha256_file(dst)?,
+            bytes: std::fs::metadata(dst)?.len(),
+            rows,
+            tokens,
+            extra_files: Default::default(),
+        },
+        dropped,
+    ))
+}

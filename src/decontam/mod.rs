@@ -1,0 +1,190 @@
+//! `dlm-data decontam`: an n-gram index over benchmark eval sets, scanned against shards or
+//! prompts; every overlap reported, `--drop` writes a filtered copy.
+//!
+//! - [`ngram`]: normalisation and rolling word n-gram hashes;
+//! - [`index`]: the compact open-addressing index of benchmark n-grams;
+//! - [`reference`] + [`rows`]: benchmark sets from files or eval-reference manifests;
+//! - [`targets`]: prompts.jsonl / shard directories decoded back into documents;
+//! - [`scan`]: the parallel scan and word-for-word verification of hits;
+//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`]: the copy.
+
+pub mod drop;
+pub mod index;
+pub mod ngram;
+pub mod reference;
+pub mod report;
+pub mod rows;
+pub mod scan;
+pub mod targets;
+pub mod time;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::hub::cache::Cache;
+use crate::worker::WorkerSlice;
+
+#[derive(Args, Debug, Clone)]
+pub struct DecontamArgs {
+    /// Benchmark eval sets: local parquet/jsonl files or manifests with role = "eval-reference".
+    #[arg(long, required = true, num_args = 1..)]
+    pub against: Vec<PathBuf>,
+    /// A shard directory (index.json) to scan.
+    #[arg(long, conflicts_with = "prompts", required_unless_present = "prompts")]
+    pub shards: Option<PathBuf>,
+    /// A prompts.jsonl to scan.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Word n-gram size, 8 to 13.
+    #[arg(long, default_value_t = 13)]
+    pub ngram: usize,
+    /// Write a copy without the contaminated documents (a file for --prompts, a directory
+    /// for --shards), with its own report.
+    #[arg(long)]
+    pub drop: Option<PathBuf>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Cache root holding `eval-reference/` (default as in `fetch`).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// Tokenizer to decode shards with, when the path in index.json is not reachable here.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Report file (default: DIR/decontam.json, or <stem>.decontam.json beside --prompts).
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    #[arg(long)]
+    pub shard: Option<WorkerSlice>,
+    #[arg(long)]
+    pub num_shards: Option<usize>,
+}
+
+pub fn run(args: DecontamArgs) -> Result<()> {
+    let t0 = Instant::now();
+    if !(ngram::MIN_N..=ngram::MAX_N).contains(&args.ngram) {
+        return Err(crate::error::usage(format!(
+            "--ngram {}: must be between {} and {}",
+            args.ngram,
+            ngram::MIN_N,
+            ngram::MAX_N
+        )));
+    }
+    if args.shard.is_some() {
+        return Err(crate::error::usage(
+            "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
+        ));
+    }
+    let cache = Cache::resolve(args.cache.as_deref());
+    let (benches, items) = reference::load(&args.against, &cache)?;
+    let idx = index::NgramIndex::build(args.ngram, items);
+    tracing::info!(
+        "index: {} n-grams from {} items ({} MB table)",
+        idx.len(),
+        idx.items.len(),
+        idx.table_bytes() / 1_000_000
+    );
+    let target = match (&args.shards, &args.prompts) {
+        (Some(d), _) => targets::load_shards(d, args.tokenizer.as_deref())?,
+        (None, Some(p)) => targets::load_prompts(p)?,
+        (None, None) => return Err(crate::error::usage("give --shards DIR or --prompts FILE")),
+    };
+    let t_scan = Instant::now();
+    let hits = scan::scan(&idx, &target.texts);
+    let scan_seconds = t_scan.elapsed().as_secs_f64();
+    let hit_records: Vec<report::HitRecord> = hits
+        .iter()
+        .map(|h| {
+            let it = &idx.items[h.item as usize];
+            let b = &benches[it.benchmark as usize];
+            report::HitRecord {
+                benchmark: b.benchmark.clone(),
+                benchmark_file: b
+                    .files
+                    .get(it.file as usize)
+                    .map(|f| f.path.clone())
+                    .unwrap_or_default(),
+                benchmark_row: it.row,
+                ngram: ngram::words(&target.texts[h.doc][h.start..h.end]).join(" "),
+                document: target.origins[h.doc].clone(),
+            }
+        })
+        .collect();
+    let bad: HashSet<usize> = hits.iter().map(|h| h.doc).collect();
+    let is_shards = args.shards.is_some();
+    let text_bytes: u64 = target.texts.iter().map(|t| t.len() as u64).sum();
+    let mb_per_s = if scan_seconds > 0.0 {
+        text_bytes as f64 / 1e6 / scan_seconds
+    } else {
+        0.0
+    };
+    let mut rep = report::DecontamReport {
+        version: 1,
+        tool: crate::mcq::shard_index::tool_string(),
+        time: time::now_rfc3339(),
+        ngram: args.ngram,
+        scanned: report::Scanned {
+            kind: target.kind_name().into(),
+            path: target.path.display().to_string(),
+            sha256: target.sha256.clone(),
+            documents: target.texts.len() as u64,
+            bytes: text_bytes,
+        },
+        against: benches.clone(),
+        index_ngrams: idx.len() as u64,
+        index_items: idx.items.len() as u64,
+        index_items_too_short: idx.too_short.len() as u64,
+        hits: hit_records,
+        contaminated_documents: bad.len() as u64,
+        dropped_copy: args.drop.as_ref().map(|p| p.display().to_string()),
+        filtered_from: None,
+        seconds: 0.0,
+        scan_seconds,
+        mb_per_s,
+    };
+    if let Some(out) = &args.drop {
+        let d = drop::write(&target, &bad, out)?;
+        // The copy's own report: same benchmarks, no hits, where it came from.
+        let copy_sha = if is_shards {
+            crate::util::sha256_file(&out.join("index.json"))?
+        } else {
+            crate::util::sha256_file(out)?
+        };
+        let mut copy = rep.clone();
+        copy.scanned.path = out.display().to_string();
+        copy.scanned.sha256 = copy_sha;
+        copy.scanned.documents -= d.documents;
+        copy.scanned.bytes = copy
+            .scanned
+            .bytes
+            .saturating_sub(bad.iter().map(|i| target.texts[*i].len() as u64).sum());
+        copy.hits.clear();
+        copy.contaminated_documents = 0;
+        copy.dropped_copy = None;
+        copy.filtered_from = Some(report::FilteredFrom {
+            path: target.path.display().to_string(),
+            sha256: target.sha256.clone(),
+            dropped_documents: d.documents,
+            dropped_rows: d.rows,
+        });
+        copy.seconds = t0.elapsed().as_secs_f64();
+        report::save(&report::default_path(out, is_shards), &copy)?;
+    }
+    rep.seconds = t0.elapsed().as_secs_f64();
+    let rpath = args
+        .report
+        .clone()
+        .unwrap_or_else(|| report::default_path(&target.path, is_shards));
+    report::save(&rpath, &rep)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rep)?);
+    } else {
+        print!("{}", report::human(&rep));
+        println!("  report: {}", rpath.display());
+    }
+    Ok(())
+}

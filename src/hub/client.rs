@@ -1,0 +1,524 @@
+//! The Hugging Face Hub HTTP client: revision → commit, paginated tree listing, resolve with
+//! the CDN redirect handled by hand.
+//!
+//! Written over reqwest (rustls) rather than the `hf-hub` crate: hf-hub 1.0 has no resume of
+//! partial downloads (`.incomplete` files are truncated), follows the CDN redirect for file
+//! metadata and so loses `X-Repo-Commit`/`X-Linked-*` (upstream issue #208), dropped all
+//! environment reading (`HF_ENDPOINT`, `HF_TOKEN`, `HF_HOME`) in 1.1, and pulls the heavy
+//! `hf-xet` stack. Here automatic redirects are off: metadata is read from the first Hub
+//! response, relative redirects (renamed repos) are followed on the Hub host with the token,
+//! and the absolute CDN `Location` is fetched **without** the `Authorization` header.
+//! The token is never logged, formatted or written anywhere.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, LOCATION, RANGE};
+use reqwest::{Response, StatusCode};
+use serde::Deserialize;
+
+use super::retry::{retryable_status, server_wait, RetryPolicy};
+
+/// Characters kept verbatim in an encoded path segment or revision.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A Hub token. `Debug`/`Display` never show it.
+#[derive(Clone)]
+pub struct Token(String);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+impl Token {
+    /// `HF_TOKEN` (or legacy `HUGGING_FACE_HUB_TOKEN`), else the file `HF_TOKEN_PATH`, else
+    /// `$HF_HOME/token` (default `~/.cache/huggingface/token`), as huggingface_hub does.
+    pub fn from_env() -> Option<Token> {
+        Self::from_env_with(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_env_with(env: impl Fn(&str) -> Option<String>) -> Option<Token> {
+        for k in ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] {
+            if let Some(t) = env(k)
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+            {
+                return Some(Token(t));
+            }
+        }
+        let path = env("HF_TOKEN_PATH")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                let home = env("HF_HOME").map(std::path::PathBuf::from).or_else(|| {
+                    env("XDG_CACHE_HOME")
+                        .map(|x| std::path::PathBuf::from(x).join("huggingface"))
+                        .or_else(|| {
+                            env("HOME").map(|h| {
+                                std::path::PathBuf::from(h)
+                                    .join(".cache")
+                                    .join("huggingface")
+                            })
+                        })
+                })?;
+                Some(home.join("token"))
+            })?;
+        let t = std::fs::read_to_string(path).ok()?;
+        let t = t.trim();
+        (!t.is_empty()).then(|| Token(t.to_string()))
+    }
+
+    fn header(&self) -> Option<HeaderValue> {
+        let mut v = HeaderValue::from_str(&format!("Bearer {}", self.0)).ok()?;
+        v.set_sensitive(true);
+        Some(v)
+    }
+}
+
+/// A failure worth retrying (connection error, truncated body, 5xx, 429, checksum mismatch),
+/// with the wait the server asked for, if any.
+#[derive(Debug)]
+pub struct Transient {
+    pub msg: String,
+    pub wait: Option<Duration>,
+}
+
+impl fmt::Display for Transient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+impl std::error::Error for Transient {}
+
+pub fn transient(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Transient {
+        msg: msg.into(),
+        wait: None,
+    })
+}
+
+/// The `Transient` in an error's chain, if any.
+pub fn as_transient(e: &anyhow::Error) -> Option<&Transient> {
+    e.chain().find_map(|c| c.downcast_ref::<Transient>())
+}
+
+/// A reqwest error as transient (without the URL's query, which may carry a CDN signature).
+pub fn net_error(what: &str, e: reqwest::Error) -> anyhow::Error {
+    let e = e.without_url();
+    let mut msg = format!("{what}: {e}");
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    transient(msg)
+}
+
+/// One entry of a tree listing.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TreeEntry {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub oid: String,
+    #[serde(default)]
+    pub size: u64,
+    pub path: String,
+    #[serde(default)]
+    pub lfs: Option<LfsInfo>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LfsInfo {
+    pub oid: String,
+    pub size: u64,
+    #[serde(rename = "pointerSize", default)]
+    pub pointer_size: Option<u64>,
+}
+
+/// File metadata from the first Hub response of a resolve.
+#[derive(Debug, Clone, Default)]
+pub struct FileMeta {
+    pub commit: Option<String>,
+    /// `X-Linked-Etag` (sha256 of an LFS file), else `ETag` (git blob sha1).
+    pub etag: Option<String>,
+    /// `X-Linked-Size` of an LFS file.
+    pub size: Option<u64>,
+}
+
+/// The Hub client.
+#[derive(Debug)]
+pub struct HubClient {
+    http: reqwest::Client,
+    endpoint: String,
+    token: Option<Token>,
+    pub retry: RetryPolicy,
+}
+
+/// Reject listed paths that could escape the cache.
+pub fn check_repo_path(path: &str) -> Result<()> {
+    if path.is_empty()
+        || path.starts_with('/')
+        || path.starts_with('\\')
+        || path.contains('\0')
+        || path.contains('\\')
+        || path
+            .split('/')
+            .any(|c| c == ".." || c == "." || c.is_empty())
+        || (path.len() > 1 && path.as_bytes()[1] == b':')
+    {
+        bail!("unsafe path {path:?} in the Hub's listing (absolute, `..` or empty component): refusing the listing");
+    }
+    Ok(())
+}
+
+impl HubClient {
+    /// `HF_ENDPOINT` (default https://huggingface.co) and the token from the environment.
+    pub fn from_env(retry: RetryPolicy) -> Result<HubClient> {
+        let endpoint =
+            std::env::var("HF_ENDPOINT").unwrap_or_else(|_| "https://huggingface.co".into());
+        Self::new(&endpoint, Token::from_env(), retry)
+    }
+
+    pub fn new(endpoint: &str, token: Option<Token>, retry: RetryPolicy) -> Result<HubClient> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("dlm-data/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(30))
+            .read_timeout(Duration::from_secs(120))
+            .pool_max_idle_per_host(64)
+            .no_gzip()
+            .build()
+            .context("building the HTTP client")?;
+        Ok(HubClient {
+            http,
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            token,
+            retry,
+        })
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn enc(s: &str) -> String {
+        utf8_percent_encode(s, SEGMENT).to_string()
+    }
+
+    fn enc_path(p: &str) -> String {
+        p.split('/').map(Self::enc).collect::<Vec<_>>().join("/")
+    }
+
+    /// `{E}/datasets/{repo}/resolve/{rev}/{path}` (what the download log records).
+    pub fn resolve_url(&self, repo: &str, rev: &str, path: &str) -> String {
+        format!(
+            "{}/datasets/{}/resolve/{}/{}",
+            self.endpoint,
+            repo,
+            Self::enc(rev),
+            Self::enc_path(path)
+        )
+    }
+
+    fn hub_headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(v) = self.token.as_ref().and_then(Token::header) {
+            h.insert(AUTHORIZATION, v);
+        }
+        h
+    }
+
+    /// GET a Hub API URL with retries; returns a success response or a clear error.
+    async fn api_get(&self, what: &str, url: &str) -> Result<Response> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let r = self.http.get(url).headers(self.hub_headers()).send().await;
+            let err = match r {
+                Ok(resp) if resp.status().is_success() => return Ok(resp),
+                Ok(resp) if retryable_status(resp.status().as_u16()) => {
+                    let wait = server_wait(resp.headers());
+                    anyhow::Error::new(Transient {
+                        msg: format!("{what}: HTTP {}", resp.status()),
+                        wait,
+                    })
+                }
+                Ok(resp) => return Err(status_error(what, resp).await),
+                Err(e) => net_error(what, e),
+            };
+            self.backoff_or_fail(attempt, err).await?;
+        }
+    }
+
+    /// Sleep before the next attempt, or return the error once the budget is spent.
+    pub async fn backoff_or_fail(&self, attempt: u32, err: anyhow::Error) -> Result<()> {
+        let Some(t) = as_transient(&err) else {
+            return Err(err);
+        };
+        if attempt > self.retry.retries {
+            return Err(err.context(format!(
+                "giving up after {attempt} attempts (retry budget {} spent)",
+                self.retry.retries
+            )));
+        }
+        let d = self.retry.delay(attempt, t.wait);
+        tracing::debug!("retry {attempt} in {d:?}: {err:#}");
+        tokio::time::sleep(d).await;
+        Ok(())
+    }
+
+    /// Resolve a revision (branch, tag or sha) to its commit sha.
+    pub async fn commit_of(&self, repo: &str, rev: &str) -> Result<String> {
+        let url = format!(
+            "{}/api/datasets/{}/revision/{}",
+            self.endpoint,
+            repo,
+            Self::enc(rev)
+        );
+        let what = format!("revision {rev} of {repo}");
+        let body = self
+            .api_get(&what, &url)
+            .await?
+            .bytes()
+            .await
+            .map_err(|e| net_error(&what, e))?;
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
+        let sha = v["sha"]
+            .as_str()
+            .ok_or_else(|| anyhow!("{what}: answer has no `sha`"))?;
+        if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!("{what}: `sha` {sha:?} is not a 40-hex commit");
+        }
+        Ok(sha.to_ascii_lowercase())
+    }
+
+    /// Every file of the repo at `commit` (recursive tree, all pages). Any absolute or `..`
+    /// path in the listing fails the whole listing.
+    pub async fn list_files(&self, repo: &str, commit: &str) -> Result<Vec<TreeEntry>> {
+        let mut url = Some(format!(
+            "{}/api/datasets/{}/tree/{}?recursive=true&expand=false",
+            self.endpoint,
+            repo,
+            Self::enc(commit)
+        ));
+        let what = format!("listing {repo}@{commit}");
+        let mut out = Vec::new();
+        let mut pages = 0;
+        while let Some(u) = url.take() {
+            pages += 1;
+            if pages > 100_000 {
+                bail!("{what}: more than 100000 pages");
+            }
+            let resp = self.api_get(&what, &u).await?;
+            url = next_link(resp.headers());
+            if let Some(n) = &url {
+                if !same_origin(n, &self.endpoint) {
+                    bail!("{what}: pagination link leaves the Hub endpoint");
+                }
+            }
+            let body = resp.bytes().await.map_err(|e| net_error(&what, e))?;
+            let page: Vec<TreeEntry> =
+                serde_json::from_slice(&body).map_err(|e| anyhow!("{what}: bad tree page: {e}"))?;
+            for e in page {
+                check_repo_path(&e.path).with_context(|| format!("{what}"))?;
+                if e.kind == "file" {
+                    out.push(e);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// GET a file. `Ok` is the response that carries the bytes (Hub for regular files, CDN for
+    /// LFS) plus the metadata of the first Hub response. Errors are [`Transient`] when
+    /// worth retrying.
+    pub async fn resolve(
+        &self,
+        repo: &str,
+        commit: &str,
+        path: &str,
+        range: Option<(u64, Option<u64>)>,
+    ) -> Result<(Response, FileMeta)> {
+        let what = format!("{repo}@{commit}/{path}");
+        let mut url = self.resolve_url(repo, commit, path);
+        let range_h = range.map(|(a, b)| match b {
+            Some(b) => format!("bytes={a}-{b}"),
+            None => format!("bytes={a}-"),
+        });
+        for _ in 0..5 {
+            let mut req = self.http.get(&url).headers(self.hub_headers());
+            if let Some(r) = &range_h {
+                req = req.header(RANGE, r);
+            }
+            let resp = req.send().await.map_err(|e| net_error(&what, e))?;
+            let st = resp.status();
+            let meta = file_meta(resp.headers());
+            if st.is_redirection() {
+                let loc = resp
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| anyhow!("{what}: redirect without Location"))?
+                    .to_string();
+                if loc.starts_with('/') {
+                    // Renamed repo: follow on the Hub host (keeps the token).
+                    url = format!("{}{}", self.endpoint, loc);
+                    continue;
+                }
+                if !loc.starts_with("http://") && !loc.starts_with("https://") {
+                    bail!("{what}: unsupported redirect target");
+                }
+                // The CDN: no Authorization header, ever.
+                let mut req = self.http.get(&loc);
+                if let Some(r) = &range_h {
+                    req = req.header(RANGE, r);
+                }
+                let cdn = req.send().await.map_err(|e| net_error(&what, e))?;
+                return check_status(&what, cdn).await.map(|r| (r, meta));
+            }
+            return check_status(&what, resp).await.map(|r| (r, meta));
+        }
+        bail!("{what}: too many redirects")
+    }
+}
+
+async fn check_status(what: &str, resp: Response) -> Result<Response> {
+    let st = resp.status();
+    if st.is_success() {
+        return Ok(resp);
+    }
+    if retryable_status(st.as_u16()) {
+        return Err(anyhow::Error::new(Transient {
+            msg: format!("{what}: HTTP {st}"),
+            wait: server_wait(resp.headers()),
+        }));
+    }
+    Err(status_error(what, resp).await)
+}
+
+async fn status_error(what: &str, resp: Response) -> anyhow::Error {
+    let st = resp.status();
+    let code = resp
+        .headers()
+        .get("x-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let msg = resp
+        .headers()
+        .get("x-error-message")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let hint = if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
+        " (gated or private: set HF_TOKEN or $HF_HOME/token)"
+    } else {
+        match code.as_deref() {
+            Some("RevisionNotFound") => " (revision not found)",
+            Some("RepoNotFound") => " (repository not found)",
+            Some("EntryNotFound") => " (file not found)",
+            _ => "",
+        }
+    };
+    anyhow!(
+        "{what}: HTTP {st}{hint}{}",
+        msg.map(|m| format!(": {m}")).unwrap_or_default()
+    )
+}
+
+fn unquote(v: &str) -> String {
+    v.trim()
+        .trim_start_matches("W/")
+        .trim_matches('"')
+        .to_string()
+}
+
+fn file_meta(h: &HeaderMap) -> FileMeta {
+    let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    FileMeta {
+        commit: get("x-repo-commit"),
+        etag: get("x-linked-etag")
+            .or_else(|| get("etag"))
+            .map(|v| unquote(&v)),
+        size: get("x-linked-size").and_then(|s| s.trim().parse().ok()),
+    }
+}
+
+/// The `rel="next"` URL of a `Link` header.
+pub fn next_link(h: &HeaderMap) -> Option<String> {
+    let v = h.get("link")?.to_str().ok()?;
+    for part in v.split(',') {
+        let mut it = part.split(';');
+        let url = it.next()?.trim();
+        if it.any(|p| {
+            let p = p.trim();
+            p == "rel=\"next\"" || p == "rel=next"
+        }) {
+            return Some(
+                url.trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_string(),
+            );
+        }
+    }
+    None
+}
+
+fn origin(url: &str) -> &str {
+    let after = url.find("://").map(|i| i + 3).unwrap_or(0);
+    match url[after..].find('/') {
+        Some(j) => &url[..after + j],
+        None => url,
+    }
+}
+
+fn same_origin(a: &str, b: &str) -> bool {
+    origin(a).eq_ignore_ascii_case(origin(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_links() {
+        assert!(check_repo_path("data/train-00000-of-00001.parquet").is_ok());
+        for bad in ["/etc/passwd", "data/../../x", "..", "a//b", "C:/x", "a\\b"] {
+            assert!(check_repo_path(bad).is_err(), "{bad}");
+        }
+        let mut h = HeaderMap::new();
+        h.insert(
+            "link",
+            HeaderValue::from_static("<http://h/api/x?cursor=5>; rel=\"next\""),
+        );
+        assert_eq!(next_link(&h).as_deref(), Some("http://h/api/x?cursor=5"));
+        assert!(same_origin("http://h:1/a?b", "http://h:1"));
+        assert!(!same_origin("http://evil/a", "http://h:1"));
+    }
+
+    #[test]
+    fn token_sources_and_redaction() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("token"), "hf_file\n").unwrap();
+        let home = d.path().to_string_lossy().to_string();
+        let t = Token::from_env_with(|k| (k == "HF_HOME").then(|| home.clone())).unwrap();
+        assert_eq!(t.0, "hf_file");
+        let t = Token::from_env_with(|k| match k {
+            "HF_TOKEN" => Some("hf_env".into()),
+            "HF_HOME" => Some(home.clone()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(t.0, "hf_env");
+        assert!(!format!("{t:?}").contains("hf_env"));
+        assert!(Token::from_env_with(|_| None).is_none());
+    }
+}

@@ -1,0 +1,260 @@
+//! From a manifest source to the exact files to fetch: revision → commit, listing,
+//! config/split → files ([`super::configs`]), the split policy, and `--locked` checks against
+//! the lock. Everything here happens before a single data byte is downloaded.
+
+use std::collections::BTreeMap;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::client::{as_transient, transient, HubClient, TreeEntry};
+use super::configs;
+use super::download::FileTask;
+use crate::manifest::{LockedFile, LockedSource, Role, Source};
+
+/// A source resolved to a commit and its files.
+#[derive(Debug, Clone)]
+pub struct SourcePlan {
+    pub source: Source,
+    pub commit: String,
+    /// Sorted by path.
+    pub files: Vec<FileTask>,
+}
+
+fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
+    FileTask {
+        source: s.name.clone(),
+        role: s.role,
+        repo: s.repo.clone(),
+        revision: s.revision.clone(),
+        commit: commit.to_string(),
+        path: e.path.clone(),
+        size: e.lfs.as_ref().map(|l| l.size).unwrap_or(e.size),
+        lfs_sha256: e.lfs.as_ref().map(|l| l.oid.to_ascii_lowercase()),
+        git_oid: e.oid.to_ascii_lowercase(),
+    }
+}
+
+/// Tasks for a locked source (offline mode: no listing).
+pub fn tasks_from_lock(s: &Source, l: &LockedSource) -> Vec<FileTask> {
+    l.files
+        .iter()
+        .map(|f| FileTask {
+            source: s.name.clone(),
+            role: s.role,
+            repo: s.repo.clone(),
+            revision: s.revision.clone(),
+            commit: l.commit.clone(),
+            path: f.path.clone(),
+            size: f.size,
+            lfs_sha256: f.git_oid.is_none().then(|| f.sha256.clone()),
+            git_oid: f.git_oid.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The lock entry must describe the same source as the manifest.
+pub fn check_lock_matches(s: &Source, l: &LockedSource, lock_path: &str) -> Result<()> {
+    if l.repo != s.repo
+        || l.revision != s.revision
+        || l.config != s.config
+        || l.split != s.split
+        || l.role != s.role
+    {
+        bail!(
+            "lock {lock_path} is stale for source {:?}: it pins {}@{} config {} split {}, the manifest asks for {}@{} config {} split {} (run `dlm-data fetch` without --locked to update it)",
+            s.name, l.repo, l.revision, l.config, l.split, s.repo, s.revision, s.config, s.split
+        );
+    }
+    Ok(())
+}
+
+/// Resolve one source. With `locked`, list the locked commit and require the same files.
+pub async fn plan_source(
+    client: &HubClient,
+    s: &Source,
+    locked: Option<&LockedSource>,
+) -> Result<SourcePlan> {
+    let ctx = || format!("source {:?} ({}@{})", s.name, s.repo, s.revision);
+    let commit = match locked {
+        Some(l) => l.commit.clone(),
+        None => client
+            .commit_of(&s.repo, &s.revision)
+            .await
+            .with_context(ctx)?,
+    };
+    let entries = client
+        .list_files(&s.repo, &commit)
+        .await
+        .with_context(ctx)?;
+    let paths: Vec<String> = entries.iter().map(|e| e.path.clone()).collect();
+    let readme = match (&s.files, entries.iter().find(|e| e.path == "README.md")) {
+        (None, Some(e)) => Some(
+            fetch_small(client, &s.repo, &commit, e)
+                .await
+                .with_context(ctx)?,
+        ),
+        _ => None,
+    };
+    let selected = configs::files_for(
+        &paths,
+        readme.as_deref(),
+        &s.config,
+        &s.split,
+        s.files.as_deref(),
+    );
+    let selected = match selected {
+        Ok((f, _)) => f,
+        Err(e) => {
+            // An eval split is refused even when it does not resolve to files.
+            if s.role == Role::Train && crate::policy::is_eval_name(&s.split) {
+                return Err(refusal(s, &[]));
+            }
+            return Err(e.context(ctx()));
+        }
+    };
+    if selected.is_empty() {
+        return Err(crate::error::usage(format!(
+            "{}: config {:?} split {:?} selects no files at commit {commit}",
+            ctx(),
+            s.config,
+            s.split
+        )));
+    }
+    let by_path: BTreeMap<&str, &TreeEntry> =
+        entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    let files: Vec<FileTask> = selected
+        .iter()
+        .map(|p| task_of(s, &commit, by_path[p.as_str()]))
+        .collect();
+    if let Some(l) = locked {
+        compare_with_lock(s, &commit, &files, l)?;
+    }
+    Ok(SourcePlan {
+        source: s.clone(),
+        commit,
+        files,
+    })
+}
+
+/// A small regular file (README.md) into memory, verified against its git blob sha1.
+async fn fetch_small(
+    client: &HubClient,
+    repo: &str,
+    commit: &str,
+    e: &TreeEntry,
+) -> Result<String> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let r: Result<Vec<u8>> = async {
+            let (resp, _) = client.resolve(repo, commit, &e.path, None).await?;
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|err| super::client::net_error(&e.path, err))?;
+            if e.lfs.is_none() && crate::util::git_blob_sha1(&bytes) != e.oid {
+                return Err(transient(format!(
+                    "{repo}/{}: git blob sha1 mismatch",
+                    e.path
+                )));
+            }
+            Ok(bytes.to_vec())
+        }
+        .await;
+        match r {
+            Ok(b) => {
+                return String::from_utf8(b).map_err(|_| anyhow!("{repo}/{}: not UTF-8", e.path))
+            }
+            Err(err) => client.backoff_or_fail(attempt, err).await?,
+        }
+    }
+}
+
+/// The refusal for a training source whose split or files are evaluation data.
+pub fn refusal(s: &Source, files: &[String]) -> anyhow::Error {
+    let bad: Vec<&String> = files
+        .iter()
+        .filter(|f| crate::policy::is_eval_name(f))
+        .collect();
+    let mut why = Vec::new();
+    if let Some(k) = crate::policy::eval_keyword(&s.split) {
+        why.push(format!(
+            "split {:?} is an evaluation split (keyword {k:?})",
+            s.split
+        ));
+    }
+    if !bad.is_empty() {
+        why.push(format!(
+            "evaluation files selected: {}",
+            bad.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    crate::error::refused(format!(
+        "source {:?} ({} config {:?} split {:?}): {}; training sources may not use test/validation/dev data (nothing was downloaded)",
+        s.name,
+        s.repo,
+        s.config,
+        s.split,
+        why.join("; ")
+    ))
+}
+
+/// `Some(refusal)` when a training source's split or any selected file is eval data.
+pub fn policy_check(s: &Source, files: &[String]) -> Option<anyhow::Error> {
+    if s.role != Role::Train {
+        return None;
+    }
+    let bad = crate::policy::is_eval_name(&s.split)
+        || files.iter().any(|f| crate::policy::is_eval_name(f));
+    bad.then(|| refusal(s, files))
+}
+
+fn compare_with_lock(s: &Source, commit: &str, files: &[FileTask], l: &LockedSource) -> Result<()> {
+    let want: BTreeMap<&str, &LockedFile> = l.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    let have: BTreeMap<&str, &FileTask> = files.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut diffs = Vec::new();
+    for (p, f) in &want {
+        match have.get(p) {
+            None => diffs.push(format!("{p} is locked but no longer listed")),
+            Some(t) => {
+                let same = t.size == f.size
+                    && match (&t.lfs_sha256, &f.git_oid) {
+                        (Some(sha), _) => sha.eq_ignore_ascii_case(&f.sha256),
+                        (None, Some(oid)) => oid.eq_ignore_ascii_case(&t.git_oid),
+                        (None, None) => false,
+                    };
+                if !same {
+                    diffs.push(format!(
+                        "{p} changed (locked size {} sha256 {}, listed size {} oid {})",
+                        f.size,
+                        f.sha256,
+                        t.size,
+                        t.lfs_sha256.as_deref().unwrap_or(&t.git_oid)
+                    ));
+                }
+            }
+        }
+    }
+    for p in have.keys() {
+        if !want.contains_key(p) {
+            diffs.push(format!("{p} is listed but not locked"));
+        }
+    }
+    if !diffs.is_empty() {
+        bail!(
+            "--locked: the Hub's listing of {}@{commit} for source {:?} no longer matches the lock: {}",
+            s.repo,
+            s.name,
+            diffs.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// Whether an error is worth a retry at the plan level (used by callers for messages).
+pub fn is_transient(e: &anyhow::Error) -> bool {
+    as_transient(e).is_some()
+}

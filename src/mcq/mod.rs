@@ -1,0 +1,342 @@
+//! `dlm-data mcq`: sciq train / mmlu auxiliary_train → lettered MCQ items, the stage-2 SFT set
+//! and the stage-3 prompts.jsonl.
+//!
+//! Input is what `fetch` locked: the lock beside the manifest names each source's commit and
+//! files; each file is read from `Cache::snapshot_path` after its sha256 is checked against
+//! the lock. Eval splits and eval-reference sources are refused before anything is read.
+//!
+//! - [`item`]: the item, letters A–J, the seeded shuffle placing sciq's correct answer;
+//! - [`read`]: sciq / mmlu parquet schemas → items; [`columns`]: Arrow accessors;
+//! - [`template`]: the prompt template shared by stages 2 and 3;
+//! - [`prompts`]: prompts.jsonl (contract 5); [`sft`] + [`sft_parquet`]: the SFT shards;
+//! - [`shard_index`]: index.json (contract 4); [`tokenizer`]: tokenizer + EOS.
+
+pub mod columns;
+pub mod item;
+pub mod prompts;
+pub mod read;
+pub mod sft;
+pub mod sft_parquet;
+pub mod shard_index;
+pub mod template;
+pub mod tokenizer;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use crate::hub::cache::Cache;
+use crate::manifest::{Lock, LockedSource, Manifest, Role};
+use crate::pack::ShardFormat;
+use crate::worker::WorkerSlice;
+use item::McqItem;
+use shard_index::{ProvenanceRange, ShardIndex};
+use template::Templates;
+
+#[derive(Args, Debug, Clone)]
+pub struct McqArgs {
+    /// Manifest of the MCQ sources (manifests/mcq.toml); its lock must sit beside it.
+    #[arg(long)]
+    pub manifest: PathBuf,
+    /// Output directory: prompts.jsonl, and sft/ when --tokenizer is given.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Cache root (default as in `fetch`).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// tokenizer.json or its directory: also write the stage-2 SFT shards into OUT/sft/.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "parquet")]
+    pub format: ShardFormat,
+    /// Seed of the shuffle placing sciq's correct answer (a pure function of seed and item id).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Prompt template file (placeholders {question}, {options}, {letters}); default in README.
+    #[arg(long)]
+    pub template: Option<PathBuf>,
+    /// Answer appended for stage 2 before EOS (placeholders {letter}, {answer}).
+    #[arg(long, default_value = template::DEFAULT_ANSWER)]
+    pub answer_template: String,
+    /// EOS token (default: tokenizer_config.json's eos_token).
+    #[arg(long)]
+    pub eos_token: Option<String>,
+    /// Longest SFT row in tokens; longer items are left out of the SFT set and counted.
+    #[arg(long, default_value_t = 2048)]
+    pub seq_len: usize,
+    /// SFT rows per shard file.
+    #[arg(long, default_value_t = 100_000)]
+    pub rows_per_shard: usize,
+    #[arg(long)]
+    pub shard: Option<WorkerSlice>,
+    #[arg(long)]
+    pub num_shards: Option<usize>,
+}
+
+/// Items read from the locked files, with per-file provenance ranges.
+pub struct Loaded {
+    pub items: Vec<McqItem>,
+    pub ranges: Vec<ProvenanceRange>,
+    pub skipped_empty: u64,
+}
+
+/// Refuse anything that is not a training source of a non-eval split (exit 2).
+fn check_policy(m: &Manifest) -> Result<()> {
+    for s in &m.sources {
+        if s.role == Role::EvalReference {
+            return Err(crate::error::refused(format!(
+                "manifest {}: source {:?} has role eval-reference; benchmark sets are never prompted or trained on",
+                m.path.display(),
+                s.name
+            )));
+        }
+        for name in [&s.split, &s.config] {
+            if let Some(k) = crate::policy::eval_keyword(name) {
+                return Err(crate::error::refused(format!(
+                    "manifest {}: source {:?}: {name:?} is an evaluation split (keyword {k:?})",
+                    m.path.display(),
+                    s.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read every locked parquet file of every source, verifying sha256 against the lock.
+pub fn load_items(m: &Manifest, lock: &Lock, cache: &Cache, seed: u64) -> Result<Loaded> {
+    check_policy(m)?;
+    let lock_path = m.lock_path();
+    let mut items = Vec::new();
+    let mut ranges = Vec::new();
+    let mut skipped_empty = 0;
+    for s in &m.sources {
+        let ls: &LockedSource = lock.source(&s.name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "lock {}: source {:?} is not pinned; run `dlm-data fetch --manifest {}`",
+                lock_path.display(),
+                s.name,
+                m.path.display()
+            )
+        })?;
+        if ls.repo != s.repo || ls.role != Role::Train {
+            anyhow::bail!(
+                "lock {}: source {:?} is pinned to {} (role {:?}) but the manifest says {}; re-run fetch",
+                lock_path.display(),
+                s.name,
+                ls.repo,
+                ls.role,
+                s.repo
+            );
+        }
+        let mut files: Vec<_> = ls
+            .files
+            .iter()
+            .filter(|f| f.path.ends_with(".parquet"))
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if files.is_empty() {
+            anyhow::bail!(
+                "lock {}: source {:?} has no parquet files",
+                lock_path.display(),
+                s.name
+            );
+        }
+        let id_prefix = format!("{}-{}", s.name, s.split);
+        let mut row_offset = 0;
+        for f in files {
+            if let Some(k) = crate::policy::eval_keyword(&f.path) {
+                return Err(crate::error::refused(format!(
+                    "lock {}: source {:?} file {:?} is an evaluation file (keyword {k:?})",
+                    lock_path.display(),
+                    s.name,
+                    f.path
+                )));
+            }
+            let path = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
+            let sha = crate::util::sha256_file(&path).with_context(|| {
+                format!(
+                    "source {:?}: locked file {} not in the cache; run fetch",
+                    s.name, f.path
+                )
+            })?;
+            if sha != f.sha256 {
+                anyhow::bail!(
+                    "{}: sha256 {sha} does not match the lock ({}); the cache is corrupt, re-run fetch",
+                    path.display(),
+                    f.sha256
+                );
+            }
+            let ctx = read::FileCtx {
+                prov: crate::provenance::Provenance {
+                    source: s.name.clone(),
+                    repo: ls.repo.clone(),
+                    commit: ls.commit.clone(),
+                    file: f.path.clone(),
+                    row: 0,
+                },
+                id_prefix: &id_prefix,
+                row_offset,
+                seed,
+            };
+            let before = items.len();
+            let st = read::read_file(&path, &ctx, &mut items)?;
+            row_offset += st.rows;
+            skipped_empty += st.skipped_empty;
+            ranges.push(ProvenanceRange {
+                source: s.name.clone(),
+                repo: ls.repo.clone(),
+                commit: ls.commit.clone(),
+                file: f.path.clone(),
+                split: s.split.clone(),
+                role: "train".into(),
+                row_start: 0,
+                row_end: st.rows,
+                documents: (items.len() - before) as u64,
+                out_row_start: None,
+                out_row_end: None,
+            });
+            tracing::info!(
+                "{}: {} rows, {} items from {}",
+                s.name,
+                st.rows,
+                st.items,
+                f.path
+            );
+        }
+    }
+    Ok(Loaded {
+        items,
+        ranges,
+        skipped_empty,
+    })
+}
+
+fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
+    if slice.is_whole() {
+        args.out.clone()
+    } else {
+        args.out.join("parts").join(slice.part_dir_name())
+    }
+}
+
+pub fn run(args: McqArgs) -> Result<()> {
+    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let m = Manifest::load(&args.manifest)?;
+    check_policy(&m)?;
+    let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
+    if args.tokenizer.is_some() && args.format != ShardFormat::Parquet {
+        return Err(crate::error::usage(format!(
+            "--format {:?}: the SFT set is written as parquet only for now",
+            args.format
+        )));
+    }
+    let lock_path = m.lock_path();
+    let lock = Lock::load(&lock_path).with_context(|| {
+        format!(
+            "no usable lock beside the manifest; run `dlm-data fetch --manifest {}` first",
+            m.path.display()
+        )
+    })?;
+    let cache = Cache::resolve(args.cache.as_deref());
+    let tok = match &args.tokenizer {
+        Some(p) => Some(tokenizer::load(p, args.eos_token.as_deref())?),
+        None => None,
+    };
+    let loaded = load_items(&m, &lock, &cache, args.seed)?;
+    let mut ranges = loaded.ranges;
+    // This worker's items: global item k belongs to worker k % N.
+    let items: Vec<McqItem> = loaded
+        .items
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| slice.owns(*k))
+        .map(|(_, it)| it)
+        .collect();
+    let out = out_dir(&args, slice);
+    let records: Vec<prompts::PromptRecord> = items
+        .iter()
+        .map(|it| prompts::PromptRecord::from_item(it, &templates))
+        .collect();
+    let prompts_path = out.join("prompts.jsonl");
+    prompts::write(&prompts_path, &records)?;
+    eprintln!(
+        "prompts: {} items → {}",
+        records.len(),
+        prompts_path.display()
+    );
+
+    if let Some(tok) = tok {
+        let (rows, too_long) = sft::build_rows(&items, &templates, &tok, args.seq_len)?;
+        let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
+        let sft_dir = out.join("sft");
+        // A stale index must not describe new shards: remove it first, write it last.
+        let _ = std::fs::remove_file(sft_dir.join("index.json"));
+        let shards = sft_parquet::write_shards(&sft_dir, &kept, args.rows_per_shard)?;
+        // Provenance documents count what reached the SFT set, per file.
+        let mut per_file: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (it, r) in items.iter().zip(&rows) {
+            if r.is_some() {
+                *per_file
+                    .entry((it.prov.source.clone(), it.prov.file.clone()))
+                    .or_default() += 1;
+            }
+        }
+        for r in &mut ranges {
+            r.documents = per_file
+                .get(&(r.source.clone(), r.file.clone()))
+                .copied()
+                .unwrap_or(0);
+        }
+        let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
+        let prompt_tokens: u64 = kept.iter().map(|r| r.prompt_len as u64).sum();
+        let mut totals: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        totals.insert("rows".into(), (kept.len() as u64).into());
+        totals.insert("tokens".into(), tokens.into());
+        totals.insert("documents".into(), (kept.len() as u64).into());
+        totals.insert("prompt_tokens".into(), prompt_tokens.into());
+        totals.insert("dropped_tail_tokens".into(), 0.into());
+        totals.insert("skipped_empty".into(), loaded.skipped_empty.into());
+        totals.insert("skipped_filtered".into(), too_long.into());
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "mcq".into(),
+            serde_json::json!({
+                "seed": args.seed,
+                "prompt_template": templates.prompt_text,
+                "answer_template": templates.answer_text,
+                "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
+                "worker": slice.to_string(),
+                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint64"},
+            }),
+        );
+        let index = ShardIndex {
+            version: 1,
+            tool: shard_index::tool_string(),
+            kind: "sft".into(),
+            format: "parquet".into(),
+            seq_len: args.seq_len as u64,
+            dtype: "uint32".into(),
+            tokenizer: tok.info.clone(),
+            shards,
+            totals,
+            provenance: ranges,
+            manifest: Some(m.path.display().to_string()),
+            lock_sha256: Some(crate::util::sha256_file(&lock_path)?),
+            complete: true,
+            extra,
+        };
+        shard_index::save(&sft_dir, &index)?;
+        eprintln!(
+            "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
+            kept.len(),
+            tokens,
+            too_long,
+            args.seq_len,
+            sft_dir.display()
+        );
+    }
+    Ok(())
+}

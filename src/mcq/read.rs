@@ -1,0 +1,229 @@
+//! Reads one fetched parquet file of sciq (`question, correct_answer, distractor1–3, support`)
+//! or mmlu auxiliary_train (struct column `train{question, choices, answer, subject}`, or the
+//! flat `all/auxiliary_train` layout) into [`McqItem`]s with provenance.
+
+use std::fs::File;
+use std::path::Path;
+
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::columns::{int_at, str_at, str_list_at};
+use super::item::{shuffle_options, McqItem};
+use crate::provenance::Provenance;
+
+/// The schema a file was recognised as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// allenai/sciq: the correct answer is its own column; placed by the seeded shuffle.
+    Sciq,
+    /// cais/mmlu auxiliary_train: one struct column `train`; options keep their order.
+    MmluStruct,
+    /// cais/mmlu `all/auxiliary_train-*`: flat `question, choices, answer`.
+    MmluFlat,
+}
+
+/// Counts of rows read and skipped, per file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReadStats {
+    pub rows: u64,
+    pub items: u64,
+    /// Rows with an empty question or an empty option.
+    pub skipped_empty: u64,
+}
+
+fn detect(batch: &RecordBatch) -> Option<Layout> {
+    let has = |n: &str| batch.schema().column_with_name(n).is_some();
+    if has("correct_answer") && has("distractor1") && has("question") {
+        return Some(Layout::Sciq);
+    }
+    if let Some((_, f)) = batch.schema().column_with_name("train") {
+        if matches!(f.data_type(), DataType::Struct(_)) {
+            return Some(Layout::MmluStruct);
+        }
+    }
+    if has("question") && has("choices") && has("answer") {
+        return Some(Layout::MmluFlat);
+    }
+    None
+}
+
+/// Where items come from: provenance template (row filled per item), id prefix, seed.
+pub struct FileCtx<'a> {
+    pub prov: Provenance,
+    /// `{source}-{split}`; the item id appends the source-wide row number.
+    pub id_prefix: &'a str,
+    /// Rows of this source's earlier files, so ids are unique across a source's files.
+    pub row_offset: u64,
+    pub seed: u64,
+}
+
+/// Read every row of `path` (a parquet file) into `out`.
+pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<ReadStats> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .with_context(|| format!("{}: not a readable parquet file", path.display()))?
+        .with_batch_size(8192)
+        .build()
+        .with_context(|| format!("reading {}", path.display()))?;
+    let mut stats = ReadStats::default();
+    let mut layout = None;
+    for batch in reader {
+        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let l = match layout {
+            Some(l) => l,
+            None => {
+                let l = detect(&batch).ok_or_else(|| {
+                    let cols: Vec<String> =
+                        batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+                    anyhow!(
+                        "{}: columns {cols:?} are neither sciq (question, correct_answer, distractor1-3) nor mmlu (train{{question, choices, answer}})",
+                        path.display()
+                    )
+                })?;
+                layout = Some(l);
+                l
+            }
+        };
+        read_batch(&batch, l, path, ctx, &mut stats, out)?;
+    }
+    Ok(stats)
+}
+
+fn col<'b>(batch: &'b RecordBatch, name: &str, path: &Path) -> Result<&'b dyn Array> {
+    batch
+        .column_by_name(name)
+        .map(|c| c.as_ref())
+        .ok_or_else(|| anyhow!("{}: missing column {name:?}", path.display()))
+}
+
+fn read_batch(
+    batch: &RecordBatch,
+    layout: Layout,
+    path: &Path,
+    ctx: &FileCtx,
+    stats: &mut ReadStats,
+    out: &mut Vec<McqItem>,
+) -> Result<()> {
+    let n = batch.num_rows();
+    let req = |c: &dyn Array, i: usize, name: &str, row: u64| -> Result<String> {
+        str_at(c, i).map(str::to_string).ok_or_else(|| {
+            anyhow!(
+                "{} row {row}: {name} is null or not a string",
+                path.display()
+            )
+        })
+    };
+    match layout {
+        Layout::Sciq => {
+            let q = col(batch, "question", path)?;
+            let c = col(batch, "correct_answer", path)?;
+            let d: Vec<&dyn Array> = ["distractor1", "distractor2", "distractor3"]
+                .iter()
+                .map(|name| col(batch, name, path))
+                .collect::<Result<_>>()?;
+            for i in 0..n {
+                let row = stats.rows;
+                stats.rows += 1;
+                let question = req(q, i, "question", row)?;
+                let correct = req(c, i, "correct_answer", row)?;
+                let mut distractors = Vec::with_capacity(3);
+                for (k, dc) in d.iter().enumerate() {
+                    distractors.push(req(*dc, i, &format!("distractor{}", k + 1), row)?);
+                }
+                if question.trim().is_empty()
+                    || correct.trim().is_empty()
+                    || distractors.iter().any(|x| x.trim().is_empty())
+                {
+                    stats.skipped_empty += 1;
+                    continue;
+                }
+                let id = item_id(ctx, row);
+                let (options, gold) = shuffle_options(ctx.seed, &id, correct, distractors);
+                push(out, stats, ctx, path, row, id, question, options, gold)?;
+            }
+        }
+        Layout::MmluStruct | Layout::MmluFlat => {
+            let (q, ch, a): (&dyn Array, &dyn Array, &dyn Array) = if layout == Layout::MmluStruct {
+                let s = col(batch, "train", path)?.as_struct();
+                let get = |name: &str| {
+                    s.column_by_name(name).map(|c| c.as_ref()).ok_or_else(|| {
+                        anyhow!(
+                            "{}: struct column train has no field {name:?}",
+                            path.display()
+                        )
+                    })
+                };
+                (get("question")?, get("choices")?, get("answer")?)
+            } else {
+                (
+                    col(batch, "question", path)?,
+                    col(batch, "choices", path)?,
+                    col(batch, "answer", path)?,
+                )
+            };
+            let train_col = batch.column_by_name("train");
+            for i in 0..n {
+                let row = stats.rows;
+                stats.rows += 1;
+                if let Some(t) = train_col {
+                    if t.is_null(i) {
+                        bail!("{} row {row}: train is null", path.display());
+                    }
+                }
+                let question = req(q, i, "question", row)?;
+                let options = str_list_at(ch, i).ok_or_else(|| {
+                    anyhow!(
+                        "{} row {row}: choices is null or not a list of strings",
+                        path.display()
+                    )
+                })?;
+                let answer = int_at(a, i).ok_or_else(|| {
+                    anyhow!(
+                        "{} row {row}: answer is null or not an integer",
+                        path.display()
+                    )
+                })?;
+                if question.trim().is_empty() || options.iter().any(|x| x.trim().is_empty()) {
+                    stats.skipped_empty += 1;
+                    continue;
+                }
+                let gold = usize::try_from(answer).map_err(|_| {
+                    anyhow!(
+                        "{} row {row}: negative answer index {answer}",
+                        path.display()
+                    )
+                })?;
+                let id = item_id(ctx, row);
+                push(out, stats, ctx, path, row, id, question, options, gold)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn item_id(ctx: &FileCtx, row: u64) -> String {
+    format!("{}-{:06}", ctx.id_prefix, ctx.row_offset + row)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push(
+    out: &mut Vec<McqItem>,
+    stats: &mut ReadStats,
+    ctx: &FileCtx,
+    path: &Path,
+    row: u64,
+    id: String,
+    question: String,
+    options: Vec<String>,
+    gold: usize,
+) -> Result<()> {
+    let mut prov = ctx.prov.clone();
+    prov.row = row;
+    let what = format!("{} row {row}", path.display());
+    out.push(McqItem::new(id, prov, question, options, gold, &what)?);
+    stats.items += 1;
+    Ok(())
+}

@@ -1,0 +1,367 @@
+//! `dlm-data audit`: a clean pipeline (fetch world → mcq → decontam → distilled) passes every
+//! link; breaking one link on purpose fails the audit for that reason and no other.
+
+mod mcq_support;
+
+use std::path::PathBuf;
+
+use dlm_data::audit::report::{AuditReport, Status};
+use dlm_data::manifest::{Lock, Role};
+use dlm_data::mcq::prompts;
+use mcq_support::*;
+
+struct Pipeline {
+    w: World,
+    out: PathBuf,
+    sft: PathBuf,
+    prompts: PathBuf,
+    distilled: PathBuf,
+}
+
+/// Synthetic teacher output for every prompt (contract 6 fields).
+fn distilled_for(recs: &[prompts::PromptRecord]) -> serde_json::Value {
+    serde_json::Value::Array(
+        recs.iter()
+            .map(|r| {
+                serde_json::json!({
+                    "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
+                    "file": r.file, "row": r.row, "prompt": r.prompt,
+                    "response": format!(" {}", r.gold), "response_ids": [1, 2],
+                    "answer": r.gold, "answer_probs": {"A": 0.25}, "answer_logprobs": {"A": -1.3},
+                    "gold": r.gold, "correct": true,
+                    "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
+                    "teacher": {"path": "teacher", "weights_sha256": "ab".repeat(32), "config_sha256": "cd".repeat(32)}
+                })
+            })
+            .collect(),
+    )
+}
+
+fn pipeline() -> Pipeline {
+    let w = world();
+    let out = w.root().join("out");
+    let (code, _, err) = run(&[
+        "mcq",
+        "--manifest",
+        p(&w.manifest),
+        "--cache",
+        p(&w.cache),
+        "--out",
+        p(&out),
+        "--tokenizer",
+        p(&w.tokenizer),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let sft = out.join("sft");
+    let prompts = out.join("prompts.jsonl");
+    for t in [["--shards", p(&sft)], ["--prompts", p(&prompts)]] {
+        let (code, _, err) = run(&[
+            "decontam",
+            "--against",
+            p(&w.eval_manifest),
+            "--cache",
+            p(&w.cache),
+            t[0],
+            t[1],
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let recs = prompts::read(&prompts).unwrap();
+    let distilled = out.join("distilled.json");
+    std::fs::write(
+        &distilled,
+        serde_json::to_string(&distilled_for(&recs)).unwrap(),
+    )
+    .unwrap();
+    Pipeline {
+        w,
+        out,
+        sft,
+        prompts,
+        distilled,
+    }
+}
+
+fn audit(pl: &Pipeline, with: &[&str]) -> (i32, AuditReport, String) {
+    let mut a = vec![
+        "audit",
+        "--manifest",
+        p(&pl.w.manifest),
+        "--cache",
+        p(&pl.w.cache),
+        "--json",
+    ];
+    a.extend_from_slice(with);
+    let (code, out, err) = run(&a);
+    let r: AuditReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    (code, r, err)
+}
+
+fn all(pl: &Pipeline) -> Vec<String> {
+    vec![
+        "--shards".into(),
+        p(&pl.sft).into(),
+        "--prompts".into(),
+        p(&pl.prompts).into(),
+        "--distilled".into(),
+        p(&pl.distilled).into(),
+    ]
+}
+
+fn failed(r: &AuditReport) -> Vec<String> {
+    r.failed().into_iter().map(String::from).collect()
+}
+
+fn problems(r: &AuditReport, check: &str) -> String {
+    r.checks
+        .iter()
+        .find(|c| c.check == check)
+        .unwrap()
+        .problems
+        .join("\n")
+}
+
+#[test]
+fn clean_pipeline_passes_every_link() {
+    let pl = pipeline();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, err) = audit(&pl, &args);
+    assert_eq!(code, 0, "{err}\n{r:#?}");
+    assert!(r.ok);
+    for c in &r.checks {
+        assert_eq!(c.status, Status::Pass, "{c:?}");
+    }
+    // The human report names every link and the verdict.
+    let (code, text, _) = run(&[
+        "audit",
+        "--manifest",
+        p(&pl.w.manifest),
+        "--cache",
+        p(&pl.w.cache),
+        "--hash",
+        "--shards",
+        p(&pl.sft),
+        "--prompts",
+        p(&pl.prompts),
+        "--distilled",
+        p(&pl.distilled),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    for name in [
+        "manifest-pinned",
+        "download-log",
+        "cache",
+        "shards",
+        "prompts",
+        "distilled",
+        "split-policy",
+        "eval-reference-isolation",
+        "decontam",
+    ] {
+        assert!(text.contains(&format!("[PASS] {name}")), "{name}\n{text}");
+    }
+    assert!(text.contains("VERDICT: every link holds."), "{text}");
+}
+
+#[test]
+fn edited_shard_byte_breaks_shards_only() {
+    let pl = pipeline();
+    let f = pl.sft.join("shard-00000.parquet");
+    let mut b = std::fs::read(&f).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x01;
+    std::fs::write(&f, b).unwrap();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, _) = audit(&pl, &args);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["shards"]);
+    assert!(
+        problems(&r, "shards").contains("shard-00000.parquet: sha256"),
+        "{}",
+        problems(&r, "shards")
+    );
+}
+
+#[test]
+fn dropped_log_line_breaks_download_log_only() {
+    let pl = pipeline();
+    let text = std::fs::read_to_string(&pl.w.log).unwrap();
+    let kept: Vec<&str> = text.lines().filter(|l| !l.contains(MMLU_AUX)).collect();
+    assert_eq!(kept.len() + 1, text.lines().count());
+    std::fs::write(&pl.w.log, kept.join("\n") + "\n").unwrap();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, _) = audit(&pl, &args);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["download-log"]);
+    let pr = problems(&r, "download-log");
+    assert!(pr.contains(MMLU_AUX) && pr.contains("never logged"), "{pr}");
+}
+
+#[test]
+fn referenced_test_split_file_breaks_split_policy_only() {
+    let pl = pipeline();
+    // A test-split file fetched (cache + lock + log, all consistent) under the sciq source…
+    let test_file = "data/test-00000-of-00002.parquet";
+    let c = dlm_data::hub::cache::Cache {
+        root: pl.w.cache.clone(),
+    };
+    let src = c.snapshot_path(Role::EvalReference, "allenai/sciq", SCIQ_COMMIT, SCIQ_TEST);
+    let bytes = std::fs::read(&src).unwrap();
+    let dst = c.snapshot_path(Role::Train, "allenai/sciq", SCIQ_COMMIT, test_file);
+    std::fs::write(&dst, &bytes).unwrap();
+    let lock_path = pl.w.root().join("mcq.lock");
+    let mut lock = Lock::load(&lock_path).unwrap();
+    let lf = dlm_data::manifest::LockedFile {
+        path: test_file.into(),
+        size: bytes.len() as u64,
+        sha256: dlm_data::util::sha256_hex(&bytes),
+        git_oid: None,
+    };
+    let mut log = std::fs::read_to_string(&pl.w.log).unwrap();
+    log.push_str(&(log_line("sciq", "train", "allenai/sciq", SCIQ_COMMIT, &lf) + "\n"));
+    std::fs::write(&pl.w.log, log).unwrap();
+    lock.sources[0].files.push(lf);
+    lock.save(&lock_path).unwrap();
+    // …and referenced by a prompt.
+    let text = std::fs::read_to_string(&pl.prompts).unwrap();
+    let text = text.replacen(SCIQ_TRAIN, test_file, 1);
+    std::fs::write(&pl.prompts, text).unwrap();
+    std::fs::remove_file(pl.out.join("prompts.decontam.json")).unwrap();
+    let (code, r, _) = audit(&pl, &["--prompts", p(&pl.prompts)]);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["split-policy"]);
+    let pr = problems(&r, "split-policy");
+    assert!(
+        pr.contains("prompts.jsonl line 1: uses data/test-00000-of-00002.parquet"),
+        "{pr}"
+    );
+}
+
+#[test]
+fn unknown_distilled_id_breaks_distilled_only() {
+    let pl = pipeline();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pl.distilled).unwrap()).unwrap();
+    let mut extra = v[0].clone();
+    extra["id"] = "sciq-train-999999".into();
+    v.as_array_mut().unwrap().push(extra);
+    std::fs::write(&pl.distilled, v.to_string()).unwrap();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, _) = audit(&pl, &args);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["distilled"]);
+    assert!(problems(&r, "distilled").contains("\"sciq-train-999999\" is not in the prompts"));
+}
+
+#[test]
+fn second_teacher_and_eval_reference_use_are_named() {
+    let pl = pipeline();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&pl.distilled).unwrap()).unwrap();
+    v[3]["teacher"]["weights_sha256"] = "ef".repeat(32).into();
+    std::fs::write(&pl.distilled, v.to_string()).unwrap();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, r, _) = audit(&pl, &args);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["distilled"]);
+    assert!(problems(&r, "distilled").contains("2 teachers"));
+
+    // A prompt pointing at an eval-reference (benchmark) file.
+    let text = std::fs::read_to_string(&pl.prompts).unwrap();
+    std::fs::write(&pl.prompts, text.replacen(SCIQ_TRAIN, SCIQ_TEST, 1)).unwrap();
+    let (code, r, _) = audit(&pl, &["--prompts", p(&pl.prompts)]);
+    assert_eq!(code, 1);
+    assert!(
+        failed(&r).contains(&"eval-reference-isolation".to_string()),
+        "{:?}",
+        failed(&r)
+    );
+    assert!(problems(&r, "eval-reference-isolation").contains(SCIQ_TEST));
+}
+
+#[test]
+fn contaminated_output_fails_until_dropped_copy() {
+    let mut qs = questions(11, SCIQ_ROWS, 14);
+    qs[2] = format!("Quote: {}", questions(33, 10, 16)[7]);
+    let w = world_with(qs);
+    let out = w.root().join("out");
+    let (code, _, err) = run(&[
+        "mcq",
+        "--manifest",
+        p(&w.manifest),
+        "--cache",
+        p(&w.cache),
+        "--out",
+        p(&out),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let pr = out.join("prompts.jsonl");
+    let clean = out.join("prompts.clean.jsonl");
+    let (code, _, err) = run(&[
+        "decontam",
+        "--against",
+        p(&w.eval_manifest),
+        "--cache",
+        p(&w.cache),
+        "--prompts",
+        p(&pr),
+        "--drop",
+        p(&clean),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let a = |f: &std::path::Path| {
+        let (code, out, _) = run(&[
+            "audit",
+            "--manifest",
+            p(&w.manifest),
+            "--cache",
+            p(&w.cache),
+            "--prompts",
+            p(f),
+            "--json",
+        ]);
+        (code, serde_json::from_str::<AuditReport>(&out).unwrap())
+    };
+    let (code, r) = a(&pr);
+    assert_eq!(code, 1);
+    assert_eq!(failed(&r), vec!["decontam"]);
+    assert!(
+        problems(&r, "decontam").contains("1 document(s) overlap"),
+        "{}",
+        problems(&r, "decontam")
+    );
+    let (code, r) = a(&clean);
+    assert_eq!(code, 0, "{r:#?}");
+    // Without any decontam report the audit warns but does not fail.
+    std::fs::remove_file(out.join("prompts.clean.decontam.json")).unwrap();
+    let (code, r) = a(&clean);
+    assert_eq!(code, 0);
+    assert_eq!(
+        r.checks
+            .iter()
+            .find(|c| c.check == "decontam")
+            .unwrap()
+            .status,
+        Status::Warn
+    );
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let pl = pipeline();
+    let (code, _, err) = run(&[
+        "audit",
+        "--manifest",
+        p(&pl.w.manifest),
+        "--distilled",
+        p(&pl.distilled),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, _) = run(&["audit", "--manifest", p(&pl.w.root().join("nope.toml"))]);
+    assert_eq!(code, 1);
+}

@@ -1,0 +1,231 @@
+//! `dlm-data decontam`: a benchmark question pasted into a training row is found (in prompts
+//! and in SFT shards) with its benchmark, row and n-gram; clean fixtures give no hit; `--drop`
+//! writes a filtered copy with its own clean report.
+
+mod mcq_support;
+
+use dlm_data::decontam::report::{self, DecontamReport};
+use dlm_data::mcq::{prompts, shard_index};
+use mcq_support::*;
+
+/// A world whose sciq train row 5 carries sciq test row 3's question inside a longer text.
+fn planted() -> World {
+    let mut qs = questions(11, SCIQ_ROWS, 14);
+    let bench = questions(33, 10, 16)[3].clone();
+    qs[5] = format!(
+        "Before we start: {}, as the textbook says.",
+        bench.to_uppercase()
+    );
+    let w = world_with(qs);
+    assert_eq!(w.sciq_test_questions[3], bench);
+    w
+}
+
+fn mcq(w: &World, out: &std::path::Path) {
+    let (code, _, err) = run(&[
+        "mcq",
+        "--manifest",
+        p(&w.manifest),
+        "--cache",
+        p(&w.cache),
+        "--out",
+        p(out),
+        "--tokenizer",
+        p(&w.tokenizer),
+    ]);
+    assert_eq!(code, 0, "{err}");
+}
+
+fn decontam(w: &World, target: &[&str], extra: &[&str]) -> DecontamReport {
+    let mut a = vec![
+        "decontam",
+        "--against",
+        p(&w.eval_manifest),
+        "--cache",
+        p(&w.cache),
+        "--json",
+    ];
+    a.extend_from_slice(target);
+    a.extend_from_slice(extra);
+    let (code, out, err) = run(&a);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn planted_question_found_in_prompts_and_shards() {
+    let w = planted();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    let pr = out.join("prompts.jsonl");
+    let r = decontam(&w, &["--prompts", p(&pr)], &[]);
+    assert_eq!(r.contaminated_documents, 1, "{:?}", r.hits);
+    let h = &r.hits[0];
+    assert_eq!(h.benchmark, "sciq-test");
+    assert_eq!(h.benchmark_row, 3);
+    assert_eq!(h.benchmark_file, SCIQ_TEST);
+    assert_eq!(h.document.id.as_deref(), Some("sciq-train-000005"));
+    assert_eq!(h.document.file.as_deref(), Some(SCIQ_TRAIN));
+    assert_eq!(h.document.row, Some(5));
+    assert_eq!(h.ngram.split(' ').count(), 13);
+    assert!(
+        dlm_data::decontam::ngram::words(&w.sciq_test_questions[3])
+            .join(" ")
+            .contains(&h.ngram),
+        "{}",
+        h.ngram
+    );
+    assert_eq!(r.index_items, 20);
+    // The report beside prompts.jsonl describes exactly this file.
+    let saved = report::load(&out.join("prompts.decontam.json")).unwrap();
+    assert_eq!(
+        saved.scanned.sha256,
+        dlm_data::util::sha256_file(&pr).unwrap()
+    );
+    assert_eq!(saved.hits, r.hits);
+
+    // Shards: the same row, found by decoding the SFT tokens.
+    let r = decontam(&w, &["--shards", p(&out.join("sft"))], &[]);
+    assert_eq!(r.contaminated_documents, 1, "{:?}", r.hits);
+    assert_eq!(r.hits[0].document.id.as_deref(), Some("sciq-train-000005"));
+    assert_eq!(
+        r.hits[0].document.shard.as_deref(),
+        Some("shard-00000.parquet")
+    );
+    assert!(out.join("sft/decontam.json").exists());
+}
+
+#[test]
+fn clean_fixtures_have_no_hits() {
+    let w = world();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    for n in ["13", "8"] {
+        let r = decontam(
+            &w,
+            &["--prompts", p(&out.join("prompts.jsonl"))],
+            &["--ngram", n],
+        );
+        assert_eq!(r.contaminated_documents, 0, "n={n}: {:?}", r.hits);
+        assert!(r.index_ngrams > 0);
+        let r = decontam(&w, &["--shards", p(&out.join("sft"))], &["--ngram", n]);
+        assert_eq!(r.contaminated_documents, 0, "n={n}: {:?}", r.hits);
+        assert_eq!(r.scanned.documents, (SCIQ_ROWS + MMLU_ROWS) as u64);
+    }
+}
+
+#[test]
+fn drop_writes_filtered_copies() {
+    let w = planted();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    let clean = w.root().join("clean.jsonl");
+    let r = decontam(
+        &w,
+        &["--prompts", p(&out.join("prompts.jsonl"))],
+        &["--drop", p(&clean)],
+    );
+    assert_eq!(r.contaminated_documents, 1);
+    let kept = prompts::read(&clean).unwrap();
+    assert_eq!(kept.len(), SCIQ_ROWS + MMLU_ROWS - 1);
+    assert!(kept.iter().all(|k| k.id != "sciq-train-000005"));
+    let cr = report::load(&w.root().join("clean.decontam.json")).unwrap();
+    assert_eq!(cr.contaminated_documents, 0);
+    assert_eq!(
+        cr.scanned.sha256,
+        dlm_data::util::sha256_file(&clean).unwrap()
+    );
+    assert_eq!(cr.filtered_from.as_ref().unwrap().dropped_documents, 1);
+    // Scanning the copy again finds nothing.
+    let again = decontam(
+        &w,
+        &["--prompts", p(&clean)],
+        &["--report", p(&w.root().join("x.json"))],
+    );
+    assert_eq!(again.contaminated_documents, 0);
+
+    let sclean = w.root().join("sft-clean");
+    decontam(
+        &w,
+        &["--shards", p(&out.join("sft"))],
+        &["--drop", p(&sclean)],
+    );
+    let idx = shard_index::load(&sclean).unwrap();
+    assert_eq!(idx.total("rows"), (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
+    assert_eq!(idx.total("dropped_contaminated_rows"), 1);
+    let sh = &idx.shards[0];
+    assert_eq!(
+        dlm_data::util::sha256_file(&sclean.join(&sh.file)).unwrap(),
+        sh.sha256
+    );
+    let again = decontam(&w, &["--shards", p(&sclean)], &[]);
+    assert_eq!(again.contaminated_documents, 0);
+    assert_eq!(again.scanned.documents, (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
+}
+
+#[test]
+fn local_benchmark_file_and_bad_usage() {
+    let w = world();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    // A local JSONL benchmark holding one of our own training questions (8-grams).
+    let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
+    let target = &recs[30];
+    let q = target.prompt.lines().nth(2).unwrap().to_string();
+    let bench = w.root().join("mybench.jsonl");
+    std::fs::write(
+        &bench,
+        format!(
+            "{}\n{}\n",
+            serde_json::json!({"q": "nothing to see"}),
+            serde_json::json!({"q": q, "a": 1})
+        ),
+    )
+    .unwrap();
+    let (code, outj, err) = run(&[
+        "decontam",
+        "--against",
+        p(&bench),
+        "--prompts",
+        p(&out.join("prompts.jsonl")),
+        "--ngram",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: DecontamReport = serde_json::from_str(&outj).unwrap();
+    assert_eq!(r.hits.len(), 1, "{:?}", r.hits);
+    assert_eq!(r.hits[0].benchmark, "mybench");
+    assert_eq!(r.hits[0].benchmark_row, 1);
+    assert_eq!(r.hits[0].document.id.as_deref(), Some(target.id.as_str()));
+    // --ngram outside 8..=13 and a manifest without eval-reference sources are usage errors.
+    let (code, _, _) = run(&[
+        "decontam",
+        "--against",
+        p(&bench),
+        "--prompts",
+        p(&out.join("prompts.jsonl")),
+        "--ngram",
+        "5",
+    ]);
+    assert_eq!(code, 2);
+    let (code, _, err) = run(&[
+        "decontam",
+        "--against",
+        p(&w.manifest),
+        "--prompts",
+        p(&out.join("prompts.jsonl")),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    // A broken benchmark line is named.
+    std::fs::write(&bench, "{\"q\": 1}\nnot json\n").unwrap();
+    let (code, _, err) = run(&[
+        "decontam",
+        "--against",
+        p(&bench),
+        "--prompts",
+        p(&out.join("prompts.jsonl")),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("mybench.jsonl line 2"), "{err}");
+}
