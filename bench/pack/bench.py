@@ -52,11 +52,12 @@ def natural_docs():
     return docs
 
 
-def corpus(n_mb, name):
+def corpus(n_mb, name, base=None):
+    """At least n_mb MB of text: the natural documents in order, cycled (or `base` cycled)."""
     path = os.path.join(WORK, name)
     if os.path.exists(path):
         return path
-    base = natural_docs()
+    base = base or natural_docs()
     out, size, k = [], 0, 0
     while size < n_mb * 1_000_000:
         d = base[k % len(base)]
@@ -124,7 +125,8 @@ print(f"py_pack_ref.py : {dt_py:7.2f} s  {tokens / dt_py / 1e6:6.2f} Mtok/s  pea
 print(f"dlm-data pack  : {dt_rs:7.2f} s  {tokens / dt_rs / 1e6:6.2f} Mtok/s  peak RSS {rss_rs:7.0f} MiB")
 print(f"ratio          : {dt_py / dt_rs:.2f}x   ids identical: {same} ({tokens} tokens in {tokens // SEQ} rows)")
 
-c10 = corpus(MB * 10, f"corpus-{MB * 10}mb.parquet")
+# 10x: the same documents as the 1x corpus, ten times (same mix, 10x the size).
+c10 = corpus(MB * 10, f"corpus-{MB}mb-x10.parquet", base=pq.read_table(c1, columns=["text"]).column(0).to_pylist())
 dt10, rss10, out10 = ours(c10, tok, os.path.join(WORK, "out10"))
 s10 = json.loads(out10.strip().splitlines()[-1])
 print(f"10x corpus     : {dt10:7.2f} s  {s10['tokens'] / dt10 / 1e6:6.2f} Mtok/s  peak RSS {rss10:7.0f} MiB (1x: {rss_rs:.0f} MiB)")
