@@ -1,11 +1,22 @@
 //! `dlm-data distill`: the masked-diffusion teacher answers prompts with LLaDA's block-wise
 //! sampler; results go to a resumable distilled.json.
+//!
+//! The run: load and validate the teacher ([`crate::teacher`]), read prompts ([`prompts`]),
+//! render + tokenize them, fix the global batch plan ([`plan`]), then for every batch this
+//! worker owns and has not committed yet: generate ([`sampler`]), answer MCQ items ([`mcq`]),
+//! commit the batch's records to this worker's part ([`output`]). A single process then
+//! finalises the parts into `--out`; workers of `--shard I/N` leave that to `dlm-data merge`.
 
+pub mod mcq;
+pub mod output;
+pub mod plan;
+pub mod prompts;
 pub mod rng;
+pub mod run;
+pub mod sampler;
 
 use std::path::PathBuf;
 
-use anyhow::Result;
 use clap::Args;
 
 use crate::worker::WorkerSlice;
@@ -14,6 +25,16 @@ use crate::worker::WorkerSlice;
 pub enum Remasking {
     LowConfidence,
     Random,
+}
+
+impl Remasking {
+    /// The flag spelling, as recorded in distilled.json's `gen.remasking`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Remasking::LowConfidence => "low-confidence",
+            Remasking::Random => "random",
+        }
+    }
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +86,17 @@ pub struct DistillArgs {
     /// Accept a config that says causal and run it bidirectionally anyway.
     #[arg(long)]
     pub bidirectional: bool,
+    /// Never sample EOS (LLaDA's `logits_eos_inf`).
+    #[arg(long)]
+    pub logits_eos_inf: bool,
+    /// EOS/EoT candidates get confidence 0, so they are committed last (LLaDA's
+    /// `confidence_eos_eot_inf`, as intended).
+    #[arg(long)]
+    pub confidence_eos_eot_inf: bool,
+    /// End-of-turn token ids (for --confidence-eos-eot-inf and cutting the response);
+    /// repeatable. EOS ids come from the config and tokenizer.
+    #[arg(long = "eot-id")]
+    pub eot_ids: Vec<u32>,
 }
 
-pub fn run(_args: DistillArgs) -> Result<()> {
-    anyhow::bail!("distill: not implemented yet")
-}
+pub use run::run;

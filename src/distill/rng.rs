@@ -42,7 +42,15 @@ pub fn uniform(seed: u64, stream: u64, prompt: u64, step: u64, pos: u64, token: 
 
 /// Gumbel-perturbed score for token `token` with logit `logit` at temperature `t > 0`.
 #[inline]
-pub fn gumbel_score(logit: f64, t: f64, seed: u64, prompt: u64, step: u64, pos: u64, token: u64) -> f64 {
+pub fn gumbel_score(
+    logit: f64,
+    t: f64,
+    seed: u64,
+    prompt: u64,
+    step: u64,
+    pos: u64,
+    token: u64,
+) -> f64 {
     let u = uniform(seed, STREAM_GUMBEL, prompt, step, pos, token);
     logit - t * (-u.ln()).ln()
 }
@@ -61,7 +69,10 @@ mod tests {
             assert_eq!(u, uniform(1, STREAM_GUMBEL, 2, 3, k, 7));
         }
         assert!((sum / 10_000.0 - 0.5).abs() < 0.02);
-        assert_ne!(uniform(1, STREAM_GUMBEL, 2, 3, 0, 7), uniform(2, STREAM_GUMBEL, 2, 3, 0, 7));
+        assert_ne!(
+            uniform(1, STREAM_GUMBEL, 2, 3, 0, 7),
+            uniform(2, STREAM_GUMBEL, 2, 3, 0, 7)
+        );
     }
 
     #[test]

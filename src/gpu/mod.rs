@@ -1,2 +1,47 @@
-//! The GPU teacher (feature `cuda`): cudarc with dynamic loading, kernels from `kernels/*.cu`
-//! compiled by NVRTC at first use.
+//! The GPU teacher (feature `cuda`): the same forward pass and LLaDA sampler as the CPU path,
+//! on an NVIDIA GPU, behind `dlm-data distill --device cuda[:N]`.
+//!
+//! Build choice (issue #6): cudarc with `dynamic-loading` — nothing CUDA is needed to build and
+//! the binary starts without a driver — and our own kernels in `kernels/*.cu`, compiled by
+//! NVRTC at first use into a cubin for the device's architecture and cached on disk
+//! ([`nvrtc`]). GEMMs go through cuBLAS in bf16 with fp32 accumulation ([`blas`]). candle's
+//! `cuda` feature was not used: it links libcuda at load time and needs nvcc to build.
+//!
+//! - [`driver`]: context, stream, buffers, launches, CUDA graphs.
+//! - [`weights`]: config + safetensors → validated bf16 tensors.
+//! - [`engine`]: the forward pass, the sampler step as one CUDA graph, the letter head.
+
+pub mod blas;
+pub mod driver;
+pub mod engine;
+pub mod nvrtc;
+pub mod reference;
+pub mod weights;
+
+use anyhow::{bail, Result};
+
+/// Parse `--device`: `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).
+pub fn parse_device(s: &str) -> Result<Option<usize>> {
+    match s {
+        "cpu" => Ok(None),
+        "cuda" => Ok(Some(0)),
+        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+            Some(Ok(n)) => Ok(Some(n)),
+            _ => bail!("--device {s:?}: expected cpu, cuda or cuda:N"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_strings() {
+        assert_eq!(parse_device("cpu").unwrap(), None);
+        assert_eq!(parse_device("cuda").unwrap(), Some(0));
+        assert_eq!(parse_device("cuda:3").unwrap(), Some(3));
+        assert!(parse_device("cuda:x").is_err());
+        assert!(parse_device("gpu").is_err());
+    }
+}

@@ -1,4 +1,32 @@
 //! `dlm-data pack`: stream sources, tokenize in parallel, pack fixed-length rows, write shards.
+//!
+//! Data path: [`plan`] orders the input files (units) → a reader thread streams each unit's
+//! rows through [`crate::sources`] → the main thread tokenizes batches of documents with
+//! rayon ([`tokenize`], [`bpe`]) and feeds the [`packer`] in document order → a writer thread
+//! writes each finished shard durably and journals it in `index.json` ([`resume`]).
+//! Output order never depends on the thread count: batches are tokenized in parallel but
+//! consumed in order.
+//!
+//! # Workers (`--shard I/N`) and merging
+//! Worker `I` of `N` takes the units `k` with `k % N == I` of the global unit order (whole
+//! files) and writes into `OUT/parts/IIIII-of-NNNNN/`. The single-process token stream is
+//! the concatenation, in global unit order, of each unit's documents (`[BOS] ids EOS`); a
+//! unit's stream does not depend on anything outside the unit. So a worker packs each unit
+//! as its own *segment*: the unit's first row starts at a row boundary and its last row is
+//! short (never padded, never dropped); the part's provenance entry for the unit gives its
+//! rows `[out_row_start, out_row_end)`. The merge rule: for units in global order (the part
+//! index's `units` list), concatenate the segments' tokens and document boundaries, re-cut
+//! into `seq_len` rows with the same [`packer::Packer`], then drop/pad the final tail and
+//! shuffle per shard as the flags say; that is exactly the single-process output. Workers
+//! therefore never shuffle or drop (the merge does), and `--tokens` budgets are refused with
+//! `--shard` (they depend on the tokens of earlier units of the source).
+
+pub mod bpe;
+pub mod packer;
+pub mod pipeline;
+pub mod plan;
+pub mod resume;
+pub mod tokenize;
 
 use std::path::PathBuf;
 
@@ -18,12 +46,57 @@ pub enum ShardFormat {
     Megatron,
 }
 
+impl ShardFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardFormat::Parquet => "parquet",
+            ShardFormat::Mds => "mds",
+            ShardFormat::Megatron => "megatron",
+        }
+    }
+}
+
+/// Token id width for MDS/Megatron shards (parquet is always uint32).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DtypeArg {
+    /// uint16 when every id of the vocabulary fits, else uint32.
+    Auto,
+    Uint32,
+    Uint16,
+}
+
+/// What to do with a document larger than `--max-doc-bytes`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Oversize {
+    /// Stop with an error naming the file and row (default).
+    Fail,
+    /// Skip it and count it (`totals.skipped_oversize`).
+    Skip,
+}
+
+fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size like 64MiB, 512K or 1000000"))?;
+    if !(v.is_finite() && v >= 1.0) {
+        return Err(format!("{s:?}: must be at least 1 byte"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
 /// `dlm-data pack (--manifest FILE | --input FILE.parquet [--text-column NAME]) --tokenizer PATH --out DIR ...`
 #[derive(Args, Debug, Clone)]
 pub struct PackArgs {
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
-    /// A single local parquet file instead of a manifest.
+    /// A single local file instead of a manifest (.parquet; also .json array / .jsonl).
     #[arg(long)]
     pub input: Option<PathBuf>,
     #[arg(long, default_value = "text")]
@@ -37,23 +110,59 @@ pub struct PackArgs {
     pub seq_len: usize,
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
-    /// EOS token (default: the tokenizer's own).
+    /// EOS token (default: tokenizer_config.json's eos_token, else <|endoftext|>, </s>, <eos>).
     #[arg(long)]
     pub eos_token: Option<String>,
-    /// Shuffle rows with this seed (bounded memory). Off by default.
+    /// Do not append EOS after each document.
+    #[arg(long, conflicts_with = "eos_token")]
+    pub no_eos: bool,
+    /// Prepend the tokenizer's BOS (tokenizer_config.json bos_token) to each document.
+    #[arg(long)]
+    pub bos: bool,
+    /// Prepend this token to each document.
+    #[arg(long)]
+    pub bos_token: Option<String>,
+    /// Shuffle rows with this seed (within each shard: bounded memory). Off by default.
     #[arg(long)]
     pub shuffle_seed: Option<u64>,
+    /// This worker's slice of the input files, I/N (default: Slurm/Kubernetes array env, else all).
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
     #[arg(long)]
     pub num_shards: Option<usize>,
+    /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
     pub cache: Option<PathBuf>,
     /// Read straight from the Hub by HTTP Range instead of the cache.
     #[arg(long)]
     pub stream: bool,
+    /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
+    #[arg(long)]
+    pub pad_last: bool,
+    /// Token budget over all sources (10B, 500M, ...), split by manifest weight.
+    #[arg(long, value_parser = plan::parse_count)]
+    pub tokens: Option<u64>,
+    /// Target shard size in token bytes (rows per shard = this / (seq-len * 4)).
+    #[arg(long, value_parser = parse_bytes, default_value = "64MiB")]
+    pub shard_bytes: u64,
+    /// Print a one-line JSON summary on stdout at the end.
+    #[arg(long)]
+    pub json: bool,
+    /// Token width for mds/megatron shards.
+    #[arg(long, value_enum, default_value = "uint32")]
+    pub dtype: DtypeArg,
+    /// Documents larger than this (UTF-8 bytes) are oversized.
+    #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
+    pub max_doc_bytes: u64,
+    /// Policy for oversized documents.
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_oversize: Oversize,
+    /// Always encode through the `tokenizers` crate (disable the exact fast BPE path).
+    #[arg(long)]
+    pub no_fast_tokenizer: bool,
 }
 
-pub fn run(_args: PackArgs) -> Result<()> {
-    anyhow::bail!("pack: not implemented yet")
+pub fn run(args: PackArgs) -> Result<()> {
+    pipeline::run(args)
 }

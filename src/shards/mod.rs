@@ -1,1 +1,154 @@
 //! Shard writers, one module per format, and the `index.json` every output carries.
+//!
+//! A writer takes a [`RowBatch`] — rows of token ids plus per-row metadata columns — and
+//! writes one shard durably: a temp name in the output directory, fsync, rename. Only then
+//! does the caller record it in the index (the progress journal). `pack` writes rows of
+//! `input_ids` + `doc_offsets` + `source`; the SFT set reuses the same writers with its own
+//! columns (e.g. a `prompt_len`).
+
+pub mod index;
+pub mod mds;
+pub mod megatron;
+pub mod parquet;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+pub use index::ShardEntry;
+
+/// One metadata column of a [`RowBatch`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Column {
+    /// A list of u32 per row (e.g. `doc_offsets`).
+    U32List(Vec<Vec<u32>>),
+    /// A u32 per row (e.g. `prompt_len`).
+    U32(Vec<u32>),
+    /// A string per row (e.g. `source`).
+    Str(Vec<String>),
+}
+
+impl Column {
+    pub fn len(&self) -> usize {
+        match self {
+            Column::U32List(v) => v.len(),
+            Column::U32(v) => v.len(),
+            Column::Str(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Rows of token ids (`input_ids`) plus named metadata columns, in row order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RowBatch {
+    pub input_ids: Vec<Vec<u32>>,
+    /// Column name → values; every column has one value per row.
+    pub columns: Vec<(String, Column)>,
+}
+
+impl RowBatch {
+    pub fn rows(&self) -> usize {
+        self.input_ids.len()
+    }
+    pub fn tokens(&self) -> u64 {
+        self.input_ids.iter().map(|r| r.len() as u64).sum()
+    }
+    /// A column by name.
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+    fn check(&self) -> Result<()> {
+        for (n, c) in &self.columns {
+            anyhow::ensure!(
+                c.len() == self.rows(),
+                "column {n}: {} values for {} rows",
+                c.len(),
+                self.rows()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Token id width on disk (MDS and Megatron; parquet is always uint32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    U32,
+    U16,
+}
+
+impl Dtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::U32 => "uint32",
+            Dtype::U16 => "uint16",
+        }
+    }
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::U32 => 4,
+            Dtype::U16 => 2,
+        }
+    }
+}
+
+/// A shard as written: its index entry, plus the MosaicML index entry for MDS.
+#[derive(Debug, Clone)]
+pub struct WrittenShard {
+    pub entry: ShardEntry,
+    pub mds: Option<serde_json::Value>,
+}
+
+/// Write `bytes` durably as `dir/name`: temp file in `dir`, fsync, rename, fsync dir.
+/// Returns (sha256, size).
+pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(String, u64)> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    {
+        let mut f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        f.sync_all()
+            .with_context(|| format!("fsync {}", tmp.display()))?;
+    }
+    crate::util::commit_rename(&tmp, &path)?;
+    Ok((crate::util::sha256_hex(bytes), bytes.len() as u64))
+}
+
+/// Write shard number `n` of `batch` in `format` into `dir`.
+pub fn write_shard(
+    format: crate::pack::ShardFormat,
+    dir: &Path,
+    n: usize,
+    batch: &RowBatch,
+    dtype: Dtype,
+) -> Result<WrittenShard> {
+    batch.check()?;
+    use crate::pack::ShardFormat as F;
+    match format {
+        F::Parquet => {
+            let name = parquet::shard_name(n);
+            let bytes = parquet::encode(batch)?;
+            let (sha, len) = write_durable(dir, &name, &bytes)?;
+            Ok(WrittenShard {
+                entry: ShardEntry {
+                    file: name,
+                    sha256: sha,
+                    bytes: len,
+                    rows: batch.rows() as u64,
+                    tokens: batch.tokens(),
+                    extra_files: BTreeMap::new(),
+                },
+                mds: None,
+            })
+        }
+        F::Mds => mds::write(dir, n, batch, dtype),
+        F::Megatron => megatron::write(dir, n, batch, dtype),
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Stage what a device run needs into the lead's checkout (/work/main/.dev/gpu, git-ignored
+# there): the device tool sends that checkout, not this worktree. Run from the repo root:
+#   bench/gpu/stage.sh [PROFILE]   (PROFILE: debug (default; deps are opt-level 3) or release)
+set -euo pipefail
+prof=${1:-debug}
+dst=${DLM_STAGE_DIR:-/work/main/.dev/gpu}
+if [ "$prof" = release ]; then cargo build --release --features cuda --bin dlm-gpu; else cargo build --features cuda --bin dlm-gpu; fi
+mkdir -p "$dst"
+for b in ${STAGE_BINS:-dlm-gpu}; do
+  strip -o "$dst/$b" "target/$prof/$b"
+done
+cp bench/gpu/*.py bench/gpu/run.sh "$dst/"
+cp ../shared/bench/torch_sampler_ref.py "$dst/"
+git rev-parse HEAD > "$dst/COMMIT"
+git status --porcelain | head -n 20 > "$dst/DIRTY" || true
+du -sh "$dst"

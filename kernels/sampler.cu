@@ -1,0 +1,176 @@
+// LLaDA's sampler on the GPU, over the current block's logits only.
+//  - sample_block: one CTA per (batch row, block position), one fused pass over the vocabulary:
+//    argmax of the logits (temperature 0) or of the Gumbel-perturbed scores in float64 with the
+//    counter-based RNG of src/distill/rng.rs (temperature > 0), the log-sum-exp, and the chosen
+//    token's probability under the un-noised softmax (the low-confidence score). Positions that
+//    are not masked get confidence -inf (only masked positions compete).
+//  - commit_topk: per batch row, commit the k most confident masked positions of the block
+//    (k from the linear schedule; ties go to the lower position); committed tokens stay.
+//  - advance: moves the device-side generation state to the next step.
+//  - letter_head: MCQ letter logits -> raw log-probs (full-vocabulary log-softmax) and the
+//    distribution renormalised over the item's letters.
+
+struct ArgBest { double score; float logit; int idx; };
+
+__device__ __forceinline__ bool better(double s, int i, double bs, int bi) {
+    return s > bs || (s == bs && i < bi);
+}
+
+// Online (max, sum of exp) pair merge.
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+    if (m2 == NEG_INF) return;
+    if (m == NEG_INF) { m = m2; s = s2; return; }
+    if (m2 > m) { s = s * __expf(m - m2) + s2; m = m2; }
+    else { s = s + s2 * __expf(m2 - m); }
+}
+
+#define SAMPLER_THREADS 512
+
+extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
+    const float* __restrict__ logits, int V, const u32* __restrict__ x, int S, int blk,
+    const GenState* __restrict__ st, int gen_start, u32 mask_id, double temperature,
+    int remask_random, u64 seed, const u64* __restrict__ prompt_keys,
+    u32* __restrict__ x0_out, float* __restrict__ conf_out) {
+    const int r = blockIdx.x, b = r / blk, j = r % blk;
+    const int pos = gen_start + st->block * blk + j;
+    const u32 cur = x[(u64)b * S + pos];
+    if (cur != mask_id) {
+        if (threadIdx.x == 0) { x0_out[r] = cur; conf_out[r] = NEG_INF; }
+        return;
+    }
+    const u64 gpos = (u64)(pos - gen_start);
+    const u64 step = (u64)st->step;
+    const u64 prefix = rng_prefix(seed, STREAM_GUMBEL, prompt_keys[b], step, gpos);
+    const float* row = logits + (u64)r * V;
+    const bool noisy = temperature > 0.0;
+
+    float m = NEG_INF, s = 0.f;
+    double bs = NEG_INF_D;
+    float bl = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float l = row[i];
+        lse_merge(m, s, l, 1.f);
+        double sc = (double)l;
+        if (noisy) {
+            double u = rng_uniform(prefix, (u64)i);
+            sc = sc - temperature * log(-log(u));
+        }
+        if (better(sc, i, bs, bi)) { bs = sc; bl = l; bi = i; }
+    }
+    // Warp then CTA reduction of (m, s) and (score, idx, logit).
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+        double bs2 = __shfl_xor_sync(0xffffffffu, bs, o);
+        int bi2 = __shfl_xor_sync(0xffffffffu, bi, o);
+        float bl2 = __shfl_xor_sync(0xffffffffu, bl, o);
+        if (better(bs2, bi2, bs, bi)) { bs = bs2; bi = bi2; bl = bl2; }
+    }
+    __shared__ float sm[32], ss[32], sl[32];
+    __shared__ double sb[32];
+    __shared__ int si[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; sb[warp] = bs; si[warp] = bi; sl[warp] = bl; }
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < nw ? sm[lane] : NEG_INF;
+        s = lane < nw ? ss[lane] : 0.f;
+        bs = lane < nw ? sb[lane] : NEG_INF_D;
+        bi = lane < nw ? si[lane] : 0x7fffffff;
+        bl = lane < nw ? sl[lane] : NEG_INF;
+        for (int o = 16; o > 0; o >>= 1) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+            lse_merge(m, s, m2, s2);
+            double bs2 = __shfl_xor_sync(0xffffffffu, bs, o);
+            int bi2 = __shfl_xor_sync(0xffffffffu, bi, o);
+            float bl2 = __shfl_xor_sync(0xffffffffu, bl, o);
+            if (better(bs2, bi2, bs, bi)) { bs = bs2; bi = bi2; bl = bl2; }
+        }
+        if (lane == 0) {
+            x0_out[r] = (u32)bi;
+            float conf;
+            if (remask_random) {
+                u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], step, gpos);
+                conf = (float)rng_uniform(pr, 0);
+            } else {
+                conf = expf(bl - m) / s;  // softmax probability of the chosen token
+            }
+            conf_out[r] = conf;
+        }
+    }
+}
+
+// One CTA per batch row, one thread per block position (blockDim >= blk, blk <= 1024).
+extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
+                                       const GenState* __restrict__ st, int gen_start,
+                                       const int* __restrict__ ntrans, u32 mask_id,
+                                       const u32* __restrict__ x0, const float* __restrict__ conf) {
+    extern __shared__ float sconf[];
+    const int b = blockIdx.x, j = threadIdx.x;
+    const int pos0 = gen_start + st->block * blk;
+    const int k = ntrans[st->step_in_block];
+    bool masked = false;
+    float c = NEG_INF;
+    if (j < blk) {
+        masked = x[(u64)b * S + pos0 + j] == mask_id;
+        c = masked ? conf[b * blk + j] : NEG_INF;
+        sconf[j] = c;
+    }
+    __syncthreads();
+    if (j < blk && masked) {
+        int rank = 0;
+        for (int i = 0; i < blk; i++) {
+            float ci = sconf[i];
+            rank += (ci > c) || (ci == c && i < j);
+        }
+        if (rank < k) x[(u64)b * S + pos0 + j] = x0[b * blk + j];
+    }
+}
+
+extern "C" __global__ void advance(GenState* st, int steps_per_block) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        st->step += 1;
+        st->step_in_block += 1;
+        if (st->step_in_block == steps_per_block) { st->step_in_block = 0; st->block += 1; }
+    }
+}
+
+// MCQ letter head: one CTA per row of full-vocabulary logits; letters[r*10 + i] for
+// i < nletters[r]. Writes raw log-probs and renormalised probabilities, [rows, 10].
+extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) letter_head(
+    const float* __restrict__ logits, int V, const u32* __restrict__ letters,
+    const int* __restrict__ nletters, float* __restrict__ logprob, float* __restrict__ prob) {
+    const int r = blockIdx.x;
+    const float* row = logits + (u64)r * V;
+    float m = NEG_INF, s = 0.f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) lse_merge(m, s, row[i], 1.f);
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        lse_merge(m, s, m2, s2);
+    }
+    __shared__ float sm[32], ss[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { sm[warp] = m; ss[warp] = s; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        m = NEG_INF; s = 0.f;
+        for (int w = 0; w < nw; w++) lse_merge(m, s, sm[w], ss[w]);
+        float lse = m + logf(s);
+        int n = nletters[r];
+        float lm = NEG_INF;
+        for (int i = 0; i < n; i++) lm = fmaxf(lm, row[letters[r * 10 + i]]);
+        float z = 0.f;
+        for (int i = 0; i < n; i++) z += expf(row[letters[r * 10 + i]] - lm);
+        for (int i = 0; i < 10; i++) {
+            if (i < n) {
+                float l = row[letters[r * 10 + i]];
+                logprob[r * 10 + i] = l - lse;
+                prob[r * 10 + i] = expf(l - lm) / z;
+            } else {
+                logprob[r * 10 + i] = NEG_INF;
+                prob[r * 10 + i] = 0.f;
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Reading `prompts.jsonl` (written by `mcq`): one object per line with at least `id` and
+//! `prompt`; with `options` (≤ 10) and `gold` (a letter among them) it is an MCQ item.
+//! Provenance fields (`source`, `repo`, `commit`, `file`, `row`) are carried through as they
+//! are. Errors name the file and the 1-based line number.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use crate::teacher::tokenizer::LETTERS;
+
+/// One prompt, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptItem {
+    pub id: String,
+    pub prompt: String,
+    /// Answer options (MCQ items only).
+    pub options: Option<Vec<String>>,
+    pub gold: Option<String>,
+    /// `source`, `repo`, `commit`, `file`, `row` as found (null when absent).
+    pub provenance: [Value; 5],
+    /// 1-based line in the prompts file.
+    pub line: usize,
+}
+
+pub const PROVENANCE_FIELDS: [&str; 5] = ["source", "repo", "commit", "file", "row"];
+
+fn parse_line(text: &str) -> Result<PromptItem> {
+    let v: Value = serde_json::from_str(text).context("invalid JSON")?;
+    let obj = v.as_object().context("not a JSON object")?;
+    let s = |k: &str| -> Result<String> {
+        match obj.get(k) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => anyhow::bail!("`{k}` is not a string: {other}"),
+            None => anyhow::bail!("missing `{k}`"),
+        }
+    };
+    let id = s("id")?;
+    if id.is_empty() {
+        anyhow::bail!("empty `id`");
+    }
+    let prompt = s("prompt")?;
+    let options = match obj.get("options") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => {
+            if a.is_empty() || a.len() > LETTERS.len() {
+                anyhow::bail!("`options` has {} entries (1..=10 allowed)", a.len());
+            }
+            Some(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, o)| {
+                        o.as_str()
+                            .map(str::to_string)
+                            .with_context(|| format!("options[{i}] is not a string"))
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            )
+        }
+        Some(other) => anyhow::bail!("`options` is not a list: {other}"),
+    };
+    let gold = match obj.get("gold") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(g)) => {
+            let n = options.as_ref().map_or(0, |o| o.len());
+            if !LETTERS[..n].contains(&g.as_str()) {
+                anyhow::bail!("`gold` {g:?} is not one of the item's {n} option letters");
+            }
+            Some(g.clone())
+        }
+        Some(other) => anyhow::bail!("`gold` is not a string: {other}"),
+    };
+    let provenance = PROVENANCE_FIELDS.map(|k| obj.get(k).cloned().unwrap_or(Value::Null));
+    Ok(PromptItem {
+        id,
+        prompt,
+        options,
+        gold,
+        provenance,
+        line: 0,
+    })
+}
+
+/// Read every prompt of `path`; blank lines are skipped, duplicate ids refused.
+pub fn read_prompts(path: &Path) -> Result<Vec<PromptItem>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let n = i + 1;
+        let line = line.with_context(|| format!("{}:{n}: cannot read line", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut item = parse_line(&line).with_context(|| format!("{}:{n}", path.display()))?;
+        item.line = n;
+        if let Some(prev) = seen.insert(item.id.clone(), n) {
+            anyhow::bail!(
+                "{}:{n}: id {:?} already used on line {prev}",
+                path.display(),
+                item.id
+            );
+        }
+        out.push(item);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Vec<PromptItem>> {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("prompts.jsonl");
+        std::fs::write(&p, text).unwrap();
+        read_prompts(&p)
+    }
+
+    #[test]
+    fn reads_plain_and_mcq_items() {
+        let v = read(concat!(
+            r#"{"id":"a","prompt":"Why?"}"#,
+            "\n\n",
+            r#"{"id":"b","prompt":"Q","options":["x","y","z"],"gold":"C","source":"sciq","row":3}"#,
+            "\n"
+        ))
+        .unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].options, None);
+        assert_eq!(v[1].line, 3);
+        assert_eq!(v[1].gold.as_deref(), Some("C"));
+        assert_eq!(v[1].provenance[0], Value::from("sciq"));
+        assert_eq!(v[1].provenance[4], Value::from(3));
+        assert_eq!(v[1].provenance[1], Value::Null);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        for (text, needle) in [
+            ("{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"b\"\n", ":2: invalid JSON"),
+            ("{\"prompt\":\"p\"}\n", ":1: missing `id`"),
+            (
+                "{\"id\":\"a\",\"prompt\":\"p\"}\n{\"id\":\"a\",\"prompt\":\"q\"}\n",
+                "already used on line 1",
+            ),
+            (
+                "{\"id\":\"a\",\"prompt\":\"p\",\"options\":[\"x\",\"y\"],\"gold\":\"C\"}\n",
+                ":1: `gold` \"C\"",
+            ),
+            (
+                "{\"id\":\"a\",\"prompt\":\"p\",\"options\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\"]}\n",
+                "11 entries",
+            ),
+        ] {
+            let e = read(text).unwrap_err();
+            assert!(format!("{e:#}").contains(needle), "{needle}: {e:#}");
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The `distill` command's driver: teacher + prompts + plan → committed batches → finalised
+//! output, resumable and shardable (see [`super::output`] for the part layout).
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+
+use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
+use super::output::{self, PartWriter};
+use super::prompts::{read_prompts, PromptItem, PROVENANCE_FIELDS};
+use super::sampler::{generate, GenParams};
+use super::{plan, rng, DistillArgs};
+use crate::teacher::{Teacher, TeacherBackend, TeacherOptions};
+use crate::worker::WorkerSlice;
+
+/// `cpu`, `cuda` or `cuda:N`, checked before any work.
+pub fn check_device(device: &str) -> Result<()> {
+    let ok = device == "cpu"
+        || device == "cuda"
+        || device
+            .strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<usize>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::error::usage(format!(
+            "--device {device:?}: expected cpu, cuda or cuda:N"
+        )))
+    }
+}
+
+/// The backend for `--device`.
+pub fn backend(device: &str, teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+    match device {
+        "cpu" => Ok(Box::new(teacher.cpu()?)),
+        d if d == "cuda" || d.starts_with("cuda:") => cuda_backend(d, teacher),
+        other => Err(crate::error::usage(format!(
+            "--device {other:?}: expected cpu, cuda or cuda:N"
+        ))),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+    Err(crate::error::usage(format!(
+        "--device {device}: this binary was built without the `cuda` feature \
+         (cargo build --release --features cuda), or use --device cpu"
+    )))
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+    // The GPU backend (module `gpu`) plugs in here.
+    Err(crate::error::usage(format!(
+        "--device {device}: the CUDA teacher backend is not wired into distill in this build"
+    )))
+}
+
+/// Everything that determines the output bytes; a resume must match it exactly.
+fn fingerprint(
+    args: &DistillArgs,
+    teacher: &Teacher,
+    params: &GenParams,
+    prompts_sha256: &str,
+    n_prompts: usize,
+) -> Value {
+    json!({
+        "tool": format!("dlm-data {}", env!("CARGO_PKG_VERSION")),
+        "prompts_sha256": prompts_sha256,
+        "limit": args.limit,
+        "prompts": n_prompts,
+        "teacher_weights_sha256": teacher.identity.weights_sha256,
+        "teacher_config_sha256": teacher.identity.config_sha256,
+        "tokenizer_sha256": crate::util::sha256_file(&teacher.dir.join("tokenizer.json")).ok(),
+        "gen": gen_json(params),
+        "batch_size": args.batch_size,
+        "mask_id": params.mask_id,
+        "pad_id": teacher.pad_id,
+        "logits_shift": teacher.logits_shift,
+        "chat_template": teacher.tokenizer.chat_template.is_some() && !args.no_chat_template,
+        "logits_eos_inf": params.logits_eos_inf,
+        "confidence_eos_eot_inf": params.confidence_eos_eot_inf,
+        "eos_ids": params.eos_ids,
+        "eot_ids": params.eot_ids,
+        "answer_template": ANSWER_TEMPLATE,
+    })
+}
+
+fn gen_json(p: &GenParams) -> Value {
+    json!({
+        "gen_length": p.gen_length,
+        "block_length": p.block_length,
+        "steps": p.steps,
+        "temperature": p.temperature,
+        "remasking": p.remasking.as_str(),
+        "seed": p.seed,
+    })
+}
+
+fn letters_map(v: &[(String, f64)]) -> Value {
+    Value::Object(v.iter().map(|(k, p)| (k.clone(), json!(p))).collect())
+}
+
+/// The distilled.json record of one prompt (contract item 6, plus `stop`).
+#[allow(clippy::too_many_arguments)]
+fn record(
+    item: &PromptItem,
+    response: String,
+    response_ids: &[u32],
+    stopped: bool,
+    answer: Option<&Answer>,
+    gen: &Value,
+    teacher: &Value,
+) -> Result<String> {
+    let mut r = Map::new();
+    r.insert("id".into(), json!(item.id));
+    for (k, v) in PROVENANCE_FIELDS.iter().zip(&item.provenance) {
+        r.insert((*k).into(), v.clone());
+    }
+    r.insert("prompt".into(), json!(item.prompt));
+    r.insert("response".into(), json!(response));
+    r.insert("response_ids".into(), json!(response_ids));
+    r.insert("stop".into(), json!(if stopped { "eos" } else { "length" }));
+    r.insert("answer".into(), json!(answer.map(|a| &a.letter)));
+    r.insert(
+        "answer_probs".into(),
+        answer.map_or(Value::Null, |a| letters_map(&a.probs)),
+    );
+    r.insert(
+        "answer_logprobs".into(),
+        answer.map_or(Value::Null, |a| letters_map(&a.logprobs)),
+    );
+    r.insert("gold".into(), json!(item.gold));
+    r.insert(
+        "correct".into(),
+        match (answer, &item.gold) {
+            (Some(a), Some(g)) => json!(&a.letter == g),
+            _ => Value::Null,
+        },
+    );
+    r.insert("gen".into(), gen.clone());
+    r.insert("teacher".into(), teacher.clone());
+    Ok(serde_json::to_string(&Value::Object(r))?)
+}
+
+fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} prompts  {per_sec}  {msg}  ETA {eta}",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    pb.set_position(done);
+    pb
+}
+
+pub fn run(args: DistillArgs) -> Result<()> {
+    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    if args.batch_size == 0 {
+        return Err(crate::error::usage("--batch-size must be > 0"));
+    }
+    check_device(&args.device)?;
+    let teacher = Teacher::open(
+        &args.teacher,
+        &TeacherOptions {
+            mask_id: args.mask_id,
+            logits_shift: args.logits_shift,
+            bidirectional: args.bidirectional,
+        },
+    )?;
+    let params = GenParams {
+        gen_length: args.gen_length,
+        block_length: args.block_length,
+        steps: args.steps,
+        temperature: args.temperature,
+        remasking: args.remasking,
+        seed: args.seed,
+        mask_id: teacher.mask_id,
+        logits_eos_inf: args.logits_eos_inf,
+        confidence_eos_eot_inf: args.confidence_eos_eot_inf,
+        eos_ids: teacher.eos_ids.clone(),
+        eot_ids: args.eot_ids.clone(),
+    };
+    params.validate()?;
+    let v = teacher.config.vocab_size;
+    if let Some(bad) = args.eot_ids.iter().find(|&&e| e as usize >= v) {
+        return Err(crate::error::usage(format!(
+            "--eot-id {bad} is out of range for vocab_size {v}"
+        )));
+    }
+
+    let mut items = read_prompts(&args.prompts)?;
+    if let Some(n) = args.limit {
+        items.truncate(n);
+    }
+    let use_template = !args.no_chat_template;
+    let tok = &teacher.tokenizer;
+    let ids: Vec<Vec<u32>> = items
+        .par_iter()
+        .map(|it| {
+            let text = tok.render(&it.prompt, use_template)?;
+            tok.encode(&text)
+        })
+        .collect::<Vec<Result<_>>>()
+        .into_iter()
+        .zip(&items)
+        .map(|(r, it)| r.with_context(|| format!("{}:{}", args.prompts.display(), it.line)))
+        .collect::<Result<_>>()?;
+    if let Some((it, _)) = items.iter().zip(&ids).find(|(_, x)| x.is_empty()) {
+        anyhow::bail!(
+            "{}:{}: prompt {:?} encodes to no tokens",
+            args.prompts.display(),
+            it.line,
+            it.id
+        );
+    }
+    let mcq = items.iter().any(|i| i.options.is_some());
+    let letter_ids = if mcq {
+        tok.letter_ids(ANSWER_TEMPLATE, 10)
+            .context("answer letters A–J")?
+    } else {
+        vec![]
+    };
+    let template_ids = tok.encode(ANSWER_TEMPLATE)?;
+    let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+    let batches = plan::plan(&lengths, args.batch_size);
+
+    let prompts_sha256 = crate::util::sha256_file(&args.prompts)?;
+    let fp = fingerprint(&args, &teacher, &params, &prompts_sha256, items.len());
+    let hdr = output::header(slice, batches.len(), items.len(), &fp);
+    let own = output::part_path(&args.out, slice);
+    let mut writer = PartWriter::open(&own, &hdr)?;
+    let mut skip = writer.done.clone();
+    if slice.is_whole() {
+        skip.extend(output::committed_elsewhere(
+            &output::parts_dir(&args.out),
+            &hdr,
+            &own,
+        )?);
+    }
+    let mine: Vec<usize> = (0..batches.len()).filter(|&k| slice.owns(k)).collect();
+    let todo: Vec<usize> = mine.iter().copied().filter(|k| !skip.contains(k)).collect();
+    let owned_prompts: usize = mine.iter().map(|&k| batches[k].len()).sum();
+    let todo_prompts: usize = todo.iter().map(|&k| batches[k].len()).sum();
+    tracing::info!(
+        "distill {}: {} prompts ({} MCQ) in {} batches; worker {slice} owns {} batches, {} to do \
+         (padding {} tokens); teacher {} (weights sha256 {})",
+        args.prompts.display(),
+        items.len(),
+        items.iter().filter(|i| i.options.is_some()).count(),
+        batches.len(),
+        mine.len(),
+        todo.len(),
+        plan::padding(&lengths, &batches),
+        teacher.dir.display(),
+        &teacher.identity.weights_sha256[..12],
+    );
+
+    let gen = gen_json(&params);
+    let teacher_json = serde_json::to_value(&teacher.identity)?;
+    let stop_ids: Vec<u32> = params
+        .eos_ids
+        .iter()
+        .chain(&params.eot_ids)
+        .copied()
+        .collect();
+    let pb = progress_bar(owned_prompts as u64, (owned_prompts - todo_prompts) as u64);
+    let start = Instant::now();
+    let mut backend = if todo.is_empty() {
+        None
+    } else {
+        Some(backend(&args.device, &teacher)?)
+    };
+    let mut generated = 0usize;
+    let mut correct = (0usize, 0usize);
+    for &k in &todo {
+        let be = backend.as_mut().expect("backend for work").as_mut();
+        let batch = &batches[k];
+        let prompts: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
+        let keys: Vec<u64> = batch
+            .iter()
+            .map(|&i| rng::prompt_key(&items[i].id))
+            .collect();
+        let out = generate(
+            be,
+            &params,
+            &prompts,
+            &keys,
+            teacher.pad_id,
+            teacher.logits_shift,
+            None,
+        )
+        .with_context(|| format!("batch {k}"))?;
+        // Responses end at the first EOS/EoT.
+        let cut: Vec<(&[u32], bool)> = out
+            .iter()
+            .map(|g| match g.iter().position(|t| stop_ids.contains(t)) {
+                Some(e) => (&g[..e], true),
+                None => (&g[..], false),
+            })
+            .collect();
+        let mcq_rows: Vec<usize> = (0..batch.len())
+            .filter(|&r| items[batch[r]].options.is_some())
+            .collect();
+        let contexts: Vec<Vec<u32>> = mcq_rows
+            .iter()
+            .map(|&r| [prompts[r], cut[r].0, &template_ids].concat())
+            .collect();
+        let n_opts: Vec<usize> = mcq_rows
+            .iter()
+            .map(|&r| items[batch[r]].options.as_ref().map_or(0, Vec::len))
+            .collect();
+        let answers = answer_batch(
+            be,
+            &contexts,
+            &n_opts,
+            &letter_ids,
+            teacher.mask_id,
+            teacher.pad_id,
+            teacher.logits_shift,
+        )?;
+        let mut answer_of: Vec<Option<&Answer>> = vec![None; batch.len()];
+        for (r, a) in mcq_rows.iter().zip(&answers) {
+            answer_of[*r] = Some(a);
+        }
+        let mut records = Vec::with_capacity(batch.len());
+        for (r, &i) in batch.iter().enumerate() {
+            let (resp, stopped) = cut[r];
+            let text = tok.decode(resp)?;
+            if let (Some(a), Some(g)) = (answer_of[r], &items[i].gold) {
+                correct.1 += 1;
+                correct.0 += usize::from(&a.letter == g);
+            }
+            records.push(record(
+                &items[i],
+                text,
+                resp,
+                stopped,
+                answer_of[r],
+                &gen,
+                &teacher_json,
+            )?);
+        }
+        writer.append(k, batch, &records)?;
+        generated += batch.len() * params.gen_length;
+        pb.inc(batch.len() as u64);
+        pb.set_message(format!(
+            "{:.1} tok/s",
+            generated as f64 / start.elapsed().as_secs_f64().max(1e-9)
+        ));
+        tracing::debug!("batch {k} committed ({} prompts)", batch.len());
+    }
+    pb.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    tracing::info!(
+        "worker {slice}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s){}",
+        todo_prompts,
+        todo_prompts as f64 / secs.max(1e-9),
+        generated as f64 / secs.max(1e-9),
+        if correct.1 > 0 {
+            format!(", MCQ accuracy vs gold {}/{}", correct.0, correct.1)
+        } else {
+            String::new()
+        }
+    );
+    if slice.is_whole() {
+        finalize_run(&args.out, args.format)?;
+    } else {
+        eprintln!(
+            "worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
+            own.display(),
+            args.out.display(),
+            slice.count
+        );
+    }
+    Ok(())
+}
+
+/// Finalise every part beside `out` into `out`.
+pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<()> {
+    let parts = output::list_parts(&output::parts_dir(out))?;
+    let f = output::finalize(&parts, out, format)?;
+    eprintln!(
+        "distilled {} records ({} batches, {} part files) → {}",
+        f.records,
+        f.batches,
+        f.parts,
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,405 @@
+//! LLaDA's block-wise masked-diffusion `generate` (notes/sampler.md §1.2), exactly, with the
+//! LM head and softmax over the current block only.
+//!
+//! Per block: `get_num_transfer_tokens` spreads the block's masks over `steps / num_blocks`
+//! steps (equal shares, the remainder to the earliest steps). Per step: one forward; for every
+//! masked position of the block a candidate `x0` (argmax at temperature 0, else Gumbel-max in
+//! float64 from [`rng`](super::rng)); its confidence is `p(x0)` under the un-noised,
+//! un-tempered softmax (`low-confidence`) or a uniform draw from `STREAM_REMASK` (`random`);
+//! the `k` most confident masked positions of the row are committed, highest first (ties: the
+//! lower position). Nothing beyond the current block is ever committed and a committed token is
+//! never remasked, so logits outside the block are never needed.
+//!
+//! One deliberate difference from the reference: the mask token is excluded from the
+//! candidates and from the confidence softmax (its logit is treated as −∞, MDLM's zero-masking
+//! parametrisation), so a committed position always holds a real token.
+//!
+//! EOS/EoT flags, as LLaDA intends them (not as its `a = b = -inf` line does):
+//! `logits_eos_inf` gives EOS logits −∞ before the choice (EOS is never sampled);
+//! `confidence_eos_eot_inf` computes confidence with EOS and EoT excluded from the softmax, so
+//! a position whose candidate is EOS/EoT has confidence 0 and is committed only when nothing
+//! else is left — identically at every temperature.
+//!
+//! [`step_row`] is the whole per-step math of one row over its block logits; the CUDA backend
+//! reimplements it as kernels and is checked against it.
+
+use anyhow::Result;
+
+use super::rng;
+use super::Remasking;
+use crate::teacher::TeacherBackend;
+
+/// The sampler's settings (one generation run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenParams {
+    pub gen_length: usize,
+    pub block_length: usize,
+    /// Total steps over all blocks (LLaDA's `steps`).
+    pub steps: usize,
+    pub temperature: f64,
+    pub remasking: Remasking,
+    pub seed: u64,
+    pub mask_id: u32,
+    pub logits_eos_inf: bool,
+    pub confidence_eos_eot_inf: bool,
+    pub eos_ids: Vec<u32>,
+    pub eot_ids: Vec<u32>,
+}
+
+impl GenParams {
+    /// LLaDA's asserts, as usage errors.
+    pub fn validate(&self) -> Result<()> {
+        let u = |m: String| Err(crate::error::usage(m));
+        if self.gen_length == 0 || self.block_length == 0 || self.steps == 0 {
+            return u("--gen-length, --block-length and --steps must be > 0".into());
+        }
+        if self.gen_length % self.block_length != 0 {
+            return u(format!(
+                "--gen-length {} is not a multiple of --block-length {}",
+                self.gen_length, self.block_length
+            ));
+        }
+        let blocks = self.num_blocks();
+        if self.steps % blocks != 0 {
+            return u(format!(
+                "--steps {} is not a multiple of the number of blocks {blocks}",
+                self.steps
+            ));
+        }
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return u(format!("--temperature {} must be ≥ 0", self.temperature));
+        }
+        Ok(())
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.gen_length / self.block_length
+    }
+
+    pub fn steps_per_block(&self) -> usize {
+        self.steps / self.num_blocks()
+    }
+}
+
+/// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
+pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {
+    let (base, rem) = (mask_count / steps, mask_count % steps);
+    (0..steps).map(|i| base + usize::from(i < rem)).collect()
+}
+
+/// One committed token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Commit {
+    /// Global step (over all blocks).
+    pub step: usize,
+    /// Row in the batch.
+    pub row: usize,
+    /// Position in the generated span.
+    pub pos: usize,
+    pub token: u32,
+}
+
+/// Identifies a row's random stream and where its block sits.
+#[derive(Debug, Clone, Copy)]
+pub struct RowCtx {
+    pub prompt_key: u64,
+    pub global_step: u64,
+    /// Position of the block's first token within the generated span.
+    pub block_start: usize,
+}
+
+/// Candidate token for one position: argmax (temperature 0; first maximum) or Gumbel-max in
+/// float64. The mask token itself is never a candidate (MDLM's "zero masking probability";
+/// committing it would leave the position masked), EOS neither when `logits_eos_inf`.
+pub fn choose_token(p: &GenParams, logits: &[f32], ctx: &RowCtx, pos: usize) -> u32 {
+    let banned =
+        |v: usize| v as u32 == p.mask_id || (p.logits_eos_inf && p.eos_ids.contains(&(v as u32)));
+    let mut best = f64::NEG_INFINITY;
+    let mut arg = 0usize;
+    let mut found = false;
+    for (v, &l) in logits.iter().enumerate() {
+        if banned(v) {
+            continue;
+        }
+        let s = if p.temperature == 0.0 {
+            l as f64
+        } else {
+            rng::gumbel_score(
+                l as f64,
+                p.temperature,
+                p.seed,
+                ctx.prompt_key,
+                ctx.global_step,
+                pos as u64,
+                v as u64,
+            )
+        };
+        if !found || s > best {
+            best = s;
+            arg = v;
+            found = true;
+        }
+    }
+    arg as u32
+}
+
+/// Confidence of candidate `x0` at `pos` (see the module doc).
+pub fn confidence(p: &GenParams, logits: &[f32], x0: u32, ctx: &RowCtx, pos: usize) -> f64 {
+    match p.remasking {
+        Remasking::Random => rng::uniform(
+            p.seed,
+            rng::STREAM_REMASK,
+            ctx.prompt_key,
+            ctx.global_step,
+            pos as u64,
+            0,
+        ),
+        Remasking::LowConfidence => {
+            let excluded = |v: usize| {
+                let v = v as u32;
+                v == p.mask_id
+                    || (p.logits_eos_inf && p.eos_ids.contains(&v))
+                    || (p.confidence_eos_eot_inf
+                        && (p.eos_ids.contains(&v) || p.eot_ids.contains(&v)))
+            };
+            if excluded(x0 as usize) {
+                return 0.0;
+            }
+            let mut m = f64::NEG_INFINITY;
+            for (v, &l) in logits.iter().enumerate() {
+                if !excluded(v) {
+                    m = m.max(l as f64);
+                }
+            }
+            let mut z = 0.0;
+            for (v, &l) in logits.iter().enumerate() {
+                if !excluded(v) {
+                    z += (l as f64 - m).exp();
+                }
+            }
+            (logits[x0 as usize] as f64 - m).exp() / z
+        }
+    }
+}
+
+/// One step of one row: `block` holds the row's current block (mask id where still masked),
+/// `logits` its `[block.len(), vocab]` logits. Commits the `k` most confident masked positions
+/// into `block` and returns their (block offset, token), in commit order.
+pub fn step_row(
+    p: &GenParams,
+    logits: &[f32],
+    vocab: usize,
+    block: &mut [u32],
+    k: usize,
+    ctx: &RowCtx,
+) -> Vec<(usize, u32)> {
+    if k == 0 {
+        return vec![];
+    }
+    let mut cand: Vec<(f64, usize, u32)> = Vec::new();
+    for (j, &t) in block.iter().enumerate() {
+        if t != p.mask_id {
+            continue;
+        }
+        let row = &logits[j * vocab..(j + 1) * vocab];
+        let pos = ctx.block_start + j;
+        let x0 = choose_token(p, row, ctx, pos);
+        cand.push((confidence(p, row, x0, ctx, pos), j, x0));
+    }
+    // Highest confidence first; ties to the lower position (a total, stable order).
+    cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    cand.truncate(k);
+    for &(_, j, t) in &cand {
+        block[j] = t;
+    }
+    cand.into_iter().map(|(_, j, t)| (j, t)).collect()
+}
+
+/// A left-padded batch: `[b, lp + gen_length]` tokens and key mask.
+pub struct Layout {
+    pub b: usize,
+    pub lp: usize,
+    pub l: usize,
+    pub tokens: Vec<u32>,
+    pub keep: Vec<bool>,
+}
+
+/// Left-pad `prompts` to a common length and append `gen_length` masks.
+pub fn layout(prompts: &[&[u32]], gen_length: usize, mask_id: u32, pad_id: u32) -> Layout {
+    let b = prompts.len();
+    let lp = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let l = lp + gen_length;
+    let mut tokens = Vec::with_capacity(b * l);
+    let mut keep = Vec::with_capacity(b * l);
+    for p in prompts {
+        let pad = lp - p.len();
+        tokens.extend(std::iter::repeat_n(pad_id, pad));
+        keep.extend(std::iter::repeat_n(false, pad));
+        tokens.extend_from_slice(p);
+        tokens.extend(std::iter::repeat_n(mask_id, gen_length));
+        keep.extend(std::iter::repeat_n(true, p.len() + gen_length));
+    }
+    Layout {
+        b,
+        lp,
+        l,
+        tokens,
+        keep,
+    }
+}
+
+/// Generate for a batch of prompts (token ids; `keys` their [`rng::prompt_key`]s). Returns the
+/// generated span of each row; `trace`, when given, receives every commit in order.
+/// `logits_shift` 1 reads position i's prediction from the logits at i − 1.
+#[allow(clippy::too_many_arguments)]
+pub fn generate(
+    backend: &mut dyn TeacherBackend,
+    p: &GenParams,
+    prompts: &[&[u32]],
+    keys: &[u64],
+    pad_id: u32,
+    logits_shift: u8,
+    mut trace: Option<&mut Vec<Commit>>,
+) -> Result<Vec<Vec<u32>>> {
+    let shift = logits_shift as usize;
+    anyhow::ensure!(
+        shift == 0 || prompts.iter().all(|p| !p.is_empty()),
+        "--logits-shift 1 needs a non-empty prompt"
+    );
+    let mut lay = layout(prompts, p.gen_length, p.mask_id, pad_id);
+    let (b, lp, l) = (lay.b, lay.lp, lay.l);
+    let vocab = backend.vocab_size();
+    let bl = p.block_length;
+    let spb = p.steps_per_block();
+    for nb in 0..p.num_blocks() {
+        let s0 = lp + nb * bl;
+        let schedule: Vec<Vec<usize>> = (0..b)
+            .map(|r| {
+                let masks = lay.tokens[r * l + s0..r * l + s0 + bl]
+                    .iter()
+                    .filter(|&&t| t == p.mask_id)
+                    .count();
+                num_transfer_tokens(masks, spb)
+            })
+            .collect();
+        for i in 0..spb {
+            let global_step = nb * spb + i;
+            // A step that commits nothing anywhere changes nothing: skip its forward.
+            if schedule.iter().all(|s| s[i] == 0) {
+                continue;
+            }
+            let logits =
+                backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
+            for r in 0..b {
+                let ctx = RowCtx {
+                    prompt_key: keys[r],
+                    global_step: global_step as u64,
+                    block_start: nb * bl,
+                };
+                let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
+                let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
+                for (j, token) in step_row(p, rl, vocab, block, schedule[r][i], &ctx) {
+                    if let Some(t) = trace.as_deref_mut() {
+                        t.push(Commit {
+                            step: global_step,
+                            row: r,
+                            pos: nb * bl + j,
+                            token,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok((0..b)
+        .map(|r| lay.tokens[r * l + lp..(r + 1) * l].to_vec())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_schedule_matches_llada() {
+        assert_eq!(num_transfer_tokens(32, 8), vec![4; 8]);
+        assert_eq!(num_transfer_tokens(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(num_transfer_tokens(3, 5), vec![1, 1, 1, 0, 0]);
+        assert_eq!(num_transfer_tokens(0, 2), vec![0, 0]);
+    }
+
+    fn params() -> GenParams {
+        GenParams {
+            gen_length: 4,
+            block_length: 4,
+            steps: 2,
+            temperature: 0.0,
+            remasking: Remasking::LowConfidence,
+            seed: 0,
+            mask_id: 9,
+            logits_eos_inf: false,
+            confidence_eos_eot_inf: false,
+            eos_ids: vec![1],
+            eot_ids: vec![2],
+        }
+    }
+
+    #[test]
+    fn step_commits_most_confident_first() {
+        let p = params();
+        let v = 4;
+        // Position 0: peaked on 3; 1: flat; 2: already committed; 3: peaked on 0 (most).
+        let logits = [
+            0.0, 0.0, 0.0, 3.0, //
+            0.0, 0.1, 0.0, 0.0, //
+            9.0, 0.0, 0.0, 0.0, //
+            5.0, 0.0, 0.0, 0.0,
+        ];
+        let mut block = [9, 9, 2, 9];
+        let ctx = RowCtx {
+            prompt_key: 1,
+            global_step: 0,
+            block_start: 0,
+        };
+        let c = step_row(&p, &logits, v, &mut block, 2, &ctx);
+        assert_eq!(c, vec![(3, 0), (0, 3)]);
+        assert_eq!(block, [3, 9, 2, 0]);
+    }
+
+    #[test]
+    fn eos_flags_as_intended() {
+        let mut p = params();
+        let ctx = RowCtx {
+            prompt_key: 1,
+            global_step: 0,
+            block_start: 0,
+        };
+        let row = [0.0f32, 5.0, 4.0, 1.0]; // EOS=1 best, EoT=2 second
+        assert_eq!(choose_token(&p, &row, &ctx, 0), 1);
+        p.logits_eos_inf = true;
+        assert_eq!(choose_token(&p, &row, &ctx, 0), 2);
+        p.logits_eos_inf = false;
+        p.confidence_eos_eot_inf = true;
+        assert_eq!(confidence(&p, &row, 1, &ctx, 0), 0.0);
+        assert_eq!(confidence(&p, &row, 2, &ctx, 0), 0.0);
+        // Others renormalised over the remaining tokens {0, 3}.
+        let c3 = confidence(&p, &row, 3, &ctx, 0);
+        assert!((c3 - 1f64.exp() / (1.0 + 1f64.exp())).abs() < 1e-12);
+        // Same at temperature > 0 (the reference's bug would differ here).
+        p.temperature = 1.0;
+        assert_eq!(confidence(&p, &row, 1, &ctx, 0), 0.0);
+    }
+
+    #[test]
+    fn validate_rejects_llada_assert_cases() {
+        let mut p = params();
+        p.gen_length = 6;
+        assert!(p.validate().is_err());
+        p.gen_length = 8;
+        p.steps = 3; // 2 blocks
+        assert!(p.validate().is_err());
+        p.steps = 4;
+        p.validate().unwrap();
+        assert_eq!(p.steps_per_block(), 2);
+    }
+}

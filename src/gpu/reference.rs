@@ -1,0 +1,338 @@
+//! A plainly written CPU model and LLaDA sampler that the GPU engine is checked against: the
+//! same math in fp32, rounding to bf16 exactly where the GPU stores bf16 (GEMM inputs and
+//! outputs, q/k/v, attention output), so the two agree to accumulation order and temperature-0
+//! generations can be compared token for token. Also writes the tiny random teacher used for
+//! that parity run (HF layout: config.json + model.safetensors, bf16).
+
+use std::path::Path;
+
+use anyhow::Result;
+use half::bf16;
+use rayon::prelude::*;
+
+use super::engine::GenParams;
+use super::weights::{Checkpoint, LlamaConfig};
+use crate::distill::rng;
+
+fn r(x: f32) -> f32 {
+    bf16::from_f32(x).to_f32()
+}
+
+fn to_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(2)
+        .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect()
+}
+
+struct Layer {
+    ln1: Vec<f32>,
+    qkv: Vec<f32>,
+    o: Vec<f32>,
+    ln2: Vec<f32>,
+    gu: Vec<f32>,
+    down: Vec<f32>,
+}
+
+pub struct CpuModel {
+    pub cfg: LlamaConfig,
+    emb: Vec<f32>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    head: Option<Vec<f32>>,
+}
+
+/// y[n] = Σ_k x[k] · w[n, k]  (w row-major [N, K]).
+fn matvec(x: &[f32], w: &[f32], n: usize) -> Vec<f32> {
+    let k = x.len();
+    (0..n)
+        .map(|j| {
+            w[j * k..(j + 1) * k]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a * b)
+                .sum()
+        })
+        .collect()
+}
+
+fn rmsnorm(x: &[f32], g: &[f32], eps: f32) -> Vec<f32> {
+    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let rr = 1.0 / (ss + eps).sqrt();
+    x.iter().zip(g).map(|(v, w)| r(v * rr * w)).collect()
+}
+
+impl CpuModel {
+    pub fn load(dir: &Path) -> Result<Self> {
+        let cfg = LlamaConfig::load(dir)?;
+        let ck = Checkpoint::open(dir)?;
+        ck.validate(&cfg)?;
+        let (h, i, v, hd) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+            cfg.head_dim(),
+        );
+        let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+        let get = |n: &str, s: Vec<usize>| -> Result<Vec<f32>> { Ok(to_f32(&ck.bf16(n, &s)?)) };
+        let mut layers = Vec::new();
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let mut qkv = get(&format!("{p}.self_attn.q_proj.weight"), vec![qd, h])?;
+            qkv.extend(get(&format!("{p}.self_attn.k_proj.weight"), vec![kd, h])?);
+            qkv.extend(get(&format!("{p}.self_attn.v_proj.weight"), vec![kd, h])?);
+            let mut gu = get(&format!("{p}.mlp.gate_proj.weight"), vec![i, h])?;
+            gu.extend(get(&format!("{p}.mlp.up_proj.weight"), vec![i, h])?);
+            layers.push(Layer {
+                ln1: get(&format!("{p}.input_layernorm.weight"), vec![h])?,
+                qkv,
+                o: get(&format!("{p}.self_attn.o_proj.weight"), vec![h, qd])?,
+                ln2: get(&format!("{p}.post_attention_layernorm.weight"), vec![h])?,
+                gu,
+                down: get(&format!("{p}.mlp.down_proj.weight"), vec![h, i])?,
+            });
+        }
+        let head = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(get("lm_head.weight", vec![v, h])?)
+        };
+        Ok(Self {
+            emb: get("model.embed_tokens.weight", vec![v, h])?,
+            norm: get("model.norm.weight", vec![h])?,
+            layers,
+            head,
+            cfg,
+        })
+    }
+
+    /// Logits (fp32, full vocabulary) at `positions` of one left-padded sequence.
+    pub fn logits(&self, seq: &[u32], pad: usize, positions: &[usize]) -> Vec<Vec<f32>> {
+        let c = &self.cfg;
+        let (h, i, hd) = (c.hidden_size, c.intermediate_size, c.head_dim());
+        let (nh, kv) = (c.num_attention_heads, c.kv_heads());
+        let eps = c.rms_norm_eps as f32;
+        let s = seq.len();
+        let half = hd / 2;
+        let mut x: Vec<Vec<f32>> = seq
+            .iter()
+            .map(|&t| self.emb[t as usize * h..(t as usize + 1) * h].to_vec())
+            .collect();
+        for l in &self.layers {
+            // q/k/v per position after RoPE, bf16-rounded.
+            let qkv: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = (0..s)
+                .into_par_iter()
+                .map(|p| {
+                    let hn = rmsnorm(&x[p], &l.ln1, eps);
+                    let y: Vec<f32> = matvec(&hn, &l.qkv, (nh + 2 * kv) * hd)
+                        .into_iter()
+                        .map(r)
+                        .collect();
+                    let pos = p.saturating_sub(pad) as f64;
+                    let rot = |v: &[f32]| -> Vec<f32> {
+                        let mut o = vec![0f32; v.len()];
+                        for hh in 0..v.len() / hd {
+                            for j in 0..half {
+                                let inv = 1.0 / c.rope_theta.powf((2 * j) as f64 / hd as f64);
+                                let (sn, cs) = (pos * inv).sin_cos();
+                                let (cs, sn) = (cs as f32, sn as f32);
+                                let (x1, x2) = (v[hh * hd + j], v[hh * hd + j + half]);
+                                o[hh * hd + j] = r(x1 * cs - x2 * sn);
+                                o[hh * hd + j + half] = r(x2 * cs + x1 * sn);
+                            }
+                        }
+                        o
+                    };
+                    (
+                        rot(&y[..nh * hd]),
+                        rot(&y[nh * hd..(nh + kv) * hd]),
+                        y[(nh + kv) * hd..].to_vec(),
+                    )
+                })
+                .collect();
+            let scale = 1.0 / (hd as f32).sqrt();
+            let att: Vec<Vec<f32>> = (0..s)
+                .into_par_iter()
+                .map(|p| {
+                    let mut out = vec![0f32; nh * hd];
+                    for head in 0..nh {
+                        let g = head / (nh / kv);
+                        let q = &qkv[p].0[head * hd..(head + 1) * hd];
+                        let sc: Vec<f32> = (pad..s)
+                            .map(|j| {
+                                q.iter()
+                                    .zip(&qkv[j].1[g * hd..(g + 1) * hd])
+                                    .map(|(a, b)| a * b)
+                                    .sum::<f32>()
+                                    * scale
+                            })
+                            .collect();
+                        let m = sc.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                        let e: Vec<f32> = sc.iter().map(|v| (v - m).exp()).collect();
+                        let z: f32 = e.iter().sum();
+                        for (jj, j) in (pad..s).enumerate() {
+                            let w = e[jj] / z;
+                            for d in 0..hd {
+                                out[head * hd + d] += w * qkv[j].2[g * hd + d];
+                            }
+                        }
+                    }
+                    out.into_iter().map(r).collect()
+                })
+                .collect();
+            x = x
+                .into_par_iter()
+                .zip(att)
+                .map(|(mut xp, a)| {
+                    for (xv, d) in xp.iter_mut().zip(matvec(&a, &l.o, h)) {
+                        *xv += d;
+                    }
+                    let hn = rmsnorm(&xp, &l.ln2, eps);
+                    let gu: Vec<f32> = matvec(&hn, &l.gu, 2 * i).into_iter().map(r).collect();
+                    let act: Vec<f32> = (0..i)
+                        .map(|k| r(gu[k] / (1.0 + (-gu[k]).exp()) * gu[i + k]))
+                        .collect();
+                    for (xv, d) in xp.iter_mut().zip(matvec(&act, &l.down, h)) {
+                        *xv += d;
+                    }
+                    xp
+                })
+                .collect();
+        }
+        let head = self.head.as_ref().unwrap_or(&self.emb);
+        positions
+            .par_iter()
+            .map(|&p| matvec(&rmsnorm(&x[p], &self.norm, eps), head, c.vocab_size))
+            .collect()
+    }
+
+    /// LLaDA's generate for one prompt, plainly: full forward each step, block logits only.
+    pub fn generate(&self, prompt: &[u32], lp: usize, key: u64, p: &GenParams) -> Vec<u32> {
+        let pad = lp - prompt.len();
+        let mut x = vec![p.pad_id; pad];
+        x.extend_from_slice(prompt);
+        x.resize(lp + p.gen_length, p.mask_id);
+        let spb = p.steps_per_block();
+        let nt = p.num_transfer();
+        let blk = p.block_length;
+        for b in 0..p.gen_length / blk {
+            let s0 = lp + b * blk;
+            for i in 0..spb {
+                let step = (b * spb + i) as u64;
+                let pos: Vec<usize> = (0..blk)
+                    .map(|j| (s0 + j).saturating_sub(p.logits_shift))
+                    .collect();
+                let logits = self.logits(&x, pad, &pos);
+                let mut cand = vec![(0u32, f32::NEG_INFINITY); blk];
+                for j in 0..blk {
+                    if x[s0 + j] != p.mask_id {
+                        continue;
+                    }
+                    let l = &logits[j];
+                    let gpos = (s0 + j - lp) as u64;
+                    let mut best = (f64::NEG_INFINITY, 0usize);
+                    for (t, &v) in l.iter().enumerate() {
+                        let sc = if p.temperature > 0.0 {
+                            rng::gumbel_score(
+                                v as f64,
+                                p.temperature,
+                                p.seed,
+                                key,
+                                step,
+                                gpos,
+                                t as u64,
+                            )
+                        } else {
+                            v as f64
+                        };
+                        if sc > best.0 {
+                            best = (sc, t);
+                        }
+                    }
+                    let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                    let z: f32 = l.iter().map(|v| (v - m).exp()).sum();
+                    let conf = if p.remask_random {
+                        rng::uniform(p.seed, rng::STREAM_REMASK, key, step, gpos, 0) as f32
+                    } else {
+                        (l[best.1] - m).exp() / z
+                    };
+                    cand[j] = (best.1 as u32, conf);
+                }
+                let k = nt[i] as usize;
+                let mut order: Vec<usize> = (0..blk).filter(|&j| x[s0 + j] == p.mask_id).collect();
+                order.sort_by(|&a, &b| cand[b].1.partial_cmp(&cand[a].1).unwrap().then(a.cmp(&b)));
+                for &j in order.iter().take(k) {
+                    x[s0 + j] = cand[j].0;
+                }
+            }
+        }
+        x[lp..].to_vec()
+    }
+}
+
+/// Shape of the tiny parity teacher.
+pub fn tiny_config() -> serde_json::Value {
+    serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": false,
+        "is_causal": false,
+        "mask_token_id": 999,
+        "pad_token_id": 0,
+        "torch_dtype": "bfloat16"
+    })
+}
+
+/// Write a random bf16 teacher of `config` (HF layout) into `dir`; deterministic in `seed`.
+pub fn write_random_teacher(dir: &Path, config: &serde_json::Value, seed: u64) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cfg: LlamaConfig = serde_json::from_value(config.clone())?;
+    let mut ctr = 0u64;
+    let mut normal = move || {
+        ctr += 2;
+        let u1 = rng::uniform(seed, 1, 0, 0, ctr, 0);
+        let u2 = rng::uniform(seed, 1, 0, 0, ctr + 1, 0);
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    };
+    let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, shape) in Checkpoint::expected(&cfg) {
+        let n: usize = shape.iter().product();
+        let norm = name.ends_with("norm.weight");
+        let data: Vec<u8> = (0..n)
+            .flat_map(|_| {
+                let v = if norm {
+                    1.0 + 0.1 * normal()
+                } else {
+                    0.05 * normal()
+                };
+                bf16::from_f64(v).to_le_bytes()
+            })
+            .collect();
+        tensors.push((name, shape, data));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            Ok((
+                n.clone(),
+                safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d)?,
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let bytes = safetensors::serialize(views, None)?;
+    crate::util::atomic_write(&dir.join("model.safetensors"), &bytes)?;
+    crate::util::atomic_write(
+        &dir.join("config.json"),
+        serde_json::to_string_pretty(config)?.as_bytes(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! What `pack` reads, in which order: the ordered list of input units (whole files) built
+//! from `--input` or from a manifest + its lock + the cache, with the split policy applied,
+//! the mixing order across sources, per-source token budgets, and this worker's share.
+//!
+//! Mixing: with no `weight` in the manifest, sources follow manifest order (each source's
+//! files in path order). With weights, files are interleaved deterministically by a smooth
+//! weighted round-robin over the locked file sizes: the next file comes from the source whose
+//! `bytes_taken / weight` is smallest (ties: manifest order). `--tokens N` gives each source a
+//! budget of `N * weight / sum(weights)` tokens (equal shares without weights); a source stops
+//! taking documents once its budget is reached.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::hub::cache::Cache;
+use crate::manifest::{Format, Lock, Manifest, Role};
+use crate::sources::Template;
+
+/// One source as `pack` sees it.
+#[derive(Debug)]
+pub struct SourceInfo {
+    pub index: usize,
+    pub name: Arc<str>,
+    pub repo: String,
+    pub commit: String,
+    pub split: String,
+    pub role: String,
+    pub format: Format,
+    pub tpl: Template,
+    pub weight: f64,
+    pub budget: Option<u64>,
+}
+
+/// One input file.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    pub source: Arc<SourceInfo>,
+    /// Repo-relative path (manifest) or the path as given (`--input`).
+    pub file: String,
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+/// The ordered inputs.
+#[derive(Debug)]
+pub struct Plan {
+    pub sources: Vec<Arc<SourceInfo>>,
+    /// Global order (all workers agree on it).
+    pub units: Vec<Unit>,
+    pub manifest: Option<PathBuf>,
+    pub lock_sha256: Option<String>,
+}
+
+/// `10B`, `500M`, `2.5T`, `1000` → tokens.
+pub fn parse_count(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1e3),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1e6),
+        Some('B' | 'b' | 'G' | 'g') => (&t[..t.len() - 1], 1e9),
+        Some('T' | 't') => (&t[..t.len() - 1], 1e12),
+        _ => (t, 1.0),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a count like 10B, 500M or 1000"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("{s:?}: must be positive"));
+    }
+    Ok((v * mult).round() as u64)
+}
+
+/// Input format from a file name.
+pub fn format_of(path: &Path) -> Result<Format> {
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    if name.ends_with(".parquet") {
+        Ok(Format::Parquet)
+    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+        Ok(Format::Jsonl)
+    } else if name.ends_with(".json") {
+        Ok(Format::Json)
+    } else {
+        Err(crate::error::usage(format!(
+            "--input {}: unknown format (expected .parquet, .json or .jsonl)",
+            path.display()
+        )))
+    }
+}
+
+impl Plan {
+    /// `--input FILE [--text-column NAME]`.
+    pub fn from_input(path: &Path, text_column: &str, budget: Option<u64>) -> Result<Plan> {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("--input {}", path.display()))?;
+        let format = format_of(path)?;
+        let tpl = Template::parse(&format!("{{{text_column}}}"))
+            .map_err(|e| crate::error::usage(format!("--text-column: {e}")))?;
+        let name: Arc<str> = Arc::from(
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "input".into()),
+        );
+        let src = Arc::new(SourceInfo {
+            index: 0,
+            name,
+            repo: "local".into(),
+            commit: String::new(),
+            split: "train".into(),
+            role: "train".into(),
+            format,
+            tpl,
+            weight: 1.0,
+            budget,
+        });
+        Ok(Plan {
+            units: vec![Unit {
+                source: src.clone(),
+                file: path.display().to_string(),
+                path: path.to_path_buf(),
+                bytes: meta.len(),
+            }],
+            sources: vec![src],
+            manifest: None,
+            lock_sha256: None,
+        })
+    }
+
+    /// `--manifest FILE`: the lock beside it and the fetched files in the cache.
+    pub fn from_manifest(mpath: &Path, cache: &Cache, tokens: Option<u64>) -> Result<Plan> {
+        let m = Manifest::load(mpath)?;
+        let lock_path = m.lock_path();
+        if !lock_path.is_file() {
+            anyhow::bail!(
+                "{}: no lock file; run `dlm-data fetch --manifest {}` first",
+                lock_path.display(),
+                mpath.display()
+            );
+        }
+        let lock = Lock::load(&lock_path)?;
+        let lock_sha256 = crate::util::sha256_file(&lock_path)?;
+        let any_weight = m.sources.iter().any(|s| s.weight.is_some());
+        let mut sources = Vec::new();
+        let mut per_source: Vec<Vec<Unit>> = Vec::new();
+        for s in &m.sources {
+            if s.role == Role::EvalReference {
+                return Err(crate::error::refused(format!(
+                    "manifest {}: source {:?} has role eval-reference: benchmark data is never packed (use a train-only manifest)",
+                    mpath.display(),
+                    s.name
+                )));
+            }
+            if let Some(k) = crate::policy::eval_keyword(&s.split) {
+                return Err(crate::error::refused(format!(
+                    "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
+                    mpath.display(),
+                    s.name,
+                    s.split
+                )));
+            }
+            if any_weight && s.weight.is_none() {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source {:?} has no weight while others do: give every source a weight, or none",
+                    mpath.display(),
+                    s.name
+                )));
+            }
+            let ls = lock.source(&s.name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: source {:?} is not in the lock; run `dlm-data fetch --manifest {}`",
+                    lock_path.display(),
+                    s.name,
+                    mpath.display()
+                )
+            })?;
+            if ls.role == Role::EvalReference {
+                return Err(crate::error::refused(format!(
+                    "{}: source {:?} is locked as eval-reference: never packed",
+                    lock_path.display(),
+                    s.name
+                )));
+            }
+            let tpl = Template::parse(&s.text).map_err(|e| {
+                crate::error::usage(format!(
+                    "manifest {}: source {:?}: {e}",
+                    mpath.display(),
+                    s.name
+                ))
+            })?;
+            let info = Arc::new(SourceInfo {
+                index: sources.len(),
+                name: Arc::from(s.name.as_str()),
+                repo: ls.repo.clone(),
+                commit: ls.commit.clone(),
+                split: ls.split.clone(),
+                role: "train".into(),
+                format: s.format,
+                tpl,
+                weight: s.weight.unwrap_or(1.0),
+                budget: None,
+            });
+            let mut files: Vec<&crate::manifest::LockedFile> = ls.files.iter().collect();
+            files.sort_by(|a, b| a.path.cmp(&b.path));
+            let mut units = Vec::new();
+            for f in files {
+                if let Some(k) = crate::policy::eval_keyword(&f.path) {
+                    return Err(crate::error::refused(format!(
+                        "{}: source {:?}: file {} looks like an evaluation file ({k:?})",
+                        lock_path.display(),
+                        s.name,
+                        f.path
+                    )));
+                }
+                let p = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
+                let meta = std::fs::metadata(&p).map_err(|_| {
+                    anyhow::anyhow!(
+                        "source {:?}: locked file {} is not in the cache ({}); run `dlm-data fetch --manifest {} --cache {}`",
+                        s.name,
+                        f.path,
+                        p.display(),
+                        mpath.display(),
+                        cache.root.display()
+                    )
+                })?;
+                if meta.len() != f.size {
+                    anyhow::bail!(
+                        "source {:?}: {} has {} bytes in the cache but {} in the lock; re-run `dlm-data fetch`",
+                        s.name,
+                        p.display(),
+                        meta.len(),
+                        f.size
+                    );
+                }
+                units.push(Unit {
+                    source: info.clone(),
+                    file: f.path.clone(),
+                    path: p,
+                    bytes: f.size,
+                });
+            }
+            sources.push(info);
+            per_source.push(units);
+        }
+        // Budgets.
+        if let Some(total) = tokens {
+            let wsum: f64 = sources.iter().map(|s| s.weight).sum();
+            let mut with_budget = Vec::new();
+            for s in &sources {
+                let mut inner = SourceInfo {
+                    index: s.index,
+                    name: s.name.clone(),
+                    repo: s.repo.clone(),
+                    commit: s.commit.clone(),
+                    split: s.split.clone(),
+                    role: s.role.clone(),
+                    format: s.format,
+                    tpl: s.tpl.clone(),
+                    weight: s.weight,
+                    budget: None,
+                };
+                inner.budget = Some(if wsum > 0.0 {
+                    (total as f64 * s.weight / wsum).round() as u64
+                } else {
+                    0
+                });
+                with_budget.push(Arc::new(inner));
+            }
+            for units in per_source.iter_mut() {
+                for u in units.iter_mut() {
+                    u.source = with_budget[u.source.index].clone();
+                }
+            }
+            sources = with_budget;
+        }
+        let units = if any_weight {
+            interleave(per_source, &sources)
+        } else {
+            per_source.into_iter().flatten().collect()
+        };
+        Ok(Plan {
+            sources,
+            units,
+            manifest: Some(mpath.to_path_buf()),
+            lock_sha256: Some(lock_sha256),
+        })
+    }
+}
+
+/// Smooth weighted round-robin of whole files by locked bytes (sources of weight 0 are left
+/// out).
+fn interleave(per_source: Vec<Vec<Unit>>, sources: &[Arc<SourceInfo>]) -> Vec<Unit> {
+    let mut queues: Vec<std::collections::VecDeque<Unit>> =
+        per_source.into_iter().map(Into::into).collect();
+    let mut taken = vec![0f64; queues.len()];
+    let mut out = Vec::new();
+    loop {
+        let mut best: Option<usize> = None;
+        for (i, q) in queues.iter().enumerate() {
+            if q.is_empty() || sources[i].weight <= 0.0 {
+                continue;
+            }
+            let key = taken[i] / sources[i].weight;
+            if best.is_none_or(|b| key < taken[b] / sources[b].weight) {
+                best = Some(i);
+            }
+        }
+        let Some(i) = best else { break };
+        let u = queues[i].pop_front().expect("non-empty");
+        taken[i] += u.bytes.max(1) as f64;
+        out.push(u);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("10B").unwrap(), 10_000_000_000);
+        assert_eq!(parse_count("2.5M").unwrap(), 2_500_000);
+        assert_eq!(parse_count("1000").unwrap(), 1000);
+        assert!(parse_count("x").is_err());
+        assert!(parse_count("-1").is_err());
+    }
+
+    #[test]
+    fn interleave_follows_weights() {
+        let mk = |i: usize, w: f64| {
+            Arc::new(SourceInfo {
+                index: i,
+                name: Arc::from(format!("s{i}").as_str()),
+                repo: "o/n".into(),
+                commit: "c".into(),
+                split: "train".into(),
+                role: "train".into(),
+                format: Format::Parquet,
+                tpl: Template::parse("{text}").unwrap(),
+                weight: w,
+                budget: None,
+            })
+        };
+        let srcs = vec![mk(0, 3.0), mk(1, 1.0)];
+        let units = |s: &Arc<SourceInfo>, n: usize| -> Vec<Unit> {
+            (0..n)
+                .map(|k| Unit {
+                    source: s.clone(),
+                    file: format!("{}-{k}", s.name),
+                    path: PathBuf::new(),
+                    bytes: 100,
+                })
+                .collect()
+        };
+        let order = interleave(vec![units(&srcs[0], 6), units(&srcs[1], 2)], &srcs);
+        let names: Vec<&str> = order.iter().map(|u| u.file.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["s0-0", "s1-0", "s0-1", "s0-2", "s0-3", "s1-1", "s0-4", "s0-5"]
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! Resume after a crash or kill -9: the index is the progress journal. After each durable
+//! shard the writer records the shard and a [`Cursor`] — the input position where the next
+//! shard starts plus every counter at that point — so a rerun with the same arguments
+//! re-opens that input at that row, skips the tokens already packed, and writes the
+//! remaining shards byte-identically to an uninterrupted run.
+//!
+//! A rerun refuses an output directory written with different arguments (the `args`
+//! fingerprint), re-verifies the recorded shards (size of each, sha256 of the last), and
+//! deletes leftovers of the interrupted write (temp files, shards not yet recorded).
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::shards::index::{Index, ProvenanceRange, Totals};
+
+/// Where the next shard starts, and the state to restore there.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// Index into this worker's unit list.
+    pub unit: usize,
+    /// Row of that unit holding the document the next shard starts in.
+    pub row: u64,
+    /// Tokens of that document (BOS/EOS included) already packed.
+    pub skip_tokens: u64,
+    /// Shards written so far.
+    pub shards: usize,
+    pub totals: Totals,
+    pub provenance: Vec<ProvenanceRange>,
+    /// Tokens taken per source (budgets).
+    pub source_tokens: Vec<u64>,
+    /// Rows emitted so far (before shuffling).
+    pub rows_emitted: u64,
+    /// Whether the cursor's unit already has its provenance range open.
+    pub unit_open: bool,
+}
+
+/// What a rerun finds in the output directory.
+pub enum Found {
+    /// Nothing usable: start from the beginning.
+    Fresh,
+    /// Finished already with the same arguments.
+    Complete(Box<Index>),
+    /// Interrupted: continue at the cursor.
+    Resume(Box<Index>, Cursor),
+}
+
+/// Inspect `dir` for a previous run with fingerprint `args`.
+pub fn inspect(dir: &Path, args: &serde_json::Value) -> Result<Found> {
+    let p = crate::shards::index::index_path(dir);
+    if !p.exists() {
+        return Ok(Found::Fresh);
+    }
+    let idx = crate::shards::index::load(dir)?;
+    let prev = idx.extra.get("args");
+    if prev != Some(args) {
+        return Err(crate::error::usage(format!(
+            "{} was written by a different pack command (arguments, inputs or tokenizer differ); use a new --out or remove it",
+            p.display()
+        )));
+    }
+    if idx.complete {
+        return Ok(Found::Complete(Box::new(idx)));
+    }
+    let cursor: Cursor = match idx.extra.get("resume") {
+        Some(v) => serde_json::from_value(v.clone())?,
+        None => bail!("{}: incomplete index without a resume cursor", p.display()),
+    };
+    if cursor.shards != idx.shards.len() {
+        bail!(
+            "{}: resume cursor says {} shards, index lists {}",
+            p.display(),
+            cursor.shards,
+            idx.shards.len()
+        );
+    }
+    for (k, s) in idx.shards.iter().enumerate() {
+        let f = dir.join(&s.file);
+        let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(u64::MAX);
+        if len != s.bytes {
+            bail!(
+                "{}: recorded shard {} is missing or has the wrong size; remove {} and start again",
+                p.display(),
+                s.file,
+                dir.display()
+            );
+        }
+        if k + 1 == idx.shards.len() && crate::util::sha256_file(&f)? != s.sha256 {
+            bail!(
+                "{}: shard {} does not match its sha256",
+                p.display(),
+                s.file
+            );
+        }
+    }
+    Ok(Found::Resume(Box::new(idx), cursor))
+}
+
+/// Remove temp files and shard files that the index does not list (an interrupted write).
+pub fn clean_leftovers(dir: &Path, idx: Option<&Index>) -> Result<()> {
+    let keep: std::collections::HashSet<String> = idx
+        .map(|i| {
+            i.shards
+                .iter()
+                .flat_map(|s| std::iter::once(s.file.clone()).chain(s.extra_files.keys().cloned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = (name.starts_with('.') && name.contains(".tmp"))
+            || ((name.starts_with("part-") || name.starts_with("shard."))
+                && (name.ends_with(".parquet")
+                    || name.ends_with(".bin")
+                    || name.ends_with(".idx")
+                    || name.ends_with(".mds.zstd")));
+        if ours && !keep.contains(&name) {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,135 @@
+//! Megatron-LM indexed dataset shards (`--format megatron`): `part-NNNNN.bin` (token ids,
+//! little-endian, no header) + `part-NNNNN.idx` (`MMIDIDX` header), the layout of
+//! `megatron/core/datasets/indexed_dataset.py`.
+//!
+//! Mapping: each packed row is one Megatron *document* of exactly seq-len tokens, and each
+//! document fragment inside a row (from `doc_offsets`) is one *sequence*, so
+//! `document_indices` = row boundaries and `sequence_lengths` = the cu_seqlens segments.
+//! The `.idx` has no uint32 code: uint32 ids are written with code 4 (int32), byte-identical
+//! for every id below 2^31 (checked); uint16 uses code 8.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{ensure, Result};
+
+use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, WrittenShard};
+
+pub const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
+
+/// `part-00000` (the `.bin`/`.idx` prefix)
+pub fn prefix(n: usize) -> String {
+    format!("part-{n:05}")
+}
+
+/// Encode (.bin, .idx) for a batch.
+pub fn encode(batch: &RowBatch, dtype: Dtype) -> Result<(Vec<u8>, Vec<u8>)> {
+    let offsets = match batch.column("doc_offsets") {
+        Some(Column::U32List(v)) => Some(v),
+        _ => None,
+    };
+    let mut bin = Vec::with_capacity(batch.tokens() as usize * dtype.size());
+    let mut lengths: Vec<i32> = Vec::new();
+    let mut doc_idx: Vec<i64> = vec![0];
+    for (r, row) in batch.input_ids.iter().enumerate() {
+        for &x in row {
+            match dtype {
+                Dtype::U32 => {
+                    ensure!(x < 1 << 31, "token id {x} does not fit Megatron int32");
+                    bin.extend_from_slice(&x.to_le_bytes());
+                }
+                Dtype::U16 => {
+                    let y = u16::try_from(x)
+                        .map_err(|_| anyhow::anyhow!("token id {x} does not fit uint16"))?;
+                    bin.extend_from_slice(&y.to_le_bytes());
+                }
+            }
+        }
+        match offsets {
+            Some(o) => {
+                for w in o[r].windows(2) {
+                    ensure!(w[1] > w[0], "row {r}: doc_offsets not increasing");
+                    lengths.push((w[1] - w[0]) as i32);
+                }
+            }
+            None => lengths.push(row.len() as i32),
+        }
+        doc_idx.push(lengths.len() as i64);
+    }
+    let mut idx = Vec::new();
+    idx.extend_from_slice(MAGIC);
+    idx.extend_from_slice(&1u64.to_le_bytes());
+    idx.push(match dtype {
+        Dtype::U32 => 4,
+        Dtype::U16 => 8,
+    });
+    idx.extend_from_slice(&(lengths.len() as u64).to_le_bytes());
+    idx.extend_from_slice(&(doc_idx.len() as u64).to_le_bytes());
+    for l in &lengths {
+        idx.extend_from_slice(&l.to_le_bytes());
+    }
+    let mut ptr: i64 = 0;
+    for l in &lengths {
+        idx.extend_from_slice(&ptr.to_le_bytes());
+        ptr += *l as i64 * dtype.size() as i64;
+    }
+    for d in &doc_idx {
+        idx.extend_from_slice(&d.to_le_bytes());
+    }
+    Ok((bin, idx))
+}
+
+/// Write shard `n` (`part-NNNNN.bin` + `.idx`; the `.idx` last, so a present `.idx` means a
+/// whole pair).
+pub fn write(dir: &Path, n: usize, batch: &RowBatch, dtype: Dtype) -> Result<WrittenShard> {
+    let (bin, idx) = encode(batch, dtype)?;
+    let p = prefix(n);
+    let (sha, len) = write_durable(dir, &format!("{p}.bin"), &bin)?;
+    let (isha, _) = write_durable(dir, &format!("{p}.idx"), &idx)?;
+    let mut extra = BTreeMap::new();
+    extra.insert(format!("{p}.idx"), isha);
+    Ok(WrittenShard {
+        entry: ShardEntry {
+            file: format!("{p}.bin"),
+            sha256: sha,
+            bytes: len,
+            rows: batch.rows() as u64,
+            tokens: batch.tokens(),
+            extra_files: extra,
+        },
+        mds: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_pointers() {
+        let batch = RowBatch {
+            input_ids: vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8]],
+            columns: vec![(
+                "doc_offsets".into(),
+                Column::U32List(vec![vec![0, 1, 4], vec![0, 4]]),
+            )],
+        };
+        let (bin, idx) = encode(&batch, Dtype::U16).unwrap();
+        assert_eq!(bin.len(), 16);
+        assert_eq!(&idx[..9], MAGIC);
+        assert_eq!(idx[17], 8);
+        let s = u64::from_le_bytes(idx[18..26].try_into().unwrap());
+        let d = u64::from_le_bytes(idx[26..34].try_into().unwrap());
+        assert_eq!((s, d), (3, 3));
+        let lens: Vec<i32> = (0..3)
+            .map(|i| i32::from_le_bytes(idx[34 + 4 * i..38 + 4 * i].try_into().unwrap()))
+            .collect();
+        assert_eq!(lens, vec![1, 3, 4]);
+        let p = 34 + 12;
+        let ptrs: Vec<i64> = (0..3)
+            .map(|i| i64::from_le_bytes(idx[p + 8 * i..p + 8 + 8 * i].try_into().unwrap()))
+            .collect();
+        assert_eq!(ptrs, vec![0, 2, 8]);
+        assert_eq!(idx.len(), p + 24 + 24);
+    }
+}

@@ -1,0 +1,45 @@
+//! JSON Lines input: one object per line, read line by line. Row = 0-based line number;
+//! blank lines are no documents. Errors name the line.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+
+use super::{render_json, Sink, Template};
+
+pub fn read(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    let mut line = Vec::new();
+    let mut row = 0u64;
+    loop {
+        line.clear();
+        let n = r
+            .read_until(b'\n', &mut line)
+            .with_context(|| format!("{name}: reading line {}", row + 1))?;
+        if n == 0 {
+            return Ok(());
+        }
+        if row >= start_row && !line.iter().all(|b| b.is_ascii_whitespace()) {
+            let v: serde_json::Value = serde_json::from_slice(&line).map_err(|e| {
+                anyhow!("{name}: row {row} (line {}): malformed JSON: {e}", row + 1)
+            })?;
+            if !v.is_object() {
+                return Err(anyhow!(
+                    "{name}: row {row} (line {}): not a JSON object",
+                    row + 1
+                ));
+            }
+            sink(row, render_json(tpl, &v))?;
+        }
+        row += 1;
+    }
+}

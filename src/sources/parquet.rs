@@ -1,0 +1,219 @@
+//! Parquet input: record batches with column projection (only the template's columns),
+//! columns found by name (cosmopedia's order differs between files), nested struct fields
+//! (`train.question`), Utf8 / LargeUtf8 / Utf8View strings. Memory is bounded by one row
+//! group's projected column chunk plus one small batch.
+//!
+//! A decode error (e.g. invalid UTF-8) is located exactly: the failing batch is re-read one
+//! row at a time so the message names the row.
+
+use std::fs::File;
+use std::path::Path;
+
+use anyhow::{anyhow, Context, Result};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use super::{Sink, Template};
+
+/// Rows per record batch: small, because OpenCodeReasoning rows average ~50 KB.
+const BATCH_ROWS: usize = 256;
+
+fn open(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    batch_rows: usize,
+) -> Result<impl Iterator<Item = std::result::Result<RecordBatch, arrow::error::ArrowError>>> {
+    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    let b = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+    let schema = b.schema().clone();
+    let mut roots = Vec::new();
+    for col in tpl.root_columns() {
+        match schema.index_of(&col) {
+            Ok(i) => roots.push(i),
+            Err(_) => {
+                let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                return Err(anyhow!(
+                    "{name}: missing column {col:?} named by the text template (columns: {})",
+                    have.join(", ")
+                ));
+            }
+        }
+    }
+    let mask = ProjectionMask::roots(b.parquet_schema(), roots);
+    let r = b
+        .with_projection(mask)
+        .with_batch_size(batch_rows)
+        .with_offset(start_row as usize)
+        .build()
+        .with_context(|| format!("{name}: reading parquet"))?;
+    Ok(r)
+}
+
+/// Resolve a field path in a batch to a Utf8 array plus the arrays whose nulls also null it.
+fn resolve(batch: &RecordBatch, path: &[String], name: &str) -> Result<(Vec<ArrayRef>, ArrayRef)> {
+    let mut chain: Vec<ArrayRef> = Vec::new();
+    let mut cur: ArrayRef = batch
+        .column_by_name(&path[0])
+        .ok_or_else(|| anyhow!("{name}: missing column {:?}", path[0]))?
+        .clone();
+    for p in &path[1..] {
+        let s = cur.as_struct_opt().ok_or_else(|| {
+            anyhow!(
+                "{name}: column {:?} is not a struct (template field {})",
+                cur.data_type(),
+                path.join(".")
+            )
+        })?;
+        let child = s
+            .column_by_name(p)
+            .ok_or_else(|| anyhow!("{name}: missing field {} (template)", path.join(".")))?
+            .clone();
+        chain.push(cur);
+        cur = child;
+    }
+    let text = match cur.data_type() {
+        DataType::Utf8 => cur,
+        _ => arrow::compute::cast(&cur, &DataType::Utf8).map_err(|e| {
+            anyhow!(
+                "{name}: field {} ({}) cannot be read as text: {e}",
+                path.join("."),
+                cur.data_type()
+            )
+        })?,
+    };
+    Ok((chain, text))
+}
+
+fn emit_batch(
+    batch: &RecordBatch,
+    first_row: u64,
+    name: &str,
+    tpl: &Template,
+    sink: &mut Sink,
+) -> Result<()> {
+    let mut cols = Vec::new();
+    for f in tpl.fields() {
+        cols.push(resolve(batch, f, name)?);
+    }
+    let mut vals: Vec<Option<&str>> = vec![None; cols.len()];
+    for i in 0..batch.num_rows() {
+        for (k, (chain, text)) in cols.iter().enumerate() {
+            let null = text.is_null(i) || chain.iter().any(|a| a.is_null(i));
+            vals[k] = if null {
+                None
+            } else {
+                Some(text.as_string::<i32>().value(i))
+            };
+        }
+        let out = tpl.render(&vals);
+        sink(first_row + i as u64, out)?;
+    }
+    Ok(())
+}
+
+/// The first row whose raw bytes in one of the template's string columns are not UTF-8,
+/// read with the low-level column reader (no validation, dictionary pages included).
+fn first_invalid_utf8(path: &Path, tpl: &Template) -> Option<(u64, String)> {
+    use parquet::column::reader::ColumnReader;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let r = SerializedFileReader::new(File::open(path).ok()?).ok()?;
+    let wanted: Vec<String> = tpl.fields().iter().map(|f| f.join(".")).collect();
+    let mut base = 0u64;
+    for g in 0..r.num_row_groups() {
+        let rg = r.get_row_group(g).ok()?;
+        let rows = rg.metadata().num_rows() as u64;
+        for (ci, col) in rg.metadata().schema_descr().columns().iter().enumerate() {
+            let cpath = col.path().string();
+            if !wanted.contains(&cpath) || col.max_rep_level() > 0 {
+                continue;
+            }
+            let Ok(ColumnReader::ByteArrayColumnReader(mut cr)) = rg.get_column_reader(ci) else {
+                continue;
+            };
+            let max_def = col.max_def_level();
+            let mut row = base;
+            loop {
+                let mut defs = Vec::new();
+                let mut vals = Vec::new();
+                let Ok((recs, _, _)) = cr.read_records(4096, Some(&mut defs), None, &mut vals)
+                else {
+                    break;
+                };
+                if recs == 0 {
+                    break;
+                }
+                let mut v = vals.iter();
+                for k in 0..recs {
+                    let present = max_def == 0 || defs.get(k).copied() == Some(max_def);
+                    if present {
+                        if let Some(b) = v.next() {
+                            if let Err(e) = std::str::from_utf8(b.data()) {
+                                return Some((row, format!("column {cpath}: invalid UTF-8 ({e})")));
+                            }
+                        }
+                    }
+                    row += 1;
+                }
+            }
+        }
+        base += rows;
+    }
+    None
+}
+
+/// Find the exact failing row at or after `from`: invalid UTF-8 by a raw scan, other decode
+/// errors by re-reading one row per batch.
+fn locate_error(path: &Path, name: &str, tpl: &Template, from: u64, first: &str) -> anyhow::Error {
+    if first.to_ascii_lowercase().contains("utf") {
+        if let Some((row, what)) = first_invalid_utf8(path, tpl) {
+            return anyhow!("{name}: row {row}: {what}");
+        }
+    }
+    if let Ok(it) = open(path, name, tpl, from, 1) {
+        for (k, b) in it.enumerate() {
+            if let Err(e) = b {
+                return anyhow!("{name}: row {}: {e}", from + k as u64);
+            }
+            if k > BATCH_ROWS * 2 {
+                break;
+            }
+        }
+    }
+    anyhow!("{name}: rows from {from}: {first}")
+}
+
+pub fn read(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let mut row = start_row;
+    for b in open(path, name, tpl, start_row, BATCH_ROWS)? {
+        let batch = match b {
+            Ok(b) => b,
+            Err(e) => return Err(locate_error(path, name, tpl, row, &e.to_string())),
+        };
+        emit_batch(&batch, row, name, tpl, sink)?;
+        row += batch.num_rows() as u64;
+    }
+    Ok(())
+}
+
+/// Number of rows and row groups of a parquet file (footer only).
+pub fn row_counts(path: &Path, name: &str) -> Result<Vec<u64>> {
+    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    let b = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+    Ok(b.metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows() as u64)
+        .collect())
+}

@@ -1,0 +1,159 @@
+//! The manifest's per-source `text` template: `{text}`, `{query}\n\n{response}`, nested
+//! fields as `{train.question}`, `{{`/`}}` for literal braces. Rendering decides whether a
+//! row is a document, empty, or filtered out.
+
+use anyhow::{bail, Result};
+
+/// A parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    parts: Vec<Part>,
+    fields: Vec<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Lit(String),
+    /// Index into `fields`.
+    Field(usize),
+}
+
+/// What one input row becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A document's text.
+    Text(String),
+    /// The rendered text is empty or whitespace only (counted as `skipped_empty`).
+    Empty,
+    /// A referenced field is null or the placeholder `-` (OpenCodeReasoning's `input` for
+    /// rows whose question lives in another dataset); counted as `skipped_filtered`.
+    Filtered,
+}
+
+impl Template {
+    pub fn parse(s: &str) -> Result<Template> {
+        let mut parts = Vec::new();
+        let mut fields: Vec<Vec<String>> = Vec::new();
+        let mut lit = String::new();
+        let mut it = s.chars().peekable();
+        while let Some(c) = it.next() {
+            match c {
+                '{' if it.peek() == Some(&'{') => {
+                    it.next();
+                    lit.push('{');
+                }
+                '}' if it.peek() == Some(&'}') => {
+                    it.next();
+                    lit.push('}');
+                }
+                '{' => {
+                    let mut name = String::new();
+                    loop {
+                        match it.next() {
+                            Some('}') => break,
+                            Some(ch) => name.push(ch),
+                            None => bail!("text template {s:?}: unclosed '{{'"),
+                        }
+                    }
+                    let path: Vec<String> = name.trim().split('.').map(str::to_string).collect();
+                    if path.iter().any(|p| p.is_empty()) {
+                        bail!("text template {s:?}: bad field name {name:?}");
+                    }
+                    if !lit.is_empty() {
+                        parts.push(Part::Lit(std::mem::take(&mut lit)));
+                    }
+                    let i = match fields.iter().position(|f| *f == path) {
+                        Some(i) => i,
+                        None => {
+                            fields.push(path);
+                            fields.len() - 1
+                        }
+                    };
+                    parts.push(Part::Field(i));
+                }
+                '}' => bail!("text template {s:?}: stray '}}' (write '}}}}' for a literal brace)"),
+                c => lit.push(c),
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Lit(lit));
+        }
+        if fields.is_empty() {
+            bail!("text template {s:?} names no field");
+        }
+        Ok(Template { parts, fields })
+    }
+
+    /// Distinct field paths, in order of first use (`["train", "question"]`).
+    pub fn fields(&self) -> &[Vec<String>] {
+        &self.fields
+    }
+
+    /// Top-level column names the template needs (for projection).
+    pub fn root_columns(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for f in &self.fields {
+            if !v.contains(&f[0]) {
+                v.push(f[0].clone());
+            }
+        }
+        v
+    }
+
+    /// Render with `values[i]` for `fields()[i]` (`None` = null / missing).
+    pub fn render(&self, values: &[Option<&str>]) -> Outcome {
+        if values.iter().any(|v| matches!(v, None | Some("-"))) {
+            return Outcome::Filtered;
+        }
+        if let [Part::Field(i)] = self.parts.as_slice() {
+            let s = values[*i].unwrap_or_default();
+            return if s.trim().is_empty() {
+                Outcome::Empty
+            } else {
+                Outcome::Text(s.to_string())
+            };
+        }
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Lit(l) => out.push_str(l),
+                Part::Field(i) => out.push_str(values[*i].unwrap_or_default()),
+            }
+        }
+        if out.trim().is_empty() {
+            Outcome::Empty
+        } else {
+            Outcome::Text(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_render() {
+        let t = Template::parse("{query}\n\n{response}").unwrap();
+        assert_eq!(t.fields().len(), 2);
+        assert_eq!(
+            t.render(&[Some("q"), Some("a")]),
+            Outcome::Text("q\n\na".into())
+        );
+        assert_eq!(t.render(&[Some("q"), None]), Outcome::Filtered);
+        assert_eq!(t.render(&[Some("-"), Some("x")]), Outcome::Filtered);
+        assert_eq!(t.render(&[Some(""), Some(" ")]), Outcome::Empty);
+        let n = Template::parse("{train.question}").unwrap();
+        assert_eq!(
+            n.fields()[0],
+            vec!["train".to_string(), "question".to_string()]
+        );
+        assert_eq!(n.root_columns(), vec!["train".to_string()]);
+        assert_eq!(n.render(&[Some("  ")]), Outcome::Empty);
+        let b = Template::parse("{{x}} {a}").unwrap();
+        assert_eq!(b.render(&[Some("1")]), Outcome::Text("{x} 1".into()));
+        assert!(Template::parse("{a").is_err());
+        assert!(Template::parse("plain").is_err());
+        assert!(Template::parse("{a..b}").is_err());
+    }
+}

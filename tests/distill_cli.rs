@@ -1,0 +1,386 @@
+//! `dlm-data distill` end to end on the tiny teacher: the records, MCQ answers, ordering,
+//! `--limit`, `--format jsonl`, kill -9 + resume byte-identity, `--shard I/N` + finalize
+//! byte-identity, and every bad input failing with a clear message and a non-zero exit.
+
+mod teacher_support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use dlm_data::distill::output::{finalize, list_parts, parts_dir};
+use dlm_data::distill::OutFormat;
+use serde_json::Value;
+use teacher_support::{bin, copy_teacher, patch_json, teacher_dir};
+
+/// `n` prompts: every third one plain, the others MCQ with 2..=5 options.
+fn write_prompts(path: &Path, n: usize) {
+    let mut s = String::new();
+    for i in 0..n {
+        let words = [
+            "energy",
+            "the cell",
+            "water and light",
+            "a prime number",
+            "the planet",
+        ];
+        let q = format!(
+            "Question {i}: explain {} in {} words.",
+            words[i % 5],
+            3 + i % 7
+        );
+        let v = if i % 3 == 0 {
+            serde_json::json!({"id": format!("free-{i:03}"), "source": "fixture", "repo": "fixture/prompts",
+                "commit": "0".repeat(40), "file": "p.jsonl", "row": i, "prompt": q})
+        } else {
+            let k = 2 + i % 4;
+            let options: Vec<String> = (0..k).map(|o| format!("option {o} of {i}")).collect();
+            let gold = ["A", "B", "C", "D", "E"][i % k];
+            serde_json::json!({"id": format!("sciq-train-{i:06}"), "source": "sciq", "repo": "allenai/sciq",
+                "commit": "a".repeat(40), "file": "data/train.parquet", "row": i, "prompt": q,
+                "options": options, "gold": gold})
+        };
+        s.push_str(&v.to_string());
+        s.push('\n');
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+fn distill(teacher: &Path, prompts: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(bin())
+        .args(["distill", "--teacher"])
+        .arg(teacher)
+        .arg("--prompts")
+        .arg(prompts)
+        .arg("--out")
+        .arg(out)
+        .args(with_defaults(extra))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+/// Small sampler settings unless `extra` sets them.
+fn with_defaults(extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    for (k, d) in [
+        ("--gen-length", "8"),
+        ("--block-length", "4"),
+        ("--steps", "4"),
+        ("--batch-size", "3"),
+    ] {
+        if !extra.contains(&k) {
+            v.extend([k.to_string(), d.to_string()]);
+        }
+    }
+    v
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn fails(o: &Output, code: i32, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert!(err.contains(needle), "expected {needle:?} in:\n{err}");
+}
+
+struct Setup {
+    _d: tempfile::TempDir,
+    dir: PathBuf,
+    prompts: PathBuf,
+}
+
+fn setup(n: usize) -> Setup {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().to_path_buf();
+    let prompts = dir.join("prompts.jsonl");
+    write_prompts(&prompts, n);
+    Setup {
+        _d: d,
+        dir,
+        prompts,
+    }
+}
+
+#[test]
+fn records_answers_order_limit_and_jsonl() {
+    let s = setup(10);
+    let out = s.dir.join("distilled.json");
+    ok(&distill(teacher_dir(), &s.prompts, &out, &[]));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let recs = v.as_array().unwrap();
+    assert_eq!(recs.len(), 10);
+    let tok = tokenizers::Tokenizer::from_file(teacher_dir().join("tokenizer.json")).unwrap();
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r["row"], i, "ordered by prompt order");
+        let ids: Vec<u32> = r["response_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        assert!(ids.len() <= 8);
+        assert_eq!(r["response"], tok.decode(&ids, true).unwrap());
+        assert_eq!(r["gen"]["gen_length"], 8);
+        assert_eq!(r["gen"]["remasking"], "low-confidence");
+        assert_eq!(r["teacher"]["weights_sha256"].as_str().unwrap().len(), 64);
+        assert_eq!(
+            r["teacher"]["config_sha256"],
+            dlm_data::util::sha256_file(&teacher_dir().join("config.json")).unwrap()
+        );
+        for k in [
+            "id",
+            "source",
+            "repo",
+            "commit",
+            "file",
+            "prompt",
+            "gold",
+            "correct",
+            "answer_logprobs",
+        ] {
+            assert!(r.get(k).is_some(), "missing {k}");
+        }
+        if i % 3 == 0 {
+            assert!(r["answer"].is_null() && r["answer_probs"].is_null() && r["correct"].is_null());
+        } else {
+            let k = 2 + i % 4;
+            let probs = r["answer_probs"].as_object().unwrap();
+            assert_eq!(probs.len(), k, "one probability per option");
+            let sum: f64 = probs.values().map(|p| p.as_f64().unwrap()).sum();
+            assert!((sum - 1.0).abs() < 1e-9);
+            let lp = r["answer_logprobs"].as_object().unwrap();
+            assert_eq!(lp.len(), k);
+            assert!(lp.values().all(|x| x.as_f64().unwrap() < 0.0));
+            let best = probs
+                .iter()
+                .max_by(|a, b| a.1.as_f64().unwrap().total_cmp(&b.1.as_f64().unwrap()))
+                .unwrap()
+                .0;
+            assert_eq!(&r["answer"], best);
+            assert_eq!(r["correct"], r["answer"] == r["gold"]);
+        }
+    }
+    // --limit: the first N prompts, same bytes per record (their batches differ, the
+    // results must not).
+    let lim = s.dir.join("limited.jsonl");
+    ok(&distill(
+        teacher_dir(),
+        &s.prompts,
+        &lim,
+        &["--limit", "4", "--format", "jsonl"],
+    ));
+    let lines: Vec<Value> = std::fs::read_to_string(&lim)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    for (a, b) in lines.iter().zip(recs) {
+        assert_eq!(a["id"], b["id"]);
+        assert_eq!(a["response_ids"], b["response_ids"]);
+        assert_eq!(a["answer"], b["answer"]);
+    }
+}
+
+fn commits(part: &Path) -> usize {
+    std::fs::read_to_string(part)
+        .map(|s| s.lines().filter(|l| l.starts_with("{\"batch\":")).count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn kill_9_resume_and_shards_are_byte_identical() {
+    let s = setup(36);
+    let args = [
+        "--batch-size",
+        "2",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--steps",
+        "16",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+    ];
+    let full = s.dir.join("full.json");
+    ok(&distill(teacher_dir(), &s.prompts, &full, &args));
+    let want = std::fs::read(&full).unwrap();
+
+    // kill -9 once two batches are committed, add a torn half-record, rerun.
+    let out = s.dir.join("resumed.json");
+    let part = parts_dir(&out).join("00000-of-00001.jsonl");
+    let mut child = Command::new(bin())
+        .args(["distill", "--teacher"])
+        .arg(teacher_dir())
+        .arg("--prompts")
+        .arg(&s.prompts)
+        .arg("--out")
+        .arg(&out)
+        .args(with_defaults(&args))
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while commits(&part) < 2 && t0.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let done = commits(&part);
+    assert!(done >= 2);
+    if !out.exists() {
+        assert!(done < 18, "killed before the end");
+    }
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&part)
+        .unwrap();
+    f.write_all(b"{\"id\":\"sciq-train-000001\",\"source\":\"sc")
+        .unwrap();
+    drop(f);
+    ok(&distill(teacher_dir(), &s.prompts, &out, &args));
+    assert_eq!(std::fs::read(&out).unwrap(), want, "resumed run differs");
+    assert_eq!(commits(&part), 18, "no batch committed twice");
+    // Rerun with the same arguments: nothing to do, same bytes.
+    ok(&distill(teacher_dir(), &s.prompts, &out, &args));
+    assert_eq!(std::fs::read(&out).unwrap(), want);
+    // Different arguments against the same parts are refused.
+    let mut other = args.to_vec();
+    other[9] = "4";
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &other),
+        2,
+        "\"seed\":3} vs now {",
+    );
+
+    // Three workers, then finalize (what `merge` calls) and a whole-run finish: same bytes.
+    let sharded = s.dir.join("sharded.json");
+    for i in 0..3 {
+        let sh = format!("{i}/3");
+        let mut a = args.to_vec();
+        a.extend(["--shard", &sh]);
+        ok(&distill(teacher_dir(), &s.prompts, &sharded, &a));
+        assert!(!sharded.exists(), "workers do not finalise");
+    }
+    let parts = list_parts(&parts_dir(&sharded)).unwrap();
+    assert_eq!(parts.len(), 3);
+    assert!(parts[1].ends_with("00001-of-00003.jsonl"));
+    finalize(&parts, &sharded, OutFormat::Json).unwrap();
+    assert_eq!(
+        std::fs::read(&sharded).unwrap(),
+        want,
+        "sharded run differs"
+    );
+    std::fs::remove_file(&sharded).unwrap();
+    ok(&distill(teacher_dir(), &s.prompts, &sharded, &args));
+    assert_eq!(std::fs::read(&sharded).unwrap(), want);
+}
+
+#[test]
+fn bad_inputs_fail_clearly() {
+    let s = setup(4);
+    let out = s.dir.join("o.json");
+    // Malformed prompts line, named by number.
+    let bad = s.dir.join("bad.jsonl");
+    let mut text = std::fs::read_to_string(&s.prompts).unwrap();
+    text.push_str("{\"id\": \"x\", \"prompt\": 3}\n");
+    std::fs::write(&bad, text).unwrap();
+    fails(&distill(teacher_dir(), &bad, &out, &[]), 1, "bad.jsonl:5");
+    assert!(!out.exists());
+
+    let t = |name: &str| copy_teacher(&s.dir.join(name));
+    // Causal config without --bidirectional: refused (2); with it, accepted.
+    let causal = t("causal");
+    patch_json(
+        &causal.join("config.json"),
+        serde_json::json!({"is_causal": true}),
+    );
+    fails(
+        &distill(&causal, &s.prompts, &out, &[]),
+        2,
+        "--bidirectional",
+    );
+    ok(&distill(
+        &causal,
+        &s.prompts,
+        &out,
+        &["--bidirectional", "--limit", "1"],
+    ));
+    // Mask id out of range; pad == mask.
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &["--mask-id", "99999"]),
+        2,
+        "out of range",
+    );
+    let pad = tokenizers::Tokenizer::from_file(teacher_dir().join("tokenizer.json"))
+        .unwrap()
+        .token_to_id("<|pad|>")
+        .unwrap()
+        .to_string();
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &["--mask-id", &pad]),
+        2,
+        "equals the mask id",
+    );
+    // Tokenizer larger than the embedding.
+    let small = t("small");
+    patch_json(
+        &small.join("config.json"),
+        serde_json::json!({"vocab_size": 256}),
+    );
+    fails(&distill(&small, &s.prompts, &out, &[]), 1, "does not fit");
+    // Missing tensor, mismatched shape, unexpected tensor: each named.
+    let deeper = t("deeper");
+    patch_json(
+        &deeper.join("config.json"),
+        serde_json::json!({"num_hidden_layers": 3}),
+    );
+    fails(
+        &distill(&deeper, &s.prompts, &out, &[]),
+        1,
+        "missing tensor `model.layers.2.input_layernorm.weight`",
+    );
+    let wider = t("wider");
+    patch_json(
+        &wider.join("config.json"),
+        serde_json::json!({"intermediate_size": 100}),
+    );
+    fails(
+        &distill(&wider, &s.prompts, &out, &[]),
+        1,
+        "tensor `model.layers.0.mlp.gate_proj.weight` in",
+    );
+    let shallow = t("shallow");
+    patch_json(
+        &shallow.join("config.json"),
+        serde_json::json!({"num_hidden_layers": 1}),
+    );
+    fails(
+        &distill(&shallow, &s.prompts, &out, &[]),
+        1,
+        "unexpected tensor `model.layers.1.",
+    );
+    // Sampler settings LLaDA asserts on.
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &["--gen-length", "10"]),
+        2,
+        "multiple of --block-length",
+    );
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &["--device", "tpu"]),
+        2,
+        "--device",
+    );
+    assert!(!out.exists() || std::fs::read_to_string(&out).unwrap().starts_with('['));
+}

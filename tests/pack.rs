@@ -1,0 +1,376 @@
+//! `dlm-data pack --input`: tokens identical to the tokenizer's stream, every format read back
+//! by its real Python reader, thread-count determinism, kill -9 / resume byte-identity.
+
+mod pack_common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pack_common::*;
+
+fn corpus(dir: &Path, n: usize) -> (std::path::PathBuf, Vec<String>) {
+    let d = docs(11, n);
+    let mut texts: Vec<Option<String>> = d.iter().cloned().map(Some).collect();
+    // An empty and a whitespace-only row: skipped and counted, not documents.
+    texts.insert(3, Some(String::new()));
+    texts.insert(7, Some("  \n ".into()));
+    let p = dir.join("corpus.parquet");
+    write_parquet(&p, &texts, 64);
+    (p, d)
+}
+
+fn pack(input: &Path, tok: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) {
+    let mut args = vec![
+        "pack",
+        "--input",
+        input.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ok(&run(&args, env));
+}
+
+#[test]
+fn parquet_rows_are_the_token_stream_and_python_reads_them() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, docs) = corpus(d.path(), 300);
+    let out = d.path().join("out");
+    pack(
+        &input,
+        &tok,
+        &out,
+        &["--seq-len", "64", "--shard-bytes", "8KiB"],
+        &[],
+    );
+
+    let stream = expected_stream(&tok, &docs);
+    let rows = parquet_rows(&out);
+    let n = stream.len() / 64;
+    assert_eq!(rows.len(), n);
+    assert!(rows.iter().all(|r| r.len() == 64));
+    let flat: Vec<u32> = rows.concat();
+    assert_eq!(flat, stream[..n * 64]);
+
+    let idx = index(&out);
+    assert_eq!(idx["complete"], true);
+    assert_eq!(idx["format"], "parquet");
+    assert_eq!(idx["dtype"], "uint32");
+    assert_eq!(idx["tokenizer"]["eos_token"], "<|endoftext|>");
+    assert_eq!(idx["totals"]["documents"], docs.len());
+    assert_eq!(idx["totals"]["skipped_empty"], 2);
+    assert_eq!(idx["totals"]["dropped_tail_tokens"], stream.len() - n * 64);
+    assert_eq!(idx["totals"]["rows"], n);
+    assert!(idx["shards"].as_array().unwrap().len() > 3);
+    assert_eq!(idx["provenance"][0]["row_start"], 0);
+    assert_eq!(idx["provenance"][0]["row_end"], docs.len() + 2);
+    assert_eq!(idx["provenance"][0]["documents"], docs.len());
+    for s in idx["shards"].as_array().unwrap() {
+        let f = out.join(s["file"].as_str().unwrap());
+        let bytes = std::fs::read(&f).unwrap();
+        assert_eq!(s["bytes"], bytes.len());
+        assert_eq!(s["sha256"], dlm_data::util::sha256_hex(&bytes));
+    }
+    python_check(&out, &tok, &docs, "parquet");
+}
+
+#[test]
+fn mds_and_megatron_are_read_by_their_python_readers() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, docs) = corpus(d.path(), 200);
+    for fmt in ["mds", "megatron"] {
+        let out = d.path().join(fmt);
+        pack(
+            &input,
+            &tok,
+            &out,
+            &[
+                "--seq-len",
+                "48",
+                "--shard-bytes",
+                "6KiB",
+                "--format",
+                fmt,
+                "--dtype",
+                "auto",
+            ],
+            &[],
+        );
+        let idx = index(&out);
+        assert_eq!(idx["format"], fmt);
+        assert_eq!(idx["dtype"], "uint16", "fixture vocab fits uint16");
+        if fmt == "mds" {
+            let raw: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(out.join("index.json")).unwrap())
+                    .unwrap();
+            assert_eq!(raw["version"], 2);
+            assert_eq!(
+                raw["shards"].as_array().unwrap().len(),
+                idx["shards"].as_array().unwrap().len()
+            );
+            assert!(out.join("shard.00000.mds.zstd").is_file());
+        } else {
+            assert!(out.join("part-00000.idx").is_file());
+        }
+        python_check(&out, &tok, &docs, fmt);
+    }
+}
+
+#[test]
+fn byte_identical_whatever_the_thread_count() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 400);
+    let mut trees = Vec::new();
+    for threads in ["1", "2"] {
+        let out = d.path().join(format!("t{threads}"));
+        pack(
+            &input,
+            &tok,
+            &out,
+            &[
+                "--seq-len",
+                "32",
+                "--shard-bytes",
+                "4KiB",
+                "--shuffle-seed",
+                "5",
+            ],
+            &[("RAYON_NUM_THREADS", threads)],
+        );
+        trees.push(tree(&out));
+    }
+    assert!(trees[0].len() > 3);
+    assert_eq!(trees[0], trees[1]);
+}
+
+#[test]
+fn shuffle_permutes_rows_within_shards() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 200);
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    pack(
+        &input,
+        &tok,
+        &a,
+        &["--seq-len", "32", "--shard-bytes", "4KiB"],
+        &[],
+    );
+    pack(
+        &input,
+        &tok,
+        &b,
+        &[
+            "--seq-len",
+            "32",
+            "--shard-bytes",
+            "4KiB",
+            "--shuffle-seed",
+            "1",
+        ],
+        &[],
+    );
+    let (ra, rb) = (parquet_rows(&a), parquet_rows(&b));
+    assert_ne!(ra, rb);
+    let (mut sa, mut sb) = (ra.clone(), rb.clone());
+    sa.sort();
+    sb.sort();
+    assert_eq!(sa, sb, "same rows, other order");
+    // Bounded: the first shard's rows stay in the first shard.
+    let per = 4096 / (32 * 4);
+    let mut fa = ra[..per].to_vec();
+    let mut fb = rb[..per].to_vec();
+    fa.sort();
+    fb.sort();
+    assert_eq!(fa, fb);
+}
+
+#[test]
+fn pad_last_keeps_the_tail() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, docs) = corpus(d.path(), 50);
+    let out = d.path().join("out");
+    pack(&input, &tok, &out, &["--seq-len", "64", "--pad-last"], &[]);
+    let stream = expected_stream(&tok, &docs);
+    let rows = parquet_rows(&out);
+    assert_eq!(rows.len(), stream.len().div_ceil(64));
+    let flat = rows.concat();
+    assert_eq!(flat[..stream.len()], stream[..]);
+    let pad = tokenizers::Tokenizer::from_file(tok.join("tokenizer.json"))
+        .unwrap()
+        .token_to_id("<|pad|>")
+        .unwrap();
+    assert!(flat[stream.len()..].iter().all(|t| *t == pad));
+    assert_eq!(index(&out)["totals"]["dropped_tail_tokens"], 0);
+}
+
+#[test]
+fn kill_9_then_rerun_resumes_to_identical_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 400);
+    let args = [
+        "--seq-len",
+        "32",
+        "--shard-bytes",
+        "2KiB",
+        "--format",
+        "mds",
+    ];
+    let whole = d.path().join("whole");
+    pack(&input, &tok, &whole, &args, &[]);
+
+    let out = d.path().join("killed");
+    let mut cmd = std::process::Command::new(bin());
+    cmd.args(["pack", "--input", input.to_str().unwrap()])
+        .args([
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .args(args)
+        .env("DLM_PACK_THROTTLE_MS", "150")
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    // Kill once a few shards are journaled.
+    let t0 = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(out.join("index.json")) {
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let n = v["dlm_data"]["shards"].as_array().map_or(0, |a| a.len());
+            if n >= 3 {
+                assert_eq!(v["dlm_data"]["complete"], false);
+                break;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no progress");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    child.wait().unwrap();
+    let partial = index(&out);
+    assert_eq!(partial["complete"], false);
+    let done_before = partial["shards"].as_array().unwrap().len();
+    assert!(done_before < index(&whole)["shards"].as_array().unwrap().len());
+
+    let o = run(
+        &[
+            "pack",
+            "--input",
+            input.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seq-len",
+            "32",
+            "--shard-bytes",
+            "2KiB",
+            "--format",
+            "mds",
+        ],
+        &[],
+    );
+    ok(&o);
+    assert!(stderr(&o).contains("resuming after"), "{}", stderr(&o));
+    assert_eq!(tree(&whole), tree(&out));
+
+    // A third run finds it complete and changes nothing.
+    let o = run(
+        &[
+            "pack",
+            "--input",
+            input.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seq-len",
+            "32",
+            "--shard-bytes",
+            "2KiB",
+            "--format",
+            "mds",
+        ],
+        &[],
+    );
+    ok(&o);
+    assert!(stderr(&o).contains("already complete"));
+    assert_eq!(tree(&whole), tree(&out));
+
+    // Different arguments into the same directory: refused (exit 2), nothing touched.
+    let o = run(
+        &[
+            "pack",
+            "--input",
+            input.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seq-len",
+            "64",
+            "--format",
+            "mds",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(tree(&whole), tree(&out));
+}
+
+#[test]
+fn json_summary_and_eos_choice() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 30);
+    let out = d.path().join("out");
+    let o = run(
+        &[
+            "pack",
+            "--input",
+            input.to_str().unwrap(),
+            "--tokenizer",
+            tok.join("tokenizer.json").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--json",
+        ],
+        &[],
+    );
+    ok(&o);
+    let line = String::from_utf8(o.stdout.clone()).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(v["rows"], index(&out)["totals"]["rows"]);
+    assert_eq!(v["eos_token"], "<|endoftext|>");
+    assert!(stderr(&o).contains("tokenizer_config.json eos_token"));
+    // Unknown EOS is a usage error.
+    let o = run(
+        &[
+            "pack",
+            "--input",
+            input.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            d.path().join("x").to_str().unwrap(),
+            "--eos-token",
+            "<nope>",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("<nope>"));
+}
