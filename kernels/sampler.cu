@@ -30,12 +30,12 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     const float* __restrict__ logits, int V, const u32* __restrict__ x, int S, int blk,
     const GenState* __restrict__ st, int gen_start, u32 mask_id, double temperature,
     int remask_random, u64 seed, const u64* __restrict__ prompt_keys,
-    u32* __restrict__ x0_out, float* __restrict__ conf_out) {
+    u32* __restrict__ x0_out, double* __restrict__ conf_out) {
     const int r = blockIdx.x, b = r / blk, j = r % blk;
     const int pos = gen_start + st->block * blk + j;
     const u32 cur = x[(u64)b * S + pos];
     if (cur != mask_id) {
-        if (threadIdx.x == 0) { x0_out[r] = cur; conf_out[r] = NEG_INF; }
+        if (threadIdx.x == 0) { x0_out[r] = cur; conf_out[r] = NEG_INF_D; }
         return;
     }
     const u64 gpos = (u64)(pos - gen_start);
@@ -44,13 +44,15 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     const float* row = logits + (u64)r * V;
     const bool noisy = temperature > 0.0;
 
-    float m = NEG_INF, s = 0.f;
+    // Pass 1: the maximum logit and the best (noised) score; pass 2: the softmax normaliser
+    // in float64 (as the CPU path computes the confidence).
+    float m = NEG_INF;
     double bs = NEG_INF_D;
     float bl = NEG_INF;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float l = row[i];
-        lse_merge(m, s, l, 1.f);
+        m = fmaxf(m, l);
         double sc = (double)l;
         if (noisy) {
             double u = rng_uniform(prefix, (u64)i);
@@ -58,46 +60,55 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
         }
         if (better(sc, i, bs, bi)) { bs = sc; bl = l; bi = i; }
     }
-    // Warp then CTA reduction of (m, s) and (score, idx, logit).
     for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        lse_merge(m, s, m2, s2);
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
         double bs2 = __shfl_xor_sync(0xffffffffu, bs, o);
         int bi2 = __shfl_xor_sync(0xffffffffu, bi, o);
         float bl2 = __shfl_xor_sync(0xffffffffu, bl, o);
         if (better(bs2, bi2, bs, bi)) { bs = bs2; bi = bi2; bl = bl2; }
     }
-    __shared__ float sm[32], ss[32], sl[32];
-    __shared__ double sb[32];
+    __shared__ float sm[32], sl[32];
+    __shared__ double sb[32], sz[32];
     __shared__ int si[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (lane == 0) { sm[warp] = m; ss[warp] = s; sb[warp] = bs; si[warp] = bi; sl[warp] = bl; }
+    if (lane == 0) { sm[warp] = m; sb[warp] = bs; si[warp] = bi; sl[warp] = bl; }
     __syncthreads();
     if (warp == 0) {
         m = lane < nw ? sm[lane] : NEG_INF;
-        s = lane < nw ? ss[lane] : 0.f;
         bs = lane < nw ? sb[lane] : NEG_INF_D;
         bi = lane < nw ? si[lane] : 0x7fffffff;
         bl = lane < nw ? sl[lane] : NEG_INF;
         for (int o = 16; o > 0; o >>= 1) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-            lse_merge(m, s, m2, s2);
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
             double bs2 = __shfl_xor_sync(0xffffffffu, bs, o);
             int bi2 = __shfl_xor_sync(0xffffffffu, bi, o);
             float bl2 = __shfl_xor_sync(0xffffffffu, bl, o);
             if (better(bs2, bi2, bs, bi)) { bs = bs2; bi = bi2; bl = bl2; }
         }
-        if (lane == 0) {
-            x0_out[r] = (u32)bi;
-            float conf;
-            if (remask_random) {
-                u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], step, gpos);
-                conf = (float)rng_uniform(pr, 0);
-            } else {
-                conf = expf(bl - m) / s;  // softmax probability of the chosen token
-            }
-            conf_out[r] = conf;
+        if (lane == 0) { sm[0] = m; si[0] = bi; sl[0] = bl; }
+    }
+    __syncthreads();
+    m = sm[0];
+    double z = 0.0;
+    if (!remask_random) {
+        const double md = (double)m;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) z += exp((double)row[i] - md);
+        for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+        if (lane == 0) sz[warp] = z;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        x0_out[r] = (u32)si[0];
+        double conf;
+        if (remask_random) {
+            u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], step, gpos);
+            conf = rng_uniform(pr, 0);
+        } else {
+            double zz = 0.0;
+            for (int w = 0; w < nw; w++) zz += sz[w];
+            conf = exp((double)sl[0] - (double)m) / zz;  // p(x0) under the un-noised softmax
         }
+        conf_out[r] = conf;
     }
 }
 
@@ -105,23 +116,23 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
 extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
                                        const GenState* __restrict__ st, int gen_start,
                                        const int* __restrict__ ntrans, u32 mask_id,
-                                       const u32* __restrict__ x0, const float* __restrict__ conf) {
-    extern __shared__ float sconf[];
+                                       const u32* __restrict__ x0, const double* __restrict__ conf) {
+    extern __shared__ double sconf[];
     const int b = blockIdx.x, j = threadIdx.x;
     const int pos0 = gen_start + st->block * blk;
     const int k = ntrans[st->step_in_block];
     bool masked = false;
-    float c = NEG_INF;
+    double c = NEG_INF_D;
     if (j < blk) {
         masked = x[(u64)b * S + pos0 + j] == mask_id;
-        c = masked ? conf[b * blk + j] : NEG_INF;
+        c = masked ? conf[b * blk + j] : NEG_INF_D;
         sconf[j] = c;
     }
     __syncthreads();
     if (j < blk && masked) {
         int rank = 0;
         for (int i = 0; i < blk; i++) {
-            float ci = sconf[i];
+            double ci = sconf[i];
             rank += (ci > c) || (ci == c && i < j);
         }
         if (rank < k) x[(u64)b * S + pos0 + j] = x0[b * blk + j];

@@ -28,8 +28,20 @@ ranks = np.arange(1, len(vocab) + 1)
 probs = (1.0 / ranks) / (1.0 / ranks).sum()
 
 
+# Word indices drawn once in bulk (drawing per sentence with p= would be O(vocab) a call).
+POOL = rng.choice(len(vocab), size=8_000_000, p=probs)
+pos = 0
+
+
 def words(n):
-    return vocab[rng.choice(len(vocab), size=n, p=probs)]
+    global pos, POOL
+    if pos + n > len(POOL):
+        # A fresh draw: reusing the pool would repeat word sequences (false "overlaps").
+        POOL = rng.choice(len(vocab), size=len(POOL), p=probs)
+        pos = 0
+    w = vocab[POOL[pos:pos + n]]
+    pos += n
+    return w
 
 
 def sentence(n):

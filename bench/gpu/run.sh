@@ -20,7 +20,9 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   B=${BATCHES:-1,16,64}
   ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json"
-  python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4
+  if [ "${SKIP_EAGER:-0}" != 1 ]; then
+    python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4
+  fi
   if [ "${SKIP_COMPILE:-0}" != 1 ]; then
     python3 torch_sampler_ref.py --modes block --batches $B --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 4
   fi

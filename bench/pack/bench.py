@@ -85,15 +85,16 @@ def tokenizer():
     return d
 
 
-def timed(cmd, env=None):
+def timed(cmd):
+    """Wall seconds, peak RSS (MiB, by /usr/bin/time: the forked Python parent's pages would
+    inflate wait4's ru_maxrss), stdout."""
+    rss_file = os.path.join(WORK, "rss.txt")
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    _, status, ru = os.wait4(p.pid, 0)
+    p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file] + cmd, capture_output=True, text=True)
     dt = time.perf_counter() - t0
-    out, err = p.stdout.read().decode(), p.stderr.read().decode()
-    if status != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{out}\n{err}")
-    return dt, ru.ru_maxrss / 1024, out
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return dt, int(open(rss_file).read().split()[-1]) / 1024, p.stdout
 
 
 def ours(path, tok, out):
@@ -109,6 +110,7 @@ def ids(files):
 tok = tokenizer()
 c1 = corpus(MB, f"corpus-{MB}mb.parquet")
 text_mb = sum(len(t.encode()) for t in pq.read_table(c1, columns=["text"]).column(0).to_pylist()) / 1e6
+print("command: " + " ".join(sys.argv))
 print(f"corpus: {c1} ({text_mb:.1f} MB of text), tokenizer: {tok} (32k byte-level BPE)")
 
 dt_py, rss_py, out_py = timed([sys.executable, REF, c1, os.path.join(tok, "tokenizer.json"), os.path.join(WORK, "ref.parquet"), str(SEQ)])

@@ -64,6 +64,17 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
                 )),
                 Err(e) => c.fail(format!("{}: {e:#}", p.display())),
             }
+            for (name, want) in &sh.extra_files {
+                let ep = dir.join(name);
+                match crate::util::sha256_file(&ep) {
+                    Ok(h) if &h == want => {}
+                    Ok(h) => c.fail(format!(
+                        "{}: sha256 {h} does not match index.json ({want})",
+                        ep.display()
+                    )),
+                    Err(e) => c.fail(format!("{}: {e:#}", ep.display())),
+                }
+            }
             rows += sh.rows;
             tokens += sh.tokens;
         }
@@ -80,7 +91,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
                 idx.total("tokens")
             ));
         }
-        if idx.kind == "pretrain" && tokens != rows * idx.seq_len {
+        if idx.kind == "pretrain" && idx.format != "megatron" && tokens != rows * idx.seq_len {
             c.fail(format!(
                 "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
                 idx.seq_len

@@ -74,14 +74,16 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
             let rows: u64 = shards.iter().map(|s| s.rows).sum();
             let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
             new.shards = shards;
-            new.totals.insert("rows".into(), rows);
-            new.totals.insert("tokens".into(), tokens);
+            new.totals.insert("rows".into(), (rows).into());
+            new.totals.insert("tokens".into(), (tokens).into());
             let docs = new.total("documents").saturating_sub(bad.len() as u64);
-            new.totals.insert("documents".into(), docs);
+            new.totals.insert("documents".into(), (docs).into());
+            new.totals.insert(
+                "dropped_contaminated_documents".into(),
+                (bad.len() as u64).into(),
+            );
             new.totals
-                .insert("dropped_contaminated_documents".into(), bad.len() as u64);
-            new.totals
-                .insert("dropped_contaminated_rows".into(), dropped_rows);
+                .insert("dropped_contaminated_rows".into(), dropped_rows.into());
             new.extra.insert(
                 "decontam_filtered_from".into(),
                 serde_json::json!({"path": dir.display().to_string(), "index_sha256": target.sha256}),
@@ -156,6 +158,7 @@ fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEn
             bytes: std::fs::metadata(dst)?.len(),
             rows,
             tokens,
+            extra_files: Default::default(),
         },
         dropped,
     ))

@@ -195,7 +195,6 @@ mod tests {
             "sciq-validation",
             "sciq-test",
             "arc-challenge-test",
-            "arc-easy-test",
         ] {
             assert!(names.contains(&want), "{want}");
         }

@@ -16,19 +16,34 @@ pub struct Hit {
     pub end: usize,
 }
 
+/// Keys probed per batch: computed (and their slots prefetched) first, then looked up.
+const BATCH: usize = 64;
+
 /// Hits of one text: the first n-gram span per distinct item.
 pub fn scan_text(index: &NgramIndex, text: &str) -> Vec<(u32, usize, usize)> {
     let mut r = Roller::new(index.n);
     let mut out: Vec<(u32, usize, usize)> = Vec::new();
-    ngram::for_each_word(text, |w, s, e| {
-        if let Some((k, ws)) = r.push(w, s) {
+    let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(BATCH);
+    let probe = |batch: &mut Vec<(u64, usize, usize)>, out: &mut Vec<(u32, usize, usize)>| {
+        for &(k, ws, e) in batch.iter() {
             if let Some(item) = index.get(k) {
                 if !out.iter().any(|(i, _, _)| *i == item) {
                     out.push((item, ws, e));
                 }
             }
         }
+        batch.clear();
+    };
+    ngram::for_each_word(text, |w, s, e| {
+        if let Some((k, ws)) = r.push(w, s) {
+            index.prefetch(k);
+            batch.push((k, ws, e));
+            if batch.len() == BATCH {
+                probe(&mut batch, &mut out);
+            }
+        }
     });
+    probe(&mut batch, &mut out);
     out
 }
 

@@ -262,7 +262,7 @@ impl Engine {
             + BF * 2 * i               // gate/up
             + BF * i                   // act
             + 4; // x
-        t * per_tok + out_rows * (BF * h + 4 * v + 16 + 80) + b * 16 + (64 << 20)
+        t * per_tok + out_rows * (BF * h + 4 * v + 20 + 80) + b * 16 + (64 << 20)
     }
 
     fn ensure_workspace(&mut self, b: usize, s: usize, out_rows: usize) -> Result<()> {
@@ -321,7 +321,7 @@ impl Engine {
             hb: g.alloc(out_rows * h * BF)?,
             logits: g.alloc(out_rows * v * 4)?,
             x0: g.alloc(out_rows * 4)?,
-            conf: g.alloc(out_rows * 4)?,
+            conf: g.alloc(out_rows * 8)?,
             rows: g.alloc(out_rows * 4)?,
             state: g.alloc(16)?,
             ntrans: g.alloc(4 * 1024)?,
@@ -675,7 +675,7 @@ impl Engine {
             self.k.commit,
             (b as u32, 1, 1),
             (threads as u32, 1, 1),
-            (blk * 4) as u32,
+            (blk * 8) as u32,
             &mut kargs![
                 &ws.x.ptr,
                 &si,

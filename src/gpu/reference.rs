@@ -222,51 +222,68 @@ impl CpuModel {
                 let pos: Vec<usize> = (0..blk)
                     .map(|j| (s0 + j).saturating_sub(p.logits_shift))
                     .collect();
-                let logits = self.logits(&x, pad, &pos);
-                let mut cand = vec![(0u32, f32::NEG_INFINITY); blk];
-                for j in 0..blk {
-                    if x[s0 + j] != p.mask_id {
-                        continue;
-                    }
-                    let l = &logits[j];
-                    let gpos = (s0 + j - lp) as u64;
-                    let mut best = (f64::NEG_INFINITY, 0usize);
-                    for (t, &v) in l.iter().enumerate() {
-                        let sc = if p.temperature > 0.0 {
-                            rng::gumbel_score(
-                                v as f64,
-                                p.temperature,
-                                p.seed,
-                                key,
-                                step,
-                                gpos,
-                                t as u64,
-                            )
-                        } else {
-                            v as f64
-                        };
-                        if sc > best.0 {
-                            best = (sc, t);
-                        }
-                    }
-                    let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                    let z: f32 = l.iter().map(|v| (v - m).exp()).sum();
-                    let conf = if p.remask_random {
-                        rng::uniform(p.seed, rng::STREAM_REMASK, key, step, gpos, 0) as f32
-                    } else {
-                        (l[best.1] - m).exp() / z
-                    };
-                    cand[j] = (best.1 as u32, conf);
-                }
-                let k = nt[i] as usize;
-                let mut order: Vec<usize> = (0..blk).filter(|&j| x[s0 + j] == p.mask_id).collect();
-                order.sort_by(|&a, &b| cand[b].1.partial_cmp(&cand[a].1).unwrap().then(a.cmp(&b)));
-                for &j in order.iter().take(k) {
-                    x[s0 + j] = cand[j].0;
-                }
+                let logits: Vec<f32> = self.logits(&x, pad, &pos).concat();
+                select_step(
+                    p,
+                    &logits,
+                    self.cfg.vocab_size,
+                    &mut x[s0..s0 + blk],
+                    nt[i] as usize,
+                    key,
+                    step,
+                    b * blk,
+                );
             }
         }
         x[lp..].to_vec()
+    }
+}
+
+/// One sampler step of one row over its block logits `[blk, vocab]`: candidates (argmax, or
+/// Gumbel-max in float64), confidence p(x0) in float64 (or the random-remasking draw), the `k`
+/// most confident masked positions committed (ties to the lower position). `gpos0` is the
+/// block's first position within the generated span.
+#[allow(clippy::too_many_arguments)]
+pub fn select_step(
+    p: &GenParams,
+    logits: &[f32],
+    vocab: usize,
+    block: &mut [u32],
+    k: usize,
+    key: u64,
+    step: u64,
+    gpos0: usize,
+) {
+    let mut cand: Vec<(f64, usize, u32)> = Vec::new();
+    for j in 0..block.len() {
+        if block[j] != p.mask_id {
+            continue;
+        }
+        let l = &logits[j * vocab..(j + 1) * vocab];
+        let gpos = (gpos0 + j) as u64;
+        let mut best = (f64::NEG_INFINITY, 0usize);
+        for (t, &v) in l.iter().enumerate() {
+            let sc = if p.temperature > 0.0 {
+                rng::gumbel_score(v as f64, p.temperature, p.seed, key, step, gpos, t as u64)
+            } else {
+                v as f64
+            };
+            if sc > best.0 {
+                best = (sc, t);
+            }
+        }
+        let conf = if p.remask_random {
+            rng::uniform(p.seed, rng::STREAM_REMASK, key, step, gpos, 0)
+        } else {
+            let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let z: f64 = l.iter().map(|&v| (v as f64 - m).exp()).sum();
+            (l[best.1] as f64 - m).exp() / z
+        };
+        cand.push((conf, j, best.1 as u32));
+    }
+    cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, j, t) in cand.iter().take(k) {
+        block[j] = t;
     }
 }
 

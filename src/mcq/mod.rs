@@ -195,6 +195,8 @@ pub fn load_items(m: &Manifest, lock: &Lock, cache: &Cache, seed: u64) -> Result
                 row_start: 0,
                 row_end: st.rows,
                 documents: (items.len() - before) as u64,
+                out_row_start: None,
+                out_row_end: None,
             });
             tracing::info!(
                 "{}: {} rows, {} items from {}",
@@ -290,14 +292,14 @@ pub fn run(args: McqArgs) -> Result<()> {
         }
         let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
         let prompt_tokens: u64 = kept.iter().map(|r| r.prompt_len as u64).sum();
-        let mut totals = BTreeMap::new();
-        totals.insert("rows".into(), kept.len() as u64);
-        totals.insert("tokens".into(), tokens);
-        totals.insert("documents".into(), kept.len() as u64);
-        totals.insert("prompt_tokens".into(), prompt_tokens);
-        totals.insert("dropped_tail_tokens".into(), 0);
-        totals.insert("skipped_empty".into(), loaded.skipped_empty);
-        totals.insert("skipped_filtered".into(), too_long);
+        let mut totals: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        totals.insert("rows".into(), (kept.len() as u64).into());
+        totals.insert("tokens".into(), tokens.into());
+        totals.insert("documents".into(), (kept.len() as u64).into());
+        totals.insert("prompt_tokens".into(), prompt_tokens.into());
+        totals.insert("dropped_tail_tokens".into(), 0.into());
+        totals.insert("skipped_empty".into(), loaded.skipped_empty.into());
+        totals.insert("skipped_filtered".into(), too_long.into());
         let mut extra = serde_json::Map::new();
         extra.insert(
             "mcq".into(),

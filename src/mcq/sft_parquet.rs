@@ -102,6 +102,7 @@ pub fn write_shards(
             rows: chunk.len() as u64,
             tokens: chunk.iter().map(|r| r.input_ids.len() as u64).sum(),
             file: name,
+            extra_files: Default::default(),
         });
     }
     Ok(entries)

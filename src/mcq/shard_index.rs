@@ -26,6 +26,9 @@ pub struct ShardEntry {
     pub bytes: u64,
     pub rows: u64,
     pub tokens: u64,
+    /// Other files of this shard (Megatron's `.idx`): relative name → sha256.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_files: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +42,11 @@ pub struct ProvenanceRange {
     pub row_start: u64,
     pub row_end: u64,
     pub documents: u64,
+    /// Worker parts only (pack): output rows holding this range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_row_start: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_row_end: Option<u64>,
 }
 
 /// The `index.json` object.
@@ -53,7 +61,8 @@ pub struct ShardIndex {
     pub tokenizer: TokenizerInfo,
     pub shards: Vec<ShardEntry>,
     /// `rows, tokens, documents, dropped_tail_tokens, skipped_empty, skipped_filtered, ...`
-    pub totals: BTreeMap<String, u64>,
+    /// (other writers may add non-integer entries, kept as they are).
+    pub totals: BTreeMap<String, serde_json::Value>,
     pub provenance: Vec<ProvenanceRange>,
     pub manifest: Option<String>,
     pub lock_sha256: Option<String>,
@@ -65,7 +74,10 @@ pub struct ShardIndex {
 
 impl ShardIndex {
     pub fn total(&self, key: &str) -> u64 {
-        self.totals.get(key).copied().unwrap_or(0)
+        self.totals
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
     }
 }
 

@@ -133,7 +133,7 @@ thread_local! {
 }
 
 /// Bound on cached words per thread (cleared when reached).
-const MAX_CACHED_WORDS: usize = 1 << 20;
+const MAX_CACHED_WORDS: usize = 1 << 18;
 /// Words longer than this (bytes) are not cached.
 const MAX_CACHED_WORD_LEN: usize = 64;
 

@@ -143,8 +143,10 @@ pub struct PackArgs {
     /// Token budget over all sources (10B, 500M, ...), split by manifest weight.
     #[arg(long, value_parser = plan::parse_count)]
     pub tokens: Option<u64>,
-    /// Target shard size in token bytes (rows per shard = this / (seq-len * 4)).
-    #[arg(long, value_parser = parse_bytes, default_value = "64MiB")]
+    /// Target shard size in token bytes (rows per shard = this / (seq-len * 4)). Peak memory is
+    /// about 4x this (rows being packed, the shard being written, its arrow copy and encoding),
+    /// whatever the corpus size.
+    #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
     pub shard_bytes: u64,
     /// Print a one-line JSON summary on stdout at the end.
     #[arg(long)]

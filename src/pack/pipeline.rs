@@ -723,6 +723,7 @@ struct Progress {
     done_before: u64,
     start: Instant,
     tokens: std::cell::Cell<u64>,
+    docs: std::cell::Cell<u64>,
     rows_total: std::cell::RefCell<Vec<Option<u64>>>,
 }
 
@@ -760,11 +761,13 @@ impl Progress {
             done_before,
             start: Instant::now(),
             tokens: 0.into(),
+            docs: 0.into(),
             rows_total: std::cell::RefCell::new(rows_total),
         }
     }
     fn tokens(&self, n: u64) {
         self.tokens.set(self.tokens.get() + n);
+        self.docs.set(self.docs.get() + 1);
     }
     fn rows(&self, unit: usize, rows_done: u64) {
         let Some(b) = &self.bar else { return };
@@ -779,7 +782,8 @@ impl Progress {
         b.set_position(before + (frac * self.unit_bytes[unit] as f64) as u64);
         let secs = self.start.elapsed().as_secs_f64().max(1e-6);
         b.set_message(format!(
-            "{:.2} Mtok/s",
+            "{:.0} docs/s, {:.2} Mtok/s",
+            self.docs.get() as f64 / secs,
             self.tokens.get() as f64 / secs / 1e6
         ));
     }
