@@ -34,6 +34,9 @@ for m in stage1 mcq eval-reference; do
 done
 echo "lock: $OUT/manifests/stage1.lock   download log: $CACHE/download.log"
 
+say "fetch again offline: verified from cache + lock, zero requests"
+HF_HUB_OFFLINE=1 $BIN fetch --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE"
+
 say "fetch refuses an evaluation split before any download (exit 2 expected)"
 cat > "$OUT/manifests/bad.toml" <<'TOML'
 [[source]]
