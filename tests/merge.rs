@@ -116,3 +116,128 @@ fn distill_workers_merge_to_the_single_process_bytes() {
         );
     }
 }
+
+/// A locked manifest of one source with five parquet files (five units) in a private cache.
+fn pack_fixture(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    use dlm_data::hub::cache::Cache;
+    use dlm_data::manifest::{Lock, LockedFile, LockedSource, Role};
+    let tok = pack_common::tokenizer(dir);
+    let cache = Cache {
+        root: dir.join("cache"),
+    };
+    let commit = "c".repeat(40);
+    let mut files = vec![];
+    for k in 0..5u64 {
+        let name = format!("sample/{k:03}.parquet");
+        let d = pack_common::docs(7 + k, 15 + 10 * k as usize);
+        let tmp = dir.join("tmp.parquet");
+        pack_common::write_parquet(&tmp, &d.into_iter().map(Some).collect::<Vec<_>>(), 8);
+        let bytes = std::fs::read(&tmp).unwrap();
+        let p = cache.snapshot_path(Role::Train, "o/web", &commit, &name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &bytes).unwrap();
+        files.push(LockedFile {
+            path: name,
+            size: bytes.len() as u64,
+            sha256: dlm_data::util::sha256_hex(&bytes),
+            git_oid: None,
+        });
+    }
+    let manifest = dir.join("m.toml");
+    std::fs::write(
+        &manifest,
+        "[[source]]\nname='web'\nrepo='o/web'\nrevision='main'\nsplit='train'\nformat='parquet'\ntext='{text}'\n",
+    )
+    .unwrap();
+    Lock {
+        version: 1,
+        sources: vec![LockedSource {
+            name: "web".into(),
+            repo: "o/web".into(),
+            revision: "main".into(),
+            commit,
+            config: "default".into(),
+            split: "train".into(),
+            role: Role::Train,
+            files,
+        }],
+    }
+    .save(&manifest.with_extension("lock"))
+    .unwrap();
+    (manifest, dir.join("cache"), tok)
+}
+
+#[test]
+fn pack_workers_merge_to_the_single_process_bytes_in_every_format() {
+    let d = tempfile::tempdir().unwrap();
+    let (manifest, cache, tok) = pack_fixture(d.path());
+    let pack = |out: &Path, extra: &[&str]| {
+        let mut a = vec![
+            "pack",
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--cache",
+            cache.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--seq-len",
+            "24",
+            "--shard-bytes",
+            "1KiB",
+        ];
+        a.extend_from_slice(extra);
+        run(&a)
+    };
+    let cases: [&[&str]; 4] = [
+        &["--format", "parquet"],
+        &["--format", "mds", "--shuffle-seed", "7"],
+        &["--format", "megatron", "--dtype", "uint16", "--pad-last"],
+        &["--format", "parquet", "--pad-last", "--shuffle-seed", "3"],
+    ];
+    for (c, extra) in cases.iter().enumerate() {
+        let single = d.path().join(format!("single{c}"));
+        ok(&pack(&single, extra));
+        let merged = d.path().join(format!("merged{c}"));
+        let workers = if c % 2 == 0 { 3 } else { 2 };
+        for w in 0..workers {
+            let mut a = extra.to_vec();
+            let sh = format!("{w}/{workers}");
+            a.extend(["--shard", &sh]);
+            ok(&pack(&merged, &a));
+            if w == 0 {
+                // Refused by name while the other workers have not run; nothing written.
+                fails(
+                    &run(&["merge", merged.to_str().unwrap()]),
+                    2,
+                    &format!("00001-of-{workers:05}"),
+                );
+                assert!(!merged.join("index.json").exists());
+            }
+        }
+        let out = ok(&run(&["merge", merged.to_str().unwrap(), "--json"]));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["workers"], workers);
+        let (a, b) = (pack_common::tree(&single), pack_common::tree(&merged));
+        assert_eq!(
+            a.keys().collect::<Vec<_>>(),
+            b.keys().collect::<Vec<_>>(),
+            "case {c}: files differ"
+        );
+        for (k, x) in &a {
+            assert!(
+                x == &b[k],
+                "case {c}: {k} differs:\n{}\nvs\n{}",
+                String::from_utf8_lossy(x)
+                    .chars()
+                    .take(3000)
+                    .collect::<String>(),
+                String::from_utf8_lossy(&b[k])
+                    .chars()
+                    .take(3000)
+                    .collect::<String>()
+            );
+        }
+    }
+}
