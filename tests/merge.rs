@@ -216,7 +216,29 @@ fn pack_workers_merge_to_the_single_process_bytes_in_every_format() {
                 assert!(!merged.join("index.json").exists());
             }
         }
+        // An interrupted part (complete: false) is refused by name; nothing written.
+        let last = merged.join(format!(
+            "parts/{:05}-of-{workers:05}/index.json",
+            workers - 1
+        ));
+        let text = std::fs::read_to_string(&last).unwrap();
+        std::fs::write(
+            &last,
+            text.replace("\"complete\": true", "\"complete\": false"),
+        )
+        .unwrap();
+        fails(
+            &run(&["merge", merged.to_str().unwrap()]),
+            2,
+            &format!("{:05}-of-{workers:05} (interrupted", workers - 1),
+        );
+        assert!(!merged.join("index.json").exists());
+        std::fs::write(&last, text).unwrap();
         let out = ok(&run(&["merge", merged.to_str().unwrap(), "--json"]));
+        assert!(
+            !merged.join("parts").exists(),
+            "parts removed after the merge"
+        );
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["workers"], workers);
         let (a, b) = (pack_common::tree(&single), pack_common::tree(&merged));
@@ -240,4 +262,24 @@ fn pack_workers_merge_to_the_single_process_bytes_in_every_format() {
             );
         }
     }
+}
+
+#[test]
+fn fetch_log_parts_join_in_worker_order() {
+    let d = tempfile::tempdir().unwrap();
+    let manifest = d.path().join("m.toml");
+    std::fs::write(&manifest, "").unwrap();
+    let log = d.path().join("download.log");
+    let line = |w: usize| format!("{{\"source\":\"s\",\"path\":\"f{w}\",\"verified\":true}}\n");
+    std::fs::write(d.path().join("download.log.part-00001-of-00002"), line(1)).unwrap();
+    let m = manifest.to_str().unwrap();
+    let l = log.to_str().unwrap();
+    fails(&run(&["merge", m, "--log", l]), 2, "00000-of-00002");
+    assert!(!log.exists());
+    std::fs::write(d.path().join("download.log.part-00000-of-00002"), line(0)).unwrap();
+    let out = ok(&run(&["merge", m, "--log", l, "--json"]));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["lines"], 2);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), line(0) + &line(1));
+    assert!(!d.path().join("download.log.part-00000-of-00002").exists());
 }
