@@ -18,6 +18,7 @@ build:
 
 test: $(TEST_DEPS)
 	$(CARGO) test --all-targets -- --test-threads=2
+	$(MAKE) test-slurm
 
 demo: build
 	scripts/demo.sh
