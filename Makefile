@@ -18,6 +18,7 @@ build:
 
 test: $(TEST_DEPS)
 	$(CARGO) test --all-targets -- --test-threads=2
+	$(MAKE) check-mds-streaming
 	$(MAKE) test-slurm
 
 demo: build
@@ -27,4 +28,4 @@ fmt:
 	$(CARGO) fmt --all
 
 clean:
-	rm -rf target $(VENV) demo-out
+	rm -rf target $(VENV) .venv-mds demo-out
