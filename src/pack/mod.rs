@@ -25,6 +25,7 @@ pub mod bpe;
 pub mod packer;
 pub mod pipeline;
 pub mod plan;
+pub mod remote;
 pub mod resume;
 pub mod tokenize;
 
@@ -134,9 +135,19 @@ pub struct PackArgs {
     /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
     pub cache: Option<PathBuf>,
-    /// Read straight from the Hub by HTTP Range instead of the cache.
-    #[arg(long)]
+    /// Read straight from the Hub by HTTP Range instead of the cache (manifest parquet/JSON
+    /// sources; the lock beside the manifest is used when present).
+    #[arg(long, requires = "manifest")]
     pub stream: bool,
+    /// With --stream: the download log (default: <cache>/download.log).
+    #[arg(long, requires = "stream")]
+    pub log: Option<PathBuf>,
+    /// With --stream: failed attempts tolerated per request before giving up.
+    #[arg(long, default_value_t = 8)]
+    pub retries: u32,
+    /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
+    #[arg(long, default_value_t = 500)]
+    pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
     #[arg(long)]
     pub pad_last: bool,
