@@ -179,6 +179,7 @@ fn stream_equals_fetch_then_pack_and_reads_less_than_the_files() {
             assert_eq!(b, size, "{p}: JSON is read whole, once");
         }
     }
+    eprintln!("parquet: read {read_pq} of {size_pq} bytes by range");
     assert!(
         read_pq < size_pq,
         "parquet: read {read_pq} of {size_pq} bytes: projection/footer ranges not used"

@@ -20,6 +20,23 @@
 //! shuffle per shard as the flags say; that is exactly the single-process output. Workers
 //! therefore never shuffle or drop (the merge does), and `--tokens` budgets are refused with
 //! `--shard` (they depend on the tokens of earlier units of the source).
+//!
+//! # `--stream`: reading from the Hub without downloading
+//! With `--manifest M --stream`, [`remote`] reads each unit straight from the Hub through the
+//! fetch client ([`crate::hub::stream`]): parquet as an `AsyncFileReader` (the footer by one
+//! suffix range whose bytes are kept, then only the template's column chunks of each row
+//! group), JSON/JSONL by sequential 8 MiB ranges; retries, redirects and auth are `fetch`'s.
+//! Memory stays bounded (one row group's projected chunks, or one JSON chunk). The lock
+//! beside the manifest pins commits and files when present; otherwise the sources are resolved
+//! on the Hub exactly as `fetch` does, and the split policy is applied before any request
+//! (eval-reference sources and eval splits) and to the listed files. Each streamed file gets
+//! one download.log line (`"streamed": true`, `bytes` actually read, `"verified": false` and a
+//! `note`: a sha256 needs the whole file); the Hub's size/etag of each file is checked against
+//! the lock or listing. The output is identical to `fetch` + `pack` on the same data; only
+//! `lock_sha256` (top level and in the resume fingerprint `args`) differs when no lock exists.
+//! A transport error that corrupts bytes without failing the request cannot be detected for a
+//! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
+//! required.
 
 pub mod bpe;
 pub mod packer;
