@@ -390,6 +390,55 @@ impl HubClient {
         }
         bail!("{what}: too many redirects")
     }
+
+    /// Bytes `[start, end)` of a file by HTTP Range, with the client's retries; the body must
+    /// be exactly that long (a short or full-file answer is a retryable failure). Returns the
+    /// bytes, the first Hub response's metadata and the attempts used.
+    pub async fn read_range(
+        &self,
+        repo: &str,
+        commit: &str,
+        path: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<(bytes::Bytes, FileMeta, u32)> {
+        let want = end.saturating_sub(start);
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let r: Result<(bytes::Bytes, FileMeta)> = async {
+                if want == 0 {
+                    return Ok((bytes::Bytes::new(), FileMeta::default()));
+                }
+                let (resp, meta) = self
+                    .resolve(repo, commit, path, Some((start, Some(end - 1))))
+                    .await?;
+                if resp.status() != StatusCode::PARTIAL_CONTENT {
+                    // Dropping the response closes the connection: the whole file is not read.
+                    return Err(transient(format!(
+                        "{repo}@{commit}/{path}: server ignored the Range request (HTTP {})",
+                        resp.status()
+                    )));
+                }
+                let body = resp
+                    .bytes()
+                    .await
+                    .map_err(|e| net_error(&format!("{repo}/{path}"), e))?;
+                if body.len() as u64 != want {
+                    return Err(transient(format!(
+                        "{repo}/{path}: range {start}-{end}: got {} of {want} bytes",
+                        body.len()
+                    )));
+                }
+                Ok((body, meta))
+            }
+            .await;
+            match r {
+                Ok((b, m)) => return Ok((b, m, attempt)),
+                Err(e) => self.backoff_or_fail(attempt, e).await?,
+            }
+        }
+    }
 }
 
 async fn check_status(what: &str, resp: Response) -> Result<Response> {

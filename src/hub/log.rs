@@ -64,7 +64,7 @@ impl DownloadLog {
     }
 
     /// Append one record as a single `write` of a whole line, then fsync.
-    pub fn append(&self, rec: &LogRecord) -> Result<()> {
+    pub fn append<T: Serialize>(&self, rec: &T) -> Result<()> {
         let mut line = serde_json::to_string(rec)?;
         line.push('\n');
         let mut f = self.file.lock().unwrap();

@@ -22,6 +22,7 @@ pub mod log;
 pub mod plan;
 pub mod progress;
 pub mod retry;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -20,12 +20,30 @@
 //! shuffle per shard as the flags say; that is exactly the single-process output. Workers
 //! therefore never shuffle or drop (the merge does), and `--tokens` budgets are refused with
 //! `--shard` (they depend on the tokens of earlier units of the source).
+//!
+//! # `--stream`: reading from the Hub without downloading
+//! With `--manifest M --stream`, [`remote`] reads each unit straight from the Hub through the
+//! fetch client ([`crate::hub::stream`]): parquet as an `AsyncFileReader` (the footer by one
+//! suffix range whose bytes are kept, then only the template's column chunks of each row
+//! group), JSON/JSONL by sequential 8 MiB ranges; retries, redirects and auth are `fetch`'s.
+//! Memory stays bounded (one row group's projected chunks, or one JSON chunk). The lock
+//! beside the manifest pins commits and files when present; otherwise the sources are resolved
+//! on the Hub exactly as `fetch` does, and the split policy is applied before any request
+//! (eval-reference sources and eval splits) and to the listed files. Each streamed file gets
+//! one download.log line (`"streamed": true`, `bytes` actually read, `"verified": false` and a
+//! `note`: a sha256 needs the whole file); the Hub's size/etag of each file is checked against
+//! the lock or listing. The output is identical to `fetch` + `pack` on the same data; only
+//! `lock_sha256` (top level and in the resume fingerprint `args`) differs when no lock exists.
+//! A transport error that corrupts bytes without failing the request cannot be detected for a
+//! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
+//! required.
 
 pub mod bpe;
 pub mod merge;
 pub mod packer;
 pub mod pipeline;
 pub mod plan;
+pub mod remote;
 pub mod resume;
 pub mod tokenize;
 
@@ -135,9 +153,19 @@ pub struct PackArgs {
     /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
     pub cache: Option<PathBuf>,
-    /// Read straight from the Hub by HTTP Range instead of the cache.
-    #[arg(long)]
+    /// Read straight from the Hub by HTTP Range instead of the cache (manifest parquet/JSON
+    /// sources; the lock beside the manifest is used when present).
+    #[arg(long, requires = "manifest")]
     pub stream: bool,
+    /// With --stream: the download log (default: <cache>/download.log).
+    #[arg(long, requires = "stream")]
+    pub log: Option<PathBuf>,
+    /// With --stream: failed attempts tolerated per request before giving up.
+    #[arg(long, default_value_t = 8)]
+    pub retries: u32,
+    /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
+    #[arg(long, default_value_t = 500)]
+    pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
     #[arg(long)]
     pub pad_last: bool,

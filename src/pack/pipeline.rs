@@ -74,21 +74,22 @@ pub fn run(args: PackArgs) -> Result<()> {
     if args.seq_len == 0 {
         return Err(crate::error::usage("--seq-len must be at least 1"));
     }
-    if args.stream {
-        return Err(crate::error::usage(
-            "--stream: reading from the Hub by HTTP Range is not available in this build yet; fetch first (`dlm-data fetch --manifest M`) and pack from the cache",
-        ));
-    }
     let worker = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let streaming = if args.stream {
+        Some(Arc::new(super::remote::Streaming::new(&args, worker)?))
+    } else {
+        None
+    };
     if !worker.is_whole() && args.tokens.is_some() {
         return Err(crate::error::usage(
             "--tokens cannot be combined with --shard I/N: budgets depend on the tokens of files other workers own; apply the budget in one process",
         ));
     }
     let plan = match (&args.manifest, &args.input) {
-        (Some(m), None) => {
-            Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?
-        }
+        (Some(m), None) => match &streaming {
+            Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
+            None => Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?,
+        },
         (None, Some(i)) => Plan::from_input(i, &args.text_column, args.tokens)?,
         _ => {
             return Err(crate::error::usage(
@@ -283,7 +284,16 @@ pub fn run(args: PackArgs) -> Result<()> {
         let (start_unit, start_row) = (cursor.unit, cursor.row);
         std::thread::Builder::new()
             .name("pack-reader".into())
-            .spawn(move || read_units(&units, start_unit, start_row, &exhausted, &rtx))?
+            .spawn(move || {
+                read_units(
+                    &units,
+                    start_unit,
+                    start_row,
+                    &exhausted,
+                    streaming.as_deref(),
+                    &rtx,
+                )
+            })?
     };
     let writer = {
         let dir = out_dir.clone();
@@ -397,6 +407,7 @@ fn read_units(
     start_unit: usize,
     start_row: u64,
     exhausted: &[AtomicBool],
+    streaming: Option<&super::remote::Streaming>,
     tx: &SyncSender<ReadMsg>,
 ) {
     for (k, u) in units.iter().enumerate().skip(start_unit) {
@@ -435,14 +446,17 @@ fn read_units(
                 }
                 Ok(())
             };
-            let r = crate::sources::read_rows(
-                &u.path,
-                &u.file,
-                u.source.format,
-                &u.source.tpl,
-                first,
-                &mut sink,
-            );
+            let r = match (&u.remote, streaming) {
+                (Some(spec), Some(st)) => st.read(u, spec, first, &mut sink),
+                _ => crate::sources::read_rows(
+                    &u.path,
+                    &u.file,
+                    u.source.format,
+                    &u.source.tpl,
+                    first,
+                    &mut sink,
+                ),
+            };
             if let Err(e) = r {
                 let _ = tx.send(ReadMsg::Failed(
                     e.context(format!("source {:?}", &*u.source.name)),

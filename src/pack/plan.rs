@@ -41,6 +41,8 @@ pub struct Unit {
     pub file: String,
     pub path: PathBuf,
     pub bytes: u64,
+    /// `--stream`: the Hub file to read by range instead of `path`.
+    pub remote: Option<Arc<crate::hub::stream::RemoteSpec>>,
 }
 
 /// The ordered inputs.
@@ -120,6 +122,7 @@ impl Plan {
                 file: path.display().to_string(),
                 path: path.to_path_buf(),
                 bytes: meta.len(),
+                remote: None,
             }],
             sources: vec![src],
             manifest: None,
@@ -129,17 +132,53 @@ impl Plan {
 
     /// `--manifest FILE`: the lock beside it and the fetched files in the cache.
     pub fn from_manifest(mpath: &Path, cache: &Cache, tokens: Option<u64>) -> Result<Plan> {
+        Self::from_manifest_with(mpath, Inputs::Cache(cache), tokens)
+    }
+
+    /// `--manifest FILE --stream`: the files read from the Hub by range. The lock beside the
+    /// manifest pins commits and files when it exists; otherwise `list` resolves them on the
+    /// Hub (a lock in memory only: `lock_sha256` is then null).
+    pub fn from_manifest_stream(
+        mpath: &Path,
+        tokens: Option<u64>,
+        list: &dyn Fn(&Manifest) -> Result<Lock>,
+    ) -> Result<Plan> {
+        Self::from_manifest_with(mpath, Inputs::Hub(list), tokens)
+    }
+
+    fn from_manifest_with(mpath: &Path, inputs: Inputs, tokens: Option<u64>) -> Result<Plan> {
         let m = Manifest::load(mpath)?;
+        // The split policy before anything else (no lock read, no Hub request).
+        for s in &m.sources {
+            if s.role == Role::EvalReference {
+                return Err(crate::error::refused(format!(
+                    "manifest {}: source {:?} has role eval-reference: benchmark data is never packed (use a train-only manifest)",
+                    mpath.display(),
+                    s.name
+                )));
+            }
+            if let Some(k) = crate::policy::eval_keyword(&s.split) {
+                return Err(crate::error::refused(format!(
+                    "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
+                    mpath.display(),
+                    s.name,
+                    s.split
+                )));
+            }
+        }
         let lock_path = m.lock_path();
-        if !lock_path.is_file() {
-            anyhow::bail!(
-                "{}: no lock file; run `dlm-data fetch --manifest {}` first",
+        let (lock, lock_sha256) = match inputs {
+            Inputs::Hub(list) if !lock_path.is_file() => (list(&m)?, None),
+            _ if !lock_path.is_file() => anyhow::bail!(
+                "{}: no lock file; run `dlm-data fetch --manifest {}` first (or pack with --stream)",
                 lock_path.display(),
                 mpath.display()
-            );
-        }
-        let lock = Lock::load(&lock_path)?;
-        let lock_sha256 = crate::util::sha256_file(&lock_path)?;
+            ),
+            _ => (
+                Lock::load(&lock_path)?,
+                Some(crate::util::sha256_file(&lock_path)?),
+            ),
+        };
         let any_weight = m.sources.iter().any(|s| s.weight.is_some());
         let mut sources = Vec::new();
         let mut per_source: Vec<Vec<Unit>> = Vec::new();
@@ -212,6 +251,28 @@ impl Plan {
                         f.path
                     )));
                 }
+                let cache = match inputs {
+                    Inputs::Cache(c) => c,
+                    Inputs::Hub(_) => {
+                        let spec = crate::hub::stream::RemoteSpec {
+                            source: s.name.clone(),
+                            repo: ls.repo.clone(),
+                            revision: ls.revision.clone(),
+                            commit: ls.commit.clone(),
+                            path: f.path.clone(),
+                            size: f.size,
+                            etag: Some(f.git_oid.clone().unwrap_or_else(|| f.sha256.clone())),
+                        };
+                        units.push(Unit {
+                            source: info.clone(),
+                            file: f.path.clone(),
+                            path: PathBuf::from(format!("{}@{}/{}", ls.repo, ls.commit, f.path)),
+                            bytes: f.size,
+                            remote: Some(Arc::new(spec)),
+                        });
+                        continue;
+                    }
+                };
                 let p = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
                 let meta = std::fs::metadata(&p).map_err(|_| {
                     anyhow::anyhow!(
@@ -237,6 +298,7 @@ impl Plan {
                     file: f.path.clone(),
                     path: p,
                     bytes: f.size,
+                    remote: None,
                 });
             }
             sources.push(info);
@@ -282,9 +344,16 @@ impl Plan {
             sources,
             units,
             manifest: Some(mpath.to_path_buf()),
-            lock_sha256: Some(lock_sha256),
+            lock_sha256,
         })
     }
+}
+
+/// Where a manifest's files are read from.
+#[derive(Clone, Copy)]
+enum Inputs<'a> {
+    Cache(&'a Cache),
+    Hub(&'a dyn Fn(&Manifest) -> Result<Lock>),
 }
 
 /// Smooth weighted round-robin of whole files by locked bytes (sources of weight 0 are left
@@ -350,6 +419,7 @@ mod tests {
                     file: format!("{}-{k}", s.name),
                     path: PathBuf::new(),
                     bytes: 100,
+                    remote: None,
                 })
                 .collect()
         };

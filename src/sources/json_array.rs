@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
@@ -82,7 +82,18 @@ pub fn read(
     sink: &mut Sink,
 ) -> Result<()> {
     let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, f));
+    read_from(f, name, tpl, start_row, sink)
+}
+
+/// The same over any reader (a local file, or a Hub file read by range with `--stream`).
+pub fn read_from(
+    input: impl Read,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, input));
     let row = RefCell::new(0u64);
     let failure = RefCell::new(None);
     let seed = Elements {

@@ -2,7 +2,7 @@
 //! blank lines are no documents. Errors name the line.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
@@ -17,7 +17,18 @@ pub fn read(
     sink: &mut Sink,
 ) -> Result<()> {
     let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
-    let mut r = BufReader::with_capacity(1 << 20, f);
+    read_from(f, name, tpl, start_row, sink)
+}
+
+/// The same over any reader (a local file, or a Hub file read by range with `--stream`).
+pub fn read_from(
+    input: impl Read,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    let mut r = BufReader::with_capacity(1 << 20, input);
     let mut line = Vec::new();
     let mut row = 0u64;
     loop {

@@ -30,7 +30,23 @@ fn open(
     let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
     let b = ParquetRecordBatchReaderBuilder::try_new(f)
         .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
-    let schema = b.schema().clone();
+    let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
+    let r = b
+        .with_projection(mask)
+        .with_batch_size(batch_rows)
+        .with_offset(start_row as usize)
+        .build()
+        .with_context(|| format!("{name}: reading parquet"))?;
+    Ok(r)
+}
+
+/// Only the template's root columns, found by name.
+fn projection(
+    schema: &arrow::datatypes::Schema,
+    pschema: &parquet::schema::types::SchemaDescriptor,
+    tpl: &Template,
+    name: &str,
+) -> Result<ProjectionMask> {
     let mut roots = Vec::new();
     for col in tpl.root_columns() {
         match schema.index_of(&col) {
@@ -44,14 +60,7 @@ fn open(
             }
         }
     }
-    let mask = ProjectionMask::roots(b.parquet_schema(), roots);
-    let r = b
-        .with_projection(mask)
-        .with_batch_size(batch_rows)
-        .with_offset(start_row as usize)
-        .build()
-        .with_context(|| format!("{name}: reading parquet"))?;
-    Ok(r)
+    Ok(ProjectionMask::roots(pschema, roots))
 }
 
 /// Resolve a field path in a batch to a Utf8 array plus the arrays whose nulls also null it.
@@ -216,4 +225,40 @@ pub fn row_counts(path: &Path, name: &str) -> Result<Vec<u64>> {
         .iter()
         .map(|g| g.num_rows() as u64)
         .collect())
+}
+
+/// The same rows from an async reader (a Hub file read by HTTP Range with `--stream`): the
+/// footer, then only the projected column chunks of the row groups from `start_row` on.
+/// A decode error names the file and the first row of the failing batch.
+pub fn read_async<R>(
+    rt: &tokio::runtime::Runtime,
+    input: R,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()>
+where
+    R: parquet::arrow::async_reader::AsyncFileReader + Unpin + Send + 'static,
+{
+    use futures::StreamExt;
+    rt.block_on(async {
+        let b = parquet::arrow::ParquetRecordBatchStreamBuilder::new(input)
+            .await
+            .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+        let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
+        let mut stream = b
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .with_offset(start_row as usize)
+            .build()
+            .with_context(|| format!("{name}: reading parquet"))?;
+        let mut row = start_row;
+        while let Some(b) = stream.next().await {
+            let batch = b.map_err(|e| anyhow!("{name}: rows from {row}: {e}"))?;
+            emit_batch(&batch, row, name, tpl, sink)?;
+            row += batch.num_rows() as u64;
+        }
+        Ok(())
+    })
 }
