@@ -167,7 +167,7 @@ fn clean_pipeline_passes_every_link() {
 #[test]
 fn edited_shard_byte_breaks_shards_only() {
     let pl = pipeline();
-    let f = pl.sft.join("shard-00000.parquet");
+    let f = pl.sft.join("part-00000.parquet");
     let mut b = std::fs::read(&f).unwrap();
     let mid = b.len() / 2;
     b[mid] ^= 0x01;
@@ -178,7 +178,7 @@ fn edited_shard_byte_breaks_shards_only() {
     assert_eq!(code, 1);
     assert_eq!(failed(&r), vec!["shards"]);
     assert!(
-        problems(&r, "shards").contains("shard-00000.parquet: sha256"),
+        problems(&r, "shards").contains("part-00000.parquet: sha256"),
         "{}",
         problems(&r, "shards")
     );

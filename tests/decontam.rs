@@ -5,7 +5,8 @@
 mod mcq_support;
 
 use dlm_data::decontam::report::{self, DecontamReport};
-use dlm_data::mcq::{prompts, shard_index};
+use dlm_data::mcq::prompts;
+use dlm_data::shards::index as shard_index;
 use mcq_support::*;
 
 /// A world whose sciq train row 5 carries sciq test row 3's question inside a longer text.
@@ -90,7 +91,7 @@ fn planted_question_found_in_prompts_and_shards() {
     assert_eq!(r.hits[0].document.id.as_deref(), Some("sciq-train-000005"));
     assert_eq!(
         r.hits[0].document.shard.as_deref(),
-        Some("shard-00000.parquet")
+        Some("part-00000.parquet")
     );
     assert!(out.join("sft/decontam.json").exists());
 }
@@ -151,8 +152,8 @@ fn drop_writes_filtered_copies() {
         &["--drop", p(&sclean)],
     );
     let idx = shard_index::load(&sclean).unwrap();
-    assert_eq!(idx.total("rows"), (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
-    assert_eq!(idx.total("dropped_contaminated_rows"), 1);
+    assert_eq!(idx.totals.rows, (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
+    assert_eq!(idx.totals.extra["dropped_contaminated_rows"], 1);
     let sh = &idx.shards[0];
     assert_eq!(
         dlm_data::util::sha256_file(&sclean.join(&sh.file)).unwrap(),

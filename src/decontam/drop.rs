@@ -18,7 +18,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::targets::{Kind, Target};
-use crate::mcq::shard_index::{self, ShardEntry};
+use crate::shards::index::{self as shard_index, ShardEntry};
 
 /// What a drop removed.
 pub struct Dropped {
@@ -80,21 +80,21 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
             let rows: u64 = shards.iter().map(|s| s.rows).sum();
             let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
             new.shards = shards;
-            new.totals.insert("rows".into(), (rows).into());
-            new.totals.insert("tokens".into(), (tokens).into());
-            let docs = new.total("documents").saturating_sub(bad.len() as u64);
-            new.totals.insert("documents".into(), (docs).into());
-            new.totals.insert(
+            new.totals.rows = rows;
+            new.totals.tokens = tokens;
+            new.totals.documents = new.totals.documents.saturating_sub(bad.len() as u64);
+            new.totals.extra.insert(
                 "dropped_contaminated_documents".into(),
                 (bad.len() as u64).into(),
             );
             new.totals
+                .extra
                 .insert("dropped_contaminated_rows".into(), dropped_rows.into());
             new.extra.insert(
                 "decontam_filtered_from".into(),
                 serde_json::json!({"path": dir.display().to_string(), "index_sha256": target.sha256}),
             );
-            shard_index::save(out, &new)?;
+            shard_index::save(out, &new, None)?;
             Ok(Dropped {
                 documents: bad.len() as u64,
                 rows: dropped_rows,

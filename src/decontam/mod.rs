@@ -124,7 +124,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
     };
     let mut rep = report::DecontamReport {
         version: 1,
-        tool: crate::mcq::shard_index::tool_string(),
+        tool: crate::shards::index::Index::tool_name(),
         time: time::now_rfc3339(),
         ngram: args.ngram,
         scanned: report::Scanned {

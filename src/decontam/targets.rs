@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::mcq::prompts::PromptRecord;
-use crate::mcq::shard_index::{self, ShardIndex};
+use crate::shards::index::{self as shard_index, Index as ShardIndex};
 
 /// Where a scanned document came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
