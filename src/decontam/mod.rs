@@ -13,6 +13,7 @@ pub mod index;
 pub mod ngram;
 pub mod reference;
 pub mod report;
+pub mod rewrite;
 pub mod rows;
 pub mod scan;
 pub mod targets;
