@@ -49,6 +49,9 @@ pub struct McqArgs {
     /// tokenizer.json or its directory: also write the stage-2 SFT shards into OUT/sft/.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Shard format of OUT/sft/: parquet (part-NNNNN.parquet), mds (MosaicML Streaming,
+    /// shard.NNNNN.mds.zstd) or megatron (part-NNNNN.bin/.idx; prompt and answer are the two
+    /// sequences of each document, so the first sequence length is prompt_len).
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
     /// Seed of the shuffle placing sciq's correct answer (a pure function of seed and item id).
