@@ -321,10 +321,8 @@ fn mds_and_megatron_shards_scan_and_drop() {
             "{fmt}"
         );
         assert_eq!(h.document.shard_row, Some((pos % 9) as u64), "{fmt}");
-        if fmt == "mds" {
-            assert_eq!(h.document.id.as_deref(), Some("sciq-train-000005"));
-            assert_eq!(h.document.row, Some(5));
-        }
+        assert_eq!(h.document.id.as_deref(), Some("sciq-train-000005"));
+        assert_eq!(h.document.row, Some(5));
 
         let clean = w.root().join(format!("{fmt}-clean"));
         decontam(&w, &["--shards", p(&sft)], &["--drop", p(&clean)]);

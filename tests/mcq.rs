@@ -322,9 +322,7 @@ fn sft_formats_round_trip() {
                 (&e.input_ids, e.prompt_len),
                 "{fmt}"
             );
-            if fmt != "megatron" {
-                assert_eq!((&g.id, &g.prov), (&e.id, &e.prov), "{fmt}");
-            }
+            assert_eq!((&g.id, &g.prov), (&e.id, &e.prov), "{fmt}");
         }
         if fmt == "mds" {
             let v: serde_json::Value =

@@ -1,13 +1,13 @@
 //! `--drop` for MDS and Megatron shards: decode each shard's rows, keep the clean ones and
 //! re-encode them with the shared writers of [`crate::shards`], so the filtered copy has the
-//! same layout (columns, `doc_offsets`, dtype) as the original.
+//! same layout (columns, `doc_offsets`, dtype, the SFT `.rows.jsonl` sidecar) as the original.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use crate::mcq::sft_shards::megatron_idx;
+use crate::mcq::sft_shards::{megatron_idx, sidecar_name};
 use crate::pack::ShardFormat;
 use crate::shards::mds_read::{self, Value};
 use crate::shards::{Column, Dtype, RowBatch, WrittenShard};
@@ -147,7 +147,29 @@ pub fn rewrite(
     let before = batch.rows() as u64;
     let kept = filter(batch, drop);
     let dropped = before - kept.rows() as u64;
-    let w = crate::shards::write_shard(fmt, out, n, &kept, dt)
+    let mut w = crate::shards::write_shard(fmt, out, n, &kept, dt)
         .with_context(|| format!("rewriting {}", src.display()))?;
+    // The SFT sidecar of a Megatron shard (per-row id and provenance) loses the same rows.
+    let src_name = src.file_name().and_then(|x| x.to_str()).unwrap_or_default();
+    let side = src.with_file_name(sidecar_name(src_name));
+    if fmt == ShardFormat::Megatron && side.exists() {
+        let text = std::fs::read_to_string(&side)
+            .with_context(|| format!("reading {}", side.display()))?;
+        anyhow::ensure!(
+            text.lines().count() as u64 == before,
+            "{}: line count differs from the shard's rows",
+            side.display()
+        );
+        let mut buf = String::new();
+        for (r, l) in text.lines().enumerate() {
+            if !drop.contains(&(r as u64)) {
+                buf.push_str(l);
+                buf.push('\n');
+            }
+        }
+        let name = sidecar_name(&w.entry.file);
+        let (sha, _) = crate::shards::write_durable(out, &name, buf.as_bytes())?;
+        w.entry.extra_files.insert(name, sha);
+    }
     Ok((w, dropped))
 }

@@ -241,18 +241,25 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         // Token ids per row, plus SFT provenance when the shard has it.
         let mut rows: Vec<(Vec<u32>, Option<Origin>)> = match index.format.as_str() {
             "mds" => mds_rows(&path)?,
-            "megatron" => {
-                let dt = if index.dtype == "uint16" {
-                    crate::shards::Dtype::U16
-                } else {
-                    crate::shards::Dtype::U32
-                };
-                super::rewrite::megatron_batch(&path, dt)?
-                    .input_ids
-                    .into_iter()
-                    .map(|ids| (ids, Some(Origin::default())))
-                    .collect()
-            }
+            "megatron" => crate::mcq::sft_shards::read_megatron(&path, &index.dtype)?
+                .into_iter()
+                .map(|r| {
+                    let o = if r.id.is_empty() {
+                        Origin::default()
+                    } else {
+                        Origin {
+                            id: Some(r.id),
+                            source: Some(r.prov.source),
+                            repo: Some(r.prov.repo),
+                            commit: Some(r.prov.commit),
+                            file: Some(r.prov.file),
+                            row: Some(r.prov.row),
+                            ..Origin::default()
+                        }
+                    };
+                    (r.input_ids, Some(o))
+                })
+                .collect(),
             _ => Vec::new(),
         };
         let parquet = index.format == "parquet";

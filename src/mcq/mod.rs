@@ -278,7 +278,11 @@ pub fn run(args: McqArgs) -> Result<()> {
         let mut mds_entries = Vec::new();
         for (k, chunk) in kept.chunks(args.rows_per_shard.max(1)).enumerate() {
             let batch = sft_shards::to_batch(chunk, args.format)?;
-            let w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
+            let mut w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
+            if args.format == ShardFormat::Megatron {
+                let (name, sha) = sft_shards::write_sidecar(&sft_dir, &w.entry.file, chunk)?;
+                w.entry.extra_files.insert(name, sha);
+            }
             shards.push(w.entry);
             mds_entries.extend(w.mds);
         }

@@ -2,7 +2,9 @@
 //! `input_ids` (prompt ++ answer ++ EOS) and the per-row columns `id`, `prompt_len`, `length`,
 //! `source`, `repo`, `commit`, `file: utf8`, `row: uint32`. Megatron has no per-row columns,
 //! so there each row is one document of two sequences, prompt and answer (`doc_offsets`
-//! `[0, prompt_len, length]`): `prompt_len` is the first sequence length in the `.idx`.
+//! `[0, prompt_len, length]`): `prompt_len` is the first sequence length in the `.idx`, and
+//! the per-row columns go to a `part-NNNNN.rows.jsonl` sidecar (one JSON object per row,
+//! listed in the shard's `extra_files`, so `audit` re-hashes it).
 //! [`read_dir`] reads any of the three formats back (tests, decontam).
 
 use std::path::Path;
@@ -56,8 +58,31 @@ pub fn to_batch(rows: &[&SftRow], format: ShardFormat) -> Result<RowBatch> {
     })
 }
 
-/// Every SFT row of the shard directory `dir`, in order. Megatron rows carry no id or
-/// provenance (empty strings, row 0).
+/// `part-NNNNN.rows.jsonl` beside `part-NNNNN.bin`.
+pub fn sidecar_name(bin_file: &str) -> String {
+    format!("{}.rows.jsonl", bin_file.trim_end_matches(".bin"))
+}
+
+/// Write the Megatron sidecar of `rows` for the shard whose `.bin` is `bin_file`; returns
+/// (file name, sha256).
+pub fn write_sidecar(dir: &Path, bin_file: &str, rows: &[&SftRow]) -> Result<(String, String)> {
+    let mut buf = Vec::new();
+    for r in rows {
+        serde_json::to_writer(
+            &mut buf,
+            &serde_json::json!({"id": r.id, "source": r.prov.source, "repo": r.prov.repo,
+                "commit": r.prov.commit, "file": r.prov.file, "row": r.prov.row,
+                "prompt_len": r.prompt_len, "length": r.input_ids.len()}),
+        )?;
+        buf.push(b'\n');
+    }
+    let name = sidecar_name(bin_file);
+    let (sha, _) = crate::shards::write_durable(dir, &name, &buf)?;
+    Ok((name, sha))
+}
+
+/// Every SFT row of the shard directory `dir`, in order. Megatron rows without a sidecar
+/// carry no id or provenance (empty strings, row 0).
 pub fn read_dir(dir: &Path) -> Result<Vec<SftRow>> {
     let idx = crate::shards::index::load_complete(dir)?;
     let mut out = Vec::new();
@@ -198,7 +223,8 @@ pub fn megatron_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
     Ok((lens, docs))
 }
 
-fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
+/// Rows of one Megatron SFT shard, with id and provenance from its sidecar when present.
+pub fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
     let (lens, docs) = megatron_idx(&bin.with_extension("idx"))?;
     let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
     let toks: Vec<u32> = match dtype {
@@ -246,5 +272,38 @@ fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
         "{}: .bin longer than .idx says",
         bin.display()
     );
+    let name = bin.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let side = bin.with_file_name(sidecar_name(name));
+    if side.exists() {
+        let text = std::fs::read_to_string(&side)
+            .with_context(|| format!("reading {}", side.display()))?;
+        let lines: Vec<&str> = text.lines().collect();
+        ensure!(
+            lines.len() == out.len(),
+            "{}: {} lines for {} rows",
+            side.display(),
+            lines.len(),
+            out.len()
+        );
+        for (i, (l, r)) in lines.iter().zip(&mut out).enumerate() {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .with_context(|| format!("{} line {}: not JSON", side.display(), i + 1))?;
+            let s = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+            ensure!(
+                v["prompt_len"].as_u64() == Some(r.prompt_len as u64),
+                "{} line {}: prompt_len disagrees with the .idx",
+                side.display(),
+                i + 1
+            );
+            r.id = s("id");
+            r.prov = crate::provenance::Provenance {
+                source: s("source"),
+                repo: s("repo"),
+                commit: s("commit"),
+                file: s("file"),
+                row: v["row"].as_u64().unwrap_or(0),
+            };
+        }
+    }
     Ok(out)
 }

@@ -3,9 +3,10 @@ the Rust code and check every row against prompts.jsonl.
 
 usage: check_sft.py SFT_DIR PROMPTS_JSONL TOKENIZER_JSON FORMAT
 Rows must follow prompts.jsonl order; input_ids[:prompt_len] decodes (Python `tokenizers`)
-to the record's prompt, the rest to " <gold>" + EOS; parquet/mds rows carry id and provenance.
+to the record's prompt, the rest to " <gold>" + EOS; every row carries id and provenance.
 MDS is read from the layout of mosaicml streaming's writer/encodings with numpy, Megatron
-from the documented .bin/.idx layout (prompt_len = first sequence of each document).
+from the documented .bin/.idx layout (prompt_len = first sequence of each document) plus
+its part-NNNNN.rows.jsonl sidecar (id and provenance).
 Prints "ok <rows>".
 """
 import json, os, sys
@@ -68,11 +69,14 @@ elif fmt == "megatron":
         ptrs = np.frombuffer(raw, np.int64, S, 34 + 4 * S)
         didx = np.frombuffer(raw, np.int64, D, 34 + 12 * S)
         bin_ = np.fromfile(prefix + ".bin", dtype=dt[raw[17]])
+        side = [json.loads(l) for l in open(prefix + ".rows.jsonl")]
+        assert len(side) == D - 1
         for d in range(D - 1):
             a, b = int(didx[d]), int(didx[d + 1])
             assert b - a == 2, "prompt + answer sequences"
             seqs = [bin_[ptrs[k] // bin_.itemsize: ptrs[k] // bin_.itemsize + lens[k]] for k in range(a, b)]
-            rows.append({"input_ids": [int(x) for q in seqs for x in q], "prompt_len": int(lens[a])})
+            assert side[d]["prompt_len"] == int(lens[a])
+            rows.append(dict(side[d], input_ids=[int(x) for q in seqs for x in q], prompt_len=int(lens[a])))
 else:
     sys.exit("unknown format " + fmt)
 
@@ -82,7 +86,6 @@ for r, rec in zip(rows, recs):
     assert tok.decode(ids[:pl], skip_special_tokens=False) == rec["prompt"], rec["id"]
     assert ids[-1] == eos
     assert tok.decode(ids[pl:-1], skip_special_tokens=False) == " " + rec["gold"], rec["id"]
-    if fmt != "megatron":
-        assert (r["id"], r["source"], r["file"], r["row"]) == (rec["id"], rec["source"], rec["file"], rec["row"])
+    assert (r["id"], r["source"], r["file"], r["row"]) == (rec["id"], rec["source"], rec["file"], rec["row"])
 assert sum(len(r["input_ids"]) for r in rows) == meta["totals"]["tokens"]
 print("ok", len(rows))
