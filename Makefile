@@ -18,6 +18,8 @@ build:
 
 test: $(TEST_DEPS)
 	$(CARGO) test --all-targets -- --test-threads=2
+	$(MAKE) check-mds-streaming
+	$(MAKE) test-slurm
 
 demo: build
 	scripts/demo.sh
@@ -26,4 +28,4 @@ fmt:
 	$(CARGO) fmt --all
 
 clean:
-	rm -rf target $(VENV) demo-out
+	rm -rf target $(VENV) .venv-mds demo-out

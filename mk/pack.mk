@@ -10,13 +10,18 @@ bench-pack: $(VENV)/.stamp
 	$(CARGO) build --release --bins
 	$(PY) bench/pack/bench.py target/release/dlm-data target/bench-pack --mb $(BENCH_PACK_MB)
 
-# mosaicml-streaming hard-requires torch (+ torchvision, transformers, cloud SDKs); on x86_64
-# PyPI that is GBs of CUDA wheels, so it stays out of `make test` (which reads the MDS layout
-# with numpy). This target installs the smallest working set into its own venv: the streaming
-# wheel without its cloud/vision deps, its runtime imports, and torch.
+# The real MosaicML reader: mosaicml-streaming hard-requires torch (+ transformers<5, cloud
+# SDKs), GBs of wheels on x86_64 PyPI, so it gets its own venv (about 5 GB, ~9 min on a fresh
+# machine) and one test run with DLM_REQUIRE_STREAMING=1: the MDS shards must be read by
+# streaming.StreamingDataset itself, never by the numpy fallback. Part of `make test`.
 VENV_MDS := .venv-mds
-check-mds-streaming: build
+MDS_PKGS := mosaicml-streaming==0.13.0 pyarrow==22.0.0 tokenizers==0.22.1
+$(VENV_MDS)/.stamp: mk/pack.mk
 	test -x $(VENV_MDS)/bin/python || $(PYTHON) -m venv $(VENV_MDS)
-	$(VENV_MDS)/bin/pip install -q numpy pyarrow tokenizers torch xxhash zstd brotli python-snappy tqdm typing_extensions pillow
-	$(VENV_MDS)/bin/pip install -q --no-deps mosaicml-streaming
-	DLM_PYTHON=$(abspath $(VENV_MDS)/bin/python) $(CARGO) test --test pack mds_and_megatron -- --nocapture
+	$(VENV_MDS)/bin/pip install -q --upgrade pip
+	$(VENV_MDS)/bin/pip install -q $(MDS_PKGS)
+	touch $@
+
+.PHONY: check-mds-streaming
+check-mds-streaming: $(VENV_MDS)/.stamp
+	DLM_REQUIRE_STREAMING=1 DLM_PYTHON=$(abspath $(VENV_MDS)/bin/python) $(CARGO) test --test pack mds_and_megatron -- --nocapture

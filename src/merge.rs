@@ -1,19 +1,201 @@
 //! `dlm-data merge OUT`: combine worker outputs (`OUT/parts/IIIII-of-NNNNN/`) into exactly the
 //! layout and bytes one process would have written to `OUT`.
+//!
+//! What `OUT` is decides the merge:
+//! - a directory with `parts/` (pack workers): [`crate::pack::merge`] re-cuts the segments;
+//! - a file path with `OUT.parts/` beside it (distill workers): [`crate::distill::output::finalize`];
+//! - a manifest (`*.toml`) with `<log>.part-*` download logs beside it (fetch workers): the
+//!   parts are joined in worker order into the log ([`join_fetch_logs`]).
+//!
+//! Missing or incomplete parts are refused with their names; nothing partial is written.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
+
+use crate::distill::{output, OutFormat};
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
     /// The shared output (a pack/mcq directory, or a distill --out file with parts beside it).
     pub out: PathBuf,
+    /// Print a one-line JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    /// distill only: the output format (default: jsonl when OUT ends in .jsonl, else json).
+    #[arg(long, value_enum)]
+    pub format: Option<OutFormat>,
+    /// fetch only: the download log given to the workers (default: <cache>/download.log, as
+    /// `fetch` uses).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// fetch only: the cache root given to the workers (default as `fetch`).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
 }
 
-pub fn run(_args: MergeArgs) -> Result<()> {
-    anyhow::bail!("merge: not implemented yet")
+/// Worker part names `IIIII-of-NNNNN` found (given as stems), checked for one `N` and all of
+/// `0..N` present. Returns `N`.
+pub fn check_worker_set(what: &Path, stems: &[String]) -> Result<usize> {
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    for s in stems {
+        let parsed = s
+            .split_once("-of-")
+            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
+        match parsed {
+            Some(p) => seen.push(p),
+            None => {
+                return Err(crate::error::refused(format!(
+                    "{}: unexpected part {s:?} (expected IIIII-of-NNNNN)",
+                    what.display()
+                )))
+            }
+        }
+    }
+    let Some(&(_, n)) = seen.first() else {
+        return Err(crate::error::refused(format!(
+            "{}: no worker parts found",
+            what.display()
+        )));
+    };
+    if let Some((i, m)) = seen.iter().find(|(_, m)| *m != n) {
+        return Err(crate::error::refused(format!(
+            "{}: parts of different worker counts ({i}-of-{m} vs -of-{n}); remove the stale ones",
+            what.display()
+        )));
+    }
+    let missing: Vec<String> = (0..n)
+        .filter(|i| !seen.iter().any(|(j, _)| j == i))
+        .map(|i| format!("{i:05}-of-{n:05}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(crate::error::refused(format!(
+            "{}: missing worker parts {} (run those array tasks first)",
+            what.display(),
+            missing.join(", ")
+        )));
+    }
+    Ok(n)
+}
+
+pub fn run(args: MergeArgs) -> Result<()> {
+    let out = &args.out;
+    let summary = if out.is_dir() {
+        if !out.join("parts").is_dir() {
+            return Err(crate::error::usage(format!(
+                "{}: no parts/ directory: nothing to merge (pack workers write OUT/parts/IIIII-of-NNNNN/)",
+                out.display()
+            )));
+        }
+        crate::pack::merge::merge_dir(out)?
+    } else if output::parts_dir(out).is_dir() {
+        merge_distill(out, args.format)?
+    } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
+        join_fetch_logs(out, args.log.as_deref(), args.cache.as_deref())?
+    } else {
+        return Err(crate::error::usage(format!(
+            "{}: not a pack output with parts/, a distill output with {} beside it, or a manifest",
+            out.display(),
+            output::parts_dir(out).display()
+        )));
+    };
+    if args.json {
+        println!("{summary}");
+    }
+    Ok(())
+}
+
+fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Value> {
+    let dir = output::parts_dir(out);
+    let parts = output::list_parts(&dir)?;
+    let stems: Vec<String> = parts
+        .iter()
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    let workers = check_worker_set(&dir, &stems)?;
+    let format = format.unwrap_or(if out.extension().is_some_and(|e| e == "jsonl") {
+        OutFormat::Jsonl
+    } else {
+        OutFormat::Json
+    });
+    let f = output::finalize(&parts, out, format)?;
+    eprintln!(
+        "merge: {} records from {} parts → {}",
+        f.records,
+        f.parts,
+        out.display()
+    );
+    Ok(serde_json::json!({
+        "kind": "distill",
+        "out": out.display().to_string(),
+        "workers": workers,
+        "parts": f.parts,
+        "records": f.records,
+        "batches": f.batches,
+        "sha256": crate::util::sha256_file(out)?,
+    }))
+}
+
+/// fetch workers append to `<log>.part-0000I-of-0000N`; join them in worker order into the
+/// log (appending, as one fetch run would have), then remove the parts. The lock is written by
+/// the unsharded `fetch` afterwards (it verifies the cache and downloads nothing).
+pub fn join_fetch_logs(
+    manifest: &Path,
+    log: Option<&Path>,
+    cache: Option<&Path>,
+) -> Result<serde_json::Value> {
+    let log: PathBuf = match log {
+        Some(l) => l.to_path_buf(),
+        None => crate::hub::cache::Cache::resolve(cache).default_log(),
+    };
+    let dir = log.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let prefix = format!(
+        "{}.part-",
+        log.file_name().context("log path")?.to_string_lossy()
+    );
+    let mut parts: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(&prefix)
+                .map(|s| (s.to_string(), e.path()))
+        })
+        .collect();
+    parts.sort();
+    let stems: Vec<String> = parts.iter().map(|(s, _)| s.clone()).collect();
+    let workers = check_worker_set(&log, &stems)?;
+    let mut joined = std::fs::read(&log).unwrap_or_default();
+    let mut lines = 0usize;
+    for (_, p) in &parts {
+        let b = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        for (k, l) in b.split(|&c| c == b'\n').enumerate() {
+            if l.is_empty() {
+                continue;
+            }
+            serde_json::from_slice::<serde_json::Value>(l)
+                .with_context(|| format!("{}:{}: not a JSON line", p.display(), k + 1))?;
+            lines += 1;
+        }
+        if !joined.is_empty() && !joined.ends_with(b"\n") {
+            joined.push(b'\n');
+        }
+        joined.extend_from_slice(&b);
+    }
+    crate::util::atomic_write(&log, &joined)?;
+    for (_, p) in &parts {
+        std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    eprintln!(
+        "merge: joined {lines} log lines from {workers} workers into {}; now run the unsharded `dlm-data fetch --manifest {}` to write the lock (it re-verifies the cache and downloads nothing)",
+        log.display(),
+        manifest.display()
+    );
+    Ok(serde_json::json!({
+        "kind": "fetch",
+        "log": log.display().to_string(),
+        "workers": workers,
+        "lines": lines,
+    }))
 }

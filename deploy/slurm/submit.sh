@@ -8,7 +8,7 @@ here=$(dirname "$0")
 MANIFEST=${1:?manifest}; TOKENIZER=${2:?tokenizer}; OUT=${3:?out}
 mkdir -p logs
 f=$(sbatch --parsable --array=0-$(( ${FETCH_TASKS:-8} - 1 )) "$here/fetch.sbatch" "$MANIFEST")
-fm=$(sbatch --parsable --dependency=afterok:$f --wrap "${DLM_DATA:-dlm-data} merge $MANIFEST --json" --job-name=dlm-fetch-merge -o "logs/%x-%j.out")
+fm=$(sbatch --parsable --dependency=afterok:$f --wrap "${DLM_DATA:-dlm-data} merge $MANIFEST --json && ${DLM_DATA:-dlm-data} fetch --manifest $MANIFEST" --job-name=dlm-fetch-merge -o "logs/%x-%j.out")
 p=$(sbatch --parsable --dependency=afterok:$fm --array=0-$(( ${PACK_TASKS:-32} - 1 )) "$here/pack.sbatch" "$MANIFEST" "$TOKENIZER" "$OUT")
 pm=$(sbatch --parsable --dependency=afterok:$p "$here/merge.sbatch" "$OUT")
 echo "fetch $f, fetch-merge $fm, pack $p, pack-merge $pm"

@@ -22,6 +22,7 @@
 //! `--shard` (they depend on the tokens of earlier units of the source).
 
 pub mod bpe;
+pub mod merge;
 pub mod packer;
 pub mod pipeline;
 pub mod plan;

@@ -30,6 +30,9 @@ pub struct Packer {
     offsets: Vec<Vec<u32>>,
     sources: Vec<String>,
     rows_closed: u64,
+    /// Segment mode: record a document starting at a row's first token too (as a second `0`
+    /// in `doc_offsets`), so `merge` can tell it from a continuation.
+    mark_row_start_docs: bool,
 }
 
 impl Packer {
@@ -44,7 +47,14 @@ impl Packer {
             offsets: Vec::new(),
             sources: Vec::new(),
             rows_closed: 0,
+            mark_row_start_docs: false,
         }
+    }
+
+    /// Segment mode (worker parts): also mark documents that start a row (see the field).
+    pub fn marking_row_start_docs(mut self) -> Packer {
+        self.mark_row_start_docs = true;
+        self
     }
 
     /// Start counting closed rows at `n` (a resumed run).
@@ -105,7 +115,7 @@ impl Packer {
     pub fn push_doc(&mut self, tokens: &[u32], source: &Arc<str>, skip: usize) -> Vec<ShardOut> {
         let mut out = Vec::new();
         let mut i = skip.min(tokens.len());
-        if i < tokens.len() && skip == 0 && !self.row.is_empty() {
+        if i < tokens.len() && skip == 0 && (!self.row.is_empty() || self.mark_row_start_docs) {
             self.row_offsets.push(self.row.len() as u32);
         }
         while i < tokens.len() {

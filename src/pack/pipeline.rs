@@ -135,6 +135,13 @@ pub fn run(args: PackArgs) -> Result<()> {
         }
         (_, DtypeArg::Auto) => Dtype::U32,
     };
+    // Worker parts are an intermediate: always parquet (exact ids and document boundaries),
+    // whatever --format says; `merge` writes the requested format.
+    let part_format = if worker.is_whole() {
+        args.format
+    } else {
+        ShardFormat::Parquet
+    };
     let out_dir = if worker.is_whole() {
         args.out.clone()
     } else {
@@ -187,7 +194,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         version: 1,
         tool: Index::tool_name(),
         kind: Kind::Pretrain,
-        format: args.format.name().into(),
+        format: part_format.name().into(),
         seq_len: args.seq_len as u64,
         dtype: dtype.name().into(),
         tokenizer: TokenizerInfo {
@@ -223,12 +230,17 @@ pub fn run(args: PackArgs) -> Result<()> {
                     .map(|(k, u)| serde_json::json!({"source": &*u.source.name, "file": u.file, "owner": k % worker.count}))
                     .collect();
                 m.insert("units".into(), serde_json::json!(all));
+                // What `merge` pads the final row with (`--pad-last`).
+                m.insert(
+                    "pad_id".into(),
+                    serde_json::json!(if args.pad_last { pad_id(&tok) } else { None }),
+                );
             }
             m.insert("resume".into(), serde_json::to_value(&cursor)?);
             m
         },
     };
-    let prior_mds: Vec<serde_json::Value> = if args.format == ShardFormat::Mds && prior.is_some() {
+    let prior_mds: Vec<serde_json::Value> = if part_format == ShardFormat::Mds && prior.is_some() {
         let raw: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(index::index_path(&out_dir))?)?;
         raw.get("shards")
@@ -241,7 +253,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     index::save(
         &out_dir,
         &base,
-        (args.format == ShardFormat::Mds).then_some(&prior_mds[..]),
+        (part_format == ShardFormat::Mds).then_some(&prior_mds[..]),
     )?;
 
     let pad = if args.pad_last { pad_id(&tok) } else { None };
@@ -275,7 +287,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     };
     let writer = {
         let dir = out_dir.clone();
-        let format = args.format;
+        let format = part_format;
         let first_shard = cursor.shards;
         std::thread::Builder::new()
             .name("pack-writer".into())
@@ -474,6 +486,9 @@ fn pack_loop(
 ) -> Result<()> {
     let mut packer =
         Packer::new(ctx.args.seq_len, rows_per_shard).with_rows_closed(start.rows_emitted);
+    if ctx.segment_mode {
+        packer = packer.marking_row_start_docs();
+    }
     let resume_at = (start.unit, start.row, start.skip_tokens);
     let resuming = start.shards > 0 || start.unit > 0 || start.row > 0;
     let mut st = start;

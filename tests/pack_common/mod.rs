@@ -155,7 +155,14 @@ pub fn python_check(out: &Path, tok_dir: &Path, docs: &[String], format: &str) -
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("ok "));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("ok "));
+    if format == "mds" && std::env::var_os("DLM_REQUIRE_STREAMING").is_some() {
+        assert!(
+            stdout.contains("read with streaming.StreamingDataset"),
+            "DLM_REQUIRE_STREAMING is set but the MDS check did not use StreamingDataset:\n{stdout}"
+        );
+    }
     true
 }
 
