@@ -38,6 +38,11 @@ fn distilled_for(recs: &[prompts::PromptRecord]) -> serde_json::Value {
 }
 
 fn pipeline() -> Pipeline {
+    pipeline_in("parquet")
+}
+
+/// The pipeline with the SFT set written as `format`.
+fn pipeline_in(format: &str) -> Pipeline {
     let w = world();
     let out = w.root().join("out");
     let (code, _, err) = run(&[
@@ -50,6 +55,10 @@ fn pipeline() -> Pipeline {
         p(&out),
         "--tokenizer",
         p(&w.tokenizer),
+        "--format",
+        format,
+        "--rows-per-shard",
+        "20",
     ]);
     assert_eq!(code, 0, "{err}");
     let sft = out.join("sft");
@@ -167,7 +176,7 @@ fn clean_pipeline_passes_every_link() {
 #[test]
 fn edited_shard_byte_breaks_shards_only() {
     let pl = pipeline();
-    let f = pl.sft.join("shard-00000.parquet");
+    let f = pl.sft.join("part-00000.parquet");
     let mut b = std::fs::read(&f).unwrap();
     let mid = b.len() / 2;
     b[mid] ^= 0x01;
@@ -178,7 +187,7 @@ fn edited_shard_byte_breaks_shards_only() {
     assert_eq!(code, 1);
     assert_eq!(failed(&r), vec!["shards"]);
     assert!(
-        problems(&r, "shards").contains("shard-00000.parquet: sha256"),
+        problems(&r, "shards").contains("part-00000.parquet: sha256"),
         "{}",
         problems(&r, "shards")
     );
@@ -364,4 +373,36 @@ fn bad_usage_exits_2() {
     assert_eq!(code, 2, "{err}");
     let (code, _, _) = run(&["audit", "--manifest", p(&pl.w.root().join("nope.toml"))]);
     assert_eq!(code, 1);
+}
+
+/// MDS and Megatron SFT sets pass every link; a flipped byte in the last shard (and, for
+/// Megatron, in the `.idx` beside the `.bin`) breaks the shards link, naming the file.
+#[test]
+fn mds_and_megatron_sft_sets_are_audited() {
+    for (fmt, file) in [
+        ("mds", "shard.00001.mds.zstd"),
+        ("megatron", "part-00001.idx"),
+    ] {
+        let pl = pipeline_in(fmt);
+        let args = all(&pl);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, r, err) = audit(&pl, &args);
+        assert_eq!(code, 0, "{fmt}: {err}\n{r:#?}");
+        for c in &r.checks {
+            assert_eq!(c.status, Status::Pass, "{fmt}: {c:?}");
+        }
+        let f = pl.sft.join(file);
+        let mut b = std::fs::read(&f).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 0x01;
+        std::fs::write(&f, b).unwrap();
+        let (code, r, _) = audit(&pl, &args);
+        assert_eq!(code, 1, "{fmt}");
+        assert_eq!(failed(&r), vec!["shards"], "{fmt}");
+        assert!(
+            problems(&r, "shards").contains(&format!("{file}: sha256")),
+            "{fmt}: {}",
+            problems(&r, "shards")
+        );
+    }
 }

@@ -5,7 +5,8 @@
 mod mcq_support;
 
 use dlm_data::decontam::report::{self, DecontamReport};
-use dlm_data::mcq::{prompts, shard_index};
+use dlm_data::mcq::prompts;
+use dlm_data::shards::index as shard_index;
 use mcq_support::*;
 
 /// A world whose sciq train row 5 carries sciq test row 3's question inside a longer text.
@@ -90,7 +91,7 @@ fn planted_question_found_in_prompts_and_shards() {
     assert_eq!(r.hits[0].document.id.as_deref(), Some("sciq-train-000005"));
     assert_eq!(
         r.hits[0].document.shard.as_deref(),
-        Some("shard-00000.parquet")
+        Some("part-00000.parquet")
     );
     assert!(out.join("sft/decontam.json").exists());
 }
@@ -151,8 +152,8 @@ fn drop_writes_filtered_copies() {
         &["--drop", p(&sclean)],
     );
     let idx = shard_index::load(&sclean).unwrap();
-    assert_eq!(idx.total("rows"), (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
-    assert_eq!(idx.total("dropped_contaminated_rows"), 1);
+    assert_eq!(idx.totals.rows, (SCIQ_ROWS + MMLU_ROWS - 1) as u64);
+    assert_eq!(idx.totals.extra["dropped_contaminated_rows"], 1);
     let sh = &idx.shards[0];
     assert_eq!(
         dlm_data::util::sha256_file(&sclean.join(&sh.file)).unwrap(),
@@ -277,5 +278,71 @@ fn planted_document_found_in_pack_shards_parquet_and_megatron() {
         assert_eq!(r.hits[0].benchmark, "sciq-test");
         assert_eq!(r.hits[0].benchmark_row, 3);
         assert!(r.hits[0].document.shard.is_some());
+    }
+}
+
+/// MDS and Megatron SFT sets: the planted row is found by decoding the tokens, `--drop`
+/// rewrites the shards in the same format without exactly that row, and the copy scans clean.
+#[test]
+fn mds_and_megatron_shards_scan_and_drop() {
+    let w = planted();
+    for fmt in ["mds", "megatron"] {
+        let out = w.root().join(fmt);
+        let (code, _, err) = run(&[
+            "mcq",
+            "--manifest",
+            p(&w.manifest),
+            "--cache",
+            p(&w.cache),
+            "--out",
+            p(&out),
+            "--tokenizer",
+            p(&w.tokenizer),
+            "--format",
+            fmt,
+            "--rows-per-shard",
+            "9",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
+        let pos = recs
+            .iter()
+            .position(|r| r.id == "sciq-train-000005")
+            .unwrap();
+        let sft = out.join("sft");
+        let r = decontam(&w, &["--shards", p(&sft)], &[]);
+        assert_eq!(r.contaminated_documents, 1, "{fmt}: {:?}", r.hits);
+        let h = &r.hits[0];
+        assert_eq!(h.benchmark_row, 3, "{fmt}");
+        let idx = shard_index::load(&sft).unwrap();
+        assert_eq!(
+            h.document.shard.as_deref(),
+            Some(idx.shards[pos / 9].file.as_str()),
+            "{fmt}"
+        );
+        assert_eq!(h.document.shard_row, Some((pos % 9) as u64), "{fmt}");
+        assert_eq!(h.document.id.as_deref(), Some("sciq-train-000005"));
+        assert_eq!(h.document.row, Some(5));
+
+        let clean = w.root().join(format!("{fmt}-clean"));
+        decontam(&w, &["--shards", p(&sft)], &["--drop", p(&clean)]);
+        let cidx = shard_index::load_complete(&clean).unwrap();
+        assert_eq!(cidx.format, fmt);
+        assert_eq!(cidx.totals.rows, (recs.len() - 1) as u64);
+        assert_eq!(cidx.totals.extra["dropped_contaminated_rows"], 1);
+        for sh in &cidx.shards {
+            assert_eq!(
+                dlm_data::util::sha256_file(&clean.join(&sh.file)).unwrap(),
+                sh.sha256,
+                "{fmt}"
+            );
+        }
+        let mut want = dlm_data::mcq::sft_shards::read_dir(&sft).unwrap();
+        want.remove(pos);
+        let got = dlm_data::mcq::sft_shards::read_dir(&clean).unwrap();
+        assert_eq!(got, want, "{fmt}: exactly the planted row is gone");
+        let again = decontam(&w, &["--shards", p(&clean)], &[]);
+        assert_eq!(again.contaminated_documents, 0, "{fmt}");
+        assert_eq!(again.scanned.documents, (recs.len() - 1) as u64);
     }
 }

@@ -78,7 +78,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
     let ok = checks.iter().all(|c| c.status != report::Status::Fail);
     Ok(AuditReport {
         ok,
-        tool: crate::mcq::shard_index::tool_string(),
+        tool: crate::shards::index::Index::tool_name(),
         time: crate::decontam::time::now_rfc3339(),
         manifests: args
             .manifest

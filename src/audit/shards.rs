@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use super::context::Ctx;
 use super::policy::Use;
 use super::report::Check;
-use crate::mcq::shard_index;
+use crate::shards::index as shard_index;
 
 pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
     if dirs.is_empty() {
@@ -79,29 +79,32 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
             tokens += sh.tokens;
         }
         total_rows += rows;
-        if rows != idx.total("rows") {
+        if rows != idx.totals.rows {
             c.fail(format!(
                 "{d}: shards hold {rows} rows, totals.rows says {}",
-                idx.total("rows")
+                idx.totals.rows
             ));
         }
-        if tokens != idx.total("tokens") {
+        if tokens != idx.totals.tokens {
             c.fail(format!(
                 "{d}: shards hold {tokens} tokens, totals.tokens says {}",
-                idx.total("tokens")
+                idx.totals.tokens
             ));
         }
-        if idx.kind == "pretrain" && idx.format != "megatron" && tokens != rows * idx.seq_len {
+        if idx.kind == shard_index::Kind::Pretrain
+            && idx.format != "megatron"
+            && tokens != rows * idx.seq_len
+        {
             c.fail(format!(
                 "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
                 idx.seq_len
             ));
         }
         let docs: u64 = idx.provenance.iter().map(|p| p.documents).sum();
-        if docs != idx.total("documents") {
+        if docs != idx.totals.documents {
             c.fail(format!(
                 "{d}: provenance accounts for {docs} documents, totals.documents says {}",
-                idx.total("documents")
+                idx.totals.documents
             ));
         }
         for (k, p) in idx.provenance.iter().enumerate() {

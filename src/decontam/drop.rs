@@ -1,6 +1,7 @@
 //! `--drop OUT`: the scanned data without the contaminated documents. prompts.jsonl → the
 //! other lines byte-identical; shards → every row a contaminated document touches removed,
-//! shards rewritten (zstd parquet), index.json recomputed (sha256, bytes, rows, tokens) and
+//! shards rewritten in their own format (parquet here, MDS and Megatron through
+//! [`super::rewrite`]), index.json recomputed (sha256, bytes, rows, tokens) and
 //! written last, so a copy with an index is complete.
 
 use std::collections::{BTreeSet, HashSet};
@@ -18,7 +19,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::targets::{Kind, Target};
-use crate::mcq::shard_index::{self, ShardEntry};
+use crate::shards::index::{self as shard_index, ShardEntry};
 
 /// What a drop removed.
 pub struct Dropped {
@@ -44,12 +45,6 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
             })
         }
         Kind::Shards { dir, index, spans } => {
-            if index.format != "parquet" {
-                return Err(crate::error::usage(format!(
-                    "--drop: {} shards cannot be rewritten yet (parquet only)",
-                    index.format
-                )));
-            }
             if out == dir.as_path() {
                 return Err(crate::error::usage(
                     "--drop must name a new directory, not the scanned one",
@@ -66,35 +61,51 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
                 }
             }
             let mut shards = Vec::new();
+            let mut mds_entries = Vec::new();
             let mut dropped_rows = 0;
             for (si, sh) in index.shards.iter().enumerate() {
-                let (entry, n) =
-                    filter_shard(&dir.join(&sh.file), &out.join(&sh.file), &drop_rows[si])?;
-                dropped_rows += n;
-                shards.push(ShardEntry {
-                    file: sh.file.clone(),
-                    ..entry
-                });
+                if index.format == "parquet" {
+                    let (entry, n) =
+                        filter_shard(&dir.join(&sh.file), &out.join(&sh.file), &drop_rows[si])?;
+                    dropped_rows += n;
+                    shards.push(ShardEntry {
+                        file: sh.file.clone(),
+                        ..entry
+                    });
+                } else {
+                    let (w, n) = super::rewrite::rewrite(
+                        &index.format,
+                        &index.dtype,
+                        &dir.join(&sh.file),
+                        out,
+                        si,
+                        &drop_rows[si],
+                    )?;
+                    dropped_rows += n;
+                    shards.push(w.entry);
+                    mds_entries.extend(w.mds);
+                }
             }
             let mut new = index.clone();
             let rows: u64 = shards.iter().map(|s| s.rows).sum();
             let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
             new.shards = shards;
-            new.totals.insert("rows".into(), (rows).into());
-            new.totals.insert("tokens".into(), (tokens).into());
-            let docs = new.total("documents").saturating_sub(bad.len() as u64);
-            new.totals.insert("documents".into(), (docs).into());
-            new.totals.insert(
+            new.totals.rows = rows;
+            new.totals.tokens = tokens;
+            new.totals.documents = new.totals.documents.saturating_sub(bad.len() as u64);
+            new.totals.extra.insert(
                 "dropped_contaminated_documents".into(),
                 (bad.len() as u64).into(),
             );
             new.totals
+                .extra
                 .insert("dropped_contaminated_rows".into(), dropped_rows.into());
             new.extra.insert(
                 "decontam_filtered_from".into(),
                 serde_json::json!({"path": dir.display().to_string(), "index_sha256": target.sha256}),
             );
-            shard_index::save(out, &new)?;
+            let mds = (index.format == "mds").then_some(mds_entries.as_slice());
+            shard_index::save(out, &new, mds)?;
             Ok(Dropped {
                 documents: bad.len() as u64,
                 rows: dropped_rows,

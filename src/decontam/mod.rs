@@ -6,13 +6,15 @@
 //! - [`reference`] + [`rows`]: benchmark sets from files or eval-reference manifests;
 //! - [`targets`]: prompts.jsonl / shard directories decoded back into documents;
 //! - [`scan`]: the parallel scan and word-for-word verification of hits;
-//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`]: the copy.
+//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`]: the copy
+//!   (parquet filtered in place, MDS and Megatron re-encoded by [`rewrite`]).
 
 pub mod drop;
 pub mod index;
 pub mod ngram;
 pub mod reference;
 pub mod report;
+pub mod rewrite;
 pub mod rows;
 pub mod scan;
 pub mod targets;
@@ -124,7 +126,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
     };
     let mut rep = report::DecontamReport {
         version: 1,
-        tool: crate::mcq::shard_index::tool_string(),
+        tool: crate::shards::index::Index::tool_name(),
         time: time::now_rfc3339(),
         ngram: args.ngram,
         scanned: report::Scanned {

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::mcq::prompts::PromptRecord;
-use crate::mcq::shard_index::{self, ShardIndex};
+use crate::shards::index::{self as shard_index, Index as ShardIndex};
 
 /// Where a scanned document came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -180,9 +180,9 @@ fn token_column(schema: &arrow::datatypes::Schema) -> Option<String> {
 /// Decode a shard directory back into documents.
 pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Target> {
     let index = shard_index::load(dir)?;
-    if index.format != "parquet" && index.format != "megatron" {
+    if !matches!(index.format.as_str(), "parquet" | "mds" | "megatron") {
         return Err(crate::error::usage(format!(
-            "{}: format {:?} cannot be scanned yet (parquet and megatron shards only)",
+            "{}: format {:?} cannot be scanned (parquet, mds and megatron shards only)",
             dir.display(),
             index.format
         )));
@@ -216,7 +216,9 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         bytes += std::fs::metadata(&path)
             .with_context(|| format!("{}: shard listed in index.json is missing", path.display()))?
             .len();
-        if index.format == "megatron" {
+        // Pretraining Megatron rows are seq_len tokens; SFT rows (one `.idx` document each)
+        // go through the row path below.
+        if index.format == "megatron" && index.kind != shard_index::Kind::Sft {
             let (docs, spans_m) = megatron_docs(&path, &index, si)?;
             let decoded: Vec<String> = docs
                 .par_iter()
@@ -236,13 +238,42 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
             }
             continue;
         }
-        let f = File::open(&path)?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-            .with_context(|| format!("{}: not a readable parquet shard", path.display()))?
-            .build()?;
         // Token ids per row, plus SFT provenance when the shard has it.
-        let mut rows: Vec<(Vec<u32>, Option<Origin>)> = Vec::new();
-        for b in reader {
+        let mut rows: Vec<(Vec<u32>, Option<Origin>)> = match index.format.as_str() {
+            "mds" => mds_rows(&path)?,
+            "megatron" => crate::mcq::sft_shards::read_megatron(&path, &index.dtype)?
+                .into_iter()
+                .map(|r| {
+                    let o = if r.id.is_empty() {
+                        Origin::default()
+                    } else {
+                        Origin {
+                            id: Some(r.id),
+                            source: Some(r.prov.source),
+                            repo: Some(r.prov.repo),
+                            commit: Some(r.prov.commit),
+                            file: Some(r.prov.file),
+                            row: Some(r.prov.row),
+                            ..Origin::default()
+                        }
+                    };
+                    (r.input_ids, Some(o))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let parquet = index.format == "parquet";
+        let reader = if parquet {
+            let f = File::open(&path)?;
+            Some(
+                ParquetRecordBatchReaderBuilder::try_new(f)
+                    .with_context(|| format!("{}: not a readable parquet shard", path.display()))?
+                    .build()?,
+            )
+        } else {
+            None
+        };
+        for b in reader.into_iter().flatten() {
             let b = b.with_context(|| format!("decoding {}", path.display()))?;
             let tc = token_column(&b.schema())
                 .ok_or_else(|| anyhow!("{}: no token column", path.display()))?;
@@ -410,4 +441,37 @@ fn megatron_docs(
         }
     }
     Ok((docs, spans))
+}
+
+/// MDS samples as rows; SFT samples (with `prompt_len` and `file`) carry their provenance.
+fn mds_rows(path: &Path) -> Result<Vec<(Vec<u32>, Option<Origin>)>> {
+    use crate::shards::mds_read::Value;
+    crate::shards::mds_read::read(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let ids = match s.get("input_ids") {
+                Some(Value::Ids(v)) => v.clone(),
+                _ => bail!("{} sample {i}: no input_ids array", path.display()),
+            };
+            let st = |k: &str| match s.get(k) {
+                Some(Value::Str(x)) => Some(x.clone()),
+                _ => None,
+            };
+            let sft = s.contains_key("prompt_len") && s.contains_key("file");
+            let o = sft.then(|| Origin {
+                id: st("id"),
+                source: st("source"),
+                repo: st("repo"),
+                commit: st("commit"),
+                file: st("file"),
+                row: match s.get("row") {
+                    Some(Value::U32(r)) => Some(*r as u64),
+                    _ => None,
+                },
+                ..Origin::default()
+            });
+            Ok((ids, o))
+        })
+        .collect()
 }

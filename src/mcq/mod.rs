@@ -8,16 +8,16 @@
 //! - [`item`]: the item, letters A–J, the seeded shuffle placing sciq's correct answer;
 //! - [`read`]: sciq / mmlu parquet schemas → items; [`columns`]: Arrow accessors;
 //! - [`template`]: the prompt template shared by stages 2 and 3;
-//! - [`prompts`]: prompts.jsonl (contract 5); [`sft`] + [`sft_parquet`]: the SFT shards;
-//! - [`shard_index`]: index.json (contract 4); [`tokenizer`]: tokenizer + EOS.
+//! - [`prompts`]: prompts.jsonl (contract 5); [`sft`] + [`sft_shards`]: the SFT shards,
+//!   written by the shared [`crate::shards`] writers with their index.json (contract 4);
+//! - [`tokenizer`]: tokenizer + EOS.
 
 pub mod columns;
 pub mod item;
 pub mod prompts;
 pub mod read;
 pub mod sft;
-pub mod sft_parquet;
-pub mod shard_index;
+pub mod sft_shards;
 pub mod template;
 pub mod tokenizer;
 
@@ -30,9 +30,9 @@ use clap::Args;
 use crate::hub::cache::Cache;
 use crate::manifest::{Lock, LockedSource, Manifest, Role};
 use crate::pack::ShardFormat;
+use crate::shards::index::{Index, Kind, ProvenanceRange, Totals};
 use crate::worker::WorkerSlice;
 use item::McqItem;
-use shard_index::{ProvenanceRange, ShardIndex};
 use template::Templates;
 
 #[derive(Args, Debug, Clone)]
@@ -49,6 +49,9 @@ pub struct McqArgs {
     /// tokenizer.json or its directory: also write the stage-2 SFT shards into OUT/sft/.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// Shard format of OUT/sft/: parquet (part-NNNNN.parquet), mds (MosaicML Streaming,
+    /// shard.NNNNN.mds.zstd) or megatron (part-NNNNN.bin/.idx; prompt and answer are the two
+    /// sequences of each document, so the first sequence length is prompt_len).
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
     /// Seed of the shuffle placing sciq's correct answer (a pure function of seed and item id).
@@ -227,12 +230,6 @@ pub fn run(args: McqArgs) -> Result<()> {
     let m = Manifest::load(&args.manifest)?;
     check_policy(&m)?;
     let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
-    if args.tokenizer.is_some() && args.format != ShardFormat::Parquet {
-        return Err(crate::error::usage(format!(
-            "--format {:?}: the SFT set is written as parquet only for now",
-            args.format
-        )));
-    }
     let lock_path = m.lock_path();
     let lock = Lock::load(&lock_path).with_context(|| {
         format!(
@@ -274,7 +271,21 @@ pub fn run(args: McqArgs) -> Result<()> {
         let sft_dir = out.join("sft");
         // A stale index must not describe new shards: remove it first, write it last.
         let _ = std::fs::remove_file(sft_dir.join("index.json"));
-        let shards = sft_parquet::write_shards(&sft_dir, &kept, args.rows_per_shard)?;
+        std::fs::create_dir_all(&sft_dir)
+            .with_context(|| format!("creating {}", sft_dir.display()))?;
+        let dtype = crate::shards::Dtype::U32;
+        let mut shards = Vec::new();
+        let mut mds_entries = Vec::new();
+        for (k, chunk) in kept.chunks(args.rows_per_shard.max(1)).enumerate() {
+            let batch = sft_shards::to_batch(chunk, args.format)?;
+            let mut w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
+            if args.format == ShardFormat::Megatron {
+                let (name, sha) = sft_shards::write_sidecar(&sft_dir, &w.entry.file, chunk)?;
+                w.entry.extra_files.insert(name, sha);
+            }
+            shards.push(w.entry);
+            mds_entries.extend(w.mds);
+        }
         // Provenance documents count what reached the SFT set, per file.
         let mut per_file: BTreeMap<(String, String), u64> = BTreeMap::new();
         for (it, r) in items.iter().zip(&rows) {
@@ -292,15 +303,19 @@ pub fn run(args: McqArgs) -> Result<()> {
         }
         let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
         let prompt_tokens: u64 = kept.iter().map(|r| r.prompt_len as u64).sum();
-        let mut totals: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        totals.insert("rows".into(), (kept.len() as u64).into());
-        totals.insert("tokens".into(), tokens.into());
-        totals.insert("documents".into(), (kept.len() as u64).into());
-        totals.insert("prompt_tokens".into(), prompt_tokens.into());
-        totals.insert("dropped_tail_tokens".into(), 0.into());
-        totals.insert("skipped_empty".into(), loaded.skipped_empty.into());
-        totals.insert("skipped_filtered".into(), too_long.into());
-        let mut extra = serde_json::Map::new();
+        let mut totals = Totals {
+            rows: kept.len() as u64,
+            tokens,
+            documents: kept.len() as u64,
+            dropped_tail_tokens: 0,
+            skipped_empty: loaded.skipped_empty,
+            skipped_filtered: too_long,
+            extra: BTreeMap::new(),
+        };
+        totals
+            .extra
+            .insert("prompt_tokens".into(), prompt_tokens.into());
+        let mut extra = BTreeMap::new();
         extra.insert(
             "mcq".into(),
             serde_json::json!({
@@ -309,14 +324,14 @@ pub fn run(args: McqArgs) -> Result<()> {
                 "answer_template": templates.answer_text,
                 "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
                 "worker": slice.to_string(),
-                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint64"},
+                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint32"},
             }),
         );
-        let index = ShardIndex {
+        let index = Index {
             version: 1,
-            tool: shard_index::tool_string(),
-            kind: "sft".into(),
-            format: "parquet".into(),
+            tool: Index::tool_name(),
+            kind: Kind::Sft,
+            format: args.format.name().into(),
             seq_len: args.seq_len as u64,
             dtype: "uint32".into(),
             tokenizer: tok.info.clone(),
@@ -328,7 +343,8 @@ pub fn run(args: McqArgs) -> Result<()> {
             complete: true,
             extra,
         };
-        shard_index::save(&sft_dir, &index)?;
+        let mds = (args.format == ShardFormat::Mds).then_some(mds_entries.as_slice());
+        crate::shards::index::save(&sft_dir, &index, mds)?;
         eprintln!(
             "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
             kept.len(),

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use tokenizers::Tokenizer;
 
-use super::shard_index::TokenizerInfo;
+use crate::shards::index::TokenizerInfo;
 
 pub struct LoadedTokenizer {
     pub tok: Tokenizer,
@@ -56,7 +56,7 @@ pub fn load(path: &Path, eos_override: Option<&str>) -> Result<LoadedTokenizer> 
     })?;
     let sha256 =
         crate::util::sha256_file(&file).with_context(|| format!("hashing {}", file.display()))?;
-    let vocab_size = tok.get_vocab_size(true) as u64;
+    let vocab_size = tok.get_vocab_size(true) as u32;
     Ok(LoadedTokenizer {
         tok,
         info: TokenizerInfo {

@@ -8,6 +8,7 @@
 
 pub mod index;
 pub mod mds;
+pub mod mds_read;
 pub mod megatron;
 pub mod parquet;
 

@@ -1,0 +1,178 @@
+//! Reads MDS shards back (the inverse of [`super::mds`]): `decontam` scans them and tests
+//! round-trip them. Handles the encodings our writer emits: `ndarray:<uint16|uint32>` with
+//! dynamic 1-d shape, `str`, `uint32`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+
+/// One decoded column value of a sample.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Ids(Vec<u32>),
+    U32(u32),
+    Str(String),
+}
+
+/// One sample: column name → value.
+pub type Sample = BTreeMap<String, Value>;
+
+fn u32_at(b: &[u8], at: usize) -> Result<u32> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_le_bytes(s.try_into().unwrap()))
+        .ok_or_else(|| anyhow!("truncated at byte {at}"))
+}
+
+fn decode_ndarray(b: &[u8], dtype: &str) -> Result<Vec<u32>> {
+    ensure!(!b.is_empty(), "empty ndarray");
+    let (ndim, code) = ((b[0] >> 2) as usize, b[0] & 3);
+    ensure!(ndim == 1, "ndarray with {ndim} dimensions");
+    let w = 1usize << code;
+    ensure!(b.len() >= 1 + w, "truncated ndarray shape");
+    let mut n8 = [0u8; 8];
+    n8[..w].copy_from_slice(&b[1..1 + w]);
+    let n = u64::from_le_bytes(n8) as usize;
+    let body = &b[1 + w..];
+    match dtype {
+        "uint32" => {
+            ensure!(
+                body.len() == 4 * n,
+                "ndarray of {n} uint32 has {} bytes",
+                body.len()
+            );
+            Ok(body
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+                .collect())
+        }
+        "uint16" => {
+            ensure!(
+                body.len() == 2 * n,
+                "ndarray of {n} uint16 has {} bytes",
+                body.len()
+            );
+            Ok(body
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes(c.try_into().unwrap()) as u32)
+                .collect())
+        }
+        other => bail!("unsupported ndarray dtype {other:?}"),
+    }
+}
+
+/// Decode a raw (decompressed) MDS shard.
+pub fn decode(raw: &[u8]) -> Result<Vec<Sample>> {
+    let n = u32_at(raw, 0)? as usize;
+    let off: Vec<usize> = (0..=n)
+        .map(|i| u32_at(raw, 4 + 4 * i).map(|x| x as usize))
+        .collect::<Result<_>>()?;
+    let cfg_start = 4 + 4 * (n + 1);
+    ensure!(
+        off[0] >= cfg_start && off[n] <= raw.len(),
+        "bad sample offsets"
+    );
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&raw[cfg_start..off[0]]).context("shard config is not JSON")?;
+    let strs = |k: &str| -> Result<Vec<String>> {
+        cfg[k]
+            .as_array()
+            .ok_or_else(|| anyhow!("config has no {k}"))?
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| anyhow!("{k}: not strings"))
+            })
+            .collect()
+    };
+    let names = strs("column_names")?;
+    let encs = strs("column_encodings")?;
+    let sizes: Vec<Option<usize>> = cfg["column_sizes"]
+        .as_array()
+        .ok_or_else(|| anyhow!("config has no column_sizes"))?
+        .iter()
+        .map(|v| v.as_u64().map(|x| x as usize))
+        .collect();
+    ensure!(
+        names.len() == encs.len() && names.len() == sizes.len(),
+        "config columns disagree"
+    );
+    let var = sizes.iter().filter(|s| s.is_none()).count();
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = &raw[off[i]..off[i + 1]];
+        let mut lens = Vec::with_capacity(var);
+        for k in 0..var {
+            lens.push(u32_at(s, 4 * k).with_context(|| format!("sample {i}"))? as usize);
+        }
+        let mut at = 4 * var;
+        let mut vi = 0;
+        let mut sample = Sample::new();
+        for ((name, enc), size) in names.iter().zip(&encs).zip(&sizes) {
+            let len = match size {
+                Some(x) => *x,
+                None => {
+                    vi += 1;
+                    lens[vi - 1]
+                }
+            };
+            let b = s
+                .get(at..at + len)
+                .ok_or_else(|| anyhow!("sample {i}: column {name} runs past the sample"))?;
+            at += len;
+            let v = if let Some(dt) = enc.strip_prefix("ndarray:") {
+                Value::Ids(decode_ndarray(b, dt).with_context(|| format!("sample {i}: {name}"))?)
+            } else if enc == "str" {
+                Value::Str(
+                    String::from_utf8(b.to_vec()).with_context(|| format!("sample {i}: {name}"))?,
+                )
+            } else if enc == "uint32" {
+                Value::U32(u32_at(b, 0)?)
+            } else {
+                bail!("column {name}: unsupported encoding {enc:?}");
+            };
+            sample.insert(name.clone(), v);
+        }
+        out.push(sample);
+    }
+    Ok(out)
+}
+
+/// Read and decode `shard.NNNNN.mds.zstd` (or an uncompressed `.mds`).
+pub fn read(path: &Path) -> Result<Vec<Sample>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let raw = if path.extension().is_some_and(|e| e == "zstd") {
+        zstd::stream::decode_all(&bytes[..])
+            .with_context(|| format!("{}: not zstd", path.display()))?
+    } else {
+        bytes
+    };
+    decode(&raw).with_context(|| format!("{}: not a readable MDS shard", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{mds, Column, Dtype, RowBatch};
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let batch = RowBatch {
+            input_ids: vec![vec![7, 8, 9], (0..300).collect()],
+            columns: vec![
+                ("prompt_len".into(), Column::U32(vec![2, 200])),
+                ("id".into(), Column::Str(vec!["a".into(), "bé".into()])),
+            ],
+        };
+        for dt in [Dtype::U32, Dtype::U16] {
+            let (raw, _) = mds::encode(&batch, dt).unwrap();
+            let s = decode(&raw).unwrap();
+            assert_eq!(s.len(), 2);
+            assert_eq!(s[1]["input_ids"], Value::Ids((0..300).collect()));
+            assert_eq!(s[0]["input_ids"], Value::Ids(vec![7, 8, 9]));
+            assert_eq!(s[1]["prompt_len"], Value::U32(200));
+            assert_eq!(s[1]["id"], Value::Str("bé".into()));
+        }
+    }
+}
