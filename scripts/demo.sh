@@ -54,6 +54,11 @@ say "pack: tokenize + pack stage 1 into parquet shards"
 $BIN pack --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1" --seq-len 256 --json
 
+say "pack --stream: the same shards read straight from the Hub by HTTP Range"
+$BIN pack --manifest "$OUT/manifests/stage1.toml" --stream --log "$OUT/stream.log" \
+  --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1-stream" --seq-len 256
+cmp "$OUT/shards/stage1-stream/part-00000.parquet" "$OUT/shards/stage1/part-00000.parquet" && echo "stream == fetch + pack"
+
 say "mcq: stage-2 SFT shards + stage-3 prompts.jsonl"
 $BIN mcq --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/mcq"
