@@ -642,7 +642,26 @@ fn kill9_resume(jobs: &str) {
         .spawn()
         .unwrap();
     let t0 = Instant::now();
-    while env.emu.file_bytes_served() < size / 3 {
+    // Kill only once a third was served AND the client has persisted progress (the
+    // `.incomplete` file for a sequential download, the `.incomplete.parts` journal for
+    // chunks): bytes the emulator sent may still sit in socket buffers of a starved client.
+    let blobs_dir = env.cache().join("datasets--dlm-data--large/blobs");
+    let persisted = || {
+        std::fs::read_dir(&blobs_dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()).any(|e| {
+                    let n = e.file_name().into_string().unwrap_or_default();
+                    let len = e.metadata().map(|m| m.len()).unwrap_or(0);
+                    if jobs == "1" {
+                        n.ends_with(".incomplete") && len > 0
+                    } else {
+                        n.ends_with(".incomplete.parts") && len > 0
+                    }
+                })
+            })
+            .unwrap_or(false)
+    };
+    while env.emu.file_bytes_served() < size / 3 || !persisted() {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "download never progressed"
