@@ -4,8 +4,10 @@
 //    counter-based RNG of src/distill/rng.rs (temperature > 0), the log-sum-exp, and the chosen
 //    token's probability under the un-noised softmax (the low-confidence score). Positions that
 //    are not masked get confidence -inf (only masked positions compete).
+//    Excluded tokens (mask, EOS/EoT under the LLaDA flags) follow the CPU sampler exactly.
 //  - commit_topk: per batch row, commit the k most confident masked positions of the block
-//    (k from the linear schedule; ties go to the lower position); committed tokens stay.
+//    (k from the linear schedule; ties go to the lower position), or, in threshold mode, the
+//    top one and all above the threshold; committed tokens stay.
 //  - advance: moves the device-side generation state to the next step.
 //  - letter_head: MCQ letter logits -> raw log-probs (full-vocabulary log-softmax) and the
 //    distribution renormalised over the item's letters.
@@ -25,12 +27,25 @@ __device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2
 }
 
 #define SAMPLER_THREADS 512
+#define MAX_BAN 32
+
+// Token exclusions, as the CPU sampler applies them: ban[0..n_choice) are never candidates and
+// are left out of the confidence softmax (the mask token; EOS under logits_eos_inf);
+// ban[n_choice..n_all) are candidates but get confidence 0 and are left out of the softmax
+// (EOS/EoT under confidence_eos_eot_inf).
+__device__ __forceinline__ bool banned(const u32* sban, int lo, int hi, int i) {
+    for (int k = lo; k < hi; k++)
+        if (sban[k] == (u32)i) return true;
+    return false;
+}
 
 extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     const float* __restrict__ logits, int V, const u32* __restrict__ x, int S, int blk,
     const GenState* __restrict__ st, int gen_start, u32 mask_id, double temperature,
     int remask_random, u64 seed, const u64* __restrict__ prompt_keys,
-    u32* __restrict__ x0_out, double* __restrict__ conf_out) {
+    u32* __restrict__ x0_out, double* __restrict__ conf_out, const u32* __restrict__ ban,
+    int n_choice, int n_all, int nblocks) {
+    if (st->block >= nblocks) return;
     const int r = blockIdx.x, b = r / blk, j = r % blk;
     const int pos = gen_start + st->block * blk + j;
     const u32 cur = x[(u64)b * S + pos];
@@ -38,21 +53,25 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
         if (threadIdx.x == 0) { x0_out[r] = cur; conf_out[r] = NEG_INF_D; }
         return;
     }
+    __shared__ u32 sban[MAX_BAN];
+    if (threadIdx.x < n_all) sban[threadIdx.x] = ban[threadIdx.x];
+    __syncthreads();
     const u64 gpos = (u64)(pos - gen_start);
     const u64 step = (u64)st->step;
     const u64 prefix = rng_prefix(seed, STREAM_GUMBEL, prompt_keys[b], step, gpos);
     const float* row = logits + (u64)r * V;
     const bool noisy = temperature > 0.0;
 
-    // Pass 1: the maximum logit and the best (noised) score; pass 2: the softmax normaliser
-    // in float64 (as the CPU path computes the confidence).
+    // Pass 1: the maximum logit over the softmax's support and the best (noised) candidate;
+    // pass 2: the softmax normaliser in float64 (as the CPU path computes the confidence).
     float m = NEG_INF;
     double bs = NEG_INF_D;
     float bl = NEG_INF;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float l = row[i];
-        m = fmaxf(m, l);
+        if (banned(sban, 0, n_choice, i)) continue;
+        if (!banned(sban, n_choice, n_all, i)) m = fmaxf(m, l);
         double sc = (double)l;
         if (noisy) {
             double u = rng_uniform(prefix, (u64)i);
@@ -92,17 +111,21 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     double z = 0.0;
     if (!remask_random) {
         const double md = (double)m;
-        for (int i = threadIdx.x; i < V; i += blockDim.x) z += exp((double)row[i] - md);
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (!banned(sban, 0, n_all, i)) z += exp((double)row[i] - md);
         for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
         if (lane == 0) sz[warp] = z;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        x0_out[r] = (u32)si[0];
+        const int x0 = si[0] == 0x7fffffff ? 0 : si[0];
+        x0_out[r] = (u32)x0;
         double conf;
         if (remask_random) {
             u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], step, gpos);
             conf = rng_uniform(pr, 0);
+        } else if (banned(sban, 0, n_all, x0)) {
+            conf = 0.0;  // an EOS/EoT candidate under confidence_eos_eot_inf
         } else {
             double zz = 0.0;
             for (int w = 0; w < nw; w++) zz += sz[w];
@@ -113,11 +136,17 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
 }
 
 // One CTA per batch row, one thread per block position (blockDim >= blk, blk <= 1024).
+// Fixed schedule (threshold < 0): the k most confident masked positions, k from the linear
+// schedule, ties to the lower position. Confidence threshold (Fast-dLLM's parallel decoding,
+// approximate): the most confident masked position and every other one with confidence >=
+// threshold. Committed tokens stay.
 extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
                                        const GenState* __restrict__ st, int gen_start,
                                        const int* __restrict__ ntrans, u32 mask_id,
-                                       const u32* __restrict__ x0, const double* __restrict__ conf) {
+                                       const u32* __restrict__ x0, const double* __restrict__ conf,
+                                       double threshold, int nblocks) {
     extern __shared__ double sconf[];
+    if (st->block >= nblocks) return;
     const int b = blockIdx.x, j = threadIdx.x;
     const int pos0 = gen_start + st->block * blk;
     const int k = ntrans[st->step_in_block];
@@ -135,15 +164,30 @@ extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
             double ci = sconf[i];
             rank += (ci > c) || (ci == c && i < j);
         }
-        if (rank < k) x[(u64)b * S + pos0 + j] = x0[b * blk + j];
+        bool take = threshold < 0.0 ? rank < k : (rank == 0 || c >= threshold);
+        if (take) x[(u64)b * S + pos0 + j] = x0[b * blk + j];
     }
 }
 
-extern "C" __global__ void advance(GenState* st, int steps_per_block) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
+// Moves the device-side state to the next step. Fixed schedule: a block lasts
+// steps_per_block steps. Threshold mode (adaptive != 0): the block ends when no row has a
+// masked position left in it. One CTA.
+extern "C" __global__ void advance(GenState* st, int steps_per_block, const u32* __restrict__ x,
+                                   int S, int B, int blk, int gen_start, u32 mask_id,
+                                   int adaptive, int nblocks) {
+    if (st->block >= nblocks) return;
+    int left = 0;
+    if (adaptive) {
+        const int pos0 = gen_start + st->block * blk;
+        for (int t = threadIdx.x; t < B * blk; t += blockDim.x)
+            left |= x[(u64)(t / blk) * S + pos0 + t % blk] == mask_id;
+        left = __syncthreads_or(left);
+    }
+    if (threadIdx.x == 0) {
         st->step += 1;
         st->step_in_block += 1;
-        if (st->step_in_block == steps_per_block) { st->step_in_block = 0; st->block += 1; }
+        bool done = adaptive ? !left : st->step_in_block == steps_per_block;
+        if (done) { st->step_in_block = 0; st->block += 1; }
     }
 }
 

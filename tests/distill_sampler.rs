@@ -67,6 +67,8 @@ fn params(gen: usize, block: usize, steps: usize) -> GenParams {
         confidence_eos_eot_inf: false,
         eos_ids: vec![0],
         eot_ids: vec![1],
+        threshold: None,
+        cache: dlm_data::distill::Cache::None,
     }
 }
 

@@ -6,6 +6,7 @@
 //!   run compares against (bidirectional, left-padding invariant).
 #![cfg(feature = "cuda")]
 
+use dlm_data::gpu::engine::CacheMode;
 use dlm_data::gpu::engine::GenParams;
 use dlm_data::gpu::nvrtc;
 use dlm_data::gpu::reference::{self, CpuModel};
@@ -57,6 +58,10 @@ fn params(gen: usize, blk: usize, steps: usize) -> GenParams {
         mask_id: 999,
         pad_id: 0,
         logits_shift: 0,
+        ban_choice: vec![],
+        ban_conf: vec![],
+        threshold: None,
+        cache: dlm_data::gpu::engine::CacheMode::None,
     }
 }
 
@@ -138,21 +143,87 @@ fn reference_model_is_bidirectional_and_left_padding_invariant() {
 }
 
 #[test]
-fn reference_sampler_fills_every_masked_position_and_keeps_the_prompt() {
+fn reference_backend_drives_the_distill_sampler() {
+    use dlm_data::distill::sampler::{self, GenParams as SP};
     let d = tempfile::tempdir().unwrap();
     tiny(d.path());
-    let m = CpuModel::load(d.path()).unwrap();
-    let p = params(8, 4, 4);
-    let prompt: Vec<u32> = vec![10, 20, 30];
-    let out = m.generate(&prompt, 5, 42, &p);
-    assert_eq!(out.len(), 8);
-    assert!(!out.contains(&999), "{out:?}");
-    // Deterministic at temperature 0; temperature 1 with the counter RNG is deterministic in the seed.
-    assert_eq!(out, m.generate(&prompt, 5, 42, &p));
-    let mut t = p.clone();
-    t.temperature = 1.0;
+    let mut m = CpuModel::load(d.path()).unwrap();
+    let p = SP {
+        gen_length: 8,
+        block_length: 4,
+        steps: 4,
+        temperature: 0.0,
+        remasking: dlm_data::distill::Remasking::LowConfidence,
+        seed: 0,
+        mask_id: 999,
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![2],
+        eot_ids: vec![],
+        threshold: None,
+        cache: dlm_data::distill::Cache::None,
+    };
+    let prompts: [&[u32]; 2] = [&[10, 20, 30], &[7]];
+    let out = sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
+    assert_eq!(out.len(), 2);
+    for row in &out {
+        assert_eq!(row.len(), 8);
+        assert!(!row.contains(&999), "{row:?}");
+    }
     assert_eq!(
-        m.generate(&prompt, 5, 42, &t),
-        m.generate(&prompt, 5, 42, &t)
+        out,
+        sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap()
     );
+}
+
+#[test]
+fn engine_params_carry_the_cpu_sampler_exclusions() {
+    use dlm_data::distill::{sampler::GenParams as SP, Cache, Remasking};
+    use dlm_data::gpu::backend::engine_params;
+    let mut p = SP {
+        gen_length: 64,
+        block_length: 32,
+        steps: 64,
+        temperature: 0.0,
+        remasking: Remasking::LowConfidence,
+        seed: 3,
+        mask_id: 999,
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![2, 5, 2],
+        eot_ids: vec![7, 5, 999],
+        threshold: None,
+        cache: Cache::None,
+    };
+    let e = engine_params(&p, 0, 0);
+    assert!(e.ban_choice.is_empty() && e.ban_conf.is_empty());
+    assert_eq!(e.cache, CacheMode::None);
+    p.logits_eos_inf = true;
+    let e = engine_params(&p, 0, 0);
+    assert_eq!(e.ban_choice, vec![2, 5]);
+    assert!(e.ban_conf.is_empty());
+    p.confidence_eos_eot_inf = true;
+    let e = engine_params(&p, 0, 0);
+    assert_eq!(
+        (e.ban_choice.clone(), e.ban_conf.clone()),
+        (vec![2, 5], vec![7])
+    );
+    p.logits_eos_inf = false;
+    p.threshold = Some(0.9);
+    p.cache = Cache::Dual;
+    let e = engine_params(&p, 1, 0);
+    assert_eq!(
+        (e.ban_choice.clone(), e.ban_conf.clone()),
+        (vec![], vec![2, 5, 7])
+    );
+    assert_eq!(
+        (e.threshold, e.cache, e.pad_id),
+        (Some(0.9), CacheMode::Dual, 1)
+    );
+    e.validate().unwrap();
+    // Cache modes need logits shift 0; threshold needs low-confidence remasking.
+    assert!(engine_params(&p, 1, 1).validate().is_err());
+    p.cache = Cache::None;
+    p.remasking = Remasking::Random;
+    assert!(engine_params(&p, 1, 0).validate().is_err());
 }

@@ -7,7 +7,13 @@
 //! - `logits --teacher DIR --prompts F --out F.npy`: fp32 logits of the last block of
 //!   prompt + all-masked generation (for the PyTorch comparison).
 //! - `generate --teacher DIR --prompts F --out F.json`: sampler output for given prompts.
-//! - `bench --teacher DIR --batches 1,16,64`: generated tokens/s, model TFLOP/s, memory.
+//! - `bench --teacher DIR --batches 1,16,64 [--cache dual] [--threshold 0.9]`: generated
+//!   tokens/s, model TFLOP/s, memory.
+//! - `approx --teacher DIR --batch 16`: the approximate modes (threshold, prefix/dual cache)
+//!   against the exact sampler on the same prompts: speed-up, steps, token agreement.
+//! - `profile --teacher DIR --batch 64`: device milliseconds per op kind of one step.
+//! - `teacher-fixture --out DIR`: the project's tiny teacher (tokenizer, chat template) in a
+//!   GPU shape (head_dim 64), for `dlm-data distill --device cpu` vs `--device cuda`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -15,8 +21,12 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use dlm_data::distill::rng;
-use dlm_data::gpu::engine::{Engine, GenParams};
+use dlm_data::distill::sampler::{self, GenParams as SP};
+use dlm_data::distill::{Cache, Remasking};
+use dlm_data::gpu::backend::GpuBackend;
+use dlm_data::gpu::engine::{CacheMode, Engine, GenParams};
 use dlm_data::gpu::reference::{self, CpuModel};
+use dlm_data::teacher::TeacherBackend;
 
 #[derive(Parser)]
 struct Cli {
@@ -40,6 +50,21 @@ struct Gen {
     logits_shift: usize,
     #[arg(long, default_value_t = 0)]
     device: usize,
+    /// Approximate: confidence-threshold parallel decoding.
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// Approximate: none, prefix or dual.
+    #[arg(long, default_value = "none")]
+    cache: String,
+}
+
+fn cache_mode(s: &str) -> Result<CacheMode> {
+    Ok(match s {
+        "none" => CacheMode::None,
+        "prefix" => CacheMode::Prefix,
+        "dual" => CacheMode::Dual,
+        o => bail!("--cache {o}: none, prefix or dual"),
+    })
 }
 
 #[derive(Subcommand)]
@@ -86,15 +111,43 @@ enum Cmd {
         #[command(flatten)]
         g: Gen,
     },
+    Approx {
+        #[arg(long)]
+        teacher: PathBuf,
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+        #[arg(long, default_value_t = 256)]
+        prompt: usize,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        g: Gen,
+    },
+    Profile {
+        #[arg(long)]
+        teacher: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long, default_value_t = 256)]
+        prompt: usize,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        g: Gen,
+    },
+    TeacherFixture {
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn mask_id(e: &Engine) -> u32 {
     e.cfg.mask_token_id.unwrap_or(e.cfg.vocab_size as u32 - 1)
 }
 
-fn params(e: &Engine, g: &Gen) -> GenParams {
+fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
     let mask = mask_id(e);
-    GenParams {
+    Ok(GenParams {
         gen_length: g.gen_length,
         block_length: g.block_length,
         steps: g.steps,
@@ -104,7 +157,11 @@ fn params(e: &Engine, g: &Gen) -> GenParams {
         mask_id: mask,
         pad_id: if mask == 0 { 1 } else { 0 },
         logits_shift: g.logits_shift,
-    }
+        ban_choice: vec![],
+        ban_conf: vec![],
+        threshold: g.threshold,
+        cache: cache_mode(&g.cache)?,
+    })
 }
 
 fn read_prompts(p: &Path) -> Result<Vec<Vec<u32>>> {
@@ -189,7 +246,7 @@ fn main() -> Result<()> {
             let lp = ps.iter().map(|p| p.len()).max().unwrap_or(0);
             let s = lp + g.gen_length;
             let mut e = Engine::load(&teacher, g.device, s)?;
-            let p = params(&e, &g);
+            let p = params(&e, &g)?;
             let (mut seqs, mut pads) = (vec![], vec![]);
             for q in &ps {
                 let mut row = vec![p.pad_id; lp - q.len()];
@@ -213,7 +270,7 @@ fn main() -> Result<()> {
             let ps = read_prompts(&prompts)?;
             let lp = ps.iter().map(|p| p.len()).max().unwrap_or(0);
             let mut e = Engine::load(&teacher, g.device, lp + g.gen_length)?;
-            let p = params(&e, &g);
+            let p = params(&e, &g)?;
             let keys: Vec<u64> = (0..ps.len())
                 .map(|i| rng::prompt_key(&format!("p{i}")))
                 .collect();
@@ -230,12 +287,42 @@ fn main() -> Result<()> {
             out,
             g,
         } => bench(&teacher, &batches, prompt, out.as_deref(), &g),
+        Cmd::Approx {
+            teacher,
+            batch,
+            prompt,
+            out,
+            g,
+        } => approx(&teacher, batch, prompt, out.as_deref(), &g),
+        Cmd::Profile {
+            teacher,
+            batch,
+            prompt,
+            out,
+            g,
+        } => profile(&teacher, batch, prompt, out.as_deref(), &g),
+        Cmd::TeacherFixture { out } => {
+            let t = dlm_data::fixtures::teacher::TinyTeacher {
+                size: dlm_data::fixtures::teacher::TinySize {
+                    hidden: 256,
+                    layers: 2,
+                    heads: 4,
+                    kv_heads: 2,
+                    head_dim: 64,
+                    intermediate: 512,
+                    min_vocab: 0,
+                },
+                ..Default::default()
+            };
+            dlm_data::fixtures::teacher::write_teacher(&out, &t)?;
+            dlm_data::fixtures::teacher::write_demo_prompts(&out.join("prompts.jsonl"))
+        }
     }
 }
 
 fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
-    let cpu = CpuModel::load(teacher)?;
     let mut gpu = Engine::load(teacher, 0, 512)?;
+    let cpu = CpuModel::load(teacher)?;
     let v = gpu.cfg.vocab_size as u32;
     let mask = mask_id(&gpu);
     let mut report = serde_json::Map::new();
@@ -292,59 +379,164 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         }
     }
     println!("tiny letter head: log-probs and renormalised probabilities match the CPU");
-    // 3. Generations, token for token.
-    let mut sampler_ok = true;
+    // 3. The device sampler (one CUDA graph per step) against the distill sampler's host loop
+    //    fed the GPU's own logits (same forward): must agree token for token in every mode.
     let keys: Vec<u64> = (0..ps.len())
         .map(|i| rng::prompt_key(&format!("tiny-{i}")))
         .collect();
-    for temperature in [0.0, 1.0] {
-        let p = GenParams {
-            gen_length: 64,
-            block_length: 16,
-            steps: 32,
-            temperature,
-            remask_random: false,
-            seed: 5,
-            mask_id: mask,
-            pad_id: 0,
-            logits_shift: 0,
+    let refs: Vec<&[u32]> = ps.iter().map(|q| q.as_slice()).collect();
+    let base = SP {
+        gen_length: 64,
+        block_length: 16,
+        steps: 32,
+        temperature: 0.0,
+        remasking: Remasking::LowConfidence,
+        seed: 5,
+        mask_id: mask,
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![],
+        eot_ids: vec![],
+        threshold: None,
+        cache: Cache::None,
+    };
+    let mut be = GpuBackend::from_engine(gpu);
+    // EOS/EoT: the tokens the exact T=0 run generates most, so the exclusions bite.
+    let first = be.generate(&base, &refs, &keys, 0, 0).unwrap()?;
+    let mut freq = std::collections::HashMap::new();
+    for t in first.iter().flatten() {
+        *freq.entry(*t).or_insert(0usize) += 1;
+    }
+    let mut top: Vec<(u32, usize)> = freq.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let (eos, eot) = (top[0].0, top.get(1).map_or(1, |t| t.0));
+    let mut settings: Vec<(String, SP)> = vec![];
+    for t in [0.0, 1.0] {
+        settings.push((
+            format!("T={t}"),
+            SP {
+                temperature: t,
+                ..base.clone()
+            },
+        ));
+    }
+    settings.push((
+        "T=0.7 random remasking".into(),
+        SP {
+            temperature: 0.7,
+            remasking: Remasking::Random,
+            ..base.clone()
+        },
+    ));
+    settings.push((
+        format!("T=0 logits_eos_inf + confidence_eos_eot_inf (eos {eos}, eot {eot})"),
+        SP {
+            logits_eos_inf: true,
+            confidence_eos_eot_inf: true,
+            eos_ids: vec![eos],
+            eot_ids: vec![eot],
+            ..base.clone()
+        },
+    ));
+    settings.push((
+        format!("T=1 confidence_eos_eot_inf (eos {eos}, eot {eot})"),
+        SP {
+            temperature: 1.0,
+            confidence_eos_eot_inf: true,
+            eos_ids: vec![eos],
+            eot_ids: vec![eot],
+            ..base.clone()
+        },
+    ));
+    settings.push((
+        "T=0 threshold 0.3".into(),
+        SP {
+            threshold: Some(0.3),
+            ..base.clone()
+        },
+    ));
+    settings.push((
+        "T=1 threshold 0.9".into(),
+        SP {
+            temperature: 1.0,
+            threshold: Some(0.9),
+            ..base.clone()
+        },
+    ));
+    let mut sampler_ok = true;
+    let mut rows_report = serde_json::Map::new();
+    for (name, p) in &settings {
+        let dev = be.generate(p, &refs, &keys, 0, 0).unwrap()?;
+        let mut trace = vec![];
+        let host = sampler::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
+        let (same, total, rows) = agreement(&dev, &host);
+        println!("device sampler vs host sampler on the GPU's logits, {name}: {same}/{total} tokens, {rows}/{} rows identical", ps.len());
+        rows_report.insert(name.clone(), format!("{rows}/{}", ps.len()).into());
+        sampler_ok &= rows == ps.len();
+    }
+    report.insert(
+        "device_vs_host_sampler_rows_identical".into(),
+        rows_report.into(),
+    );
+    // 4. End to end against the CPU reference forward through the same distill sampler.
+    let mut cpu = cpu;
+    for t in [0.0, 1.0] {
+        let p = SP {
+            temperature: t,
+            ..base.clone()
         };
-        let g = gpu.generate(&ps, &keys, &p)?;
-        // The on-device sampler vs the host sampler fed the GPU's own logits (same kernels and
-        // GEMM shapes, so the same logits): isolates the sampler kernels exactly.
-        let h = host_sampled(&mut gpu, &ps, &keys, &p)?;
-        let hs: usize = h
-            .iter()
-            .zip(&g)
-            .map(|(a, b)| a.iter().zip(b).filter(|(x, y)| x == y).count())
-            .sum();
-        let hrows = h.iter().zip(&g).filter(|(a, b)| a == b).count();
-        println!("tiny generate T={temperature}: device sampler vs host sampler on GPU logits: {hs}/{} tokens, {hrows}/{} rows identical", ps.len() * p.gen_length, ps.len());
+        let dev = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
+        let host = sampler::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
+        let (same, total, rows) = agreement(&dev, &host);
+        println!("GPU vs CPU reference forward (same sampler), T={t}: {same}/{total} tokens equal, {rows}/{} rows identical", ps.len());
         report.insert(
-            format!("gen_t{temperature}_sampler_vs_host_rows_identical"),
-            format!("{hrows}/{}", ps.len()).into(),
-        );
-        sampler_ok &= hrows == ps.len();
-        let mut same = 0usize;
-        let mut total = 0usize;
-        let mut rows_equal = 0usize;
-        for (i, q) in ps.iter().enumerate() {
-            let c = cpu.generate(q, lp, keys[i], &p);
-            same += c.iter().zip(&g[i]).filter(|(a, b)| a == b).count();
-            total += c.len();
-            rows_equal += usize::from(c == g[i]);
-        }
-        println!(
-            "tiny generate T={temperature}: {same}/{total} tokens equal, {rows_equal}/{} rows identical",
-            ps.len()
-        );
-        report.insert(
-            format!("gen_t{temperature}_token_agreement"),
+            format!("gen_t{t}_token_agreement"),
             (same as f64 / total as f64).into(),
         );
         report.insert(
-            format!("gen_t{temperature}_rows_identical"),
-            format!("{rows_equal}/{}", ps.len()).into(),
+            format!("gen_t{t}_rows_identical"),
+            format!("{rows}/{}", ps.len()).into(),
+        );
+    }
+    // 5. Cache windows: with nothing committed in between, a dual (block) and a prefix
+    //    (block → end) window step reproduce the full pass's block logits.
+    let engine = be.engine_mut();
+    let ep = dlm_data::gpu::backend::engine_params(&base, 0, 0);
+    let (dual_err, prefix_err) = engine.window_check(&ps, &keys, &ep)?;
+    println!("cache windows vs full pass on unchanged tokens: dual rel err {dual_err:.3e}, prefix {prefix_err:.3e}");
+    report.insert("window_dual_rel_err".into(), dual_err.into());
+    report.insert("window_prefix_rel_err".into(), prefix_err.into());
+    // 6. The approximate modes on the tiny teacher: agreement with the exact sampler.
+    let exact = be.generate(&base, &refs, &keys, 0, 0).unwrap()?;
+    for (name, p) in [
+        (
+            "dual",
+            SP {
+                cache: Cache::Dual,
+                ..base.clone()
+            },
+        ),
+        (
+            "prefix",
+            SP {
+                cache: Cache::Prefix,
+                ..base.clone()
+            },
+        ),
+        (
+            "threshold 0.9",
+            SP {
+                threshold: Some(0.9),
+                ..base.clone()
+            },
+        ),
+    ] {
+        let a = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
+        let (same, total, _) = agreement(&a, &exact);
+        println!("approximate {name} vs exact (tiny, T=0): {same}/{total} tokens agree");
+        report.insert(
+            format!("approx_{name}_agreement"),
+            (same as f64 / total as f64).into(),
         );
     }
     if let Some(o) = out {
@@ -356,50 +548,22 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     if !sampler_ok {
         bail!("the device sampler differs from the host sampler on the same logits");
     }
+    if dual_err > 1e-2 || prefix_err > 1e-2 {
+        bail!("a cache window differs from the full pass");
+    }
     Ok(())
 }
 
-/// LLaDA's loop on the host, with the GPU engine as the forward (block rows only).
-fn host_sampled(
-    gpu: &mut Engine,
-    ps: &[Vec<u32>],
-    keys: &[u64],
-    p: &GenParams,
-) -> Result<Vec<Vec<u32>>> {
-    let lp = ps.iter().map(|q| q.len()).max().unwrap_or(0);
-    let s = lp + p.gen_length;
-    let (mut seqs, mut pads) = (vec![], vec![]);
-    for q in ps {
-        let mut row = vec![p.pad_id; lp - q.len()];
-        row.extend_from_slice(q);
-        row.resize(s, p.mask_id);
-        pads.push(lp - q.len());
-        seqs.push(row);
-    }
-    let (blk, spb, v) = (p.block_length, p.steps_per_block(), gpu.cfg.vocab_size);
-    let nt = p.num_transfer();
-    for b in 0..p.gen_length / blk {
-        let s0 = lp + b * blk;
-        for i in 0..spb {
-            let at: Vec<(usize, usize)> = (0..ps.len())
-                .flat_map(|r| (0..blk).map(move |j| (r, s0 + j - p.logits_shift)))
-                .collect();
-            let l = gpu.logits_at(&seqs, &pads, &at)?;
-            for (r, row) in seqs.iter_mut().enumerate() {
-                reference::select_step(
-                    p,
-                    &l[r * blk * v..(r + 1) * blk * v],
-                    v,
-                    &mut row[s0..s0 + blk],
-                    nt[i] as usize,
-                    keys[r],
-                    (b * spb + i) as u64,
-                    b * blk,
-                );
-            }
-        }
-    }
-    Ok(seqs.iter().map(|r| r[lp..].to_vec()).collect())
+/// (tokens equal, tokens, rows identical).
+fn agreement(a: &[Vec<u32>], b: &[Vec<u32>]) -> (usize, usize, usize) {
+    let same = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| x.iter().zip(y).filter(|(p, q)| p == q).count())
+        .sum();
+    let total = a.iter().map(Vec::len).sum();
+    let rows = a.iter().zip(b).filter(|(x, y)| x == y).count();
+    (same, total, rows)
 }
 
 fn bench(
@@ -434,7 +598,7 @@ fn bench(
         .map(|s| s.trim().parse::<usize>())
         .collect::<Result<Vec<_>, _>>()?
     {
-        let p = params(&e, g);
+        let p = params(&e, g)?;
         let ps = prompts(b, prompt_len, c.vocab_size as u32, p.mask_id, 11, false);
         let keys: Vec<u64> = (0..b)
             .map(|i| rng::prompt_key(&format!("bench-{i}")))
@@ -445,18 +609,18 @@ fn bench(
         w.steps = p.steps_per_block();
         e.generate(&ps, &keys, &w)?;
         let t = Instant::now();
-        let toks = e.generate(&ps, &keys, &p)?;
+        let (toks, steps_run) = e.generate_counted(&ps, &keys, &p)?;
         let secs = t.elapsed().as_secs_f64();
         let (free, total) = e.gpu.mem_info()?;
         let left = toks.iter().flatten().filter(|&&t| t == p.mask_id).count();
         let s = (prompt_len + p.gen_length) as f64;
         let bf = b as f64;
-        let flops = p.steps as f64
-            * (2.0 * body_params * bf * s
-                + 4.0 * bf * s * s * h * l
-                + 2.0 * h * v * bf * p.block_length as f64);
+        let tokf = step_tokens(&p, prompt_len, steps_run);
+        let flops = 2.0 * body_params * bf * tokf
+            + 4.0 * bf * tokf * s * h * l
+            + 2.0 * h * v * bf * (p.block_length * steps_run) as f64;
         let r = serde_json::json!({
-            "mode": "dlm-gpu", "batch": b, "seconds": secs,
+            "mode": mode_name(&p), "batch": b, "seconds": secs, "steps": steps_run,
             "gen_tok_per_s": (b * p.gen_length) as f64 / secs,
             "tflops": flops / secs / 1e12, "masks_left": left,
             "peak_mem_gib": (total - free) as f64 / (1u64 << 30) as f64,
@@ -466,6 +630,126 @@ fn bench(
     }
     if let Some(o) = out {
         let j = serde_json::json!({"gpu": e.gpu.name, "runs": runs});
+        dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The bench row's label: dlm-gpu, plus the approximate settings.
+fn mode_name(p: &GenParams) -> String {
+    let mut m = "dlm-gpu".to_string();
+    if p.cache != CacheMode::None {
+        m += &format!(" {}", p.cache.as_str());
+    }
+    if let Some(t) = p.threshold {
+        m += &format!(" threshold {t}");
+    }
+    m
+}
+
+/// Positions run through the body over a generation of `steps_run` steps (per prompt): every
+/// step a full pass when exact; with a cache, a full pass per block and windows otherwise
+/// (torch_sampler_ref.py's count for dual).
+fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
+    let s = (prompt_len + p.gen_length) as f64;
+    let nb = p.gen_length / p.block_length;
+    let windows = steps_run.saturating_sub(nb) as f64;
+    match p.cache {
+        CacheMode::None => steps_run as f64 * s,
+        CacheMode::Dual => nb as f64 * s + windows * p.block_length as f64,
+        CacheMode::Prefix => {
+            let avg = p.gen_length as f64 - (nb as f64 - 1.0) * p.block_length as f64 / 2.0;
+            nb as f64 * s + windows * avg
+        }
+    }
+}
+
+/// The approximate modes against the exact sampler on the same prompts (one batch).
+fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &Gen) -> Result<()> {
+    let mut e = Engine::load(teacher, g.device, prompt_len + g.gen_length)?;
+    let base = params(&e, g)?;
+    let ps = prompts(
+        b,
+        prompt_len,
+        e.cfg.vocab_size as u32,
+        base.mask_id,
+        13,
+        false,
+    );
+    let keys: Vec<u64> = (0..b)
+        .map(|i| rng::prompt_key(&format!("approx-{i}")))
+        .collect();
+    let mut w = base.clone();
+    w.gen_length = base.block_length;
+    w.steps = base.steps_per_block();
+    e.generate(&ps, &keys, &w)?;
+    let mut rows = vec![];
+    let mut exact: Option<(Vec<Vec<u32>>, f64)> = None;
+    let modes: Vec<(Option<f64>, CacheMode)> = vec![
+        (None, CacheMode::None),
+        (None, CacheMode::Prefix),
+        (None, CacheMode::Dual),
+        (Some(0.9), CacheMode::None),
+        (Some(0.9), CacheMode::Dual),
+        (Some(0.7), CacheMode::Dual),
+    ];
+    for (threshold, cache) in modes {
+        let p = GenParams {
+            threshold,
+            cache,
+            ..base.clone()
+        };
+        // Warm-up for this mode's graphs (one block), then the measured run.
+        let mut w = p.clone();
+        w.gen_length = p.block_length;
+        w.steps = p.steps_per_block();
+        e.generate(&ps, &keys, &w)?;
+        let t = Instant::now();
+        let (toks, steps) = e.generate_counted(&ps, &keys, &p)?;
+        let secs = t.elapsed().as_secs_f64();
+        let (agree, speedup) = match &exact {
+            None => {
+                exact = Some((toks.clone(), secs));
+                (1.0, 1.0)
+            }
+            Some((x, xs)) => {
+                let (same, total, _) = agreement(&toks, x);
+                (same as f64 / total as f64, xs / secs)
+            }
+        };
+        let r = serde_json::json!({
+            "mode": mode_name(&p), "batch": b, "seconds": secs, "steps": steps,
+            "gen_tok_per_s": (b * p.gen_length) as f64 / secs,
+            "speedup_vs_exact": speedup, "token_agreement_vs_exact": agree,
+        });
+        println!("{r}");
+        rows.push(r);
+    }
+    if let Some(o) = out {
+        let j = serde_json::json!({"gpu": e.gpu.name, "runs": rows});
+        dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Device milliseconds per op kind of one full step and one dual-window step.
+fn profile(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &Gen) -> Result<()> {
+    let mut e = Engine::load(teacher, g.device, prompt_len + g.gen_length)?;
+    let p = params(&e, g)?;
+    let mut j = serde_json::Map::new();
+    for (name, window) in [("full", false), ("dual_window", true)] {
+        let ops = e.profile(b, prompt_len, &p, window)?;
+        let total: f64 = ops.iter().map(|o| o.1).sum();
+        println!("profile {name} step, batch {b}: {total:.2} ms");
+        for (op, ms) in &ops {
+            println!("  {op:<14} {ms:8.3} ms  {:5.1} %", 100.0 * ms / total);
+        }
+        j.insert(
+            name.into(),
+            serde_json::json!({"total_ms": total, "ops": ops.iter().map(|(o, m)| serde_json::json!([o, m])).collect::<Vec<_>>()}),
+        );
+    }
+    if let Some(o) = out {
         dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
     }
     Ok(())

@@ -1,30 +1,56 @@
 #!/usr/bin/env bash
-# One device command: parity (tiny teacher vs CPU reference; teacher-shaped model vs PyTorch)
-# and the speed table (dlm-gpu vs torch_sampler_ref.py eager and --compile, batch 1/16/64).
-# On the device:  bash .dev/gpu/run.sh [parity|bench|all]   (results under $OUT)
+# One device command over the staged binaries (bench/gpu/stage.sh): parity, end-to-end distill
+# CPU vs CUDA, profile, speed table against torch_sampler_ref.py, approximate modes.
+# On the device:  bash .dev/gpu/run.sh STEP...   (results under $OUT)
+# Steps: parity (tiny teacher: GPU vs CPU, device vs host sampler, cache windows)
+#        e2e (dlm-data distill --device cpu vs cuda on the project's tiny teacher)
+#        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
+#        torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
-what=${1:-all}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-export DLM_KERNEL_CACHE=/tmp/dlm-kernels PYTHONUNBUFFERED=1 RUST_LOG=info
+export DLM_KERNEL_CACHE=/tmp/dlm-kernels PYTHONUNBUFFERED=1 RUST_LOG=${RUST_LOG:-warn}
 cd "$here"
 echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY)"; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 T=/tmp/teacher
-if [ "$what" != bench-torch ]; then
-  ./dlm-gpu tiny --out /tmp/tiny && ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny.json" 2>&1 | tail -n 20
-  [ -f $T/config.json ] || python3 make_teacher.py --out $T
-fi
-if [ "$what" = parity ] || [ "$what" = all ]; then
-  python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  B=${BATCHES:-1,16,64}
-  ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json"
-  if [ "${SKIP_EAGER:-0}" != 1 ]; then
-    python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4
-  fi
-  if [ "${SKIP_COMPILE:-0}" != 1 ]; then
-    python3 torch_sampler_ref.py --modes block --batches $B --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 4
-  fi
-  python3 table.py "$out" | tee "$out/table.md"
-fi
+B=${BATCHES:-1,16,64}
+ts() { date +%H:%M:%S; }
+for step in "$@"; do
+  echo "=== $step $(ts)"
+  case $step in
+    parity)
+      ./dlm-gpu tiny --out /tmp/tiny && ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny.json" ;;
+    e2e)
+      ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
+      G="--gen-length 64 --block-length 16 --steps 32 --batch-size 4"
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/cpu.json --device cpu $G
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/cuda.json --device cuda $G
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/cuda_t1.json --device cuda $G --temperature 1 --seed 3
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/cpu_t1.json --device cpu $G --temperature 1 --seed 3
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/dual.json --device cuda $G --cache dual --threshold 0.9
+      ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/refuse.json --device cpu $G --cache dual; echo "cpu --cache dual exit $? (want 2)"
+      python3 e2e_compare.py /tmp/e2e | tee "$out/e2e.txt" ;;
+    teacher)
+      [ -f $T/config.json ] || python3 make_teacher.py --out $T ;;
+    torch-parity)
+      python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning ;;
+    profile)
+      ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile.json" ;;
+    bench)
+      ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
+    bench-dual)
+      ./dlm-gpu bench --teacher $T --batches $B --cache dual --out "$out/bench_dlm_dual.json" ;;
+    approx)
+      ./dlm-gpu approx --teacher $T --batch ${APPROX_BATCH:-16} --out "$out/approx.json" ;;
+    torch-eager)
+      python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4 ;;
+    torch-dual)
+      python3 torch_sampler_ref.py --modes dual --batches $B --out "$out/bench_torch_dual.json" | tail -n 4 ;;
+    torch-compile)
+      python3 torch_sampler_ref.py --modes block --batches $B --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 4 ;;
+    table)
+      python3 table.py "$out" | tee "$out/table.md" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "=== $step done rc=$? $(ts)"
+done

@@ -37,6 +37,27 @@ impl Remasking {
     }
 }
 
+/// Approximate KV caching across a block's steps (Fast-dLLM; `--device cuda` only).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    /// Exact: every step is a full forward.
+    None,
+    /// A block's later steps recompute the block and everything after it.
+    Prefix,
+    /// A block's later steps recompute the block only.
+    Dual,
+}
+
+impl Cache {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Cache::None => "none",
+            Cache::Prefix => "prefix",
+            Cache::Dual => "dual",
+        }
+    }
+}
+
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutFormat {
     Json,
@@ -97,6 +118,15 @@ pub struct DistillArgs {
     /// repeatable. EOS ids come from the config and tokenizer.
     #[arg(long = "eot-id")]
     pub eot_ids: Vec<u32>,
+    /// APPROXIMATE (opt-in): confidence-threshold parallel decoding — each step commits the
+    /// most confident masked position and every other one with confidence ≥ this (0 < t ≤ 1);
+    /// a block ends when it has no mask left, so --steps no longer sets the step count.
+    #[arg(long)]
+    pub threshold: Option<f64>,
+    /// APPROXIMATE (opt-in, --device cuda): reuse K/V across a block's steps (Fast-dLLM
+    /// prefix or dual cache); `none` is the exact sampler.
+    #[arg(long, value_enum, default_value = "none")]
+    pub cache: Cache,
 }
 
 pub use run::run;

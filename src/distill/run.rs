@@ -83,18 +83,28 @@ fn fingerprint(
         "eos_ids": params.eos_ids,
         "eot_ids": params.eot_ids,
         "answer_template": ANSWER_TEMPLATE,
+        // cpu and cuda round differently: one output is never resumed on the other.
+        "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     })
 }
 
 fn gen_json(p: &GenParams) -> Value {
-    json!({
+    let mut g = json!({
         "gen_length": p.gen_length,
         "block_length": p.block_length,
         "steps": p.steps,
         "temperature": p.temperature,
         "remasking": p.remasking.as_str(),
         "seed": p.seed,
-    })
+    });
+    // Approximate modes are recorded where they apply (exact records keep their old shape).
+    if p.approximate() {
+        g["approximate"] = json!({
+            "threshold": p.threshold,
+            "cache": p.cache.as_str(),
+        });
+    }
+    g
 }
 
 fn letters_map(v: &[(String, f64)]) -> Value {
@@ -182,8 +192,24 @@ pub fn run(args: DistillArgs) -> Result<()> {
         confidence_eos_eot_inf: args.confidence_eos_eot_inf,
         eos_ids: teacher.eos_ids.clone(),
         eot_ids: args.eot_ids.clone(),
+        threshold: args.threshold,
+        cache: args.cache,
     };
     params.validate()?;
+    if params.cache != super::Cache::None && args.device == "cpu" {
+        return Err(crate::error::usage(format!(
+            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            params.cache.as_str()
+        )));
+    }
+    if params.approximate() {
+        tracing::warn!(
+            "APPROXIMATE sampling (threshold {:?}, cache {}): outputs differ from LLaDA's exact \
+             sampler; recorded in every record's gen",
+            params.threshold,
+            params.cache.as_str()
+        );
+    }
     let v = teacher.config.vocab_size;
     if let Some(bad) = args.eot_ids.iter().find(|&&e| e as usize >= v) {
         return Err(crate::error::usage(format!(

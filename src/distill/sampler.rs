@@ -20,6 +20,12 @@
 //! a position whose candidate is EOS/EoT has confidence 0 and is committed only when nothing
 //! else is left — identically at every temperature.
 //!
+//! Approximate, opt-in: `threshold` (Fast-dLLM's confidence-threshold parallel decoding)
+//! commits, each step, the most confident masked position of the row's block and every other
+//! one with confidence ≥ threshold; a block ends when no row has a mask left in it and the
+//! global step (the RNG's counter) counts the steps actually run. `cache` (prefix/dual KV
+//! cache) changes the forward, so only a backend that runs the whole loop (the GPU) takes it.
+//!
 //! [`step_row`] is the whole per-step math of one row over its block logits; the CUDA backend
 //! reimplements it as kernels and is checked against it.
 
@@ -44,6 +50,10 @@ pub struct GenParams {
     pub confidence_eos_eot_inf: bool,
     pub eos_ids: Vec<u32>,
     pub eot_ids: Vec<u32>,
+    /// Approximate: confidence-threshold parallel decoding.
+    pub threshold: Option<f64>,
+    /// Approximate: KV cache across a block's steps (backends that run the loop only).
+    pub cache: super::Cache,
 }
 
 impl GenParams {
@@ -69,7 +79,20 @@ impl GenParams {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return u(format!("--temperature {} must be ≥ 0", self.temperature));
         }
+        if let Some(t) = self.threshold {
+            if !(t > 0.0 && t <= 1.0) {
+                return u(format!("--threshold {t} must be in (0, 1]"));
+            }
+            if self.remasking == Remasking::Random {
+                return u("--threshold needs --remasking low-confidence".into());
+            }
+        }
         Ok(())
+    }
+
+    /// True when the output is not LLaDA's exact sampler (threshold or KV cache).
+    pub fn approximate(&self) -> bool {
+        self.threshold.is_some() || self.cache != super::Cache::None
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -208,7 +231,13 @@ pub fn step_row(
     }
     // Highest confidence first; ties to the lower position (a total, stable order).
     cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    cand.truncate(k);
+    match p.threshold {
+        None => cand.truncate(k),
+        Some(t) => {
+            let keep = 1 + cand.iter().skip(1).filter(|c| c.0 >= t).count();
+            cand.truncate(keep);
+        }
+    }
     for &(_, j, t) in &cand {
         block[j] = t;
     }
@@ -266,13 +295,55 @@ pub fn generate(
         shift == 0 || prompts.iter().all(|p| !p.is_empty()),
         "--logits-shift 1 needs a non-empty prompt"
     );
+    if trace.is_none() {
+        if let Some(out) = backend.generate(p, prompts, keys, pad_id, logits_shift) {
+            return out;
+        }
+    }
+    if p.cache != super::Cache::None {
+        return Err(crate::error::usage(format!(
+            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            p.cache.as_str()
+        )));
+    }
     let mut lay = layout(prompts, p.gen_length, p.mask_id, pad_id);
     let (b, lp, l) = (lay.b, lay.lp, lay.l);
     let vocab = backend.vocab_size();
     let bl = p.block_length;
     let spb = p.steps_per_block();
+    let mut global_step = 0usize;
     for nb in 0..p.num_blocks() {
         let s0 = lp + nb * bl;
+        if p.threshold.is_some() {
+            // Adaptive: until no row has a mask left in this block (≥ 1 commit per step).
+            let any_mask =
+                |t: &[u32]| (0..b).any(|r| t[r * l + s0..r * l + s0 + bl].contains(&p.mask_id));
+            while any_mask(&lay.tokens) {
+                let logits =
+                    backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
+                for r in 0..b {
+                    let ctx = RowCtx {
+                        prompt_key: keys[r],
+                        global_step: global_step as u64,
+                        block_start: nb * bl,
+                    };
+                    let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
+                    let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
+                    for (j, token) in step_row(p, rl, vocab, block, bl, &ctx) {
+                        if let Some(t) = trace.as_deref_mut() {
+                            t.push(Commit {
+                                step: global_step,
+                                row: r,
+                                pos: nb * bl + j,
+                                token,
+                            });
+                        }
+                    }
+                }
+                global_step += 1;
+            }
+            continue;
+        }
         let schedule: Vec<Vec<usize>> = (0..b)
             .map(|r| {
                 let masks = lay.tokens[r * l + s0..r * l + s0 + bl]
@@ -283,7 +354,7 @@ pub fn generate(
             })
             .collect();
         for i in 0..spb {
-            let global_step = nb * spb + i;
+            global_step = nb * spb + i;
             // A step that commits nothing anywhere changes nothing: skip its forward.
             if schedule.iter().all(|s| s[i] == 0) {
                 continue;
@@ -341,6 +412,8 @@ mod tests {
             confidence_eos_eot_inf: false,
             eos_ids: vec![1],
             eot_ids: vec![2],
+            threshold: None,
+            cache: crate::distill::Cache::None,
         }
     }
 

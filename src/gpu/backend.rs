@@ -2,16 +2,68 @@
 //! trait (left-padded batch in, fp32 logits of the requested window out), so the distill
 //! driver, its sampler, MCQ answer and output are the same code on both devices.
 //!
-//! This path copies the block's logits to the host each step and samples there; the fully
-//! on-device sampler (one CUDA graph per step, [`Engine::generate`]) is what `dlm-gpu bench`
-//! measures and is checked token for token against the host sampler (bench/results/gpu-*.md).
+//! `generate` runs the whole sampler on the device ([`Engine::generate`]: one CUDA graph per
+//! step, no host round trip inside a block); `logits` serves the MCQ letter head and the
+//! host loop (`distill::sampler::generate` with a trace), which the device sampler is checked
+//! against token for token (bench/gpu, `dlm-gpu parity-tiny`).
 
 use std::ops::Range;
 
 use anyhow::{bail, Result};
 
-use super::engine::Engine;
+use super::engine::{CacheMode, Engine, GenParams};
+use crate::distill::{sampler, Cache, Remasking};
 use crate::teacher::{Teacher, TeacherBackend};
+
+/// The engine's sampler settings for the distill sampler's: the same exclusions (the engine
+/// adds the mask token itself), threshold and cache.
+pub fn engine_params(p: &sampler::GenParams, pad_id: u32, logits_shift: u8) -> GenParams {
+    let ban_choice: Vec<u32> = if p.logits_eos_inf {
+        dedup(p.eos_ids.iter().copied().filter(|&t| t != p.mask_id))
+    } else {
+        vec![]
+    };
+    let ban_conf: Vec<u32> = if p.confidence_eos_eot_inf {
+        dedup(
+            p.eos_ids
+                .iter()
+                .chain(&p.eot_ids)
+                .copied()
+                .filter(|t| *t != p.mask_id && !ban_choice.contains(t)),
+        )
+    } else {
+        vec![]
+    };
+    GenParams {
+        gen_length: p.gen_length,
+        block_length: p.block_length,
+        steps: p.steps,
+        temperature: p.temperature,
+        remask_random: p.remasking == Remasking::Random,
+        seed: p.seed,
+        mask_id: p.mask_id,
+        pad_id,
+        logits_shift: logits_shift as usize,
+        ban_choice,
+        ban_conf,
+        threshold: p.threshold,
+        cache: match p.cache {
+            Cache::None => CacheMode::None,
+            Cache::Prefix => CacheMode::Prefix,
+            Cache::Dual => CacheMode::Dual,
+        },
+    }
+}
+
+fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut v: Vec<u32> = vec![];
+    for t in it {
+        if !v.contains(&t) {
+            v.push(t);
+        }
+    }
+    v
+}
 
 /// Longest sequence (prompt + generation) the position table covers.
 const MAX_POSITIONS: usize = 32768;
@@ -31,6 +83,17 @@ pub fn open(device: &str, teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> 
         engine.weight_bytes as f64 / (1u64 << 30) as f64
     );
     Ok(Box::new(GpuBackend { engine }))
+}
+
+impl GpuBackend {
+    /// A backend over an engine already loaded (the parity harness).
+    pub fn from_engine(engine: Engine) -> Self {
+        GpuBackend { engine }
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
 }
 
 impl TeacherBackend for GpuBackend {
@@ -64,5 +127,18 @@ impl TeacherBackend for GpuBackend {
             .flat_map(|r| rows.clone().map(move |p| (r, p)))
             .collect();
         self.engine.logits_at(&seqs, &pads, &at)
+    }
+
+    fn generate(
+        &mut self,
+        p: &sampler::GenParams,
+        prompts: &[&[u32]],
+        keys: &[u64],
+        pad_id: u32,
+        logits_shift: u8,
+    ) -> Option<Result<Vec<Vec<u32>>>> {
+        let ep = engine_params(p, pad_id, logits_shift);
+        let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
+        Some(self.engine.generate(&owned, keys, &ep))
     }
 }

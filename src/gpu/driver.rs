@@ -101,6 +101,18 @@ impl Gpu {
         Ok(Kernel(f))
     }
 
+    /// Let `k` use `bytes` of dynamic shared memory (over the 48 KiB default).
+    pub fn set_max_dynamic_smem(&self, k: Kernel, bytes: usize) -> Result<()> {
+        unsafe {
+            dr::function::set_function_attribute(
+                k.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .map_err(cu("set dynamic shared memory"))
+    }
+
     pub fn alloc(&self, bytes: usize) -> Result<DevBuf> {
         let ptr = unsafe { dr::malloc_sync(bytes.max(16)) }
             .map_err(|e| anyhow!("cudaMalloc of {bytes} bytes failed: {e:?}"))?;
@@ -191,6 +203,25 @@ impl Gpu {
 
     pub fn replay(&self, g: &Graph) -> Result<()> {
         unsafe { dr::graph::launch(g.exec, self.stream) }.map_err(cu("graph launch"))
+    }
+
+    /// Record an event on the stream now (profiling: [`Self::elapsed_ms`] between two).
+    pub fn record(&self) -> Result<sys::CUevent> {
+        let e = dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(cu("event"))?;
+        unsafe { dr::event::record(e, self.stream) }.map_err(cu("event record"))?;
+        Ok(e)
+    }
+
+    /// Milliseconds between two recorded events (after a sync); destroys neither.
+    pub fn elapsed_ms(&self, a: sys::CUevent, b: sys::CUevent) -> Result<f32> {
+        unsafe { dr::event::elapsed(a, b) }.map_err(cu("event elapsed"))
+    }
+
+    /// Destroy a recorded event.
+    pub fn destroy_event(&self, e: sys::CUevent) {
+        unsafe {
+            let _ = dr::event::destroy(e);
+        }
     }
 
     /// Milliseconds of device time taken by what `f` enqueues (events around it, then a sync).

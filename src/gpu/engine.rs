@@ -8,6 +8,14 @@
 //!   block's rows only → LM head GEMM (block rows only, fp32 logits) → fused sampler pass →
 //!   per-row top-k commit → advance.
 //!
+//! Approximate modes (opt-in, never the default): `CacheMode::Prefix`/`Dual` (Fast-dLLM): the
+//! first step of every block runs the full pass above and stores every layer's K/V; the
+//! block's other steps run a window (prefix: block start → end; dual: the block only) that
+//! attends to the cached K/V and overwrites the window's own entries. `threshold`
+//! (confidence-threshold parallel decoding): each step commits the most confident masked
+//! position and every other one at or above the threshold; a block ends when no row has a
+//! mask left in it (device-side, read back once per step).
+//!
 //! Numerics: bf16 weights and activations at GEMM inputs, fp32 accumulation everywhere, fp32
 //! residual stream (the GEMM epilogue adds into it), fp32 logits. Semantics are the CPU path's:
 //! left padding, position ids = index among real tokens, padded keys masked.
@@ -30,6 +38,7 @@ struct LayerW {
 
 struct Kernels {
     embed: Kernel,
+    embed_window: Kernel,
     rmsnorm: Kernel,
     rmsnorm_block: Kernel,
     rmsnorm_rows: Kernel,
@@ -70,7 +79,43 @@ struct Workspace {
     nletters: DevBuf,
     lp: DevBuf,
     lprob: DevBuf,
+    ban: DevBuf,
+    /// Per layer K and V of every position ([B, KVH, S, HD] each, K first): cache modes only.
+    kv: Vec<DevBuf>,
 }
+
+/// Approximate KV caching across the steps of a block (Fast-dLLM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Exact: every step is a full pass.
+    None,
+    /// Steps after a block's first run from the block's start to the end of the sequence.
+    Prefix,
+    /// Steps after a block's first run over the block only.
+    Dual,
+}
+
+impl CacheMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CacheMode::None => "none",
+            CacheMode::Prefix => "prefix",
+            CacheMode::Dual => "dual",
+        }
+    }
+}
+
+/// What one body pass covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Every position; K/V into the per-layer cache when `cache`.
+    Full { cache: bool },
+    /// `w` positions from the current block's start, against the cached K/V.
+    Window { w: usize },
+}
+
+/// Most excluded token ids the sampler kernel takes (mask included).
+const MAX_BAN: usize = 32;
 
 /// Sampler settings (LLaDA's `generate` arguments).
 #[derive(Debug, Clone)]
@@ -84,6 +129,13 @@ pub struct GenParams {
     pub mask_id: u32,
     pub pad_id: u32,
     pub logits_shift: usize,
+    /// Never candidates, besides the mask token (EOS under `logits_eos_inf`).
+    pub ban_choice: Vec<u32>,
+    /// Candidates whose confidence is 0 (EOS/EoT under `confidence_eos_eot_inf`).
+    pub ban_conf: Vec<u32>,
+    /// Confidence-threshold parallel decoding (approximate), in (0, 1].
+    pub threshold: Option<f64>,
+    pub cache: CacheMode,
 }
 
 impl GenParams {
@@ -110,6 +162,20 @@ impl GenParams {
         }
         if self.pad_id == self.mask_id {
             bail!("pad id {} equals the mask id", self.pad_id);
+        }
+        if 1 + self.ban_choice.len() + self.ban_conf.len() > MAX_BAN {
+            bail!("more than {} excluded token ids (EOS/EoT)", MAX_BAN - 1);
+        }
+        if let Some(t) = self.threshold {
+            if !(t > 0.0 && t <= 1.0) {
+                bail!("--threshold {t} must be in (0, 1]");
+            }
+            if self.remask_random {
+                bail!("--threshold needs low-confidence remasking");
+            }
+        }
+        if self.cache != CacheMode::None && self.logits_shift != 0 {
+            bail!("--cache {} needs logits shift 0", self.cache.as_str());
         }
         Ok(())
     }
@@ -141,9 +207,17 @@ pub struct Engine {
     pub cfg: LlamaConfig,
     pub weight_bytes: usize,
     pub gpu: Gpu,
+    /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
+    marks: std::cell::RefCell<Option<Vec<(&'static str, cudarc::driver::sys::CUevent)>>>,
 }
 
 const BF: usize = 2;
+
+/// Dynamic shared memory of the attention kernel: two stages of a 64-key K and V tile, rows
+/// padded by 8 elements (kernels/attention.cu).
+fn attn_smem_bytes(hd: usize) -> usize {
+    4 * 64 * (hd + 8) * BF
+}
 
 impl Engine {
     /// Open the GPU, validate and upload the checkpoint in `dir`.
@@ -156,6 +230,7 @@ impl Engine {
         let kn = |n: &str| gpu.kernel(n);
         let k = Kernels {
             embed: kn("embed_gather")?,
+            embed_window: kn("embed_window")?,
             rmsnorm: kn("rmsnorm")?,
             rmsnorm_block: kn("rmsnorm_block")?,
             rmsnorm_rows: kn("rmsnorm_rows")?,
@@ -167,6 +242,7 @@ impl Engine {
             advance: kn("advance")?,
             letter: kn("letter_head")?,
         };
+        gpu.set_max_dynamic_smem(k.attn, attn_smem_bytes(cfg.head_dim()))?;
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim();
         let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
@@ -241,6 +317,7 @@ impl Engine {
             cfg,
             weight_bytes: bytes,
             gpu,
+            marks: std::cell::RefCell::new(None),
         })
     }
 
@@ -329,16 +406,65 @@ impl Engine {
             nletters: g.alloc(out_rows * 4)?,
             lp: g.alloc(out_rows * 40)?,
             lprob: g.alloc(out_rows * 40)?,
+            ban: g.alloc(MAX_BAN * 4)?,
+            kv: vec![],
         });
         Ok(())
     }
 
-    /// Enqueue the body: embed + all layers over `b × s` tokens into the residual stream.
-    fn enqueue_body(&self, b: usize, s: usize) -> Result<()> {
+    /// Bytes of the per-layer K/V cache for `b × s`.
+    pub fn kv_cache_bytes(cfg: &LlamaConfig, b: usize, s: usize) -> usize {
+        cfg.num_hidden_layers * 2 * b * s * cfg.kv_heads() * cfg.head_dim() * BF
+    }
+
+    /// Allocate the per-layer K/V cache for the workspace's `b × s` (cache modes).
+    fn ensure_kv_cache(&mut self) -> Result<()> {
+        let ws = self.ws.as_mut().context("no workspace")?;
+        if !ws.kv.is_empty() {
+            return Ok(());
+        }
+        let need = Self::kv_cache_bytes(&self.cfg, ws.b, ws.s);
+        let (free, _) = self.gpu.mem_info()?;
+        if need as f64 > free as f64 * 0.95 {
+            return Err(crate::error::usage(format!(
+                "the KV cache for batch {} × {} positions needs {:.1} GiB, {:.1} GiB are free on {}: \
+                 lower --batch-size",
+                ws.b,
+                ws.s,
+                need as f64 / (1u64 << 30) as f64,
+                free as f64 / (1u64 << 30) as f64,
+                self.gpu.name
+            )));
+        }
+        let per = need / self.cfg.num_hidden_layers;
+        for _ in 0..self.cfg.num_hidden_layers {
+            ws.kv.push(self.gpu.alloc(per)?);
+        }
+        Ok(())
+    }
+
+    /// Enqueue the body: embed + all layers over `b × s` tokens (a full pass) or over the
+    /// window's `b × w` rows (a cache step) into the residual stream.
+    fn enqueue_body(
+        &self,
+        b: usize,
+        s: usize,
+        gen_start: usize,
+        blk: usize,
+        pass: Pass,
+    ) -> Result<()> {
         let ws = self.ws.as_ref().context("no workspace")?;
         let c = &self.cfg;
         let g = &self.gpu;
-        let t = b * s;
+        let w = match pass {
+            Pass::Full { .. } => s,
+            Pass::Window { w } => w,
+        };
+        let cached = pass != Pass::Full { cache: false };
+        if cached && ws.kv.len() != c.num_hidden_layers {
+            bail!("cache pass without a KV cache");
+        }
+        let t = b * w;
         let (h, i, hd) = (
             c.hidden_size as i32,
             c.intermediate_size as i32,
@@ -348,16 +474,47 @@ impl Engine {
         let eps = c.rms_norm_eps as f32;
         let qkvn = ((nh + 2 * kv) * hd) as usize;
         let tt = t as u32;
-        g.launch(
-            self.k.embed,
-            (tt, 1, 1),
-            (256, 1, 1),
-            0,
-            &mut kargs![&ws.x.ptr, &self.embed.ptr, &ws.resid.ptr, &h],
-        )?;
-        let si = s as i32;
+        let (si, wi, gs, blki) = (s as i32, w as i32, gen_start as i32, blk as i32);
+        let win_base: i32 = match pass {
+            Pass::Full { .. } => -1,
+            Pass::Window { .. } => gs,
+        };
+        match pass {
+            Pass::Full { .. } => g.launch(
+                self.k.embed,
+                (tt, 1, 1),
+                (128, 1, 1),
+                0,
+                &mut kargs![&ws.x.ptr, &self.embed.ptr, &ws.resid.ptr, &h],
+            )?,
+            Pass::Window { .. } => g.launch(
+                self.k.embed_window,
+                (tt, 1, 1),
+                (128, 1, 1),
+                0,
+                &mut kargs![
+                    &ws.x.ptr,
+                    &self.embed.ptr,
+                    &ws.resid.ptr,
+                    &h,
+                    &si,
+                    &wi,
+                    &ws.state.ptr,
+                    &gs,
+                    &blki
+                ],
+            )?,
+        }
+        self.mark("embed")?;
         let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
-        for lw in &self.layers {
+        let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
+        let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
+        for (l, lw) in self.layers.iter().enumerate() {
+            let (k_out, v_out) = if cached {
+                (ws.kv[l].ptr, ws.kv[l].ptr + kv_half)
+            } else {
+                (ws.k.ptr, ws.v.ptr)
+            };
             g.launch(
                 self.k.rmsnorm,
                 (tt, 1, 1),
@@ -365,6 +522,7 @@ impl Engine {
                 0,
                 &mut kargs![&ws.resid.ptr, &lw.ln1.ptr, &ws.hn.ptr, &h, &eps],
             )?;
+            self.mark("rmsnorm")?;
             self.blas.gemm(
                 ws.hn.ptr,
                 h as usize,
@@ -377,10 +535,11 @@ impl Engine {
                 h as usize,
                 false,
             )?;
+            self.mark("gemm_qkv")?;
             g.launch(
                 self.k.qkv_rope,
                 (tt, 1, 1),
-                (256, 1, 1),
+                (rope_threads, 1, 1),
                 0,
                 &mut kargs![
                     &ws.qkv.ptr,
@@ -388,31 +547,38 @@ impl Engine {
                     &self.sin.ptr,
                     &ws.pad.ptr,
                     &ws.q.ptr,
-                    &ws.k.ptr,
-                    &ws.v.ptr,
+                    &k_out,
+                    &v_out,
                     &si,
+                    &wi,
                     &nh,
                     &kv,
-                    &hd
+                    &hd,
+                    &ws.state.ptr,
+                    &win_base,
+                    &blki
                 ],
             )?;
+            self.mark("rope")?;
             g.launch(
                 self.k.attn,
-                (s.div_ceil(64) as u32, nh as u32, b as u32),
+                (w.div_ceil(64) as u32, nh as u32, b as u32),
                 (128, 1, 1),
-                0,
+                attn_smem_bytes(hd as usize) as u32,
                 &mut kargs![
                     &ws.q.ptr,
-                    &ws.k.ptr,
-                    &ws.v.ptr,
+                    &k_out,
+                    &v_out,
                     &ws.attn.ptr,
                     &ws.pad.ptr,
+                    &wi,
                     &si,
                     &nh,
                     &kv,
                     &scale_log2
                 ],
             )?;
+            self.mark("attention")?;
             let qd = (nh * hd) as usize;
             self.blas.gemm(
                 ws.attn.ptr,
@@ -426,6 +592,7 @@ impl Engine {
                 qd,
                 true,
             )?;
+            self.mark("gemm_o")?;
             g.launch(
                 self.k.rmsnorm,
                 (tt, 1, 1),
@@ -433,6 +600,7 @@ impl Engine {
                 0,
                 &mut kargs![&ws.resid.ptr, &lw.ln2.ptr, &ws.hn.ptr, &h, &eps],
             )?;
+            self.mark("rmsnorm")?;
             let i2 = 2 * i as usize;
             self.blas.gemm(
                 ws.hn.ptr,
@@ -446,13 +614,15 @@ impl Engine {
                 h as usize,
                 false,
             )?;
+            self.mark("gemm_gate_up")?;
             g.launch(
                 self.k.swiglu,
                 (tt, 1, 1),
-                (256, 1, 1),
+                (128, 1, 1),
                 0,
                 &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i],
             )?;
+            self.mark("swiglu")?;
             self.blas.gemm(
                 ws.act.ptr,
                 i as usize,
@@ -465,8 +635,83 @@ impl Engine {
                 i as usize,
                 true,
             )?;
+            self.mark("gemm_down")?;
         }
         Ok(())
+    }
+
+    /// Profiling: record an event labelled with the op just enqueued (no-op otherwise).
+    fn mark(&self, label: &'static str) -> Result<()> {
+        if let Some(m) = self.marks.borrow_mut().as_mut() {
+            m.push((label, self.gpu.record()?));
+        }
+        Ok(())
+    }
+
+    /// Device milliseconds per op kind for one sampler step over `b` prompts of `prompt_len`
+    /// tokens (events between ops, no graph): what a step spends where. `window`: a dual-cache
+    /// window step of `p.block_length` rows instead of a full pass.
+    pub fn profile(
+        &mut self,
+        b: usize,
+        prompt_len: usize,
+        p: &GenParams,
+        window: bool,
+    ) -> Result<Vec<(String, f64)>> {
+        let prompts: Vec<Vec<u32>> = (0..b)
+            .map(|r| {
+                (0..prompt_len)
+                    .map(|i| ((r * 31 + i * 7) % 1000) as u32 + 1)
+                    .collect()
+            })
+            .collect();
+        let s = prompt_len + p.gen_length;
+        let (seqs, pads): (Vec<Vec<u32>>, Vec<usize>) = prompts
+            .iter()
+            .map(|q| {
+                let mut row = q.clone();
+                row.resize(s, p.mask_id);
+                (row, 0)
+            })
+            .unzip();
+        let keys = vec![1u64; b];
+        self.upload_batch(&seqs, &pads, &keys, b * p.block_length)?;
+        if window {
+            self.ensure_kv_cache()?;
+        }
+        {
+            let ws = self.ws.as_ref().unwrap();
+            self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
+            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+            self.gpu.write(&ws.ban, 0, &[p.mask_id])?;
+        }
+        let pass = if window {
+            Pass::Window { w: p.block_length }
+        } else {
+            Pass::Full { cache: false }
+        };
+        // Warm-up (cuBLAS heuristics, module load), then the measured step.
+        self.enqueue_step(b, s, prompt_len, p, pass)?;
+        self.gpu.sync()?;
+        self.gpu
+            .write(&self.ws.as_ref().unwrap().state, 0, &[0i32; 4])?;
+        *self.marks.borrow_mut() = Some(vec![("start", self.gpu.record()?)]);
+        let r = self.enqueue_step(b, s, prompt_len, p, pass);
+        let marks = self.marks.borrow_mut().take().unwrap_or_default();
+        r?;
+        self.gpu.sync()?;
+        let mut acc: Vec<(String, f64)> = vec![];
+        for w in marks.windows(2) {
+            let ms = self.gpu.elapsed_ms(w[0].1, w[1].1)? as f64;
+            match acc.iter_mut().find(|(n, _)| n == w[1].0) {
+                Some(e) => e.1 += ms,
+                None => acc.push((w[1].0.to_string(), ms)),
+            }
+        }
+        for (_, e) in marks {
+            self.gpu.destroy_event(e);
+        }
+        Ok(acc)
     }
 
     fn head_ptr(&self) -> u64 {
@@ -539,7 +784,7 @@ impl Engine {
         let rows: Vec<i32> = at.iter().map(|&(r, p)| (r * s + p) as i32).collect();
         let ws = self.ws.as_ref().unwrap();
         self.gpu.write(&ws.rows, 0, &rows)?;
-        self.enqueue_body(b, s)?;
+        self.enqueue_body(b, s, 0, 1, Pass::Full { cache: false })?;
         let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
         self.gpu.launch(
             self.k.rmsnorm_rows,
@@ -614,11 +859,18 @@ impl Engine {
     }
 
     /// One sampler step (body + head + sampler + commit + advance) for a batch of `b × s`.
-    fn enqueue_step(&self, b: usize, s: usize, gen_start: usize, p: &GenParams) -> Result<()> {
-        self.enqueue_body(b, s)?;
+    fn enqueue_step(
+        &self,
+        b: usize,
+        s: usize,
+        gen_start: usize,
+        p: &GenParams,
+        pass: Pass,
+    ) -> Result<()> {
+        let blk = p.block_length;
+        self.enqueue_body(b, s, gen_start, blk, pass)?;
         let ws = self.ws.as_ref().unwrap();
         let g = &self.gpu;
-        let blk = p.block_length;
         let rows = b * blk;
         let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
         let (si, blki, gs, sh) = (
@@ -627,6 +879,11 @@ impl Engine {
             gen_start as i32,
             p.logits_shift as i32,
         );
+        // Where the block's rows sit in the residual stream: (rows apart, first, stride).
+        let (ns, ngs, nstride) = match pass {
+            Pass::Full { .. } => (si, gs, blki),
+            Pass::Window { w } => (w as i32, 0, 0),
+        };
         g.launch(
             self.k.rmsnorm_block,
             (rows as u32, 1, 1),
@@ -639,15 +896,21 @@ impl Engine {
                 &h,
                 &eps,
                 &ws.state.ptr,
-                &si,
+                &ns,
                 &blki,
-                &gs,
-                &sh
+                &ngs,
+                &sh,
+                &nstride
             ],
         )?;
+        self.mark("final_norm")?;
         self.enqueue_head(rows)?;
+        self.mark("lm_head")?;
         let v = self.cfg.vocab_size as i32;
         let rr = i32::from(p.remask_random);
+        let nblocks = (p.gen_length / blk) as i32;
+        let n_choice = (1 + p.ban_choice.len()) as i32;
+        let n_all = n_choice + p.ban_conf.len() as i32;
         g.launch(
             self.k.sample,
             (rows as u32, 1, 1),
@@ -667,10 +930,16 @@ impl Engine {
                 &p.seed,
                 &ws.keys.ptr,
                 &ws.x0.ptr,
-                &ws.conf.ptr
+                &ws.conf.ptr,
+                &ws.ban.ptr,
+                &n_choice,
+                &n_all,
+                &nblocks
             ],
         )?;
+        self.mark("sampler")?;
         let threads = blk.div_ceil(32) * 32;
+        let threshold = p.threshold.unwrap_or(-1.0);
         g.launch(
             self.k.commit,
             (b as u32, 1, 1),
@@ -685,28 +954,115 @@ impl Engine {
                 &ws.ntrans.ptr,
                 &p.mask_id,
                 &ws.x0.ptr,
-                &ws.conf.ptr
+                &ws.conf.ptr,
+                &threshold,
+                &nblocks
             ],
         )?;
+        self.mark("commit")?;
         let spb = p.steps_per_block() as i32;
+        let bi = b as i32;
+        let adaptive = i32::from(p.threshold.is_some());
         g.launch(
             self.k.advance,
             (1, 1, 1),
-            (32, 1, 1),
+            (256, 1, 1),
             0,
-            &mut kargs![&ws.state.ptr, &spb],
+            &mut kargs![
+                &ws.state.ptr,
+                &spb,
+                &ws.x.ptr,
+                &si,
+                &bi,
+                &blki,
+                &gs,
+                &p.mask_id,
+                &adaptive,
+                &nblocks
+            ],
         )?;
+        self.mark("advance")?;
         Ok(())
     }
 
+    /// Diagnostics for the cache windows: with nothing committed (k = 0 every step), run one
+    /// full pass that fills the KV cache, then a dual window (the block) and a prefix window
+    /// (block → end) step; each must reproduce the full pass's block logits. Returns their
+    /// relative errors against it.
+    pub fn window_check(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+    ) -> Result<(f64, f64)> {
+        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
+        let s = lp + p.gen_length;
+        let (mut seqs, mut pads) = (vec![], vec![]);
+        for q in prompts {
+            let mut row = vec![p.pad_id; lp - q.len()];
+            row.extend_from_slice(q);
+            row.resize(s, p.mask_id);
+            pads.push(lp - q.len());
+            seqs.push(row);
+        }
+        let b = prompts.len();
+        let blk = p.block_length;
+        self.upload_batch(&seqs, &pads, keys, b * blk)?;
+        self.ensure_kv_cache()?;
+        let ws = self.ws.as_ref().unwrap();
+        self.gpu.write(&ws.ntrans, 0, &vec![0i32; 1024])?;
+        self.gpu.write(&ws.ban, 0, &[p.mask_id])?;
+        let n = b * blk * self.cfg.vocab_size;
+        let run = |pass: Pass| -> Result<Vec<f32>> {
+            let ws = self.ws.as_ref().unwrap();
+            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+            self.enqueue_step(b, s, lp, p, pass)?;
+            let mut out = vec![0f32; n];
+            self.gpu.read(&ws.logits, 0, &mut out)?;
+            Ok(out)
+        };
+        let full = run(Pass::Full { cache: true })?;
+        let dual = run(Pass::Window { w: blk })?;
+        let prefix = run(Pass::Window { w: s - lp })?;
+        let rel = |a: &[f32]| {
+            let num: f64 = a
+                .iter()
+                .zip(&full)
+                .map(|(x, y)| ((x - y) as f64).powi(2))
+                .sum();
+            let den: f64 = full.iter().map(|y| (*y as f64).powi(2)).sum();
+            (num / den).sqrt()
+        };
+        Ok((rel(&dual), rel(&prefix)))
+    }
+
+    /// The device-side generation state: (global step, step within block, block).
+    fn read_state(&self) -> Result<(usize, usize, usize)> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let mut st = [0i32; 4];
+        self.gpu.read(&ws.state, 0, &mut st)?;
+        Ok((st[0] as usize, st[1] as usize, st[2] as usize))
+    }
+
     /// LLaDA's generate for a batch of prompts (token ids, no padding; `keys` = per-prompt RNG
-    /// keys from `rng::prompt_key`). Returns the generated `gen_length` tokens of each prompt.
+    /// keys from `rng::prompt_key`). Returns the generated `gen_length` tokens of each prompt
+    /// and the number of steps run.
     pub fn generate(
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
         p: &GenParams,
     ) -> Result<Vec<Vec<u32>>> {
+        Ok(self.generate_counted(prompts, keys, p)?.0)
+    }
+
+    /// [`Self::generate`], also returning how many steps (forward passes) it ran.
+    pub fn generate_counted(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+    ) -> Result<(Vec<Vec<u32>>, usize)> {
         p.validate()?;
         if keys.len() != prompts.len() {
             bail!("one RNG key per prompt");
@@ -725,15 +1081,76 @@ impl Engine {
         let b = prompts.len();
         let blk = p.block_length;
         self.upload_batch(&seqs, &pads, keys, b * blk)?;
+        if p.cache != CacheMode::None {
+            self.ensure_kv_cache()?;
+        }
         let ws = self.ws.as_ref().unwrap();
         self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
         self.gpu.write(&ws.state, 0, &[0i32; 4])?;
-        let graph = self.gpu.capture(|| self.enqueue_step(b, s, lp, p))?;
-        for _ in 0..p.steps {
-            self.gpu.replay(&graph)?;
+        let ban: Vec<u32> = std::iter::once(p.mask_id)
+            .chain(p.ban_choice.iter().copied())
+            .chain(p.ban_conf.iter().copied())
+            .collect();
+        self.gpu.write(&ws.ban, 0, &ban)?;
+        let cached = p.cache != CacheMode::None;
+        let full = self
+            .gpu
+            .capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
+        let dual = if p.cache == CacheMode::Dual {
+            Some(
+                self.gpu
+                    .capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?,
+            )
+        } else {
+            None
+        };
+        let nblocks = p.gen_length / blk;
+        let mut prefix: Vec<Option<super::driver::Graph>> = (0..nblocks).map(|_| None).collect();
+        let mut graph_for = |this: &Self, block: usize, step_in_block: usize| -> Result<()> {
+            if !cached || step_in_block == 0 {
+                return this.gpu.replay(&full);
+            }
+            if let Some(d) = &dual {
+                return this.gpu.replay(d);
+            }
+            if prefix[block].is_none() {
+                let w = s - (lp + block * blk);
+                prefix[block] = Some(
+                    this.gpu
+                        .capture(|| this.enqueue_step(b, s, lp, p, Pass::Window { w }))?,
+                );
+            }
+            this.gpu.replay(prefix[block].as_ref().unwrap())
+        };
+        let mut steps_run = 0usize;
+        if p.threshold.is_none() {
+            let spb = p.steps_per_block();
+            for block in 0..nblocks {
+                for i in 0..spb {
+                    graph_for(self, block, i)?;
+                    steps_run += 1;
+                }
+            }
+        } else {
+            // Adaptive: a block ends when every row's block is committed (≥ 1 per step).
+            loop {
+                let (_, sib, block) = self.read_state()?;
+                if block >= nblocks {
+                    break;
+                }
+                if steps_run > p.gen_length {
+                    bail!(
+                        "threshold decoding did not finish in {} steps",
+                        p.gen_length
+                    );
+                }
+                graph_for(self, block, sib)?;
+                steps_run += 1;
+            }
         }
+        let ws = self.ws.as_ref().unwrap();
         let mut out = vec![0u32; b * s];
         self.gpu.read(&ws.x, 0, &mut out)?;
-        Ok(out.chunks(s).map(|r| r[lp..].to_vec()).collect())
+        Ok((out.chunks(s).map(|r| r[lp..].to_vec()).collect(), steps_run))
     }
 }

@@ -29,6 +29,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// Every `extern "C"` entry point the engine loads; the compile check asserts each exists.
 pub const ENTRY_POINTS: &[&str] = &[
     "embed_gather",
+    "embed_window",
     "rmsnorm",
     "rmsnorm_block",
     "rmsnorm_rows",

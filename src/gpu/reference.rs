@@ -1,7 +1,7 @@
 //! A plainly written CPU model and LLaDA sampler that the GPU engine is checked against: the
 //! same math in fp32, rounding to bf16 exactly where the GPU stores bf16 (GEMM inputs and
-//! outputs, q/k/v, attention output), so the two agree to accumulation order and temperature-0
-//! generations can be compared token for token. Also writes the tiny random teacher used for
+//! outputs, q/k/v, attention output), so the two agree to accumulation order; it plugs into
+//! the distill sampler as a [`crate::teacher::TeacherBackend`]. Also writes the tiny random teacher used for
 //! that parity run (HF layout: config.json + model.safetensors, bf16).
 
 use std::path::Path;
@@ -10,7 +10,6 @@ use anyhow::Result;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::engine::GenParams;
 use super::weights::{Checkpoint, LlamaConfig};
 use crate::distill::rng;
 
@@ -205,85 +204,33 @@ impl CpuModel {
             .map(|&p| matvec(&rmsnorm(&x[p], &self.norm, eps), head, c.vocab_size))
             .collect()
     }
-
-    /// LLaDA's generate for one prompt, plainly: full forward each step, block logits only.
-    pub fn generate(&self, prompt: &[u32], lp: usize, key: u64, p: &GenParams) -> Vec<u32> {
-        let pad = lp - prompt.len();
-        let mut x = vec![p.pad_id; pad];
-        x.extend_from_slice(prompt);
-        x.resize(lp + p.gen_length, p.mask_id);
-        let spb = p.steps_per_block();
-        let nt = p.num_transfer();
-        let blk = p.block_length;
-        for b in 0..p.gen_length / blk {
-            let s0 = lp + b * blk;
-            for i in 0..spb {
-                let step = (b * spb + i) as u64;
-                let pos: Vec<usize> = (0..blk)
-                    .map(|j| (s0 + j).saturating_sub(p.logits_shift))
-                    .collect();
-                let logits: Vec<f32> = self.logits(&x, pad, &pos).concat();
-                select_step(
-                    p,
-                    &logits,
-                    self.cfg.vocab_size,
-                    &mut x[s0..s0 + blk],
-                    nt[i] as usize,
-                    key,
-                    step,
-                    b * blk,
-                );
-            }
-        }
-        x[lp..].to_vec()
-    }
 }
 
-/// One sampler step of one row over its block logits `[blk, vocab]`: candidates (argmax, or
-/// Gumbel-max in float64), confidence p(x0) in float64 (or the random-remasking draw), the `k`
-/// most confident masked positions committed (ties to the lower position). `gpos0` is the
-/// block's first position within the generated span.
-#[allow(clippy::too_many_arguments)]
-pub fn select_step(
-    p: &GenParams,
-    logits: &[f32],
-    vocab: usize,
-    block: &mut [u32],
-    k: usize,
-    key: u64,
-    step: u64,
-    gpos0: usize,
-) {
-    let mut cand: Vec<(f64, usize, u32)> = Vec::new();
-    for j in 0..block.len() {
-        if block[j] != p.mask_id {
-            continue;
-        }
-        let l = &logits[j * vocab..(j + 1) * vocab];
-        let gpos = (gpos0 + j) as u64;
-        let mut best = (f64::NEG_INFINITY, 0usize);
-        for (t, &v) in l.iter().enumerate() {
-            let sc = if p.temperature > 0.0 {
-                rng::gumbel_score(v as f64, p.temperature, p.seed, key, step, gpos, t as u64)
-            } else {
-                v as f64
-            };
-            if sc > best.0 {
-                best = (sc, t);
+/// The reference forward behind the distill sampler's backend trait, so parity runs compare
+/// the GPU with exactly the CPU path's sampler (`distill::sampler`), not a second copy of it.
+impl crate::teacher::TeacherBackend for CpuModel {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        keep: &[bool],
+        b: usize,
+        l: usize,
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
+        anyhow::ensure!(tokens.len() == b * l && keep.len() == b * l, "batch shape");
+        let pos: Vec<usize> = rows.collect();
+        let mut out = Vec::with_capacity(b * pos.len() * self.cfg.vocab_size);
+        for r in 0..b {
+            let pad = keep[r * l..(r + 1) * l].iter().take_while(|&&k| !k).count();
+            for row in CpuModel::logits(self, &tokens[r * l..(r + 1) * l], pad, &pos) {
+                out.extend(row);
             }
         }
-        let conf = if p.remask_random {
-            rng::uniform(p.seed, rng::STREAM_REMASK, key, step, gpos, 0)
-        } else {
-            let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let z: f64 = l.iter().map(|&v| (v as f64 - m).exp()).sum();
-            (l[best.1] as f64 - m).exp() / z
-        };
-        cand.push((conf, j, best.1 as u32));
-    }
-    cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    for &(_, j, t) in cand.iter().take(k) {
-        block[j] = t;
+        Ok(out)
     }
 }
 

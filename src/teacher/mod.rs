@@ -37,6 +37,21 @@ pub trait TeacherBackend {
         l: usize,
         rows: Range<usize>,
     ) -> Result<Vec<f32>>;
+
+    /// Run the whole sampler (`distill::sampler::generate`'s contract: prompts unpadded,
+    /// `keys` their RNG keys; returns each row's generated span) where the backend can do it
+    /// better than the host loop over [`Self::logits`] — the GPU keeps every step on the
+    /// device. `None`: use the host loop.
+    fn generate(
+        &mut self,
+        _p: &crate::distill::sampler::GenParams,
+        _prompts: &[&[u32]],
+        _keys: &[u64],
+        _pad_id: u32,
+        _logits_shift: u8,
+    ) -> Option<Result<Vec<Vec<u32>>>> {
+        None
+    }
 }
 
 /// What identifies the teacher in every distilled record.
