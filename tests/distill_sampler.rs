@@ -178,3 +178,134 @@ fn matches_llada_loop_on_tiny_teacher() {
         assert_eq!(alone[0], out[1]);
     }
 }
+
+/// Counts forwards (one per sampler step).
+struct Counting<'a>(&'a mut dyn TeacherBackend, usize);
+
+impl TeacherBackend for Counting<'_> {
+    fn vocab_size(&self) -> usize {
+        self.0.vocab_size()
+    }
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        keep: &[bool],
+        b: usize,
+        l: usize,
+        rows: Range<usize>,
+    ) -> anyhow::Result<Vec<f32>> {
+        self.1 += 1;
+        self.0.logits(tokens, keep, b, l, rows)
+    }
+}
+
+/// Fast-dLLM's threshold rule written out literally (greedy, low confidence): per block, until
+/// no row has a mask in it: top-k over the masked positions' confidences with k = masks left,
+/// keep the first and every later one with confidence >= threshold. Returns (spans, forwards).
+fn threshold_reference(
+    prompts: &[&[u32]],
+    gen: usize,
+    blk: usize,
+    t: f64,
+) -> (Vec<Vec<u32>>, usize) {
+    let lp = prompts.iter().map(|p| p.len()).max().unwrap();
+    let l = lp + gen;
+    let mut x: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let mut r = vec![PAD; lp - p.len()];
+            r.extend_from_slice(p);
+            r.resize(l, MASK);
+            r
+        })
+        .collect();
+    let mut forwards = 0;
+    for nb in 0..gen / blk {
+        let s0 = lp + nb * blk;
+        while x.iter().any(|r| r[s0..s0 + blk].contains(&MASK)) {
+            forwards += 1;
+            let tokens: Vec<u32> = x.concat();
+            let keep: Vec<bool> = x
+                .iter()
+                .zip(prompts)
+                .flat_map(|(r, p)| (0..r.len()).map(move |i| i >= lp - p.len()))
+                .collect();
+            let logits = Mock
+                .logits(&tokens, &keep, x.len(), l, s0..s0 + blk)
+                .unwrap();
+            for (r, row) in x.iter_mut().enumerate() {
+                let mut conf = vec![f64::NEG_INFINITY; blk];
+                let mut x0 = vec![0u32; blk];
+                for j in 0..blk {
+                    if row[s0 + j] != MASK {
+                        continue;
+                    }
+                    let lg = &logits[(r * blk + j) * V..(r * blk + j + 1) * V];
+                    let allowed = |v: usize| v as u32 != MASK;
+                    let arg =
+                        (0..V)
+                            .filter(|&v| allowed(v))
+                            .fold(None, |best: Option<usize>, v| match best {
+                                Some(b) if lg[b] >= lg[v] => Some(b),
+                                _ => Some(v),
+                            });
+                    let arg = arg.unwrap();
+                    let m = (0..V)
+                        .filter(|&v| allowed(v))
+                        .map(|v| lg[v] as f64)
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = (0..V)
+                        .filter(|&v| allowed(v))
+                        .map(|v| (lg[v] as f64 - m).exp())
+                        .sum();
+                    x0[j] = arg as u32;
+                    conf[j] = (lg[arg] as f64 - m).exp() / z;
+                }
+                let masked = (0..blk).filter(|&j| row[s0 + j] == MASK).count();
+                let mut order: Vec<usize> = (0..blk).collect();
+                order.sort_by(|&a, &b| conf[b].total_cmp(&conf[a]).then(a.cmp(&b)));
+                for (rank, &j) in order.iter().take(masked).enumerate() {
+                    if rank == 0 || conf[j] >= t {
+                        row[s0 + j] = x0[j];
+                    }
+                }
+            }
+        }
+    }
+    (x.iter().map(|r| r[lp..].to_vec()).collect(), forwards)
+}
+
+#[test]
+fn threshold_decoding_matches_fast_dllm_rule() {
+    let prompts: Vec<Vec<u32>> = vec![vec![3, 4, 5], vec![9], vec![7, 7, 2, 1, 6]];
+    let refs: Vec<&[u32]> = prompts.iter().map(|p| p.as_slice()).collect();
+    let keys = [1u64, 2, 3];
+    let mut seen = vec![];
+    for t in [0.05, 0.3, 1.0] {
+        let mut p = params(16, 8, 16);
+        p.threshold = Some(t);
+        p.validate().unwrap();
+        let mut mock = Mock;
+        let mut be = Counting(&mut mock, 0);
+        let out = generate(&mut be, &p, &refs, &keys, PAD, 0, None).unwrap();
+        let (want, forwards) = threshold_reference(&refs, 16, 8, t);
+        assert_eq!(out, want, "threshold {t}");
+        assert_eq!(be.1, forwards, "threshold {t}: steps");
+        assert!(out.iter().flatten().all(|&x| x != MASK));
+        seen.push(forwards);
+    }
+    // A low threshold commits several per step; 1.0 commits one per step (8 per block).
+    assert!(seen[0] < seen[2], "{seen:?}");
+    assert_eq!(seen[2], 2 * 8);
+    // Approximate settings are refused where they cannot apply.
+    let mut p = params(16, 8, 16);
+    p.threshold = Some(0.0);
+    assert!(p.validate().is_err());
+    p.threshold = Some(0.5);
+    p.remasking = Remasking::Random;
+    assert!(p.validate().is_err());
+    let mut p = params(16, 8, 16);
+    p.cache = dlm_data::distill::Cache::Dual;
+    let e = generate(&mut Mock, &p, &refs, &keys, PAD, 0, None).unwrap_err();
+    assert!(format!("{e:#}").contains("GPU only"), "{e:#}");
+}
