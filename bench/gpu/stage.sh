@@ -5,9 +5,11 @@
 set -euo pipefail
 prof=${1:-debug}
 dst=${DLM_STAGE_DIR:-/work/main/.dev/gpu}
-if [ "$prof" = release ]; then cargo build --release --features cuda --bin dlm-gpu; else cargo build --features cuda --bin dlm-gpu; fi
+bins=${STAGE_BINS:-dlm-gpu dlm-data}
+args=(); for b in $bins; do args+=(--bin "$b"); done
+if [ "$prof" = release ]; then cargo build --release --features cuda "${args[@]}"; else cargo build --features cuda "${args[@]}"; fi
 mkdir -p "$dst"
-for b in ${STAGE_BINS:-dlm-gpu}; do
+for b in $bins; do
   strip -o "$dst/$b" "target/$prof/$b"
 done
 cp bench/gpu/*.py bench/gpu/run.sh "$dst/"
