@@ -1,5 +1,6 @@
 // Bidirectional attention with GQA and a key-padding mask, flash-style (FlashAttention-2
-// layout): one CTA = 64 queries of one (batch row, head), 4 warps of 16 queries; queries
+// layout): one CTA = NW warps of 16 queries of one (batch row, head) (NW = 4 or 8: eight
+// share each K/V tile across 128 queries, four fill the GPU better on small batches); queries
 // Q [B, NH, Sq, HD], keys and values K, V [B, KVH, Skv, HD] (Sq = Skv for a full pass; a cache
 // step's window attends from its Sq rows to every cached key). Keys/values stream through
 // shared memory in tiles of 64, double-buffered with cp.async (the next tile loads while this
@@ -7,7 +8,6 @@
 // run on the bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation); K fragments come from
 // ldmatrix, V fragments from ldmatrix.trans. Left padding: the first pad[b] keys of row b are
 // masked (and whole padded key tiles are skipped). Dynamic shared memory: attn_smem_bytes(HD).
-#define BQ 64
 #define BK 64
 #define KPAD 8
 
@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_tile_async(bf16* __restrict__ dst, const bf
     }
 }
 
-template <int HD>
+template <int HD, int NW>
 __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                                           const bf16* __restrict__ V, bf16* __restrict__ O,
                                           const int* __restrict__ pad, int Sq, int S, int NH,
@@ -72,7 +72,7 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
     const bf16* Qb = Q + ((u64)b * NH + h) * Sq * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
     const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
-    const int q0 = qt * BQ;
+    const int q0 = qt * 16 * NW;
     const int kstart = pad[b];
     const int t0 = kstart / BK, nt = (S + BK - 1) / BK;
 
@@ -206,13 +206,16 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
     }
 }
 
-#define ATTN_ENTRY(HDV)                                                                          \
-    extern "C" __global__ void __launch_bounds__(128) attn_fwd_hd##HDV(                          \
+#define ATTN_ENTRY(NAME, HDV, NWV)                                                                \
+    extern "C" __global__ void __launch_bounds__(32 * NWV) NAME(                                 \
         const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,      \
         bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,       \
         float scale_log2) {                                                                      \
-        attn_impl<HDV>(Q, K, V, O, pad, Sq, S, NH, KVH, scale_log2);                             \
+        attn_impl<HDV, NWV>(Q, K, V, O, pad, Sq, S, NH, KVH, scale_log2);                        \
     }
-ATTN_ENTRY(32)
-ATTN_ENTRY(64)
-ATTN_ENTRY(128)
+ATTN_ENTRY(attn_fwd_hd32, 32, 4)
+ATTN_ENTRY(attn_fwd_hd64, 64, 4)
+ATTN_ENTRY(attn_fwd_hd128, 128, 4)
+ATTN_ENTRY(attn_fwd_w8_hd32, 32, 8)
+ATTN_ENTRY(attn_fwd_w8_hd64, 64, 8)
+ATTN_ENTRY(attn_fwd_w8_hd128, 128, 8)

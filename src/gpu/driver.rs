@@ -33,6 +33,8 @@ pub struct Gpu {
     pub ordinal: usize,
     pub name: String,
     pub arch: String,
+    /// Streaming multiprocessors.
+    pub sm_count: usize,
     module: sys::CUmodule,
 }
 
@@ -80,6 +82,9 @@ impl Gpu {
         }
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let arch = format!("sm_{maj}{min}");
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(cu("multiprocessor count"))? as usize;
         let stream =
             dr::stream::create(dr::stream::StreamKind::NonBlocking).map_err(cu("stream create"))?;
         let cubin = nvrtc::cubin_cached(&arch)?;
@@ -91,6 +96,7 @@ impl Gpu {
             ordinal,
             name,
             arch,
+            sm_count,
             module,
         })
     }

@@ -45,6 +45,8 @@ struct Kernels {
     qkv_rope: Kernel,
     swiglu: Kernel,
     attn: Kernel,
+    /// The 8-warp variant (128 queries per CTA).
+    attn8: Kernel,
     sample: Kernel,
     commit: Kernel,
     advance: Kernel,
@@ -207,6 +209,9 @@ pub struct Engine {
     pub cfg: LlamaConfig,
     pub weight_bytes: usize,
     pub gpu: Gpu,
+    /// Attention CTA size: 4 or 8 warps, 0 = by grid size.
+    attn_warps: usize,
+    sms: usize,
     /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
     marks: std::cell::RefCell<Option<Vec<(&'static str, cudarc::driver::sys::CUevent)>>>,
 }
@@ -237,12 +242,20 @@ impl Engine {
             qkv_rope: kn("qkv_rope")?,
             swiglu: kn("swiglu")?,
             attn: kn(&format!("attn_fwd_hd{}", cfg.head_dim()))?,
+            attn8: kn(&format!("attn_fwd_w8_hd{}", cfg.head_dim()))?,
             sample: kn("sample_block")?,
             commit: kn("commit_topk")?,
             advance: kn("advance")?,
             letter: kn("letter_head")?,
         };
         gpu.set_max_dynamic_smem(k.attn, attn_smem_bytes(cfg.head_dim()))?;
+        gpu.set_max_dynamic_smem(k.attn8, attn_smem_bytes(cfg.head_dim()))?;
+        let attn_warps = match std::env::var("DLM_ATTN_WARPS").ok().as_deref() {
+            None | Some("") | Some("auto") => 0,
+            Some("4") => 4,
+            Some("8") => 8,
+            Some(o) => bail!("DLM_ATTN_WARPS={o}: expected 4, 8 or auto"),
+        };
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim();
         let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
@@ -316,6 +329,8 @@ impl Engine {
             blas,
             cfg,
             weight_bytes: bytes,
+            attn_warps,
+            sms: gpu.sm_count,
             gpu,
             marks: std::cell::RefCell::new(None),
         })
@@ -508,6 +523,17 @@ impl Engine {
         self.mark("embed")?;
         let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
         let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
+        // 8 warps share each K/V tile over 128 queries, unless that leaves SMs idle.
+        let attn_nw = match self.attn_warps {
+            0 if b * nh as usize * w.div_ceil(128) >= 2 * self.sms => 8,
+            0 => 4,
+            n => n,
+        };
+        let attn_k = if attn_nw == 8 {
+            self.k.attn8
+        } else {
+            self.k.attn
+        };
         let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
         for (l, lw) in self.layers.iter().enumerate() {
             let (k_out, v_out) = if cached {
@@ -561,9 +587,9 @@ impl Engine {
             )?;
             self.mark("rope")?;
             g.launch(
-                self.k.attn,
-                (w.div_ceil(64) as u32, nh as u32, b as u32),
-                (128, 1, 1),
+                attn_k,
+                ((w.div_ceil(16 * attn_nw)) as u32, nh as u32, b as u32),
+                (32 * attn_nw as u32, 1, 1),
                 attn_smem_bytes(hd as usize) as u32,
                 &mut kargs![
                     &ws.q.ptr,
