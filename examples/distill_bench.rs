@@ -61,6 +61,8 @@ fn main() -> Result<()> {
         confidence_eos_eot_inf: false,
         eos_ids: t.eos_ids.clone(),
         eot_ids: vec![],
+        threshold: None,
+        cache: dlm_data::distill::Cache::None,
     };
     // Warm-up (allocator, rayon pool).
     generate(&mut be, &p, &refs[..1], &keys[..1], t.pad_id, 0, None)?;

@@ -525,7 +525,8 @@ impl Engine {
         let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
         // 8 warps share each K/V tile over 128 queries, unless that leaves SMs idle.
         let attn_nw = match self.attn_warps {
-            0 if b * nh as usize * w.div_ceil(128) >= 2 * self.sms => 8,
+            // (a window shorter than 128 rows would idle most of the 8 warps)
+            0 if w >= 128 && b * nh as usize * w.div_ceil(128) >= 2 * self.sms => 8,
             0 => 4,
             n => n,
         };
