@@ -40,6 +40,8 @@ for step in "$@"; do
       ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
     bench-dual)
       ./dlm-gpu bench --teacher $T --batches $B --cache dual --out "$out/bench_dlm_dual.json" ;;
+    bench-prefix)
+      ./dlm-gpu bench --teacher $T --batches $B --cache prefix --out "$out/bench_dlm_prefix.json" ;;
     approx)
       ./dlm-gpu approx --teacher $T --batch ${APPROX_BATCH:-16} --out "$out/approx.json" ;;
     torch-eager)
