@@ -247,14 +247,7 @@ fn main() -> Result<()> {
             let s = lp + g.gen_length;
             let mut e = Engine::load(&teacher, g.device, s)?;
             let p = params(&e, &g)?;
-            let (mut seqs, mut pads) = (vec![], vec![]);
-            for q in &ps {
-                let mut row = vec![p.pad_id; lp - q.len()];
-                row.extend_from_slice(q);
-                row.resize(s, p.mask_id);
-                pads.push(lp - q.len());
-                seqs.push(row);
-            }
+            let (seqs, pads, _) = Engine::left_pad(&ps, &p);
             let at: Vec<(usize, usize)> = (0..ps.len())
                 .flat_map(|r| (s - g.block_length..s).map(move |q| (r, q)))
                 .collect();

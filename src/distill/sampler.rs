@@ -308,50 +308,37 @@ pub fn generate(
     }
     let mut lay = layout(prompts, p.gen_length, p.mask_id, pad_id);
     let (b, lp, l) = (lay.b, lay.lp, lay.l);
-    let vocab = backend.vocab_size();
     let bl = p.block_length;
     let spb = p.steps_per_block();
     let mut global_step = 0usize;
     for nb in 0..p.num_blocks() {
         let s0 = lp + nb * bl;
+        let masks_in_block = |t: &[u32], r: usize| {
+            t[r * l + s0..r * l + s0 + bl]
+                .iter()
+                .filter(|&&x| x == p.mask_id)
+                .count()
+        };
         if p.threshold.is_some() {
             // Adaptive: until no row has a mask left in this block (≥ 1 commit per step).
-            let any_mask =
-                |t: &[u32]| (0..b).any(|r| t[r * l + s0..r * l + s0 + bl].contains(&p.mask_id));
-            while any_mask(&lay.tokens) {
-                let logits =
-                    backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
-                for r in 0..b {
-                    let ctx = RowCtx {
-                        prompt_key: keys[r],
-                        global_step: global_step as u64,
-                        block_start: nb * bl,
-                    };
-                    let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
-                    let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
-                    for (j, token) in step_row(p, rl, vocab, block, bl, &ctx) {
-                        if let Some(t) = trace.as_deref_mut() {
-                            t.push(Commit {
-                                step: global_step,
-                                row: r,
-                                pos: nb * bl + j,
-                                token,
-                            });
-                        }
-                    }
-                }
+            while (0..b).any(|r| masks_in_block(&lay.tokens, r) > 0) {
+                step_batch(
+                    backend,
+                    p,
+                    &mut lay,
+                    keys,
+                    nb,
+                    global_step,
+                    shift,
+                    |_| bl,
+                    trace.as_deref_mut(),
+                )?;
                 global_step += 1;
             }
             continue;
         }
         let schedule: Vec<Vec<usize>> = (0..b)
-            .map(|r| {
-                let masks = lay.tokens[r * l + s0..r * l + s0 + bl]
-                    .iter()
-                    .filter(|&&t| t == p.mask_id)
-                    .count();
-                num_transfer_tokens(masks, spb)
-            })
+            .map(|r| num_transfer_tokens(masks_in_block(&lay.tokens, r), spb))
             .collect();
         for i in 0..spb {
             global_step = nb * spb + i;
@@ -359,32 +346,62 @@ pub fn generate(
             if schedule.iter().all(|s| s[i] == 0) {
                 continue;
             }
-            let logits =
-                backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
-            for r in 0..b {
-                let ctx = RowCtx {
-                    prompt_key: keys[r],
-                    global_step: global_step as u64,
-                    block_start: nb * bl,
-                };
-                let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
-                let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
-                for (j, token) in step_row(p, rl, vocab, block, schedule[r][i], &ctx) {
-                    if let Some(t) = trace.as_deref_mut() {
-                        t.push(Commit {
-                            step: global_step,
-                            row: r,
-                            pos: nb * bl + j,
-                            token,
-                        });
-                    }
-                }
-            }
+            step_batch(
+                backend,
+                p,
+                &mut lay,
+                keys,
+                nb,
+                global_step,
+                shift,
+                |r| schedule[r][i],
+                trace.as_deref_mut(),
+            )?;
         }
     }
     Ok((0..b)
         .map(|r| lay.tokens[r * l + lp..(r + 1) * l].to_vec())
         .collect())
+}
+
+/// One forward over block `nb` and one [`step_row`] per row (`k(row)` commits at most),
+/// recording the commits in `trace`.
+#[allow(clippy::too_many_arguments)]
+fn step_batch(
+    backend: &mut dyn TeacherBackend,
+    p: &GenParams,
+    lay: &mut Layout,
+    keys: &[u64],
+    nb: usize,
+    global_step: usize,
+    shift: usize,
+    k: impl Fn(usize) -> usize,
+    mut trace: Option<&mut Vec<Commit>>,
+) -> Result<()> {
+    let (b, l, bl) = (lay.b, lay.l, p.block_length);
+    let s0 = lay.lp + nb * bl;
+    let vocab = backend.vocab_size();
+    let logits = backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
+    for r in 0..b {
+        let ctx = RowCtx {
+            prompt_key: keys[r],
+            global_step: global_step as u64,
+            block_start: nb * bl,
+        };
+        let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
+        let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
+        for (j, token) in step_row(p, rl, vocab, block, k(r), &ctx) {
+            if let Some(t) = trace.as_deref_mut() {
+                t.push(Commit {
+                    step: global_step,
+                    row: r,
+                    pos: nb * bl + j,
+                    token,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

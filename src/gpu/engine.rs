@@ -1012,6 +1012,52 @@ impl Engine {
         Ok(())
     }
 
+    /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
+    /// length). Position ids come from the pads (index among real tokens).
+    pub fn left_pad(prompts: &[Vec<u32>], p: &GenParams) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
+        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
+        let s = lp + p.gen_length;
+        let (rows, pads) = prompts
+            .iter()
+            .map(|q| {
+                let mut row = vec![p.pad_id; lp - q.len()];
+                row.extend_from_slice(q);
+                row.resize(s, p.mask_id);
+                (row, lp - q.len())
+            })
+            .unzip();
+        (rows, pads, lp)
+    }
+
+    /// Validate, upload a generation batch and reset the device-side sampler state (schedule,
+    /// step counter, excluded ids); with `cache`, allocate the KV cache. Returns (b, s, lp).
+    fn prepare(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+        cache: bool,
+    ) -> Result<(usize, usize, usize)> {
+        p.validate()?;
+        if keys.len() != prompts.len() {
+            bail!("one RNG key per prompt");
+        }
+        let (seqs, pads, lp) = Self::left_pad(prompts, p);
+        let (b, s) = self.upload_batch(&seqs, &pads, keys, prompts.len() * p.block_length)?;
+        if cache {
+            self.ensure_kv_cache()?;
+        }
+        let ws = self.ws.as_ref().unwrap();
+        self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
+        self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+        let ban: Vec<u32> = std::iter::once(p.mask_id)
+            .chain(p.ban_choice.iter().copied())
+            .chain(p.ban_conf.iter().copied())
+            .collect();
+        self.gpu.write(&ws.ban, 0, &ban)?;
+        Ok((b, s, lp))
+    }
+
     /// Diagnostics for the cache windows: with nothing committed (k = 0 every step), run one
     /// full pass that fills the KV cache, then a dual window (the block) and a prefix window
     /// (block → end) step; each must reproduce the full pass's block logits. Returns their
@@ -1022,23 +1068,11 @@ impl Engine {
         keys: &[u64],
         p: &GenParams,
     ) -> Result<(f64, f64)> {
-        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
-        let s = lp + p.gen_length;
-        let (mut seqs, mut pads) = (vec![], vec![]);
-        for q in prompts {
-            let mut row = vec![p.pad_id; lp - q.len()];
-            row.extend_from_slice(q);
-            row.resize(s, p.mask_id);
-            pads.push(lp - q.len());
-            seqs.push(row);
-        }
-        let b = prompts.len();
+        let (b, s, lp) = self.prepare(prompts, keys, p, true)?;
         let blk = p.block_length;
-        self.upload_batch(&seqs, &pads, keys, b * blk)?;
-        self.ensure_kv_cache()?;
-        let ws = self.ws.as_ref().unwrap();
-        self.gpu.write(&ws.ntrans, 0, &vec![0i32; 1024])?;
-        self.gpu.write(&ws.ban, 0, &[p.mask_id])?;
+        // Nothing is committed: k = 0 at every step.
+        self.gpu
+            .write(&self.ws.as_ref().unwrap().ntrans, 0, &vec![0i32; 1024])?;
         let n = b * blk * self.cfg.vocab_size;
         let run = |pass: Pass| -> Result<Vec<f32>> {
             let ws = self.ws.as_ref().unwrap();
@@ -1090,35 +1124,8 @@ impl Engine {
         keys: &[u64],
         p: &GenParams,
     ) -> Result<(Vec<Vec<u32>>, usize)> {
-        p.validate()?;
-        if keys.len() != prompts.len() {
-            bail!("one RNG key per prompt");
-        }
-        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
-        let s = lp + p.gen_length;
-        let mut seqs = Vec::with_capacity(prompts.len());
-        let mut pads = Vec::with_capacity(prompts.len());
-        for q in prompts {
-            let mut row = vec![p.pad_id; lp - q.len()];
-            row.extend_from_slice(q);
-            row.resize(s, p.mask_id);
-            pads.push(lp - q.len());
-            seqs.push(row);
-        }
-        let b = prompts.len();
+        let (b, s, lp) = self.prepare(prompts, keys, p, p.cache != CacheMode::None)?;
         let blk = p.block_length;
-        self.upload_batch(&seqs, &pads, keys, b * blk)?;
-        if p.cache != CacheMode::None {
-            self.ensure_kv_cache()?;
-        }
-        let ws = self.ws.as_ref().unwrap();
-        self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
-        self.gpu.write(&ws.state, 0, &[0i32; 4])?;
-        let ban: Vec<u32> = std::iter::once(p.mask_id)
-            .chain(p.ban_choice.iter().copied())
-            .chain(p.ban_conf.iter().copied())
-            .collect();
-        self.gpu.write(&ws.ban, 0, &ban)?;
         let cached = p.cache != CacheMode::None;
         let full = self
             .gpu
