@@ -597,10 +597,7 @@ fn bench(
             .map(|i| rng::prompt_key(&format!("bench-{i}")))
             .collect();
         // Warm-up: one block (kernel cache, cuBLAS heuristics, graph capture path).
-        let mut w = p.clone();
-        w.gen_length = p.block_length;
-        w.steps = p.steps_per_block();
-        e.generate(&ps, &keys, &w)?;
+        warm_up(&mut e, &ps, &keys, &p)?;
         let t = Instant::now();
         let (toks, steps_run) = e.generate_counted(&ps, &keys, &p)?;
         let secs = t.elapsed().as_secs_f64();
@@ -621,11 +618,7 @@ fn bench(
         println!("{r}");
         runs.push(r);
     }
-    if let Some(o) = out {
-        let j = serde_json::json!({"gpu": e.gpu.name, "runs": runs});
-        dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
-    }
-    Ok(())
+    write_runs(out, &e, runs)
 }
 
 /// The bench row's label: dlm-gpu, plus the approximate settings.
@@ -672,10 +665,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
     let keys: Vec<u64> = (0..b)
         .map(|i| rng::prompt_key(&format!("approx-{i}")))
         .collect();
-    let mut w = base.clone();
-    w.gen_length = base.block_length;
-    w.steps = base.steps_per_block();
-    e.generate(&ps, &keys, &w)?;
+    warm_up(&mut e, &ps, &keys, &base)?;
     let mut rows = vec![];
     let mut exact: Option<(Vec<Vec<u32>>, f64)> = None;
     let modes: Vec<(Option<f64>, CacheMode)> = vec![
@@ -693,10 +683,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
             ..base.clone()
         };
         // Warm-up for this mode's graphs (one block), then the measured run.
-        let mut w = p.clone();
-        w.gen_length = p.block_length;
-        w.steps = p.steps_per_block();
-        e.generate(&ps, &keys, &w)?;
+        warm_up(&mut e, &ps, &keys, &p)?;
         let t = Instant::now();
         let (toks, steps) = e.generate_counted(&ps, &keys, &p)?;
         let secs = t.elapsed().as_secs_f64();
@@ -718,11 +705,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
         println!("{r}");
         rows.push(r);
     }
-    if let Some(o) = out {
-        let j = serde_json::json!({"gpu": e.gpu.name, "runs": rows});
-        dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
-    }
-    Ok(())
+    write_runs(out, &e, rows)
 }
 
 /// Device milliseconds per op kind of one full step and one dual-window step.
@@ -746,4 +729,21 @@ fn profile(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &
         dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
     }
     Ok(())
+}
+
+/// `{"gpu": ..., "runs": [...]}` to `out`, atomically.
+fn write_runs(out: Option<&Path>, e: &Engine, runs: Vec<serde_json::Value>) -> Result<()> {
+    if let Some(o) = out {
+        let j = serde_json::json!({"gpu": e.gpu.name, "runs": runs});
+        dlm_data::util::atomic_write(o, serde_json::to_string_pretty(&j)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// One block of `p` (kernel load, cuBLAS heuristics, graph capture path) before timing.
+fn warm_up(e: &mut Engine, ps: &[Vec<u32>], keys: &[u64], p: &GenParams) -> Result<()> {
+    let mut w = p.clone();
+    w.gen_length = p.block_length;
+    w.steps = p.steps_per_block();
+    e.generate(ps, keys, &w).map(|_| ())
 }
