@@ -384,3 +384,67 @@ fn bad_inputs_fail_clearly() {
     );
     assert!(!out.exists() || std::fs::read_to_string(&out).unwrap().starts_with('['));
 }
+
+#[test]
+fn approximate_modes_are_opt_in_and_recorded() {
+    let s = setup(4);
+    let exact = s.dir.join("exact.json");
+    ok(&distill(teacher_dir(), &s.prompts, &exact, &[]));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&exact).unwrap()).unwrap();
+    assert!(
+        v[0]["gen"].get("approximate").is_none(),
+        "exact records keep their shape: {}",
+        v[0]["gen"]
+    );
+    // --threshold: recorded in every record; a resume with another threshold is refused.
+    let out = s.dir.join("thr.json");
+    let thr = [
+        "--threshold",
+        "0.5",
+        "--gen-length",
+        "8",
+        "--block-length",
+        "4",
+    ];
+    ok(&distill(teacher_dir(), &s.prompts, &out, &thr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    for r in v.as_array().unwrap() {
+        assert_eq!(r["gen"]["approximate"]["threshold"], 0.5, "{}", r["gen"]);
+        assert_eq!(r["gen"]["approximate"]["cache"], "none");
+        let ids = r["response_ids"].as_array().unwrap();
+        assert!(ids.len() <= 8);
+    }
+    std::fs::remove_file(&out).unwrap();
+    // Kill the finished file, keep the parts: another threshold must not reuse them.
+    let mut other = thr.to_vec();
+    other[1] = "0.6";
+    assert!(s.dir.join("thr.json.parts").is_dir());
+    fails(
+        &distill(teacher_dir(), &s.prompts, &out, &other),
+        2,
+        "threshold",
+    );
+    // Bad settings: exit 2 with the reason, nothing written.
+    let bad = s.dir.join("bad.json");
+    fails(
+        &distill(teacher_dir(), &s.prompts, &bad, &["--threshold", "0"]),
+        2,
+        "--threshold 0 must be in (0, 1]",
+    );
+    fails(
+        &distill(
+            teacher_dir(),
+            &s.prompts,
+            &bad,
+            &["--threshold", "0.9", "--remasking", "random"],
+        ),
+        2,
+        "low-confidence",
+    );
+    fails(
+        &distill(teacher_dir(), &s.prompts, &bad, &["--cache", "dual"]),
+        2,
+        "GPU only",
+    );
+    assert!(!bad.exists());
+}
