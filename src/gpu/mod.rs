@@ -9,7 +9,12 @@
 //!
 //! - [`driver`]: context, stream, buffers, launches, CUDA graphs.
 //! - [`weights`]: config + safetensors → validated bf16 tensors.
-//! - [`engine`]: the forward pass, the sampler step as one CUDA graph, the letter head.
+//! - [`engine`]: workspaces and weights on the device; `engine::body` the forward pass,
+//!   `engine::sampling` the sampler step as one CUDA graph and the generate loop (exact,
+//!   threshold, KV cache), `engine::readout` logits and the letter head, `engine::diag` the
+//!   step profile and cache-window check.
+//! - [`backend`]: `distill --device cuda` behind the teacher backend trait.
+//! - [`reference`]: the bf16-faithful CPU model the parity runs compare against.
 
 pub mod backend;
 pub mod blas;

@@ -1,0 +1,251 @@
+//! The forward pass as enqueued work: embed, the layers, the LM head (full pass or cache window).
+
+use anyhow::{bail, Context, Result};
+
+use super::{attn_smem_bytes, Engine, Pass, BF};
+use crate::gpu::blas::OutType;
+use crate::kargs;
+
+impl Engine {
+    /// Enqueue the body: embed + all layers over `b × s` tokens (a full pass) or over the
+    /// window's `b × w` rows (a cache step) into the residual stream.
+    pub(super) fn enqueue_body(
+        &self,
+        b: usize,
+        s: usize,
+        gen_start: usize,
+        blk: usize,
+        pass: Pass,
+    ) -> Result<()> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let c = &self.cfg;
+        let g = &self.gpu;
+        let w = match pass {
+            Pass::Full { .. } => s,
+            Pass::Window { w } => w,
+        };
+        let cached = pass != Pass::Full { cache: false };
+        if cached && ws.kv.len() != c.num_hidden_layers {
+            bail!("cache pass without a KV cache");
+        }
+        let t = b * w;
+        let (h, i, hd) = (
+            c.hidden_size as i32,
+            c.intermediate_size as i32,
+            c.head_dim() as i32,
+        );
+        let (nh, kv) = (c.num_attention_heads as i32, c.kv_heads() as i32);
+        let eps = c.rms_norm_eps as f32;
+        let qkvn = ((nh + 2 * kv) * hd) as usize;
+        let tt = t as u32;
+        let (si, wi, gs, blki) = (s as i32, w as i32, gen_start as i32, blk as i32);
+        let win_base: i32 = match pass {
+            Pass::Full { .. } => -1,
+            Pass::Window { .. } => gs,
+        };
+        match pass {
+            Pass::Full { .. } => g.launch(
+                self.k.embed,
+                (tt, 1, 1),
+                (128, 1, 1),
+                0,
+                &mut kargs![&ws.x.ptr, &self.embed.ptr, &ws.resid.ptr, &h],
+            )?,
+            Pass::Window { .. } => g.launch(
+                self.k.embed_window,
+                (tt, 1, 1),
+                (128, 1, 1),
+                0,
+                &mut kargs![
+                    &ws.x.ptr,
+                    &self.embed.ptr,
+                    &ws.resid.ptr,
+                    &h,
+                    &si,
+                    &wi,
+                    &ws.state.ptr,
+                    &gs,
+                    &blki
+                ],
+            )?,
+        }
+        self.mark("embed")?;
+        let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
+        let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
+        // 8 warps share each K/V tile over 128 queries, unless that leaves SMs idle.
+        let attn_nw = match self.attn_warps {
+            // (a window shorter than 128 rows would idle most of the 8 warps)
+            0 if w >= 128 && b * nh as usize * w.div_ceil(128) >= 2 * self.sms => 8,
+            0 => 4,
+            n => n,
+        };
+        let attn_k = if attn_nw == 8 {
+            self.k.attn8
+        } else {
+            self.k.attn
+        };
+        let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
+        for (l, lw) in self.layers.iter().enumerate() {
+            let (k_out, v_out) = if cached {
+                (ws.kv[l].ptr, ws.kv[l].ptr + kv_half)
+            } else {
+                (ws.k.ptr, ws.v.ptr)
+            };
+            g.launch(
+                self.k.rmsnorm,
+                (tt, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut kargs![&ws.resid.ptr, &lw.ln1.ptr, &ws.hn.ptr, &h, &eps],
+            )?;
+            self.mark("rmsnorm")?;
+            self.blas.gemm(
+                ws.hn.ptr,
+                h as usize,
+                lw.qkv.ptr,
+                ws.qkv.ptr,
+                qkvn,
+                OutType::Bf16,
+                t,
+                qkvn,
+                h as usize,
+                false,
+            )?;
+            self.mark("gemm_qkv")?;
+            g.launch(
+                self.k.qkv_rope,
+                (tt, 1, 1),
+                (rope_threads, 1, 1),
+                0,
+                &mut kargs![
+                    &ws.qkv.ptr,
+                    &self.cos.ptr,
+                    &self.sin.ptr,
+                    &ws.pad.ptr,
+                    &ws.q.ptr,
+                    &k_out,
+                    &v_out,
+                    &si,
+                    &wi,
+                    &nh,
+                    &kv,
+                    &hd,
+                    &ws.state.ptr,
+                    &win_base,
+                    &blki
+                ],
+            )?;
+            self.mark("rope")?;
+            g.launch(
+                attn_k,
+                ((w.div_ceil(16 * attn_nw)) as u32, nh as u32, b as u32),
+                (32 * attn_nw as u32, 1, 1),
+                attn_smem_bytes(hd as usize) as u32,
+                &mut kargs![
+                    &ws.q.ptr,
+                    &k_out,
+                    &v_out,
+                    &ws.attn.ptr,
+                    &ws.pad.ptr,
+                    &wi,
+                    &si,
+                    &nh,
+                    &kv,
+                    &scale_log2
+                ],
+            )?;
+            self.mark("attention")?;
+            let qd = (nh * hd) as usize;
+            self.blas.gemm(
+                ws.attn.ptr,
+                qd,
+                lw.o.ptr,
+                ws.resid.ptr,
+                h as usize,
+                OutType::F32,
+                t,
+                h as usize,
+                qd,
+                true,
+            )?;
+            self.mark("gemm_o")?;
+            g.launch(
+                self.k.rmsnorm,
+                (tt, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut kargs![&ws.resid.ptr, &lw.ln2.ptr, &ws.hn.ptr, &h, &eps],
+            )?;
+            self.mark("rmsnorm")?;
+            let i2 = 2 * i as usize;
+            self.blas.gemm(
+                ws.hn.ptr,
+                h as usize,
+                lw.gu.ptr,
+                ws.gu.ptr,
+                i2,
+                OutType::Bf16,
+                t,
+                i2,
+                h as usize,
+                false,
+            )?;
+            self.mark("gemm_gate_up")?;
+            g.launch(
+                self.k.swiglu,
+                (tt, 1, 1),
+                (128, 1, 1),
+                0,
+                &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i],
+            )?;
+            self.mark("swiglu")?;
+            self.blas.gemm(
+                ws.act.ptr,
+                i as usize,
+                lw.down.ptr,
+                ws.resid.ptr,
+                h as usize,
+                OutType::F32,
+                t,
+                h as usize,
+                i as usize,
+                true,
+            )?;
+            self.mark("gemm_down")?;
+        }
+        Ok(())
+    }
+
+    /// Profiling: record an event labelled with the op just enqueued (no-op otherwise).
+    pub(super) fn mark(&self, label: &'static str) -> Result<()> {
+        if let Some(m) = self.marks.borrow_mut().as_mut() {
+            m.push((label, self.gpu.record()?));
+        }
+        Ok(())
+    }
+
+    pub(super) fn head_ptr(&self) -> u64 {
+        self.lm_head
+            .as_ref()
+            .map(|b| b.ptr)
+            .unwrap_or(self.embed.ptr)
+    }
+
+    /// LM head over `rows` normalised rows in `hb` → fp32 logits.
+    pub(super) fn enqueue_head(&self, rows: usize) -> Result<()> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let (h, v) = (self.cfg.hidden_size, self.cfg.vocab_size);
+        self.blas.gemm(
+            ws.hb.ptr,
+            h,
+            self.head_ptr(),
+            ws.logits.ptr,
+            v,
+            OutType::F32,
+            rows,
+            v,
+            h,
+            false,
+        )
+    }
+}

@@ -1,0 +1,112 @@
+//! Diagnostics: the per-op step profile and the cache-window consistency check.
+
+use anyhow::Result;
+
+use super::{Engine, GenParams, Pass};
+
+impl Engine {
+    /// Device milliseconds per op kind for one sampler step over `b` prompts of `prompt_len`
+    /// tokens (events between ops, no graph): what a step spends where. `window`: a dual-cache
+    /// window step of `p.block_length` rows instead of a full pass.
+    pub fn profile(
+        &mut self,
+        b: usize,
+        prompt_len: usize,
+        p: &GenParams,
+        window: bool,
+    ) -> Result<Vec<(String, f64)>> {
+        let prompts: Vec<Vec<u32>> = (0..b)
+            .map(|r| {
+                (0..prompt_len)
+                    .map(|i| ((r * 31 + i * 7) % 1000) as u32 + 1)
+                    .collect()
+            })
+            .collect();
+        let s = prompt_len + p.gen_length;
+        let (seqs, pads): (Vec<Vec<u32>>, Vec<usize>) = prompts
+            .iter()
+            .map(|q| {
+                let mut row = q.clone();
+                row.resize(s, p.mask_id);
+                (row, 0)
+            })
+            .unzip();
+        let keys = vec![1u64; b];
+        self.upload_batch(&seqs, &pads, &keys, b * p.block_length)?;
+        if window {
+            self.ensure_kv_cache()?;
+        }
+        {
+            let ws = self.ws.as_ref().unwrap();
+            self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
+            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+            self.gpu.write(&ws.ban, 0, &[p.mask_id])?;
+        }
+        let pass = if window {
+            Pass::Window { w: p.block_length }
+        } else {
+            Pass::Full { cache: false }
+        };
+        // Warm-up (cuBLAS heuristics, module load), then the measured step.
+        self.enqueue_step(b, s, prompt_len, p, pass)?;
+        self.gpu.sync()?;
+        self.gpu
+            .write(&self.ws.as_ref().unwrap().state, 0, &[0i32; 4])?;
+        *self.marks.borrow_mut() = Some(vec![("start", self.gpu.record()?)]);
+        let r = self.enqueue_step(b, s, prompt_len, p, pass);
+        let marks = self.marks.borrow_mut().take().unwrap_or_default();
+        r?;
+        self.gpu.sync()?;
+        let mut acc: Vec<(String, f64)> = vec![];
+        for w in marks.windows(2) {
+            let ms = self.gpu.elapsed_ms(w[0].1, w[1].1)? as f64;
+            match acc.iter_mut().find(|(n, _)| n == w[1].0) {
+                Some(e) => e.1 += ms,
+                None => acc.push((w[1].0.to_string(), ms)),
+            }
+        }
+        for (_, e) in marks {
+            self.gpu.destroy_event(e);
+        }
+        Ok(acc)
+    }
+
+    /// Diagnostics for the cache windows: with nothing committed (k = 0 every step), run one
+    /// full pass that fills the KV cache, then a dual window (the block) and a prefix window
+    /// (block → end) step; each must reproduce the full pass's block logits. Returns their
+    /// relative errors against it.
+    pub fn window_check(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+    ) -> Result<(f64, f64)> {
+        let (b, s, lp) = self.prepare(prompts, keys, p, true)?;
+        let blk = p.block_length;
+        // Nothing is committed: k = 0 at every step.
+        self.gpu
+            .write(&self.ws.as_ref().unwrap().ntrans, 0, &vec![0i32; 1024])?;
+        let n = b * blk * self.cfg.vocab_size;
+        let run = |pass: Pass| -> Result<Vec<f32>> {
+            let ws = self.ws.as_ref().unwrap();
+            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+            self.enqueue_step(b, s, lp, p, pass)?;
+            let mut out = vec![0f32; n];
+            self.gpu.read(&ws.logits, 0, &mut out)?;
+            Ok(out)
+        };
+        let full = run(Pass::Full { cache: true })?;
+        let dual = run(Pass::Window { w: blk })?;
+        let prefix = run(Pass::Window { w: s - lp })?;
+        let rel = |a: &[f32]| {
+            let num: f64 = a
+                .iter()
+                .zip(&full)
+                .map(|(x, y)| ((x - y) as f64).powi(2))
+                .sum();
+            let den: f64 = full.iter().map(|y| (*y as f64).powi(2)).sum();
+            (num / den).sqrt()
+        };
+        Ok((rel(&dual), rel(&prefix)))
+    }
+}

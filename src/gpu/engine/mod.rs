@@ -1,0 +1,401 @@
+//! The GPU forward pass and LLaDA's block-wise sampler, end to end on the device.
+//!
+//! Per step (one CUDA graph, replayed `steps` times with no host synchronisation; per-step
+//! values — global step, step within block, block index — live in a device-side state the
+//! kernels read and the last kernel advances):
+//!   embed → 42 × [RMSNorm → QKV GEMM → RoPE/split → flash attention → o_proj GEMM (+residual)
+//!   → RMSNorm → gate/up GEMM → SwiGLU → down GEMM (+residual)] → final RMSNorm of the current
+//!   block's rows only → LM head GEMM (block rows only, fp32 logits) → fused sampler pass →
+//!   per-row top-k commit → advance.
+//!
+//! Approximate modes (opt-in, never the default): `CacheMode::Prefix`/`Dual` (Fast-dLLM): the
+//! first step of every block runs the full pass above and stores every layer's K/V; the
+//! block's other steps run a window (prefix: block start → end; dual: the block only) that
+//! attends to the cached K/V and overwrites the window's own entries. `threshold`
+//! (confidence-threshold parallel decoding): each step commits the most confident masked
+//! position and every other one at or above the threshold; a block ends when no row has a
+//! mask left in it (device-side, read back once per step).
+//!
+//! Numerics: bf16 weights and activations at GEMM inputs, fp32 accumulation everywhere, fp32
+//! residual stream (the GEMM epilogue adds into it), fp32 logits. Semantics are the CPU path's:
+//! left padding, position ids = index among real tokens, padded keys masked.
+
+use anyhow::{bail, Context, Result};
+
+use super::blas::Blas;
+use super::driver::{DevBuf, Gpu, Kernel};
+use super::weights::{Checkpoint, LlamaConfig};
+
+mod body;
+mod diag;
+mod readout;
+mod sampling;
+
+use sampling::MAX_BAN;
+pub use sampling::{CacheMode, GenParams};
+
+struct LayerW {
+    ln1: DevBuf,
+    qkv: DevBuf,
+    o: DevBuf,
+    ln2: DevBuf,
+    gu: DevBuf,
+    down: DevBuf,
+}
+
+struct Kernels {
+    embed: Kernel,
+    embed_window: Kernel,
+    rmsnorm: Kernel,
+    rmsnorm_block: Kernel,
+    rmsnorm_rows: Kernel,
+    qkv_rope: Kernel,
+    swiglu: Kernel,
+    attn: Kernel,
+    /// The 8-warp variant (128 queries per CTA).
+    attn8: Kernel,
+    sample: Kernel,
+    commit: Kernel,
+    advance: Kernel,
+    letter: Kernel,
+}
+
+/// Activation buffers for up to `b` rows × `s` positions and `out_rows` LM-head rows.
+struct Workspace {
+    b: usize,
+    s: usize,
+    out_rows: usize,
+    x: DevBuf,
+    pad: DevBuf,
+    keys: DevBuf,
+    resid: DevBuf,
+    hn: DevBuf,
+    qkv: DevBuf,
+    q: DevBuf,
+    k: DevBuf,
+    v: DevBuf,
+    attn: DevBuf,
+    gu: DevBuf,
+    act: DevBuf,
+    hb: DevBuf,
+    logits: DevBuf,
+    x0: DevBuf,
+    conf: DevBuf,
+    rows: DevBuf,
+    state: DevBuf,
+    ntrans: DevBuf,
+    letters: DevBuf,
+    nletters: DevBuf,
+    lp: DevBuf,
+    lprob: DevBuf,
+    ban: DevBuf,
+    /// Per layer K and V of every position ([B, KVH, S, HD] each, K first): cache modes only.
+    kv: Vec<DevBuf>,
+}
+
+/// What one body pass covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Every position; K/V into the per-layer cache when `cache`.
+    Full { cache: bool },
+    /// `w` positions from the current block's start, against the cached K/V.
+    Window { w: usize },
+}
+
+pub struct Engine {
+    ws: Option<Workspace>,
+    layers: Vec<LayerW>,
+    embed: DevBuf,
+    norm: DevBuf,
+    lm_head: Option<DevBuf>,
+    cos: DevBuf,
+    sin: DevBuf,
+    max_pos: usize,
+    k: Kernels,
+    blas: Blas,
+    pub cfg: LlamaConfig,
+    pub weight_bytes: usize,
+    pub gpu: Gpu,
+    /// Attention CTA size: 4 or 8 warps, 0 = by grid size.
+    attn_warps: usize,
+    sms: usize,
+    /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
+    marks: std::cell::RefCell<Option<Vec<(&'static str, cudarc::driver::sys::CUevent)>>>,
+}
+
+const BF: usize = 2;
+
+/// Dynamic shared memory of the attention kernel: two stages of a 64-key K and V tile, rows
+/// padded by 8 elements (kernels/attention.cu).
+fn attn_smem_bytes(hd: usize) -> usize {
+    4 * 64 * (hd + 8) * BF
+}
+
+impl Engine {
+    /// Open the GPU, validate and upload the checkpoint in `dir`.
+    pub fn load(dir: &std::path::Path, ordinal: usize, max_pos: usize) -> Result<Self> {
+        let cfg = LlamaConfig::load(dir)?;
+        let ck = Checkpoint::open(dir)?;
+        ck.validate(&cfg)?;
+        let gpu = Gpu::open(ordinal)?;
+        let blas = Blas::new(&gpu)?;
+        let kn = |n: &str| gpu.kernel(n);
+        let k = Kernels {
+            embed: kn("embed_gather")?,
+            embed_window: kn("embed_window")?,
+            rmsnorm: kn("rmsnorm")?,
+            rmsnorm_block: kn("rmsnorm_block")?,
+            rmsnorm_rows: kn("rmsnorm_rows")?,
+            qkv_rope: kn("qkv_rope")?,
+            swiglu: kn("swiglu")?,
+            attn: kn(&format!("attn_fwd_hd{}", cfg.head_dim()))?,
+            attn8: kn(&format!("attn_fwd_w8_hd{}", cfg.head_dim()))?,
+            sample: kn("sample_block")?,
+            commit: kn("commit_topk")?,
+            advance: kn("advance")?,
+            letter: kn("letter_head")?,
+        };
+        gpu.set_max_dynamic_smem(k.attn, attn_smem_bytes(cfg.head_dim()))?;
+        gpu.set_max_dynamic_smem(k.attn8, attn_smem_bytes(cfg.head_dim()))?;
+        let attn_warps = match std::env::var("DLM_ATTN_WARPS").ok().as_deref() {
+            None | Some("") | Some("auto") => 0,
+            Some("4") => 4,
+            Some("8") => 8,
+            Some(o) => bail!("DLM_ATTN_WARPS={o}: expected 4, 8 or auto"),
+        };
+        let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+        let hd = cfg.head_dim();
+        let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+        let mut bytes = 0usize;
+        let mut up = |names: &[(&str, Vec<usize>)]| -> Result<DevBuf> {
+            let total: usize = names
+                .iter()
+                .map(|(_, s)| s.iter().product::<usize>() * BF)
+                .sum();
+            let buf = gpu.alloc(total)?;
+            let mut off = 0;
+            for (n, s) in names {
+                let data = ck.bf16(n, s)?;
+                gpu.write(&buf, off, &data)?;
+                off += data.len();
+            }
+            bytes += total;
+            Ok(buf)
+        };
+        let embed = up(&[("model.embed_tokens.weight", vec![v, h])])?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let n = |s: &str| format!("{p}.{s}.weight");
+            layers.push(LayerW {
+                ln1: up(&[(&n("input_layernorm"), vec![h])])?,
+                qkv: up(&[
+                    (&n("self_attn.q_proj"), vec![qd, h]),
+                    (&n("self_attn.k_proj"), vec![kd, h]),
+                    (&n("self_attn.v_proj"), vec![kd, h]),
+                ])?,
+                o: up(&[(&n("self_attn.o_proj"), vec![h, qd])])?,
+                ln2: up(&[(&n("post_attention_layernorm"), vec![h])])?,
+                gu: up(&[
+                    (&n("mlp.gate_proj"), vec![i, h]),
+                    (&n("mlp.up_proj"), vec![i, h]),
+                ])?,
+                down: up(&[(&n("mlp.down_proj"), vec![h, i])])?,
+            });
+        }
+        let norm = up(&[("model.norm.weight", vec![h])])?;
+        let lm_head = if cfg.tie_word_embeddings {
+            None
+        } else {
+            Some(up(&[("lm_head.weight", vec![v, h])])?)
+        };
+        // RoPE tables in float64 → fp32: angle = pos · theta^(-2i/hd).
+        let half = hd / 2;
+        let mut cos = vec![0f32; max_pos * half];
+        let mut sin = vec![0f32; max_pos * half];
+        for p in 0..max_pos {
+            for j in 0..half {
+                let inv = 1.0 / cfg.rope_theta.powf((2 * j) as f64 / hd as f64);
+                let a = p as f64 * inv;
+                cos[p * half + j] = a.cos() as f32;
+                sin[p * half + j] = a.sin() as f32;
+            }
+        }
+        let cos = gpu.upload(&cos)?;
+        let sin = gpu.upload(&sin)?;
+        Ok(Self {
+            ws: None,
+            layers,
+            embed,
+            norm,
+            lm_head,
+            cos,
+            sin,
+            max_pos,
+            k,
+            blas,
+            cfg,
+            weight_bytes: bytes,
+            attn_warps,
+            sms: gpu.sm_count,
+            gpu,
+            marks: std::cell::RefCell::new(None),
+        })
+    }
+
+    /// Bytes of activation workspace for `b` rows × `s` positions and `out_rows` LM-head rows.
+    pub fn workspace_bytes(cfg: &LlamaConfig, b: usize, s: usize, out_rows: usize) -> usize {
+        let t = b * s;
+        let (h, i, v, hd) = (
+            cfg.hidden_size,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+            cfg.head_dim(),
+        );
+        let (nh, kv) = (cfg.num_attention_heads, cfg.kv_heads());
+        let per_tok = 4 * h            // resid fp32
+            + BF * h                   // hn
+            + BF * (nh + 2 * kv) * hd  // qkv
+            + BF * (nh + 2 * kv) * hd  // q, k, v
+            + BF * nh * hd             // attn
+            + BF * 2 * i               // gate/up
+            + BF * i                   // act
+            + 4; // x
+        t * per_tok + out_rows * (BF * h + 4 * v + 20 + 80) + b * 16 + (64 << 20)
+    }
+
+    fn ensure_workspace(&mut self, b: usize, s: usize, out_rows: usize) -> Result<()> {
+        if let Some(ws) = &self.ws {
+            if ws.b >= b && ws.s >= s && ws.out_rows >= out_rows {
+                return Ok(());
+            }
+        }
+        if s > self.max_pos {
+            bail!(
+                "sequence length {s} exceeds the engine's position table ({})",
+                self.max_pos
+            );
+        }
+        self.ws = None; // free the old one first
+        let need = Self::workspace_bytes(&self.cfg, b, s, out_rows);
+        let (free, _) = self.gpu.mem_info()?;
+        if need as f64 > free as f64 * 0.95 {
+            let per_row = Self::workspace_bytes(&self.cfg, 1, s, out_rows / b.max(1)) as f64;
+            let fit = ((free as f64 * 0.95) / per_row).floor() as usize;
+            return Err(crate::error::usage(format!(
+                "batch size {b} at sequence length {s} needs about {:.1} GiB of GPU workspace, \
+                 {:.1} GiB are free on {} (weights: {:.1} GiB); the largest batch that fits is about {fit}",
+                need as f64 / (1u64 << 30) as f64,
+                free as f64 / (1u64 << 30) as f64,
+                self.gpu.name,
+                self.weight_bytes as f64 / (1u64 << 30) as f64
+            )));
+        }
+        let c = &self.cfg;
+        let t = b * s;
+        let (h, i, v, hd) = (
+            c.hidden_size,
+            c.intermediate_size,
+            c.vocab_size,
+            c.head_dim(),
+        );
+        let (nh, kv) = (c.num_attention_heads, c.kv_heads());
+        let g = &self.gpu;
+        self.ws = Some(Workspace {
+            b,
+            s,
+            out_rows,
+            x: g.alloc(t * 4)?,
+            pad: g.alloc(b * 4)?,
+            keys: g.alloc(b * 8)?,
+            resid: g.alloc(t * h * 4)?,
+            hn: g.alloc(t * h * BF)?,
+            qkv: g.alloc(t * (nh + 2 * kv) * hd * BF)?,
+            q: g.alloc(t * nh * hd * BF)?,
+            k: g.alloc(t * kv * hd * BF)?,
+            v: g.alloc(t * kv * hd * BF)?,
+            attn: g.alloc(t * nh * hd * BF)?,
+            gu: g.alloc(t * 2 * i * BF)?,
+            act: g.alloc(t * i * BF)?,
+            hb: g.alloc(out_rows * h * BF)?,
+            logits: g.alloc(out_rows * v * 4)?,
+            x0: g.alloc(out_rows * 4)?,
+            conf: g.alloc(out_rows * 8)?,
+            rows: g.alloc(out_rows * 4)?,
+            state: g.alloc(16)?,
+            ntrans: g.alloc(4 * 1024)?,
+            letters: g.alloc(out_rows * 40)?,
+            nletters: g.alloc(out_rows * 4)?,
+            lp: g.alloc(out_rows * 40)?,
+            lprob: g.alloc(out_rows * 40)?,
+            ban: g.alloc(MAX_BAN * 4)?,
+            kv: vec![],
+        });
+        Ok(())
+    }
+
+    /// Bytes of the per-layer K/V cache for `b × s`.
+    pub fn kv_cache_bytes(cfg: &LlamaConfig, b: usize, s: usize) -> usize {
+        cfg.num_hidden_layers * 2 * b * s * cfg.kv_heads() * cfg.head_dim() * BF
+    }
+
+    /// Allocate the per-layer K/V cache for the workspace's `b × s` (cache modes).
+    fn ensure_kv_cache(&mut self) -> Result<()> {
+        let ws = self.ws.as_mut().context("no workspace")?;
+        if !ws.kv.is_empty() {
+            return Ok(());
+        }
+        let need = Self::kv_cache_bytes(&self.cfg, ws.b, ws.s);
+        let (free, _) = self.gpu.mem_info()?;
+        if need as f64 > free as f64 * 0.95 {
+            return Err(crate::error::usage(format!(
+                "the KV cache for batch {} × {} positions needs {:.1} GiB, {:.1} GiB are free on {}: \
+                 lower --batch-size",
+                ws.b,
+                ws.s,
+                need as f64 / (1u64 << 30) as f64,
+                free as f64 / (1u64 << 30) as f64,
+                self.gpu.name
+            )));
+        }
+        let per = need / self.cfg.num_hidden_layers;
+        for _ in 0..self.cfg.num_hidden_layers {
+            ws.kv.push(self.gpu.alloc(per)?);
+        }
+        Ok(())
+    }
+
+    /// Upload a left-padded batch; returns (b, s).
+    fn upload_batch(
+        &mut self,
+        seqs: &[Vec<u32>],
+        pads: &[usize],
+        keys: &[u64],
+        out_rows: usize,
+    ) -> Result<(usize, usize)> {
+        let b = seqs.len();
+        if b == 0 {
+            bail!("empty batch");
+        }
+        let s = seqs[0].len();
+        if seqs.iter().any(|q| q.len() != s) || pads.len() != b {
+            bail!("batch rows must be left-padded to one length");
+        }
+        let v = self.cfg.vocab_size as u32;
+        for (r, q) in seqs.iter().enumerate() {
+            if let Some(t) = q.iter().find(|&&t| t >= v) {
+                bail!("batch row {r}: token id {t} is outside the vocabulary ({v})");
+            }
+        }
+        self.ensure_workspace(b, s, out_rows)?;
+        let ws = self.ws.as_ref().unwrap();
+        let flat: Vec<u32> = seqs.iter().flatten().copied().collect();
+        self.gpu.write(&ws.x, 0, &flat)?;
+        let p: Vec<i32> = pads.iter().map(|&p| p as i32).collect();
+        self.gpu.write(&ws.pad, 0, &p)?;
+        let mut k = keys.to_vec();
+        k.resize(b, 0);
+        self.gpu.write(&ws.keys, 0, &k)?;
+        Ok((b, s))
+    }
+}

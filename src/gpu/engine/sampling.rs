@@ -1,0 +1,374 @@
+//! The sampler on the device: settings, one step as a graph, the generate loop (fixed schedule
+//! or confidence threshold; exact or with a KV cache).
+
+use anyhow::{bail, Context, Result};
+
+use super::{Engine, Pass};
+use crate::kargs;
+
+/// Approximate KV caching across the steps of a block (Fast-dLLM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Exact: every step is a full pass.
+    None,
+    /// Steps after a block's first run from the block's start to the end of the sequence.
+    Prefix,
+    /// Steps after a block's first run over the block only.
+    Dual,
+}
+
+impl CacheMode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CacheMode::None => "none",
+            CacheMode::Prefix => "prefix",
+            CacheMode::Dual => "dual",
+        }
+    }
+}
+
+/// Most excluded token ids the sampler kernel takes (mask included).
+pub(super) const MAX_BAN: usize = 32;
+
+/// Sampler settings (LLaDA's `generate` arguments).
+#[derive(Debug, Clone)]
+pub struct GenParams {
+    pub gen_length: usize,
+    pub block_length: usize,
+    pub steps: usize,
+    pub temperature: f64,
+    pub remask_random: bool,
+    pub seed: u64,
+    pub mask_id: u32,
+    pub pad_id: u32,
+    pub logits_shift: usize,
+    /// Never candidates, besides the mask token (EOS under `logits_eos_inf`).
+    pub ban_choice: Vec<u32>,
+    /// Candidates whose confidence is 0 (EOS/EoT under `confidence_eos_eot_inf`).
+    pub ban_conf: Vec<u32>,
+    /// Confidence-threshold parallel decoding (approximate), in (0, 1].
+    pub threshold: Option<f64>,
+    pub cache: CacheMode,
+}
+
+impl GenParams {
+    pub fn validate(&self) -> Result<()> {
+        if self.block_length == 0 || self.gen_length % self.block_length != 0 {
+            bail!(
+                "--gen-length {} must be a multiple of --block-length {}",
+                self.gen_length,
+                self.block_length
+            );
+        }
+        let nb = self.gen_length / self.block_length;
+        if self.steps == 0 || self.steps % nb != 0 {
+            bail!(
+                "--steps {} must be a multiple of the number of blocks {nb}",
+                self.steps
+            );
+        }
+        if self.block_length > 1024 {
+            bail!(
+                "--block-length {} > 1024 is not supported on the GPU",
+                self.block_length
+            );
+        }
+        if self.pad_id == self.mask_id {
+            bail!("pad id {} equals the mask id", self.pad_id);
+        }
+        if 1 + self.ban_choice.len() + self.ban_conf.len() > MAX_BAN {
+            bail!("more than {} excluded token ids (EOS/EoT)", MAX_BAN - 1);
+        }
+        if let Some(t) = self.threshold {
+            if !(t > 0.0 && t <= 1.0) {
+                bail!("--threshold {t} must be in (0, 1]");
+            }
+            if self.remask_random {
+                bail!("--threshold needs low-confidence remasking");
+            }
+        }
+        if self.cache != CacheMode::None && self.logits_shift != 0 {
+            bail!("--cache {} needs logits shift 0", self.cache.as_str());
+        }
+        Ok(())
+    }
+    pub fn steps_per_block(&self) -> usize {
+        self.steps / (self.gen_length / self.block_length)
+    }
+    /// LLaDA's `get_num_transfer_tokens` for a fully masked block: equal shares, the
+    /// remainder to the earliest steps.
+    pub fn num_transfer(&self) -> Vec<i32> {
+        let spb = self.steps_per_block();
+        let (base, rem) = (self.block_length / spb, self.block_length % spb);
+        (0..spb)
+            .map(|i| (base + usize::from(i < rem)) as i32)
+            .collect()
+    }
+}
+
+impl Engine {
+    /// One sampler step (body + head + sampler + commit + advance) for a batch of `b × s`.
+    pub(super) fn enqueue_step(
+        &self,
+        b: usize,
+        s: usize,
+        gen_start: usize,
+        p: &GenParams,
+        pass: Pass,
+    ) -> Result<()> {
+        let blk = p.block_length;
+        self.enqueue_body(b, s, gen_start, blk, pass)?;
+        let ws = self.ws.as_ref().unwrap();
+        let g = &self.gpu;
+        let rows = b * blk;
+        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
+        let (si, blki, gs, sh) = (
+            s as i32,
+            blk as i32,
+            gen_start as i32,
+            p.logits_shift as i32,
+        );
+        // Where the block's rows sit in the residual stream: (rows apart, first, stride).
+        let (ns, ngs, nstride) = match pass {
+            Pass::Full { .. } => (si, gs, blki),
+            Pass::Window { w } => (w as i32, 0, 0),
+        };
+        g.launch(
+            self.k.rmsnorm_block,
+            (rows as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut kargs![
+                &ws.resid.ptr,
+                &self.norm.ptr,
+                &ws.hb.ptr,
+                &h,
+                &eps,
+                &ws.state.ptr,
+                &ns,
+                &blki,
+                &ngs,
+                &sh,
+                &nstride
+            ],
+        )?;
+        self.mark("final_norm")?;
+        self.enqueue_head(rows)?;
+        self.mark("lm_head")?;
+        let v = self.cfg.vocab_size as i32;
+        let rr = i32::from(p.remask_random);
+        let nblocks = (p.gen_length / blk) as i32;
+        let n_choice = (1 + p.ban_choice.len()) as i32;
+        let n_all = n_choice + p.ban_conf.len() as i32;
+        g.launch(
+            self.k.sample,
+            (rows as u32, 1, 1),
+            (512, 1, 1),
+            0,
+            &mut kargs![
+                &ws.logits.ptr,
+                &v,
+                &ws.x.ptr,
+                &si,
+                &blki,
+                &ws.state.ptr,
+                &gs,
+                &p.mask_id,
+                &p.temperature,
+                &rr,
+                &p.seed,
+                &ws.keys.ptr,
+                &ws.x0.ptr,
+                &ws.conf.ptr,
+                &ws.ban.ptr,
+                &n_choice,
+                &n_all,
+                &nblocks
+            ],
+        )?;
+        self.mark("sampler")?;
+        let threads = blk.div_ceil(32) * 32;
+        let threshold = p.threshold.unwrap_or(-1.0);
+        g.launch(
+            self.k.commit,
+            (b as u32, 1, 1),
+            (threads as u32, 1, 1),
+            (blk * 8) as u32,
+            &mut kargs![
+                &ws.x.ptr,
+                &si,
+                &blki,
+                &ws.state.ptr,
+                &gs,
+                &ws.ntrans.ptr,
+                &p.mask_id,
+                &ws.x0.ptr,
+                &ws.conf.ptr,
+                &threshold,
+                &nblocks
+            ],
+        )?;
+        self.mark("commit")?;
+        let spb = p.steps_per_block() as i32;
+        let bi = b as i32;
+        let adaptive = i32::from(p.threshold.is_some());
+        g.launch(
+            self.k.advance,
+            (1, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut kargs![
+                &ws.state.ptr,
+                &spb,
+                &ws.x.ptr,
+                &si,
+                &bi,
+                &blki,
+                &gs,
+                &p.mask_id,
+                &adaptive,
+                &nblocks
+            ],
+        )?;
+        self.mark("advance")?;
+        Ok(())
+    }
+
+    /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
+    /// length). Position ids come from the pads (index among real tokens).
+    pub fn left_pad(prompts: &[Vec<u32>], p: &GenParams) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
+        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
+        let s = lp + p.gen_length;
+        let (rows, pads) = prompts
+            .iter()
+            .map(|q| {
+                let mut row = vec![p.pad_id; lp - q.len()];
+                row.extend_from_slice(q);
+                row.resize(s, p.mask_id);
+                (row, lp - q.len())
+            })
+            .unzip();
+        (rows, pads, lp)
+    }
+
+    /// Validate, upload a generation batch and reset the device-side sampler state (schedule,
+    /// step counter, excluded ids); with `cache`, allocate the KV cache. Returns (b, s, lp).
+    pub(super) fn prepare(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+        cache: bool,
+    ) -> Result<(usize, usize, usize)> {
+        p.validate()?;
+        if keys.len() != prompts.len() {
+            bail!("one RNG key per prompt");
+        }
+        let (seqs, pads, lp) = Self::left_pad(prompts, p);
+        let (b, s) = self.upload_batch(&seqs, &pads, keys, prompts.len() * p.block_length)?;
+        if cache {
+            self.ensure_kv_cache()?;
+        }
+        let ws = self.ws.as_ref().unwrap();
+        self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
+        self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+        let ban: Vec<u32> = std::iter::once(p.mask_id)
+            .chain(p.ban_choice.iter().copied())
+            .chain(p.ban_conf.iter().copied())
+            .collect();
+        self.gpu.write(&ws.ban, 0, &ban)?;
+        Ok((b, s, lp))
+    }
+
+    /// The device-side generation state: (global step, step within block, block).
+    fn read_state(&self) -> Result<(usize, usize, usize)> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let mut st = [0i32; 4];
+        self.gpu.read(&ws.state, 0, &mut st)?;
+        Ok((st[0] as usize, st[1] as usize, st[2] as usize))
+    }
+
+    /// LLaDA's generate for a batch of prompts (token ids, no padding; `keys` = per-prompt RNG
+    /// keys from `rng::prompt_key`). Returns the generated `gen_length` tokens of each prompt
+    /// and the number of steps run.
+    pub fn generate(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+    ) -> Result<Vec<Vec<u32>>> {
+        Ok(self.generate_counted(prompts, keys, p)?.0)
+    }
+
+    /// [`Self::generate`], also returning how many steps (forward passes) it ran.
+    pub fn generate_counted(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &GenParams,
+    ) -> Result<(Vec<Vec<u32>>, usize)> {
+        let (b, s, lp) = self.prepare(prompts, keys, p, p.cache != CacheMode::None)?;
+        let blk = p.block_length;
+        let cached = p.cache != CacheMode::None;
+        let full = self
+            .gpu
+            .capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
+        let dual = if p.cache == CacheMode::Dual {
+            Some(
+                self.gpu
+                    .capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?,
+            )
+        } else {
+            None
+        };
+        let nblocks = p.gen_length / blk;
+        let mut prefix: Vec<Option<crate::gpu::driver::Graph>> =
+            (0..nblocks).map(|_| None).collect();
+        let mut graph_for = |this: &Self, block: usize, step_in_block: usize| -> Result<()> {
+            if !cached || step_in_block == 0 {
+                return this.gpu.replay(&full);
+            }
+            if let Some(d) = &dual {
+                return this.gpu.replay(d);
+            }
+            if prefix[block].is_none() {
+                let w = s - (lp + block * blk);
+                prefix[block] = Some(
+                    this.gpu
+                        .capture(|| this.enqueue_step(b, s, lp, p, Pass::Window { w }))?,
+                );
+            }
+            this.gpu.replay(prefix[block].as_ref().unwrap())
+        };
+        let mut steps_run = 0usize;
+        if p.threshold.is_none() {
+            let spb = p.steps_per_block();
+            for block in 0..nblocks {
+                for i in 0..spb {
+                    graph_for(self, block, i)?;
+                    steps_run += 1;
+                }
+            }
+        } else {
+            // Adaptive: a block ends when every row's block is committed (≥ 1 per step).
+            loop {
+                let (_, sib, block) = self.read_state()?;
+                if block >= nblocks {
+                    break;
+                }
+                if steps_run > p.gen_length {
+                    bail!(
+                        "threshold decoding did not finish in {} steps",
+                        p.gen_length
+                    );
+                }
+                graph_for(self, block, sib)?;
+                steps_run += 1;
+            }
+        }
+        let ws = self.ws.as_ref().unwrap();
+        let mut out = vec![0u32; b * s];
+        self.gpu.read(&ws.x, 0, &mut out)?;
+        Ok((out.chunks(s).map(|r| r[lp..].to_vec()).collect(), steps_run))
+    }
+}
