@@ -227,3 +227,28 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
     p.remasking = Remasking::Random;
     assert!(engine_params(&p, 1, 0).validate().is_err());
 }
+
+#[test]
+fn head_scale_makes_the_parity_teacher_peaked() {
+    let mean_top = |scale: f64| {
+        let d = tempfile::tempdir().unwrap();
+        reference::write_random_teacher_scaled(d.path(), &reference::tiny_config(), 1, scale)
+            .unwrap();
+        let m = CpuModel::load(d.path()).unwrap();
+        let seq: Vec<u32> = (0..24).map(|i| 3 + i * 37 % 990).collect();
+        let rows = m.logits(&seq, 0, &(0..24).collect::<Vec<_>>());
+        let tops: Vec<f64> = rows
+            .iter()
+            .map(|r| {
+                let mx = r.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+                let z: f64 = r.iter().map(|&x| (x as f64 - mx).exp()).sum();
+                1.0 / z
+            })
+            .collect();
+        tops.iter().sum::<f64>() / tops.len() as f64
+    };
+    let (flat, peaked) = (mean_top(1.0), mean_top(8.0));
+    eprintln!("mean top-1 probability: scale 1 {flat:.4}, scale 8 {peaked:.4}");
+    assert!(flat < 0.1, "default teacher top-1 probability {flat}");
+    assert!(peaked > 0.5, "scaled teacher top-1 probability {peaked}");
+}

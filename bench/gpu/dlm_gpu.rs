@@ -72,6 +72,9 @@ enum Cmd {
     Tiny {
         #[arg(long)]
         out: PathBuf,
+        /// Scale of the embedding and LM head (> 1: peaked distributions).
+        #[arg(long, default_value_t = 1.0)]
+        head_scale: f64,
     },
     ParityTiny {
         #[arg(long)]
@@ -234,7 +237,9 @@ fn prompts(
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Tiny { out } => reference::write_random_teacher(&out, &reference::tiny_config(), 1),
+        Cmd::Tiny { out, head_scale } => {
+            reference::write_random_teacher_scaled(&out, &reference::tiny_config(), 1, head_scale)
+        }
         Cmd::ParityTiny { teacher, out } => parity_tiny(&teacher, out.as_deref()),
         Cmd::Logits {
             teacher,

@@ -19,7 +19,9 @@ for step in "$@"; do
   echo "=== $step $(ts)"
   case $step in
     parity)
-      ./dlm-gpu tiny --out /tmp/tiny && ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny.json" ;;
+      ./dlm-gpu tiny --out /tmp/tiny && ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny.json"
+      # Peaked distributions (embedding and LM head ×8): T=0 end to end should agree exactly.
+      ./dlm-gpu tiny --out /tmp/tiny8 --head-scale 8 && ./dlm-gpu parity-tiny --teacher /tmp/tiny8 --out "$out/parity_tiny_peaked.json" ;;
     e2e)
       ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
       G="--gen-length 64 --block-length 16 --steps 32 --batch-size 4"

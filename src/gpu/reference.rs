@@ -258,6 +258,18 @@ pub fn tiny_config() -> serde_json::Value {
 
 /// Write a random bf16 teacher of `config` (HF layout) into `dir`; deterministic in `seed`.
 pub fn write_random_teacher(dir: &Path, config: &serde_json::Value, seed: u64) -> Result<()> {
+    write_random_teacher_scaled(dir, config, seed, 1.0)
+}
+
+/// [`write_random_teacher`] with the embedding and LM head scaled by `head_scale`: larger
+/// values give peaked output distributions (well-separated confidences), where a bf16-level
+/// difference in the forward no longer reorders commits.
+pub fn write_random_teacher_scaled(
+    dir: &Path,
+    config: &serde_json::Value,
+    seed: u64,
+    head_scale: f64,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let cfg: LlamaConfig = serde_json::from_value(config.clone())?;
     let mut ctr = 0u64;
@@ -271,10 +283,13 @@ pub fn write_random_teacher(dir: &Path, config: &serde_json::Value, seed: u64) -
     for (name, shape) in Checkpoint::expected(&cfg) {
         let n: usize = shape.iter().product();
         let norm = name.ends_with("norm.weight");
+        let outer = name == "lm_head.weight" || name == "model.embed_tokens.weight";
         let data: Vec<u8> = (0..n)
             .flat_map(|_| {
                 let v = if norm {
                     1.0 + 0.1 * normal()
+                } else if outer {
+                    0.05 * head_scale * normal()
                 } else {
                     0.05 * normal()
                 };
