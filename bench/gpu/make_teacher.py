@@ -4,7 +4,7 @@ with PyTorch/transformers on the GPU and save it as an HF checkpoint (config.jso
 is_causal false and mask_token_id 130082, model.safetensors). Speed and parity only: the
 weights are random (transformers' default init, std 0.02).
 
-usage: python3 make_teacher.py --out DIR [--layers N]
+usage: python3 make_teacher.py --out DIR [--layers N] [--head-scale S]
 """
 import argparse, json, os, time
 import torch
@@ -14,6 +14,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--layers", type=int, default=42)
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--head-scale", type=float, default=1.0,
+               help="multiply the LM head: > 1 gives peaked output distributions (e.g. 16), so "
+                    "approximate-mode agreement is measured where confidences separate")
 a = p.parse_args()
 
 t0 = time.time()
@@ -28,6 +31,9 @@ cfg.is_causal = False
 cfg.mask_token_id = 130082
 with torch.device("cuda"):
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+if a.head_scale != 1.0:
+    with torch.no_grad():
+        model.lm_head.weight.mul_(a.head_scale)
 model.save_pretrained(a.out, safe_serialization=True, max_shard_size="20GB")
 # Spell the fields every reader needs at the top level, whatever this transformers version writes.
 cp = os.path.join(a.out, "config.json")

@@ -5,7 +5,7 @@
 # Steps: parity (tiny teacher: GPU vs CPU, device vs host sampler, cache windows)
 #        e2e (dlm-data distill --device cpu vs cuda on the project's tiny teacher)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
-#        torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
+#        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -46,6 +46,11 @@ for step in "$@"; do
       ./dlm-gpu bench --teacher $T --batches $B --cache prefix --out "$out/bench_dlm_prefix.json" ;;
     approx)
       ./dlm-gpu approx --teacher $T --batch ${APPROX_BATCH:-16} --out "$out/approx.json" ;;
+    approx-peaked)
+      # The same shape with the LM head x16: peaked distributions, so threshold decoding fires
+      # and the caches' agreement with the exact sampler means something.
+      [ -f /tmp/teacher16/config.json ] || python3 make_teacher.py --out /tmp/teacher16 --head-scale 16
+      ./dlm-gpu approx --teacher /tmp/teacher16 --batch ${APPROX_BATCH:-16} --out "$out/approx_peaked.json" ;;
     torch-eager)
       python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4 ;;
     torch-dual)
