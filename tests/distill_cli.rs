@@ -390,6 +390,11 @@ fn approximate_modes_are_opt_in_and_recorded() {
     let s = setup(4);
     let exact = s.dir.join("exact.json");
     ok(&distill(teacher_dir(), &s.prompts, &exact, &[]));
+    // The fingerprint names the backend (cpu and cuda outputs never mix on resume).
+    let part =
+        std::fs::read_to_string(s.dir.join("exact.json.parts/00000-of-00001.jsonl")).unwrap();
+    let header: Value = serde_json::from_str(part.lines().next().unwrap()).unwrap();
+    assert_eq!(header["fingerprint"]["backend"], "cpu");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&exact).unwrap()).unwrap();
     assert!(
         v[0]["gen"].get("approximate").is_none(),

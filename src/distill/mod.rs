@@ -87,8 +87,9 @@ pub struct DistillArgs {
     pub remasking: Remasking,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    #[arg(long, default_value_t = 8)]
-    pub batch_size: usize,
+    /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
+    #[arg(long)]
+    pub batch_size: Option<usize>,
     #[arg(long)]
     pub mask_id: Option<u32>,
     #[arg(long)]
@@ -129,4 +130,43 @@ pub struct DistillArgs {
     pub cache: Cache,
 }
 
+impl DistillArgs {
+    /// `--batch-size`, else the device's default: 8 on the CPU, 64 on a GPU (where a step's
+    /// cost hardly grows with the batch up to there).
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
+            .unwrap_or(if self.device == "cpu" { 8 } else { 64 })
+    }
+}
+
 pub use run::run;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: DistillArgs,
+    }
+
+    fn parse(extra: &[&str]) -> DistillArgs {
+        let mut v = vec!["x", "--teacher", "t", "--prompts", "p", "--out", "o"];
+        v.extend_from_slice(extra);
+        Cli::parse_from(v).a
+    }
+
+    #[test]
+    fn batch_size_defaults_by_device() {
+        assert_eq!(parse(&[]).batch_size(), 8);
+        assert_eq!(parse(&["--device", "cuda"]).batch_size(), 64);
+        assert_eq!(parse(&["--device", "cuda:1"]).batch_size(), 64);
+        assert_eq!(
+            parse(&["--device", "cuda", "--batch-size", "5"]).batch_size(),
+            5
+        );
+        assert_eq!(parse(&["--batch-size", "3"]).batch_size(), 3);
+    }
+}

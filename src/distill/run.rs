@@ -73,7 +73,7 @@ fn fingerprint(
         "teacher_config_sha256": teacher.identity.config_sha256,
         "tokenizer_sha256": crate::util::sha256_file(&teacher.dir.join("tokenizer.json")).ok(),
         "gen": gen_json(params),
-        "batch_size": args.batch_size,
+        "batch_size": args.batch_size(),
         "mask_id": params.mask_id,
         "pad_id": teacher.pad_id,
         "logits_shift": teacher.logits_shift,
@@ -168,7 +168,7 @@ fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
 
 pub fn run(args: DistillArgs) -> Result<()> {
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
-    if args.batch_size == 0 {
+    if args.batch_size() == 0 {
         return Err(crate::error::usage("--batch-size must be > 0"));
     }
     check_device(&args.device)?;
@@ -251,7 +251,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     };
     let template_ids = tok.encode(ANSWER_TEMPLATE)?;
     let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
-    let batches = plan::plan(&lengths, args.batch_size);
+    let batches = plan::plan(&lengths, args.batch_size());
 
     let prompts_sha256 = crate::util::sha256_file(&args.prompts)?;
     let fp = fingerprint(&args, &teacher, &params, &prompts_sha256, items.len());
