@@ -183,21 +183,7 @@ impl Plan {
         let mut sources = Vec::new();
         let mut per_source: Vec<Vec<Unit>> = Vec::new();
         for s in &m.sources {
-            if s.role == Role::EvalReference {
-                return Err(crate::error::refused(format!(
-                    "manifest {}: source {:?} has role eval-reference: benchmark data is never packed (use a train-only manifest)",
-                    mpath.display(),
-                    s.name
-                )));
-            }
-            if let Some(k) = crate::policy::eval_keyword(&s.split) {
-                return Err(crate::error::refused(format!(
-                    "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
-                    mpath.display(),
-                    s.name,
-                    s.split
-                )));
-            }
+            // (The split policy was checked above, before the lock.)
             if any_weight && s.weight.is_none() {
                 return Err(crate::error::usage(format!(
                     "manifest {}: source {:?} has no weight while others do: give every source a weight, or none",
