@@ -19,7 +19,14 @@ fn corpus(dir: &Path, n: usize) -> (std::path::PathBuf, Vec<String>) {
     (p, d)
 }
 
-fn pack(input: &Path, tok: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) {
+/// Run `pack` on `input` and assert it succeeded; returns its output.
+fn pack(
+    input: &Path,
+    tok: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let mut args = vec![
         "pack",
         "--input",
@@ -30,7 +37,9 @@ fn pack(input: &Path, tok: &Path, out: &Path, extra: &[&str], env: &[(&str, &str
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    ok(&run(&args, env));
+    let o = run(&args, env);
+    ok(&o);
+    o
 }
 
 #[test]
@@ -263,48 +272,12 @@ fn kill_9_then_rerun_resumes_to_identical_bytes() {
     let done_before = partial["shards"].as_array().unwrap().len();
     assert!(done_before < index(&whole)["shards"].as_array().unwrap().len());
 
-    let o = run(
-        &[
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--seq-len",
-            "32",
-            "--shard-bytes",
-            "2KiB",
-            "--format",
-            "mds",
-        ],
-        &[],
-    );
-    ok(&o);
+    let o = pack(&input, &tok, &out, &args, &[]);
     assert!(stderr(&o).contains("resuming after"), "{}", stderr(&o));
     assert_eq!(tree(&whole), tree(&out));
 
     // A third run finds it complete and changes nothing.
-    let o = run(
-        &[
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--seq-len",
-            "32",
-            "--shard-bytes",
-            "2KiB",
-            "--format",
-            "mds",
-        ],
-        &[],
-    );
-    ok(&o);
+    let o = pack(&input, &tok, &out, &args, &[]);
     assert!(stderr(&o).contains("already complete"));
     assert_eq!(tree(&whole), tree(&out));
 
