@@ -45,21 +45,18 @@ fn pipeline() -> Pipeline {
 fn pipeline_in(format: &str) -> Pipeline {
     let w = world();
     let out = w.root().join("out");
-    let (code, _, err) = run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(&out),
-        "--tokenizer",
-        p(&w.tokenizer),
-        "--format",
-        format,
-        "--rows-per-shard",
-        "20",
-    ]);
+    let (code, _, err) = run_mcq(
+        &w,
+        &out,
+        &[
+            "--tokenizer",
+            p(&w.tokenizer),
+            "--format",
+            format,
+            "--rows-per-shard",
+            "20",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let sft = out.join("sft");
     let prompts = out.join("prompts.jsonl");
@@ -299,15 +296,7 @@ fn contaminated_output_fails_until_dropped_copy() {
     qs[2] = format!("Quote: {}", questions(33, 10, 16)[7]);
     let w = world_with(qs);
     let out = w.root().join("out");
-    let (code, _, err) = run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(&out),
-    ]);
+    let (code, _, err) = run_mcq(&w, &out, &[]);
     assert_eq!(code, 0, "{err}");
     let pr = out.join("prompts.jsonl");
     let clean = out.join("prompts.clean.jsonl");

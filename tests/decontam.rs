@@ -23,17 +23,7 @@ fn planted() -> World {
 }
 
 fn mcq(w: &World, out: &std::path::Path) {
-    let (code, _, err) = run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(out),
-        "--tokenizer",
-        p(&w.tokenizer),
-    ]);
+    let (code, _, err) = run_mcq(w, out, &["--tokenizer", p(&w.tokenizer)]);
     assert_eq!(code, 0, "{err}");
 }
 
@@ -288,21 +278,18 @@ fn mds_and_megatron_shards_scan_and_drop() {
     let w = planted();
     for fmt in ["mds", "megatron"] {
         let out = w.root().join(fmt);
-        let (code, _, err) = run(&[
-            "mcq",
-            "--manifest",
-            p(&w.manifest),
-            "--cache",
-            p(&w.cache),
-            "--out",
-            p(&out),
-            "--tokenizer",
-            p(&w.tokenizer),
-            "--format",
-            fmt,
-            "--rows-per-shard",
-            "9",
-        ]);
+        let (code, _, err) = run_mcq(
+            &w,
+            &out,
+            &[
+                "--tokenizer",
+                p(&w.tokenizer),
+                "--format",
+                fmt,
+                "--rows-per-shard",
+                "9",
+            ],
+        );
         assert_eq!(code, 0, "{err}");
         let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
         let pos = recs

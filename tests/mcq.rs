@@ -14,20 +14,6 @@ use dlm_data::shards::index as shard_index;
 use mcq_support::*;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-fn mcq(w: &World, out: &std::path::Path, extra: &[&str]) -> (i32, String, String) {
-    let mut a = vec![
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(out),
-    ];
-    a.extend_from_slice(extra);
-    run(&a)
-}
-
 /// sciq train rows as (question, correct_answer) from the cached parquet.
 fn sciq_rows(w: &World) -> Vec<(String, String)> {
     let c = dlm_data::hub::cache::Cache {
@@ -67,7 +53,7 @@ fn sciq_rows(w: &World) -> Vec<(String, String)> {
 fn prompts_and_sft_round_trip() {
     let w = world();
     let out = w.root().join("out");
-    let (code, _, err) = mcq(&w, &out, &["--tokenizer", p(&w.tokenizer), "--seed", "5"]);
+    let (code, _, err) = run_mcq(&w, &out, &["--tokenizer", p(&w.tokenizer), "--seed", "5"]);
     assert_eq!(code, 0, "{err}");
     let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
     assert_eq!(recs.len(), SCIQ_ROWS + MMLU_ROWS);
@@ -140,7 +126,7 @@ fn shuffle_is_seeded_and_sharding_agrees() {
     let w = world();
     let read = |d: &str, extra: &[&str]| {
         let out = w.root().join(d);
-        let (code, _, err) = mcq(&w, &out, extra);
+        let (code, _, err) = run_mcq(&w, &out, extra);
         assert_eq!(code, 0, "{err}");
         out
     };
@@ -238,7 +224,7 @@ fn corrupt_cache_file_is_named_and_nothing_written() {
     bytes[mid] ^= 0xff;
     std::fs::write(&blob, bytes).unwrap();
     let out = w.root().join("out");
-    let (code, _, err) = mcq(&w, &out, &[]);
+    let (code, _, err) = run_mcq(&w, &out, &[]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(MMLU_AUX) && err.contains("does not match the lock"),
@@ -253,7 +239,7 @@ fn custom_template_is_used_for_both_stages() {
     let t = w.root().join("t.txt");
     std::fs::write(&t, "Q: {question}\n{options}\nPick one of {letters}.\n").unwrap();
     let out = w.root().join("out");
-    let (code, _, err) = mcq(
+    let (code, _, err) = run_mcq(
         &w,
         &out,
         &["--template", p(&t), "--tokenizer", p(&w.tokenizer)],
@@ -272,7 +258,7 @@ fn custom_template_is_used_for_both_stages() {
     );
     // A template with an unknown placeholder is bad usage.
     std::fs::write(&t, "{question} {subject}").unwrap();
-    let (code, _, err) = mcq(&w, &out, &["--template", p(&t)]);
+    let (code, _, err) = run_mcq(&w, &out, &["--template", p(&t)]);
     assert_eq!(code, 2, "{err}");
 }
 
@@ -282,14 +268,14 @@ fn custom_template_is_used_for_both_stages() {
 fn sft_formats_round_trip() {
     let w = world();
     let base = w.root().join("pq");
-    let (code, _, err) = mcq(&w, &base, &["--tokenizer", p(&w.tokenizer)]);
+    let (code, _, err) = run_mcq(&w, &base, &["--tokenizer", p(&w.tokenizer)]);
     assert_eq!(code, 0, "{err}");
     let want = sft_shards::read_dir(&base.join("sft")).unwrap();
     let recs = prompts::read(&base.join("prompts.jsonl")).unwrap();
     assert_eq!(want.len(), recs.len());
     for fmt in ["parquet", "mds", "megatron"] {
         let out = w.root().join(fmt);
-        let (code, _, err) = mcq(
+        let (code, _, err) = run_mcq(
             &w,
             &out,
             &[

@@ -56,6 +56,21 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `dlm-data mcq` over the world's training manifest into `out`, plus `extra` flags.
+pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut a = vec![
+        "mcq",
+        "--manifest",
+        p(&w.manifest),
+        "--cache",
+        p(&w.cache),
+        "--out",
+        p(out),
+    ];
+    a.extend_from_slice(extra);
+    run(&a)
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
