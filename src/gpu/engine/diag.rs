@@ -22,26 +22,8 @@ impl Engine {
                     .collect()
             })
             .collect();
-        let s = prompt_len + p.gen_length;
-        let (seqs, pads): (Vec<Vec<u32>>, Vec<usize>) = prompts
-            .iter()
-            .map(|q| {
-                let mut row = q.clone();
-                row.resize(s, p.mask_id);
-                (row, 0)
-            })
-            .unzip();
         let keys = vec![1u64; b];
-        self.upload_batch(&seqs, &pads, &keys, b * p.block_length)?;
-        if window {
-            self.ensure_kv_cache()?;
-        }
-        {
-            let ws = self.ws.as_ref().unwrap();
-            self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
-            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
-            self.gpu.write(&ws.ban, 0, &[p.mask_id])?;
-        }
+        let (b, s, _) = self.prepare(&prompts, &keys, p, window)?;
         let pass = if window {
             Pass::Window { w: p.block_length }
         } else {

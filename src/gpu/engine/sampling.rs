@@ -307,9 +307,9 @@ impl Engine {
         keys: &[u64],
         p: &GenParams,
     ) -> Result<(Vec<Vec<u32>>, usize)> {
-        let (b, s, lp) = self.prepare(prompts, keys, p, p.cache != CacheMode::None)?;
-        let blk = p.block_length;
         let cached = p.cache != CacheMode::None;
+        let (b, s, lp) = self.prepare(prompts, keys, p, cached)?;
+        let blk = p.block_length;
         let full = self
             .gpu
             .capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
