@@ -3,13 +3,22 @@
 // and the split into per-head layouts for attention: q [B, NH, W, HD]; k, v [B, KVH, S, HD].
 // Full pass: W = S, row i is position i (win_base < 0). Window pass (cache steps): row i is
 // position win_base + block*blk + i, and k/v land at that position of the layer's KV cache.
+// q_rows > 0 (the last layer, whose output only the block's rows need): q keeps only rows
+// i - (q_base + block*q_stride) in [0, q_rows), as [B, NH, q_rows, HD]; k and v keep every row.
 extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* __restrict__ cos_t,
                                     const float* __restrict__ sin_t, const int* __restrict__ pad,
                                     bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v,
                                     int S, int W, int NH, int KVH, int HD,
-                                    const GenState* __restrict__ st, int win_base, int blk) {
+                                    const GenState* __restrict__ st, int win_base, int blk,
+                                    int q_rows, int q_base, int q_stride) {
     int t = blockIdx.x, b = t / W, i = t % W;
     int s = win_base < 0 ? i : win_base + st->block * blk + i;
+    int qi = i, qn = W;
+    if (q_rows > 0) {
+        qi = i - (q_base + st->block * q_stride);
+        qn = q_rows;
+    }
+    const bool keep_q = qi >= 0 && qi < qn;
     int pos = s - pad[b];
     if (pos < 0) pos = 0;
     int half = HD / 2, heads = NH + 2 * KVH, quarter = half / 4;
@@ -26,7 +35,8 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
                        __uint_as_float(w2.y << 16), __uint_as_float(w2.y & 0xffff0000u)};
         bf16* dst;
         if (h < NH) {
-            dst = q + (((u64)b * NH + h) * W + i) * HD;
+            if (!keep_q) continue;
+            dst = q + (((u64)b * NH + h) * qn + qi) * HD;
         } else if (h < NH + KVH) {
             dst = k + (((u64)b * KVH + (h - NH)) * S + s) * HD;
         } else {

@@ -24,7 +24,7 @@ use dlm_data::distill::rng;
 use dlm_data::distill::sampler::{self, GenParams as SP};
 use dlm_data::distill::{Cache, Remasking};
 use dlm_data::gpu::backend::GpuBackend;
-use dlm_data::gpu::engine::{CacheMode, Engine, GenParams};
+use dlm_data::gpu::engine::{CacheMode, Engine, GenParams, Residual};
 use dlm_data::gpu::reference::{self, CpuModel};
 use dlm_data::teacher::TeacherBackend;
 
@@ -56,6 +56,15 @@ struct Gen {
     /// Approximate: none, prefix or dual.
     #[arg(long, default_value = "none")]
     cache: String,
+}
+
+/// The engine, with the residual precision from `DLM_RESID` (bf16 by default, or f32).
+fn engine(teacher: &Path, device: usize, max_pos: usize) -> Result<Engine> {
+    let mut e = Engine::load(teacher, device, max_pos)?;
+    if let Ok(r) = std::env::var("DLM_RESID") {
+        e.set_residual(Residual::parse(&r)?)?;
+    }
+    Ok(e)
 }
 
 fn cache_mode(s: &str) -> Result<CacheMode> {
@@ -250,7 +259,7 @@ fn main() -> Result<()> {
             let ps = read_prompts(&prompts)?;
             let lp = ps.iter().map(|p| p.len()).max().unwrap_or(0);
             let s = lp + g.gen_length;
-            let mut e = Engine::load(&teacher, g.device, s)?;
+            let mut e = engine(&teacher, g.device, s)?;
             let p = params(&e, &g)?;
             let (seqs, pads, _) = Engine::left_pad(&ps, &p);
             let at: Vec<(usize, usize)> = (0..ps.len())
@@ -267,7 +276,7 @@ fn main() -> Result<()> {
         } => {
             let ps = read_prompts(&prompts)?;
             let lp = ps.iter().map(|p| p.len()).max().unwrap_or(0);
-            let mut e = Engine::load(&teacher, g.device, lp + g.gen_length)?;
+            let mut e = engine(&teacher, g.device, lp + g.gen_length)?;
             let p = params(&e, &g)?;
             let keys: Vec<u64> = (0..ps.len())
                 .map(|i| rng::prompt_key(&format!("p{i}")))
@@ -319,7 +328,7 @@ fn main() -> Result<()> {
 }
 
 fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
-    let mut gpu = Engine::load(teacher, 0, 512)?;
+    let mut gpu = engine(teacher, 0, 512)?;
     let cpu = CpuModel::load(teacher)?;
     let v = gpu.cfg.vocab_size as u32;
     let mask = mask_id(&gpu);
@@ -572,7 +581,7 @@ fn bench(
     g: &Gen,
 ) -> Result<()> {
     let t0 = Instant::now();
-    let mut e = Engine::load(teacher, g.device, prompt_len + g.gen_length)?;
+    let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
     eprintln!(
         "loaded {} on {} in {:.1}s",
         teacher.display(),
@@ -657,7 +666,7 @@ fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
 
 /// The approximate modes against the exact sampler on the same prompts (one batch).
 fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &Gen) -> Result<()> {
-    let mut e = Engine::load(teacher, g.device, prompt_len + g.gen_length)?;
+    let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
     let base = params(&e, g)?;
     let ps = prompts(
         b,
@@ -715,7 +724,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
 
 /// Device milliseconds per op kind of one full step and one dual-window step.
 fn profile(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &Gen) -> Result<()> {
-    let mut e = Engine::load(teacher, g.device, prompt_len + g.gen_length)?;
+    let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
     let p = params(&e, g)?;
     let mut j = serde_json::Map::new();
     for (name, window) in [("full", false), ("dual_window", true)] {

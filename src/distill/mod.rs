@@ -128,6 +128,10 @@ pub struct DistillArgs {
     /// prefix or dual cache); `none` is the exact sampler.
     #[arg(long, value_enum, default_value = "none")]
     pub cache: Cache,
+    /// --device cuda: the residual stream's precision, bf16 (HF/PyTorch's) or f32 (closer
+    /// to the CPU path, slower). Recorded in the resume fingerprint.
+    #[arg(long, default_value = "bf16", value_parser = ["bf16", "f32"])]
+    pub gpu_residual: String,
 }
 
 impl DistillArgs {

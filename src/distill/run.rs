@@ -33,10 +33,11 @@ pub fn check_device(device: &str) -> Result<()> {
 }
 
 /// The backend for `--device`.
-pub fn backend(device: &str, teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+/// `residual` (bf16 | f32) is the GPU residual stream's precision.
+pub fn backend(device: &str, teacher: &Teacher, residual: &str) -> Result<Box<dyn TeacherBackend>> {
     match device {
         "cpu" => Ok(Box::new(teacher.cpu()?)),
-        d if d == "cuda" || d.starts_with("cuda:") => cuda_backend(d, teacher),
+        d if d == "cuda" || d.starts_with("cuda:") => cuda_backend(d, teacher, residual),
         other => Err(crate::error::usage(format!(
             "--device {other:?}: expected cpu, cuda or cuda:N"
         ))),
@@ -44,7 +45,11 @@ pub fn backend(device: &str, teacher: &Teacher) -> Result<Box<dyn TeacherBackend
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+fn cuda_backend(
+    device: &str,
+    _teacher: &Teacher,
+    _residual: &str,
+) -> Result<Box<dyn TeacherBackend>> {
     Err(crate::error::usage(format!(
         "--device {device}: this binary was built without the `cuda` feature \
          (cargo build --release --features cuda), or use --device cpu"
@@ -52,8 +57,14 @@ fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBacke
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_backend(device: &str, _teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
-    crate::gpu::backend::open(device, _teacher)
+fn cuda_backend(
+    device: &str,
+    teacher: &Teacher,
+    residual: &str,
+) -> Result<Box<dyn TeacherBackend>> {
+    let r = crate::gpu::engine::Residual::parse(residual)
+        .map_err(|e| crate::error::usage(e.to_string()))?;
+    crate::gpu::backend::open(device, teacher, r)
 }
 
 /// Everything that determines the output bytes; a resume must match it exactly.
@@ -64,7 +75,7 @@ fn fingerprint(
     prompts_sha256: &str,
     n_prompts: usize,
 ) -> Value {
-    json!({
+    let mut fp = json!({
         "tool": format!("dlm-data {}", env!("CARGO_PKG_VERSION")),
         "prompts_sha256": prompts_sha256,
         "limit": args.limit,
@@ -85,7 +96,11 @@ fn fingerprint(
         "answer_template": ANSWER_TEMPLATE,
         // cpu and cuda round differently: one output is never resumed on the other.
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
-    })
+    });
+    if args.device != "cpu" {
+        fp["gpu_residual"] = json!(args.gpu_residual);
+    }
+    fp
 }
 
 fn gen_json(p: &GenParams) -> Value {
@@ -297,7 +312,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     let mut backend = if todo.is_empty() {
         None
     } else {
-        Some(backend(&args.device, &teacher)?)
+        Some(backend(&args.device, &teacher, &args.gpu_residual)?)
     };
     let mut generated = 0usize;
     let mut correct = (0usize, 0usize);

@@ -11,7 +11,7 @@ use std::ops::Range;
 
 use anyhow::{bail, Result};
 
-use super::engine::{CacheMode, Engine, GenParams};
+use super::engine::{CacheMode, Engine, GenParams, Residual};
 use crate::distill::{sampler, Cache, Remasking};
 use crate::teacher::{Teacher, TeacherBackend};
 
@@ -73,14 +73,20 @@ pub struct GpuBackend {
 }
 
 /// Open `cuda` / `cuda:N` for `teacher` (already validated by the teacher loader).
-pub fn open(device: &str, teacher: &Teacher) -> Result<Box<dyn TeacherBackend>> {
+pub fn open(
+    device: &str,
+    teacher: &Teacher,
+    residual: Residual,
+) -> Result<Box<dyn TeacherBackend>> {
     let ordinal = super::parse_device(device)?.unwrap_or(0);
-    let engine = Engine::load(&teacher.dir, ordinal, MAX_POSITIONS)?;
+    let mut engine = Engine::load(&teacher.dir, ordinal, MAX_POSITIONS)?;
+    engine.set_residual(residual)?;
     tracing::info!(
-        "GPU teacher on {} ({}), {:.2} GiB of weights",
+        "GPU teacher on {} ({}), {:.2} GiB of weights, {} residual",
         engine.gpu.name,
         engine.gpu.arch,
-        engine.weight_bytes as f64 / (1u64 << 30) as f64
+        engine.weight_bytes as f64 / (1u64 << 30) as f64,
+        residual.as_str()
     );
     Ok(Box::new(GpuBackend { engine }))
 }

@@ -1,8 +1,9 @@
 //! bf16 GEMMs through cuBLAS (tensor cores, fp32 accumulation) for the row-major activations
 //! and PyTorch-layout weights of the engine: `Y[T,N] (+)= X[T,K] · W[N,K]ᵀ`.
 //!
-//! The output may be bf16 or fp32; with fp32 and `accumulate` the GEMM adds into `Y`
-//! (beta = 1), which is how the residual add is fused into the o_proj and down_proj GEMMs.
+//! The output may be bf16 or fp32; with `accumulate` the GEMM adds into `Y` (beta = 1, in fp32
+//! before the one rounding to Y's type), which is how the residual add is fused into the
+//! o_proj and down_proj GEMMs.
 //! A fixed workspace is set on the handle so the GEMMs can be captured in a CUDA graph.
 
 use std::ffi::c_void;
@@ -60,7 +61,7 @@ impl Blas {
         })
     }
 
-    /// `Y[T,N] = X[T,K] · W[N,K]ᵀ` (or `+=` with `accumulate`, fp32 output only).
+    /// `Y[T,N] = X[T,K] · W[N,K]ᵀ` (or `+=` with `accumulate`).
     /// Leading dimensions: X rows are `ldx` elements apart, Y rows `ldy`.
     #[allow(clippy::too_many_arguments)]
     pub fn gemm(

@@ -2,13 +2,15 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::{attn_smem_bytes, Engine, Pass, BF};
+use super::{attn_smem_bytes, Engine, Pass, Tail, BF};
 use crate::gpu::blas::OutType;
 use crate::kargs;
 
 impl Engine {
     /// Enqueue the body: embed + all layers over `b × s` tokens (a full pass) or over the
-    /// window's `b × w` rows (a cache step) into the residual stream.
+    /// window's `b × w` rows (a cache step) into the residual stream. With `tail`, the last
+    /// layer's queries, o_proj and MLP cover only the block's `b × blk` rows (at `tail`), whose
+    /// residual ends in `ws.tail`; its K/V still come from every row.
     pub(super) fn enqueue_body(
         &self,
         b: usize,
@@ -16,6 +18,7 @@ impl Engine {
         gen_start: usize,
         blk: usize,
         pass: Pass,
+        tail: Option<Tail>,
     ) -> Result<()> {
         let ws = self.ws.as_ref().context("no workspace")?;
         let c = &self.cfg;
@@ -43,16 +46,18 @@ impl Engine {
             Pass::Full { .. } => -1,
             Pass::Window { .. } => gs,
         };
+        let rk = &self.k.r;
+        let rout = self.resid.out();
         match pass {
             Pass::Full { .. } => g.launch(
-                self.k.embed,
+                rk.embed,
                 (tt, 1, 1),
                 (128, 1, 1),
                 0,
                 &mut kargs![&ws.x.ptr, &self.embed.ptr, &ws.resid.ptr, &h],
             )?,
             Pass::Window { .. } => g.launch(
-                self.k.embed_window,
+                rk.embed_window,
                 (tt, 1, 1),
                 (128, 1, 1),
                 0,
@@ -73,17 +78,16 @@ impl Engine {
         let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
         let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
         // 8 warps share each K/V tile over 128 queries, unless that leaves SMs idle.
-        let attn_nw = match self.attn_warps {
-            // (a window shorter than 128 rows would idle most of the 8 warps)
-            0 if w >= 128 && b * nh as usize * w.div_ceil(128) >= 2 * self.sms => 8,
-            0 => 4,
-            n => n,
+        let attn_for = |rows: usize| {
+            let nw = match self.attn_warps {
+                // (a window shorter than 128 rows would idle most of the 8 warps)
+                0 if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms => 8,
+                0 => 4,
+                n => n,
+            };
+            (nw, if nw == 8 { self.k.attn8 } else { self.k.attn })
         };
-        let attn_k = if attn_nw == 8 {
-            self.k.attn8
-        } else {
-            self.k.attn
-        };
+        let n_layers = self.layers.len();
         let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
         for (l, lw) in self.layers.iter().enumerate() {
             let (k_out, v_out) = if cached {
@@ -91,8 +95,21 @@ impl Engine {
             } else {
                 (ws.k.ptr, ws.v.ptr)
             };
+            // The last layer with a tail: queries and everything after attention on the
+            // block's rows only.
+            let last = tail.filter(|_| l + 1 == n_layers);
+            let (q_rows, q_base, q_stride) = match last {
+                Some(tl) => (blk as i32, tl.base, tl.stride),
+                None => (0, 0, 0),
+            };
+            let sq = if last.is_some() { blk } else { w };
+            let (tl_rows, rbuf) = if last.is_some() {
+                (b * blk, ws.tail.ptr)
+            } else {
+                (t, ws.resid.ptr)
+            };
             g.launch(
-                self.k.rmsnorm,
+                rk.rmsnorm,
                 (tt, 1, 1),
                 (256, 1, 1),
                 0,
@@ -132,13 +149,18 @@ impl Engine {
                     &hd,
                     &ws.state.ptr,
                     &win_base,
-                    &blki
+                    &blki,
+                    &q_rows,
+                    &q_base,
+                    &q_stride
                 ],
             )?;
             self.mark("rope")?;
+            let (attn_nw, attn_k) = attn_for(sq);
+            let sqi = sq as i32;
             g.launch(
                 attn_k,
-                ((w.div_ceil(16 * attn_nw)) as u32, nh as u32, b as u32),
+                ((sq.div_ceil(16 * attn_nw)) as u32, nh as u32, b as u32),
                 (32 * attn_nw as u32, 1, 1),
                 attn_smem_bytes(hd as usize) as u32,
                 &mut kargs![
@@ -147,7 +169,7 @@ impl Engine {
                     &v_out,
                     &ws.attn.ptr,
                     &ws.pad.ptr,
-                    &wi,
+                    &sqi,
                     &si,
                     &nh,
                     &kv,
@@ -155,26 +177,47 @@ impl Engine {
                 ],
             )?;
             self.mark("attention")?;
+            if let Some(tl) = last {
+                let zero = 0i32;
+                g.launch(
+                    rk.gather_block,
+                    ((b * blk) as u32, 1, 1),
+                    (128, 1, 1),
+                    0,
+                    &mut kargs![
+                        &ws.resid.ptr,
+                        &ws.tail.ptr,
+                        &h,
+                        &ws.state.ptr,
+                        &wi,
+                        &blki,
+                        &tl.base,
+                        &zero,
+                        &tl.stride
+                    ],
+                )?;
+                self.mark("gather")?;
+            }
             let qd = (nh * hd) as usize;
             self.blas.gemm(
                 ws.attn.ptr,
                 qd,
                 lw.o.ptr,
-                ws.resid.ptr,
+                rbuf,
                 h as usize,
-                OutType::F32,
-                t,
+                rout,
+                tl_rows,
                 h as usize,
                 qd,
                 true,
             )?;
             self.mark("gemm_o")?;
             g.launch(
-                self.k.rmsnorm,
-                (tt, 1, 1),
+                rk.rmsnorm,
+                (tl_rows as u32, 1, 1),
                 (256, 1, 1),
                 0,
-                &mut kargs![&ws.resid.ptr, &lw.ln2.ptr, &ws.hn.ptr, &h, &eps],
+                &mut kargs![&rbuf, &lw.ln2.ptr, &ws.hn.ptr, &h, &eps],
             )?;
             self.mark("rmsnorm")?;
             let i2 = 2 * i as usize;
@@ -185,7 +228,7 @@ impl Engine {
                 ws.gu.ptr,
                 i2,
                 OutType::Bf16,
-                t,
+                tl_rows,
                 i2,
                 h as usize,
                 false,
@@ -193,7 +236,7 @@ impl Engine {
             self.mark("gemm_gate_up")?;
             g.launch(
                 self.k.swiglu,
-                (tt, 1, 1),
+                (tl_rows as u32, 1, 1),
                 (128, 1, 1),
                 0,
                 &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i],
@@ -203,10 +246,10 @@ impl Engine {
                 ws.act.ptr,
                 i as usize,
                 lw.down.ptr,
-                ws.resid.ptr,
+                rbuf,
                 h as usize,
-                OutType::F32,
-                t,
+                rout,
+                tl_rows,
                 h as usize,
                 i as usize,
                 true,

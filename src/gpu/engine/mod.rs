@@ -16,13 +16,19 @@
 //! position and every other one at or above the threshold; a block ends when no row has a
 //! mask left in it (device-side, read back once per step).
 //!
-//! Numerics: bf16 weights and activations at GEMM inputs, fp32 accumulation everywhere, fp32
-//! residual stream (the GEMM epilogue adds into it), fp32 logits. Semantics are the CPU path's:
-//! left padding, position ids = index among real tokens, padded keys masked.
+//! The last layer runs on the block's rows only wherever only the block's logits are read
+//! (every sampler step): K/V come from every row, but its attention queries, o_proj, MLP and
+//! residual cover `b × block` rows (`Tail`), ≈ 1/layers of the step's work saved.
+//!
+//! Numerics: bf16 weights and activations at GEMM inputs, fp32 accumulation everywhere, a bf16
+//! residual stream like HF/PyTorch's (the GEMM epilogue adds into it in fp32 and rounds once;
+//! `Residual::F32` keeps it in fp32: closer to the CPU path, more bytes per step), fp32
+//! logits. Semantics are the CPU path's: left padding, position ids = index among real
+//! tokens, padded keys masked.
 
 use anyhow::{bail, Context, Result};
 
-use super::blas::Blas;
+use super::blas::{Blas, OutType};
 use super::driver::{DevBuf, Gpu, Kernel};
 use super::weights::{Checkpoint, LlamaConfig};
 
@@ -43,12 +49,74 @@ struct LayerW {
     down: DevBuf,
 }
 
-struct Kernels {
+/// The residual stream's element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Residual {
+    Bf16,
+    F32,
+}
+
+impl Residual {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "bf16" => Ok(Residual::Bf16),
+            "f32" | "fp32" => Ok(Residual::F32),
+            o => bail!("residual {o:?}: expected bf16 or f32"),
+        }
+    }
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Residual::Bf16 => "bf16",
+            Residual::F32 => "f32",
+        }
+    }
+    fn bytes(&self) -> usize {
+        match self {
+            Residual::Bf16 => BF,
+            Residual::F32 => 4,
+        }
+    }
+    fn out(&self) -> OutType {
+        match self {
+            Residual::Bf16 => OutType::Bf16,
+            Residual::F32 => OutType::F32,
+        }
+    }
+    /// Kernel-name suffix of the entry points that touch the residual.
+    fn suffix(&self) -> &'static str {
+        match self {
+            Residual::Bf16 => "",
+            Residual::F32 => "_f32",
+        }
+    }
+}
+
+/// The entry points that read or write the residual stream, for one residual type.
+struct ResidKernels {
     embed: Kernel,
     embed_window: Kernel,
     rmsnorm: Kernel,
     rmsnorm_block: Kernel,
     rmsnorm_rows: Kernel,
+    gather_block: Kernel,
+}
+
+impl ResidKernels {
+    fn load(gpu: &Gpu, r: Residual) -> Result<Self> {
+        let kn = |n: &str| gpu.kernel(&format!("{n}{}", r.suffix()));
+        Ok(Self {
+            embed: kn("embed_gather")?,
+            embed_window: kn("embed_window")?,
+            rmsnorm: kn("rmsnorm")?,
+            rmsnorm_block: kn("rmsnorm_block")?,
+            rmsnorm_rows: kn("rmsnorm_rows")?,
+            gather_block: kn("gather_block")?,
+        })
+    }
+}
+
+struct Kernels {
+    r: ResidKernels,
     qkv_rope: Kernel,
     swiglu: Kernel,
     attn: Kernel,
@@ -69,6 +137,8 @@ struct Workspace {
     pad: DevBuf,
     keys: DevBuf,
     resid: DevBuf,
+    /// The block rows' residual through the last layer (`b × block` rows).
+    tail: DevBuf,
     hn: DevBuf,
     qkv: DevBuf,
     q: DevBuf,
@@ -102,6 +172,14 @@ enum Pass {
     Window { w: usize },
 }
 
+/// Where the block's rows sit among a pass's rows: row `base + block·stride + j` of each batch
+/// row (block = the device-side block index), the logits shift already in `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tail {
+    base: i32,
+    stride: i32,
+}
+
 pub struct Engine {
     ws: Option<Workspace>,
     layers: Vec<LayerW>,
@@ -119,6 +197,10 @@ pub struct Engine {
     /// Attention CTA size: 4 or 8 warps, 0 = by grid size.
     attn_warps: usize,
     sms: usize,
+    resid: Residual,
+    /// Run the last layer on the block's rows only in sampler steps (`DLM_TAIL_ROWS=0`: every
+    /// row, for A/B checks).
+    tail_rows: bool,
     /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
     marks: std::cell::RefCell<Option<Vec<(&'static str, cudarc::driver::sys::CUevent)>>>,
 }
@@ -141,11 +223,7 @@ impl Engine {
         let blas = Blas::new(&gpu)?;
         let kn = |n: &str| gpu.kernel(n);
         let k = Kernels {
-            embed: kn("embed_gather")?,
-            embed_window: kn("embed_window")?,
-            rmsnorm: kn("rmsnorm")?,
-            rmsnorm_block: kn("rmsnorm_block")?,
-            rmsnorm_rows: kn("rmsnorm_rows")?,
+            r: ResidKernels::load(&gpu, Residual::Bf16)?,
             qkv_rope: kn("qkv_rope")?,
             swiglu: kn("swiglu")?,
             attn: kn(&format!("attn_fwd_hd{}", cfg.head_dim()))?,
@@ -238,13 +316,30 @@ impl Engine {
             weight_bytes: bytes,
             attn_warps,
             sms: gpu.sm_count,
+            resid: Residual::Bf16,
+            tail_rows: std::env::var("DLM_TAIL_ROWS").map_or(true, |v| v != "0"),
             gpu,
             marks: std::cell::RefCell::new(None),
         })
     }
 
+    /// Switch the residual stream's precision (drops the workspace; bf16 after `load`).
+    pub fn set_residual(&mut self, r: Residual) -> Result<()> {
+        if r != self.resid {
+            self.k.r = ResidKernels::load(&self.gpu, r)?;
+            self.resid = r;
+            self.ws = None;
+        }
+        Ok(())
+    }
+
+    pub fn residual(&self) -> Residual {
+        self.resid
+    }
+
     /// Bytes of activation workspace for `b` rows × `s` positions and `out_rows` LM-head rows.
-    pub fn workspace_bytes(cfg: &LlamaConfig, b: usize, s: usize, out_rows: usize) -> usize {
+    pub fn workspace_bytes(&self, b: usize, s: usize, out_rows: usize) -> usize {
+        let (cfg, rb) = (&self.cfg, self.resid.bytes());
         let t = b * s;
         let (h, i, v, hd) = (
             cfg.hidden_size,
@@ -253,7 +348,7 @@ impl Engine {
             cfg.head_dim(),
         );
         let (nh, kv) = (cfg.num_attention_heads, cfg.kv_heads());
-        let per_tok = 4 * h            // resid fp32
+        let per_tok = rb * h           // resid
             + BF * h                   // hn
             + BF * (nh + 2 * kv) * hd  // qkv
             + BF * (nh + 2 * kv) * hd  // q, k, v
@@ -261,7 +356,7 @@ impl Engine {
             + BF * 2 * i               // gate/up
             + BF * i                   // act
             + 4; // x
-        t * per_tok + out_rows * (BF * h + 4 * v + 20 + 80) + b * 16 + (64 << 20)
+        t * per_tok + out_rows * ((BF + rb) * h + 4 * v + 20 + 80) + b * 16 + (64 << 20)
     }
 
     fn ensure_workspace(&mut self, b: usize, s: usize, out_rows: usize) -> Result<()> {
@@ -277,10 +372,10 @@ impl Engine {
             );
         }
         self.ws = None; // free the old one first
-        let need = Self::workspace_bytes(&self.cfg, b, s, out_rows);
+        let need = self.workspace_bytes(b, s, out_rows);
         let (free, _) = self.gpu.mem_info()?;
         if need as f64 > free as f64 * 0.95 {
-            let per_row = Self::workspace_bytes(&self.cfg, 1, s, out_rows / b.max(1)) as f64;
+            let per_row = self.workspace_bytes(1, s, out_rows / b.max(1)) as f64;
             let fit = ((free as f64 * 0.95) / per_row).floor() as usize;
             return Err(crate::error::usage(format!(
                 "batch size {b} at sequence length {s} needs about {:.1} GiB of GPU workspace, \
@@ -308,7 +403,8 @@ impl Engine {
             x: g.alloc(t * 4)?,
             pad: g.alloc(b * 4)?,
             keys: g.alloc(b * 8)?,
-            resid: g.alloc(t * h * 4)?,
+            resid: g.alloc(t * h * self.resid.bytes())?,
+            tail: g.alloc(out_rows.max(1) * h * self.resid.bytes())?,
             hn: g.alloc(t * h * BF)?,
             qkv: g.alloc(t * (nh + 2 * kv) * hd * BF)?,
             q: g.alloc(t * nh * hd * BF)?,

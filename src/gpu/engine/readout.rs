@@ -18,10 +18,10 @@ impl Engine {
         let rows: Vec<i32> = at.iter().map(|&(r, p)| (r * s + p) as i32).collect();
         let ws = self.ws.as_ref().unwrap();
         self.gpu.write(&ws.rows, 0, &rows)?;
-        self.enqueue_body(b, s, 0, 1, Pass::Full { cache: false })?;
+        self.enqueue_body(b, s, 0, 1, Pass::Full { cache: false }, None)?;
         let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
         self.gpu.launch(
-            self.k.rmsnorm_rows,
+            self.k.r.rmsnorm_rows,
             (at.len() as u32, 1, 1),
             (256, 1, 1),
             0,

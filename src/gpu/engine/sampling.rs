@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::{Engine, Pass};
+use super::{Engine, Pass, Tail};
 use crate::kargs;
 
 /// Approximate KV caching across the steps of a block (Fast-dLLM).
@@ -117,41 +117,62 @@ impl Engine {
         pass: Pass,
     ) -> Result<()> {
         let blk = p.block_length;
-        self.enqueue_body(b, s, gen_start, blk, pass)?;
-        let ws = self.ws.as_ref().unwrap();
-        let g = &self.gpu;
-        let rows = b * blk;
-        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
         let (si, blki, gs, sh) = (
             s as i32,
             blk as i32,
             gen_start as i32,
             p.logits_shift as i32,
         );
-        // Where the block's rows sit in the residual stream: (rows apart, first, stride).
-        let (ns, ngs, nstride) = match pass {
-            Pass::Full { .. } => (si, gs, blki),
-            Pass::Window { w } => (w as i32, 0, 0),
+        // Only the block's rows are read after the body: the last layer covers just those
+        // (unless the pass is no longer than the block, or a shift reaches before row 0).
+        let tail = match pass {
+            _ if !self.tail_rows => None,
+            Pass::Full { .. } if gs >= sh && s > blk => Some(Tail {
+                base: gs - sh,
+                stride: blki,
+            }),
+            Pass::Window { w } if w > blk => Some(Tail { base: 0, stride: 0 }),
+            _ => None,
         };
-        g.launch(
-            self.k.rmsnorm_block,
-            (rows as u32, 1, 1),
-            (256, 1, 1),
-            0,
-            &mut kargs![
-                &ws.resid.ptr,
-                &self.norm.ptr,
-                &ws.hb.ptr,
-                &h,
-                &eps,
-                &ws.state.ptr,
-                &ns,
-                &blki,
-                &ngs,
-                &sh,
-                &nstride
-            ],
-        )?;
+        self.enqueue_body(b, s, gen_start, blk, pass, tail)?;
+        let ws = self.ws.as_ref().unwrap();
+        let g = &self.gpu;
+        let rows = b * blk;
+        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
+        if tail.is_some() {
+            g.launch(
+                self.k.r.rmsnorm,
+                (rows as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut kargs![&ws.tail.ptr, &self.norm.ptr, &ws.hb.ptr, &h, &eps],
+            )?;
+        } else {
+            // Where the block's rows sit in the residual stream: (rows apart, first, stride).
+            let (ns, ngs, nstride) = match pass {
+                Pass::Full { .. } => (si, gs, blki),
+                Pass::Window { w } => (w as i32, 0, 0),
+            };
+            g.launch(
+                self.k.r.rmsnorm_block,
+                (rows as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut kargs![
+                    &ws.resid.ptr,
+                    &self.norm.ptr,
+                    &ws.hb.ptr,
+                    &h,
+                    &eps,
+                    &ws.state.ptr,
+                    &ns,
+                    &blki,
+                    &ngs,
+                    &sh,
+                    &nstride
+                ],
+            )?;
+        }
         self.mark("final_norm")?;
         self.enqueue_head(rows)?;
         self.mark("lm_head")?;
