@@ -1,14 +1,17 @@
 // Bidirectional attention with GQA and a key-padding mask, flash-style (FlashAttention-2
-// layout): one CTA = NW warps of 16 queries of one (batch row, head) (NW = 4 or 8: eight
-// share each K/V tile across 128 queries, four fill the GPU better on small batches); queries
+// layout): one CTA = NW warps of MT x 16 queries of one (batch row, head); queries
 // Q [B, NH, Sq, HD], keys and values K, V [B, KVH, Skv, HD] (Sq = Skv for a full pass; a cache
 // step's window attends from its Sq rows to every cached key). Keys/values stream through
-// shared memory in tiles of 64, double-buffered with cp.async (the next tile loads while this
+// shared memory in tiles of BK, double-buffered with cp.async (the next tile loads while this
 // one computes), with an online softmax, so the S x S score matrix never exists. QK^T and PV
 // run on the bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation); K fragments come from
 // ldmatrix, V fragments from ldmatrix.trans. Left padding: the first pad[b] keys of row b are
-// masked (and whole padded key tiles are skipped). Dynamic shared memory: attn_smem_bytes(HD).
-#define BK 64
+// masked (and whole padded key tiles are skipped). Dynamic shared memory: 4 * BK * (HD + 8) * 2
+// bytes (src/gpu/engine attn_smem_bytes).
+// Variants (the engine picks by grid size): MT = 1, BK = 64 with 4 or 8 warps (small batches,
+// windows); MT = 2, BK = 32, 4 warps (full passes of large batches: every K/V fragment read
+// from shared memory feeds two m-tiles, halving shared-memory traffic per FLOP, the limit of
+// the one-m-tile form).
 #define KPAD 8
 
 __device__ __forceinline__ void mma_bf16_16816(float* c, const u32* a, u32 b0, u32 b1) {
@@ -42,8 +45,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 
-// One 64-row tile of K or V (rows row0.., HD columns) into shared memory (row stride HD+KPAD).
-template <int HD>
+// One BK-row tile of K or V (rows row0.., HD columns) into shared memory (row stride HD+KPAD).
+template <int HD, int BK>
 __device__ __forceinline__ void load_tile_async(bf16* __restrict__ dst, const bf16* __restrict__ src,
                                                 int row0, int S) {
     constexpr int LDS = HD + KPAD;
@@ -55,7 +58,7 @@ __device__ __forceinline__ void load_tile_async(bf16* __restrict__ dst, const bf
     }
 }
 
-template <int HD, int NW>
+template <int HD, int NW, int MT, int BK>
 __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                                           const bf16* __restrict__ V, bf16* __restrict__ O,
                                           const int* __restrict__ pad, int Sq, int S, int NH,
@@ -72,41 +75,48 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
     const bf16* Qb = Q + ((u64)b * NH + h) * Sq * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
     const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
-    const int q0 = qt * 16 * NW;
+    const int q0 = qt * 16 * MT * NW + warp * 16 * MT;  // this warp's first query
     const int kstart = pad[b];
     const int t0 = kstart / BK, nt = (S + BK - 1) / BK;
 
     // Start the first K/V tile, then Q fragments straight from global memory into registers.
     if (t0 < nt) {
-        load_tile_async<HD>(sK, Kb, t0 * BK, S);
-        load_tile_async<HD>(sV, Vb, t0 * BK, S);
+        load_tile_async<HD, BK>(sK, Kb, t0 * BK, S);
+        load_tile_async<HD, BK>(sV, Vb, t0 * BK, S);
     }
     cp_async_commit();
-    const int r0 = warp * 16 + g;
-    const int qa = q0 + r0, qb = q0 + r0 + 8;
-    const bool active = q0 + warp * 16 < Sq;  // a warp whose 16 rows are all past Sq idles
-    u32 qf[HD / 16][4];
+    const bool active = q0 < Sq;  // a warp whose rows are all past Sq idles
+    u32 qf[MT][HD / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-        const int c = kk * 16 + tq * 2;
-        qf[kk][0] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c) : 0u;
-        qf[kk][1] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c) : 0u;
-        qf[kk][2] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c + 8) : 0u;
-        qf[kk][3] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c + 8) : 0u;
+    for (int m = 0; m < MT; m++) {
+        const int qa = q0 + m * 16 + g, qb = qa + 8;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const int c = kk * 16 + tq * 2;
+            qf[m][kk][0] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c) : 0u;
+            qf[m][kk][1] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c) : 0u;
+            qf[m][kk][2] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c + 8) : 0u;
+            qf[m][kk][3] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c + 8) : 0u;
+        }
     }
 
-    float o[HD / 8][4];
+    float o[MT][HD / 8][4];
+    float mrow[MT][2], lrow[MT][2];
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.f;
+        mrow[m][0] = mrow[m][1] = NEG_INF;
+        lrow[m][0] = lrow[m][1] = 0.f;
+    }
     // ldmatrix row addresses: K (x4 over two 16-wide k chunks), V (x4.trans over two n blocks).
     const int mi = lane >> 3, ri = lane & 7;
 
     for (int t = t0; t < nt; t++) {
         const int st = (t - t0) & 1;
         if (t + 1 < nt) {
-            load_tile_async<HD>(sK + (st ^ 1) * TILE, Kb, (t + 1) * BK, S);
-            load_tile_async<HD>(sV + (st ^ 1) * TILE, Vb, (t + 1) * BK, S);
+            load_tile_async<HD, BK>(sK + (st ^ 1) * TILE, Kb, (t + 1) * BK, S);
+            load_tile_async<HD, BK>(sV + (st ^ 1) * TILE, Vb, (t + 1) * BK, S);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -117,105 +127,129 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
             const bf16* cK = sK + st * TILE;
             const bf16* cV = sV + st * TILE;
             const int k0 = t * BK;
-            float s[BK / 8][4];
+            float s[MT][BK / 8][4];
 #pragma unroll
             for (int n = 0; n < BK / 8; n++) {
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+                for (int m = 0; m < MT; m++) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
                 const u32 base = smem_addr(cK + (n * 8 + ri) * LDS + mi * 8);
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; kk += 2) {
                     u32 b0, b1, b2, b3;
                     ldsm_x4(b0, b1, b2, b3, base + kk * 16 * 2);
-                    mma_bf16_16816(s[n], qf[kk], b0, b1);
-                    mma_bf16_16816(s[n], qf[kk + 1], b2, b3);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        mma_bf16_16816(s[m][n], qf[m][kk], b0, b1);
+                        mma_bf16_16816(s[m][n], qf[m][kk + 1], b2, b3);
+                    }
                 }
             }
-            // Scale into the log2 domain and mask padded / out-of-range keys.
-            float mx0 = NEG_INF, mx1 = NEG_INF;
+            u32 pa[MT][BK / 16][4];
 #pragma unroll
-            for (int n = 0; n < BK / 8; n++) {
+            for (int m = 0; m < MT; m++) {
+                // Scale into the log2 domain and mask padded / out-of-range keys.
+                float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = k0 + n * 8 + tq * 2 + (e & 1);
-                    s[n][e] = (key >= kstart && key < S) ? s[n][e] * scale_log2 : NEG_INF;
+                for (int n = 0; n < BK / 8; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = k0 + n * 8 + tq * 2 + (e & 1);
+                        s[m][n][e] = (key >= kstart && key < S) ? s[m][n][e] * scale_log2 : NEG_INF;
+                    }
+                    mx0 = fmaxf(mx0, fmaxf(s[m][n][0], s[m][n][1]));
+                    mx1 = fmaxf(mx1, fmaxf(s[m][n][2], s[m][n][3]));
                 }
-                mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-            // A tile with every key masked for this row keeps the old state (guards -inf - -inf).
-            float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
-            float a0 = exp2f(m0 - base0), a1 = exp2f(m1 - base1);
-            m0 = mn0;
-            m1 = mn1;
-            float ps0 = 0.f, ps1 = 0.f;
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                float mn0 = fmaxf(mrow[m][0], mx0), mn1 = fmaxf(mrow[m][1], mx1);
+                // A tile with every key masked for this row keeps the old state (guards -inf - -inf).
+                float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
+                float a0 = exp2f(mrow[m][0] - base0), a1 = exp2f(mrow[m][1] - base1);
+                mrow[m][0] = mn0;
+                mrow[m][1] = mn1;
+                float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
-            for (int n = 0; n < BK / 8; n++) {
-                s[n][0] = exp2f(s[n][0] - base0);
-                s[n][1] = exp2f(s[n][1] - base0);
-                s[n][2] = exp2f(s[n][2] - base1);
-                s[n][3] = exp2f(s[n][3] - base1);
-                ps0 += s[n][0] + s[n][1];
-                ps1 += s[n][2] + s[n][3];
-            }
-            l0 = l0 * a0 + ps0;
-            l1 = l1 * a1 + ps1;
+                for (int n = 0; n < BK / 8; n++) {
+                    s[m][n][0] = exp2f(s[m][n][0] - base0);
+                    s[m][n][1] = exp2f(s[m][n][1] - base0);
+                    s[m][n][2] = exp2f(s[m][n][2] - base1);
+                    s[m][n][3] = exp2f(s[m][n][3] - base1);
+                    ps0 += s[m][n][0] + s[m][n][1];
+                    ps1 += s[m][n][2] + s[m][n][3];
+                }
+                lrow[m][0] = lrow[m][0] * a0 + ps0;
+                lrow[m][1] = lrow[m][1] * a1 + ps1;
 #pragma unroll
-            for (int n = 0; n < HD / 8; n++) {
-                o[n][0] *= a0;
-                o[n][1] *= a0;
-                o[n][2] *= a1;
-                o[n][3] *= a1;
+                for (int n = 0; n < HD / 8; n++) {
+                    o[m][n][0] *= a0;
+                    o[m][n][1] *= a0;
+                    o[m][n][2] *= a1;
+                    o[m][n][3] *= a1;
+                }
+                // P's accumulator layout is the A-fragment layout of the next mma.
+#pragma unroll
+                for (int kc = 0; kc < BK / 16; kc++) {
+                    pa[m][kc][0] = pack_bf2(s[m][2 * kc][0], s[m][2 * kc][1]);
+                    pa[m][kc][1] = pack_bf2(s[m][2 * kc][2], s[m][2 * kc][3]);
+                    pa[m][kc][2] = pack_bf2(s[m][2 * kc + 1][0], s[m][2 * kc + 1][1]);
+                    pa[m][kc][3] = pack_bf2(s[m][2 * kc + 1][2], s[m][2 * kc + 1][3]);
+                }
             }
-            // O += P V: P's accumulator layout is the A-fragment layout of the next mma.
+            // O += P V.
 #pragma unroll
             for (int kc = 0; kc < BK / 16; kc++) {
-                u32 pa[4];
-                pa[0] = pack_bf2(s[2 * kc][0], s[2 * kc][1]);
-                pa[1] = pack_bf2(s[2 * kc][2], s[2 * kc][3]);
-                pa[2] = pack_bf2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-                pa[3] = pack_bf2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
                 const u32 vbase = smem_addr(cV + (kc * 16 + ri + (mi & 1) * 8) * LDS + (mi >> 1) * 8);
 #pragma unroll
                 for (int n = 0; n < HD / 8; n += 2) {
                     u32 b0, b1, b2, b3;
                     ldsm_x4_t(b0, b1, b2, b3, vbase + n * 8 * 2);
-                    mma_bf16_16816(o[n], pa, b0, b1);
-                    mma_bf16_16816(o[n + 1], pa, b2, b3);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        mma_bf16_16816(o[m][n], pa[m][kc], b0, b1);
+                        mma_bf16_16816(o[m][n + 1], pa[m][kc], b2, b3);
+                    }
                 }
             }
         }
         __syncthreads();
     }
     if (!active) return;
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     const u64 ld = (u64)NH * HD;
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-        int col = h * HD + n * 8 + tq * 2;
-        if (qa < Sq) *(u32*)(O + ((u64)b * Sq + qa) * ld + col) = pack_bf2(o[n][0] * inv0, o[n][1] * inv0);
-        if (qb < Sq) *(u32*)(O + ((u64)b * Sq + qb) * ld + col) = pack_bf2(o[n][2] * inv1, o[n][3] * inv1);
+    for (int m = 0; m < MT; m++) {
+        float l0 = lrow[m][0], l1 = lrow[m][1];
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+        const int qa = q0 + m * 16 + g, qb = qa + 8;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            int col = h * HD + n * 8 + tq * 2;
+            if (qa < Sq)
+                *(u32*)(O + ((u64)b * Sq + qa) * ld + col) = pack_bf2(o[m][n][0] * inv0, o[m][n][1] * inv0);
+            if (qb < Sq)
+                *(u32*)(O + ((u64)b * Sq + qb) * ld + col) = pack_bf2(o[m][n][2] * inv1, o[m][n][3] * inv1);
+        }
     }
 }
 
-#define ATTN_ENTRY(NAME, HDV, NWV)                                                                \
+#define ATTN_ENTRY(NAME, HDV, NWV, MTV, BKV)                                                      \
     extern "C" __global__ void __launch_bounds__(32 * NWV) NAME(                                 \
         const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,      \
         bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,       \
         float scale_log2) {                                                                      \
-        attn_impl<HDV, NWV>(Q, K, V, O, pad, Sq, S, NH, KVH, scale_log2);                        \
+        attn_impl<HDV, NWV, MTV, BKV>(Q, K, V, O, pad, Sq, S, NH, KVH, scale_log2);              \
     }
-ATTN_ENTRY(attn_fwd_hd32, 32, 4)
-ATTN_ENTRY(attn_fwd_hd64, 64, 4)
-ATTN_ENTRY(attn_fwd_hd128, 128, 4)
-ATTN_ENTRY(attn_fwd_w8_hd32, 32, 8)
-ATTN_ENTRY(attn_fwd_w8_hd64, 64, 8)
-ATTN_ENTRY(attn_fwd_w8_hd128, 128, 8)
+ATTN_ENTRY(attn_fwd_hd32, 32, 4, 1, 64)
+ATTN_ENTRY(attn_fwd_hd64, 64, 4, 1, 64)
+ATTN_ENTRY(attn_fwd_hd128, 128, 4, 1, 64)
+ATTN_ENTRY(attn_fwd_w8_hd32, 32, 8, 1, 64)
+ATTN_ENTRY(attn_fwd_w8_hd64, 64, 8, 1, 64)
+ATTN_ENTRY(attn_fwd_w8_hd128, 128, 8, 1, 64)
+ATTN_ENTRY(attn_fwd_m2_hd32, 32, 4, 2, 32)
+ATTN_ENTRY(attn_fwd_m2_hd64, 64, 4, 2, 32)
+ATTN_ENTRY(attn_fwd_m2_hd128, 128, 4, 2, 32)

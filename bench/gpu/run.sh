@@ -37,7 +37,7 @@ for step in "$@"; do
     torch-parity)
       python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning ;;
     profile)
-      ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile${DLM_ATTN_WARPS:-}.json" ;;
+      ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile${DLM_ATTN:-}.json" ;;
     bench)
       ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
     bench-dual)

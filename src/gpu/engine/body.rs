@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::{attn_smem_bytes, Engine, Pass, Tail, BF};
+use super::{AttnVariant, Engine, Pass, Tail, BF};
 use crate::gpu::blas::OutType;
 use crate::kargs;
 
@@ -77,15 +77,17 @@ impl Engine {
         self.mark("embed")?;
         let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
         let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
-        // 8 warps share each K/V tile over 128 queries, unless that leaves SMs idle.
+        // Large grids: two m-tiles per warp (half the shared-memory traffic per FLOP); a grid
+        // that would leave SMs idle at 128 queries per CTA: 64 (4 warps × 16).
         let attn_for = |rows: usize| {
-            let nw = match self.attn_warps {
-                // (a window shorter than 128 rows would idle most of the 8 warps)
-                0 if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms => 8,
-                0 => 4,
-                n => n,
-            };
-            (nw, if nw == 8 { self.k.attn8 } else { self.k.attn })
+            let v = self.attn_force.unwrap_or(
+                if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms {
+                    AttnVariant::M2
+                } else {
+                    AttnVariant::W4
+                },
+            );
+            self.k.attn[v.idx()]
         };
         let n_layers = self.layers.len();
         let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
@@ -156,13 +158,13 @@ impl Engine {
                 ],
             )?;
             self.mark("rope")?;
-            let (attn_nw, attn_k) = attn_for(sq);
+            let ak = attn_for(sq);
             let sqi = sq as i32;
             g.launch(
-                attn_k,
-                ((sq.div_ceil(16 * attn_nw)) as u32, nh as u32, b as u32),
-                (32 * attn_nw as u32, 1, 1),
-                attn_smem_bytes(hd as usize) as u32,
+                ak.k,
+                ((sq.div_ceil(ak.v.rows())) as u32, nh as u32, b as u32),
+                (32 * ak.v.warps() as u32, 1, 1),
+                ak.v.smem_bytes(hd as usize) as u32,
                 &mut kargs![
                     &ws.q.ptr,
                     &k_out,

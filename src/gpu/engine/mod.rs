@@ -119,9 +119,8 @@ struct Kernels {
     r: ResidKernels,
     qkv_rope: Kernel,
     swiglu: Kernel,
-    attn: Kernel,
-    /// The 8-warp variant (128 queries per CTA).
-    attn8: Kernel,
+    /// Attention variants, by the pass's grid ([`AttnVariant`]).
+    attn: [AttnKernel; 3],
     sample: Kernel,
     commit: Kernel,
     advance: Kernel,
@@ -194,8 +193,8 @@ pub struct Engine {
     pub cfg: LlamaConfig,
     pub weight_bytes: usize,
     pub gpu: Gpu,
-    /// Attention CTA size: 4 or 8 warps, 0 = by grid size.
-    attn_warps: usize,
+    /// Attention variant forced by `DLM_ATTN` (none: by grid size).
+    attn_force: Option<AttnVariant>,
     sms: usize,
     resid: Residual,
     /// Run the last layer on the block's rows only in sampler steps (`DLM_TAIL_ROWS=0`: every
@@ -207,10 +206,69 @@ pub struct Engine {
 
 const BF: usize = 2;
 
-/// Dynamic shared memory of the attention kernel: two stages of a 64-key K and V tile, rows
-/// padded by 8 elements (kernels/attention.cu).
-fn attn_smem_bytes(hd: usize) -> usize {
-    4 * 64 * (hd + 8) * BF
+/// The attention kernel's shapes (kernels/attention.cu): warps per CTA, m-tiles (16 queries)
+/// per warp, keys per K/V tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnVariant {
+    /// 4 warps × 16 queries, 64-key tiles: small grids, cache windows.
+    W4,
+    /// 8 warps × 16 queries: 128 queries share each K/V tile.
+    W8,
+    /// 4 warps × 32 queries (two m-tiles per K/V fragment), 32-key tiles: large grids.
+    M2,
+}
+
+impl AttnVariant {
+    fn parse(s: &str) -> Result<Option<Self>> {
+        Ok(match s {
+            "" | "auto" => None,
+            "w4" | "4" => Some(Self::W4),
+            "w8" | "8" => Some(Self::W8),
+            "m2" => Some(Self::M2),
+            o => bail!("DLM_ATTN={o}: expected w4, w8, m2 or auto"),
+        })
+    }
+    fn idx(self) -> usize {
+        self as usize
+    }
+    fn warps(self) -> usize {
+        if self == Self::W8 {
+            8
+        } else {
+            4
+        }
+    }
+    /// Queries per CTA.
+    fn rows(self) -> usize {
+        match self {
+            Self::W4 => 64,
+            Self::W8 | Self::M2 => 128,
+        }
+    }
+    fn key_tile(self) -> usize {
+        if self == Self::M2 {
+            32
+        } else {
+            64
+        }
+    }
+    fn entry(self, hd: usize) -> String {
+        match self {
+            Self::W4 => format!("attn_fwd_hd{hd}"),
+            Self::W8 => format!("attn_fwd_w8_hd{hd}"),
+            Self::M2 => format!("attn_fwd_m2_hd{hd}"),
+        }
+    }
+    /// Dynamic shared memory: two stages of a K and a V tile, rows padded by 8 elements.
+    fn smem_bytes(self, hd: usize) -> usize {
+        4 * self.key_tile() * (hd + 8) * BF
+    }
+}
+
+#[derive(Clone, Copy)]
+struct AttnKernel {
+    k: Kernel,
+    v: AttnVariant,
 }
 
 impl Engine {
@@ -222,25 +280,30 @@ impl Engine {
         let gpu = Gpu::open(ordinal)?;
         let blas = Blas::new(&gpu)?;
         let kn = |n: &str| gpu.kernel(n);
+        let attn_kernel = |v: AttnVariant| -> Result<AttnKernel> {
+            Ok(AttnKernel {
+                k: gpu.kernel(&v.entry(cfg.head_dim()))?,
+                v,
+            })
+        };
         let k = Kernels {
             r: ResidKernels::load(&gpu, Residual::Bf16)?,
             qkv_rope: kn("qkv_rope")?,
             swiglu: kn("swiglu")?,
-            attn: kn(&format!("attn_fwd_hd{}", cfg.head_dim()))?,
-            attn8: kn(&format!("attn_fwd_w8_hd{}", cfg.head_dim()))?,
+            attn: [
+                attn_kernel(AttnVariant::W4)?,
+                attn_kernel(AttnVariant::W8)?,
+                attn_kernel(AttnVariant::M2)?,
+            ],
             sample: kn("sample_block")?,
             commit: kn("commit_topk")?,
             advance: kn("advance")?,
             letter: kn("letter_head")?,
         };
-        gpu.set_max_dynamic_smem(k.attn, attn_smem_bytes(cfg.head_dim()))?;
-        gpu.set_max_dynamic_smem(k.attn8, attn_smem_bytes(cfg.head_dim()))?;
-        let attn_warps = match std::env::var("DLM_ATTN_WARPS").ok().as_deref() {
-            None | Some("") | Some("auto") => 0,
-            Some("4") => 4,
-            Some("8") => 8,
-            Some(o) => bail!("DLM_ATTN_WARPS={o}: expected 4, 8 or auto"),
-        };
+        for a in &k.attn {
+            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim()))?;
+        }
+        let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim();
         let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
@@ -314,7 +377,7 @@ impl Engine {
             blas,
             cfg,
             weight_bytes: bytes,
-            attn_warps,
+            attn_force,
             sms: gpu.sm_count,
             resid: Residual::Bf16,
             tail_rows: std::env::var("DLM_TAIL_ROWS").map_or(true, |v| v != "0"),
