@@ -14,8 +14,9 @@
 // the one-m-tile form).
 #define KPAD 8
 
+// Not volatile: a pure register op, so the compiler may interleave independent mmas.
 __device__ __forceinline__ void mma_bf16_16816(float* c, const u32* a, u32 b0, u32 b1) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -129,20 +130,24 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
             const int k0 = t * BK;
             float s[MT][BK / 8][4];
 #pragma unroll
-            for (int n = 0; n < BK / 8; n++) {
+            for (int n = 0; n < BK / 8; n++)
 #pragma unroll
                 for (int m = 0; m < MT; m++) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.f;
-                const u32 base = smem_addr(cK + (n * 8 + ri) * LDS + mi * 8);
+            // S = Q K^T, 16 head dims at a time: one ldmatrix.x4 gives two key blocks' fragments,
+            // and the mmas of one step all write different accumulators (consecutive dependent
+            // mmas would each wait out the previous one's latency).
+            const u32 kaddr = smem_addr(cK + ((mi >> 1) * 8 + ri) * LDS + (mi & 1) * 8);
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; kk += 2) {
-                    u32 b0, b1, b2, b3;
-                    ldsm_x4(b0, b1, b2, b3, base + kk * 16 * 2);
+            for (int kk = 0; kk < HD / 16; kk++) {
+                u32 kb[BK / 8][2];
 #pragma unroll
-                    for (int m = 0; m < MT; m++) {
-                        mma_bf16_16816(s[m][n], qf[m][kk], b0, b1);
-                        mma_bf16_16816(s[m][n], qf[m][kk + 1], b2, b3);
-                    }
-                }
+                for (int nb = 0; nb < BK / 16; nb++)
+                    ldsm_x4(kb[2 * nb][0], kb[2 * nb][1], kb[2 * nb + 1][0], kb[2 * nb + 1][1],
+                            kaddr + (nb * 16 * LDS + kk * 16) * 2);
+#pragma unroll
+                for (int n = 0; n < BK / 8; n++)
+#pragma unroll
+                    for (int m = 0; m < MT; m++) mma_bf16_16816(s[m][n], qf[m][kk], kb[n][0], kb[n][1]);
             }
             u32 pa[MT][BK / 16][4];
 #pragma unroll

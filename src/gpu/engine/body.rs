@@ -38,7 +38,6 @@ impl Engine {
             c.head_dim() as i32,
         );
         let (nh, kv) = (c.num_attention_heads as i32, c.kv_heads() as i32);
-        let eps = c.rms_norm_eps as f32;
         let qkvn = ((nh + 2 * kv) * hd) as usize;
         let tt = t as u32;
         let (si, wi, gs, blki) = (s as i32, w as i32, gen_start as i32, blk as i32);
@@ -110,13 +109,7 @@ impl Engine {
             } else {
                 (t, ws.resid.ptr)
             };
-            g.launch(
-                rk.rmsnorm,
-                (tt, 1, 1),
-                (256, 1, 1),
-                0,
-                &mut kargs![&ws.resid.ptr, &lw.ln1.ptr, &ws.hn.ptr, &h, &eps],
-            )?;
+            self.enqueue_rmsnorm(ws.resid.ptr, lw.ln1.ptr, ws.hn.ptr, t)?;
             self.mark("rmsnorm")?;
             self.blas.gemm(
                 ws.hn.ptr,
@@ -214,13 +207,7 @@ impl Engine {
                 true,
             )?;
             self.mark("gemm_o")?;
-            g.launch(
-                rk.rmsnorm,
-                (tl_rows as u32, 1, 1),
-                (256, 1, 1),
-                0,
-                &mut kargs![&rbuf, &lw.ln2.ptr, &ws.hn.ptr, &h, &eps],
-            )?;
+            self.enqueue_rmsnorm(rbuf, lw.ln2.ptr, ws.hn.ptr, tl_rows)?;
             self.mark("rmsnorm")?;
             let i2 = 2 * i as usize;
             self.blas.gemm(
@@ -259,6 +246,24 @@ impl Engine {
             self.mark("gemm_down")?;
         }
         Ok(())
+    }
+
+    /// RMSNorm of `rows` residual rows at `x` with weight `gamma` into bf16 `y` (bf16
+    /// residual: a warp per row, 8 rows per CTA; fp32: a CTA per row).
+    pub(super) fn enqueue_rmsnorm(&self, x: u64, gamma: u64, y: u64, rows: usize) -> Result<()> {
+        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
+        let grid = match self.resid {
+            super::Residual::Bf16 => rows.div_ceil(8),
+            super::Residual::F32 => rows,
+        };
+        let n = rows as i32;
+        self.gpu.launch(
+            self.k.r.rmsnorm,
+            (grid as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut kargs![&x, &gamma, &y, &h, &eps, &n],
+        )
     }
 
     /// Profiling: record an event labelled with the op just enqueued (no-op otherwise).

@@ -219,6 +219,7 @@ pub enum AttnVariant {
 }
 
 impl AttnVariant {
+    pub const ALL: [AttnVariant; 3] = [Self::W4, Self::W8, Self::M2];
     fn parse(s: &str) -> Result<Option<Self>> {
         Ok(match s {
             "" | "auto" => None,
@@ -394,6 +395,11 @@ impl Engine {
             self.ws = None;
         }
         Ok(())
+    }
+
+    /// Force one attention variant (None: by grid size, the default).
+    pub fn set_attention(&mut self, v: Option<AttnVariant>) {
+        self.attn_force = v;
     }
 
     pub fn residual(&self) -> Residual {

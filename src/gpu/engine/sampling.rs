@@ -140,13 +140,7 @@ impl Engine {
         let rows = b * blk;
         let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
         if tail.is_some() {
-            g.launch(
-                self.k.r.rmsnorm,
-                (rows as u32, 1, 1),
-                (256, 1, 1),
-                0,
-                &mut kargs![&ws.tail.ptr, &self.norm.ptr, &ws.hb.ptr, &h, &eps],
-            )?;
+            self.enqueue_rmsnorm(ws.tail.ptr, self.norm.ptr, ws.hb.ptr, rows)?;
         } else {
             // Where the block's rows sit in the residual stream: (rows apart, first, stride).
             let (ns, ngs, nstride) = match pass {
