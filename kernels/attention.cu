@@ -150,16 +150,20 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
                     for (int m = 0; m < MT; m++) mma_bf16_16816(s[m][n], qf[m][kk], kb[n][0], kb[n][1]);
             }
             u32 pa[MT][BK / 16][4];
+            // Only a tile holding padded or out-of-range keys needs the mask (warp-uniform).
+            const bool edge = k0 < kstart || k0 + BK > S;
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                // Scale into the log2 domain and mask padded / out-of-range keys.
+                // Raw scores; the scale goes into the exponent's FMA.
                 float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
                 for (int n = 0; n < BK / 8; n++) {
+                    if (edge) {
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int key = k0 + n * 8 + tq * 2 + (e & 1);
-                        s[m][n][e] = (key >= kstart && key < S) ? s[m][n][e] * scale_log2 : NEG_INF;
+                        for (int e = 0; e < 4; e++) {
+                            int key = k0 + n * 8 + tq * 2 + (e & 1);
+                            if (key < kstart || key >= S) s[m][n][e] = NEG_INF;
+                        }
                     }
                     mx0 = fmaxf(mx0, fmaxf(s[m][n][0], s[m][n][1]));
                     mx1 = fmaxf(mx1, fmaxf(s[m][n][2], s[m][n][3]));
@@ -169,29 +173,35 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
                 mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
                 mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
                 float mn0 = fmaxf(mrow[m][0], mx0), mn1 = fmaxf(mrow[m][1], mx1);
-                // A tile with every key masked for this row keeps the old state (guards -inf - -inf).
-                float base0 = mn0 == NEG_INF ? 0.f : mn0, base1 = mn1 == NEG_INF ? 0.f : mn1;
-                float a0 = exp2f(mrow[m][0] - base0), a1 = exp2f(mrow[m][1] - base1);
+                // In the log2 domain; a row with every key so far masked keeps base 0 (guards
+                // -inf - -inf).
+                float base0 = mn0 == NEG_INF ? 0.f : mn0 * scale_log2;
+                float base1 = mn1 == NEG_INF ? 0.f : mn1 * scale_log2;
+                float a0 = fast_exp2(mrow[m][0] * scale_log2 - base0);
+                float a1 = fast_exp2(mrow[m][1] * scale_log2 - base1);
                 mrow[m][0] = mn0;
                 mrow[m][1] = mn1;
                 float ps0 = 0.f, ps1 = 0.f;
 #pragma unroll
                 for (int n = 0; n < BK / 8; n++) {
-                    s[m][n][0] = exp2f(s[m][n][0] - base0);
-                    s[m][n][1] = exp2f(s[m][n][1] - base0);
-                    s[m][n][2] = exp2f(s[m][n][2] - base1);
-                    s[m][n][3] = exp2f(s[m][n][3] - base1);
+                    s[m][n][0] = fast_exp2(fmaf(s[m][n][0], scale_log2, -base0));
+                    s[m][n][1] = fast_exp2(fmaf(s[m][n][1], scale_log2, -base0));
+                    s[m][n][2] = fast_exp2(fmaf(s[m][n][2], scale_log2, -base1));
+                    s[m][n][3] = fast_exp2(fmaf(s[m][n][3], scale_log2, -base1));
                     ps0 += s[m][n][0] + s[m][n][1];
                     ps1 += s[m][n][2] + s[m][n][3];
                 }
                 lrow[m][0] = lrow[m][0] * a0 + ps0;
                 lrow[m][1] = lrow[m][1] * a1 + ps1;
+                // Rescale O only when some row's running max moved (rare after the first tiles).
+                if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
 #pragma unroll
-                for (int n = 0; n < HD / 8; n++) {
-                    o[m][n][0] *= a0;
-                    o[m][n][1] *= a0;
-                    o[m][n][2] *= a1;
-                    o[m][n][3] *= a1;
+                    for (int n = 0; n < HD / 8; n++) {
+                        o[m][n][0] *= a0;
+                        o[m][n][1] *= a0;
+                        o[m][n][2] *= a1;
+                        o[m][n][3] *= a1;
+                    }
                 }
                 // P's accumulator layout is the A-fragment layout of the next mma.
 #pragma unroll

@@ -9,17 +9,25 @@ typedef unsigned long long u64;
 
 __device__ __forceinline__ float bf2f(bf16 x) { return __uint_as_float(((u32)x) << 16); }
 
-// float -> bf16, round to nearest even (NaN stays NaN).
+// float -> bf16, round to nearest even: one hardware cvt (sm_80+).
 __device__ __forceinline__ bf16 f2bf(float f) {
-    u32 u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (bf16)(u >> 16);
+    bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
 }
 
-// Two floats -> one 32-bit word of bf16 (a in the low half, as mma fragments expect).
+// Two floats -> one 32-bit word of bf16 (a in the low half, as mma fragments expect); one cvt.
 __device__ __forceinline__ u32 pack_bf2(float a, float b) {
-    return (u32)f2bf(a) | ((u32)f2bf(b) << 16);
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+}
+
+// 2^x, the SFU approximation (flushes denormal results to 0; exp2(-inf) = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

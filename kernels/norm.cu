@@ -104,12 +104,17 @@ __device__ __forceinline__ u64 block_row(const GenState* __restrict__ st, int r,
     return (u64)b * S + pos;
 }
 
-// Every row: bf16 one warp per row (launch ceil(rows / 8) CTAs of 256 threads), fp32 one CTA
-// per row (launch rows CTAs of 256).
+// Every row: bf16 one warp per row (launch ceil(rows / 8) CTAs of 256 threads), fp32 (and
+// rmsnorm_cta, bf16) one CTA per row (launch rows CTAs of 256).
 extern "C" __global__ void rmsnorm(const bf16* __restrict__ x, const bf16* __restrict__ g,
                                    bf16* __restrict__ y, int H, float eps, int rows) {
     u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row < (u64)rows) rmsnorm_warp(x + row * H, g, y + row * H, H, eps);
+}
+extern "C" __global__ void rmsnorm_cta(const bf16* __restrict__ x, const bf16* __restrict__ g,
+                                       bf16* __restrict__ y, int H, float eps, int rows) {
+    u64 row = blockIdx.x;
+    rmsnorm_row<bf16>(x + row * H, g, y + row * H, H, eps);
 }
 extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const bf16* __restrict__ g,
                                        bf16* __restrict__ y, int H, float eps, int rows) {

@@ -252,9 +252,10 @@ impl Engine {
     /// residual: a warp per row, 8 rows per CTA; fp32: a CTA per row).
     pub(super) fn enqueue_rmsnorm(&self, x: u64, gamma: u64, y: u64, rows: usize) -> Result<()> {
         let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
-        let grid = match self.resid {
-            super::Residual::Bf16 => rows.div_ceil(8),
-            super::Residual::F32 => rows,
+        let grid = if self.k.r.norm_cta {
+            rows
+        } else {
+            rows.div_ceil(8)
         };
         let n = rows as i32;
         self.gpu.launch(
