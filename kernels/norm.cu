@@ -51,47 +51,6 @@ __device__ __forceinline__ void rmsnorm_row(const R* __restrict__ x, const bf16*
     }
 }
 
-// bf16 residual rows, one warp per row: 16-byte loads, 8 per lane kept in registers
-// (H <= 2048 in one read; longer rows are read twice), warp shuffles only (no barrier).
-#define NORM_WARP_VEC 8
-__device__ __forceinline__ void rmsnorm_warp(const bf16* __restrict__ x, const bf16* __restrict__ g,
-                                             bf16* __restrict__ y, int H, float eps) {
-    const int lane = threadIdx.x & 31;
-    uint4 v[NORM_WARP_VEC];
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < NORM_WARP_VEC; k++) {
-        int i = (lane + 32 * k) * 8;
-        v[k] = i < H ? *(const uint4*)(x + i) : make_uint4(0u, 0u, 0u, 0u);
-        const u32 w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float a = __uint_as_float(w[e] << 16), b = __uint_as_float(w[e] & 0xffff0000u);
-            ss += a * a + b * b;
-        }
-    }
-    for (int i = (lane + 32 * NORM_WARP_VEC) * 8; i < H; i += 256) {
-        float4 a = load4(x + i), b = load4(x + i + 4);
-        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-    }
-    ss = warp_sum(ss);
-    const float r = rsqrtf(ss / (float)H + eps);
-    for (int k = 0; (lane + 32 * k) * 8 < H; k++) {
-        const int i = (lane + 32 * k) * 8;
-        const uint4 xv = k < NORM_WARP_VEC ? v[k] : *(const uint4*)(x + i);
-        const uint4 gv = *(const uint4*)(g + i);
-        const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w};
-        u32 o[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float a = __uint_as_float(xw[e] << 16) * r * __uint_as_float(gw[e] << 16);
-            float b = __uint_as_float(xw[e] & 0xffff0000u) * r * __uint_as_float(gw[e] & 0xffff0000u);
-            o[e] = pack_bf2(a, b);
-        }
-        *(uint4*)(y + i) = make_uint4(o[0], o[1], o[2], o[3]);
-    }
-}
-
 // The residual row of block row r = (b, j): sequence position
 // gen_start + block*stride + j - shift of batch row b (rows S apart). A window step passes
 // S = W, gen_start = 0, stride = 0: the block is the window's first blk rows.
@@ -104,25 +63,12 @@ __device__ __forceinline__ u64 block_row(const GenState* __restrict__ st, int r,
     return (u64)b * S + pos;
 }
 
-// Every row: bf16 one warp per row (launch ceil(rows / 8) CTAs of 256 threads), fp32 (and
-// rmsnorm_cta, bf16) one CTA per row (launch rows CTAs of 256).
-extern "C" __global__ void rmsnorm(const bf16* __restrict__ x, const bf16* __restrict__ g,
-                                   bf16* __restrict__ y, int H, float eps, int rows) {
-    u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row < (u64)rows) rmsnorm_warp(x + row * H, g, y + row * H, H, eps);
-}
-extern "C" __global__ void rmsnorm_cta(const bf16* __restrict__ x, const bf16* __restrict__ g,
-                                       bf16* __restrict__ y, int H, float eps, int rows) {
-    u64 row = blockIdx.x;
-    rmsnorm_row<bf16>(x + row * H, g, y + row * H, H, eps);
-}
-extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const bf16* __restrict__ g,
-                                       bf16* __restrict__ y, int H, float eps, int rows) {
-    u64 row = blockIdx.x;
-    rmsnorm_row<float>(x + row * H, g, y + row * H, H, eps);
-}
-
 #define NORM_ENTRIES(SUF, R)                                                                     \
+    extern "C" __global__ void rmsnorm##SUF(const R* __restrict__ x, const bf16* __restrict__ g, \
+                                            bf16* __restrict__ y, int H, float eps) {            \
+        u64 row = blockIdx.x;                                                                    \
+        rmsnorm_row<R>(x + row * H, g, y + row * H, H, eps);                                     \
+    }                                                                                            \
     extern "C" __global__ void rmsnorm_block##SUF(                                              \
         const R* __restrict__ x, const bf16* __restrict__ g, bf16* __restrict__ y, int H,         \
         float eps, const GenState* __restrict__ st, int S, int blk, int gen_start, int shift,    \

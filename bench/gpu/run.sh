@@ -15,6 +15,18 @@ echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY)"; nvidia-smi --query-gpu=name,
 T=/tmp/teacher
 B=${BATCHES:-1,16,64}
 ts() { date +%H:%M:%S; }
+# Run a command while sampling SM clock / power every 0.5 s; prints their mean and min after
+# (a sustained run at the matmul ceiling is power-limited: its clock is below a short run's).
+clocks() {
+  local name=$1; shift
+  nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits -lms 500 > "$out/clocks_$name.csv" 2>/dev/null &
+  local mon=$!
+  "$@"; local rc=$?
+  kill $mon 2>/dev/null; wait $mon 2>/dev/null
+  awk -F', *' -v n="$name" '$1+0>0 {c+=$1; p+=$2; k++; if (min==""||$1<min) min=$1; if ($2>pm) pm=$2}
+    END {if (k) printf "clocks %s: SM mean %.0f MHz (min %d), power mean %.0f W (max %.0f), %d samples\n", n, c/k, min, p/k, pm, k}' "$out/clocks_$name.csv"
+  return $rc
+}
 for step in "$@"; do
   echo "=== $step $(ts)"
   case $step in
@@ -39,7 +51,7 @@ for step in "$@"; do
     profile)
       ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile${DLM_ATTN:-}.json" ;;
     bench)
-      ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
+      clocks dlm ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
     bench-dual)
       ./dlm-gpu bench --teacher $T --batches $B --cache dual --out "$out/bench_dlm_dual.json" ;;
     bench-prefix)
@@ -52,11 +64,11 @@ for step in "$@"; do
       [ -f /tmp/teacher16/config.json ] || python3 make_teacher.py --out /tmp/teacher16 --head-scale 16
       ./dlm-gpu approx --teacher /tmp/teacher16 --batch ${APPROX_BATCH:-16} --out "$out/approx_peaked.json" ;;
     torch-eager)
-      python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4 ;;
+      clocks torch_eager python3 torch_sampler_ref.py --modes block --batches $B --out "$out/bench_torch_eager.json" | tail -n 4 ;;
     torch-dual)
       python3 torch_sampler_ref.py --modes dual --batches $B --out "$out/bench_torch_dual.json" | tail -n 4 ;;
     torch-compile)
-      python3 torch_sampler_ref.py --modes block --batches $B --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 4 ;;
+      clocks torch_compile python3 torch_sampler_ref.py --modes block --batches $B --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 4 ;;
     table)
       python3 table.py "$out" | tee "$out/table.md" ;;
     *) echo "unknown step $step"; exit 2 ;;

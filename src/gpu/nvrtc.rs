@@ -34,7 +34,6 @@ pub const ENTRY_POINTS: &[&str] = &[
     "rmsnorm_block",
     "rmsnorm_rows",
     "gather_block",
-    "rmsnorm_cta",
     "embed_gather_f32",
     "embed_window_f32",
     "rmsnorm_f32",

@@ -93,8 +93,6 @@ impl Residual {
 
 /// The entry points that read or write the residual stream, for one residual type.
 struct ResidKernels {
-    /// `rmsnorm` runs a CTA per row (else a warp per row, 8 rows per CTA).
-    norm_cta: bool,
     embed: Kernel,
     embed_window: Kernel,
     rmsnorm: Kernel,
@@ -106,17 +104,10 @@ struct ResidKernels {
 impl ResidKernels {
     fn load(gpu: &Gpu, r: Residual) -> Result<Self> {
         let kn = |n: &str| gpu.kernel(&format!("{n}{}", r.suffix()));
-        // DLM_NORM_CTA=1: the CTA-per-row RMSNorm for a bf16 residual too (A/B profiling).
-        let cta = r == Residual::Bf16 && std::env::var("DLM_NORM_CTA").is_ok_and(|v| v == "1");
         Ok(Self {
-            norm_cta: r == Residual::F32 || cta,
             embed: kn("embed_gather")?,
             embed_window: kn("embed_window")?,
-            rmsnorm: if cta {
-                gpu.kernel("rmsnorm_cta")?
-            } else {
-                kn("rmsnorm")?
-            },
+            rmsnorm: kn("rmsnorm")?,
             rmsnorm_block: kn("rmsnorm_block")?,
             rmsnorm_rows: kn("rmsnorm_rows")?,
             gather_block: kn("gather_block")?,
