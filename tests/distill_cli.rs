@@ -395,6 +395,8 @@ fn approximate_modes_are_opt_in_and_recorded() {
         std::fs::read_to_string(s.dir.join("exact.json.parts/00000-of-00001.jsonl")).unwrap();
     let header: Value = serde_json::from_str(part.lines().next().unwrap()).unwrap();
     assert_eq!(header["fingerprint"]["backend"], "cpu");
+    // The GPU residual precision is a cuda-only fingerprint field.
+    assert!(header["fingerprint"].get("gpu_residual").is_none());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&exact).unwrap()).unwrap();
     assert!(
         v[0]["gen"].get("approximate").is_none(),
@@ -431,6 +433,11 @@ fn approximate_modes_are_opt_in_and_recorded() {
     );
     // Bad settings: exit 2 with the reason, nothing written.
     let bad = s.dir.join("bad.json");
+    fails(
+        &distill(teacher_dir(), &s.prompts, &bad, &["--gpu-residual", "fp16"]),
+        2,
+        "gpu-residual",
+    );
     fails(
         &distill(teacher_dir(), &s.prompts, &bad, &["--threshold", "0"]),
         2,
