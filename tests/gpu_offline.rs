@@ -10,7 +10,7 @@ use dlm_data::gpu::engine::CacheMode;
 use dlm_data::gpu::engine::GenParams;
 use dlm_data::gpu::nvrtc;
 use dlm_data::gpu::reference::{self, CpuModel};
-use dlm_data::gpu::weights::{Checkpoint, LlamaConfig};
+use dlm_data::gpu::weights::{self, Weights};
 
 #[test]
 fn kernels_compile_for_sm90_with_every_entry_point() {
@@ -85,21 +85,21 @@ fn tiny(dir: &std::path::Path) {
 
 #[test]
 fn checkpoint_errors_name_the_tensor() {
+    // The engine loads through the teacher's parser and checks (gpu::weights::open), plus the
+    // GPU kernels' own limits.
     let d = tempfile::tempdir().unwrap();
     tiny(d.path());
-    let cfg = LlamaConfig::load(d.path()).unwrap();
-    let ck = Checkpoint::open(d.path()).unwrap();
-    ck.validate(&cfg).unwrap();
+    let (cfg, _) = weights::open(d.path()).unwrap();
     let mut wrong = cfg.clone();
     wrong.intermediate_size = 256;
-    let e = ck.validate(&wrong).unwrap_err().to_string();
+    let e = format!("{:#}", Weights::open(d.path(), &wrong).err().unwrap());
     assert!(
         e.contains("model.layers.0.mlp.gate_proj.weight") && e.contains("[512, 256]"),
         "{e}"
     );
-    let mut untied = cfg.clone();
-    untied.num_hidden_layers = 3;
-    let e = ck.validate(&untied).unwrap_err().to_string();
+    let mut deeper = cfg.clone();
+    deeper.num_layers = 3;
+    let e = format!("{:#}", Weights::open(d.path(), &deeper).err().unwrap());
     assert!(
         e.contains("model.layers.2.input_layernorm.weight") && e.contains("missing"),
         "{e}"
@@ -109,8 +109,11 @@ fn checkpoint_errors_name_the_tensor() {
             .unwrap();
     c["head_dim"] = 48.into();
     std::fs::write(d.path().join("config.json"), c.to_string()).unwrap();
-    let e = format!("{:#}", LlamaConfig::load(d.path()).unwrap_err());
-    assert!(e.contains("head_dim 48"), "{e}");
+    let e = format!("{:#}", weights::open(d.path()).err().unwrap());
+    assert!(
+        e.contains("head_dim 48") && e.contains("config.json"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -609,12 +609,12 @@ fn bench(
     let c = e.cfg.clone();
     let (h, l, v) = (
         c.hidden_size as f64,
-        c.num_hidden_layers as f64,
+        c.num_layers as f64,
         c.vocab_size as f64,
     );
-    let hd = c.head_dim() as f64;
-    let per_layer = h * (c.num_attention_heads as f64 * hd) * 2.0
-        + h * (c.kv_heads() as f64 * hd) * 2.0
+    let hd = c.head_dim as f64;
+    let per_layer = h * (c.num_heads as f64 * hd) * 2.0
+        + h * (c.num_kv_heads as f64 * hd) * 2.0
         + 3.0 * h * c.intermediate_size as f64;
     let body_params = per_layer * l;
     let mut runs = vec![];

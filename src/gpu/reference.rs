@@ -10,7 +10,7 @@ use anyhow::Result;
 use half::bf16;
 use rayon::prelude::*;
 
-use super::weights::{Checkpoint, LlamaConfig};
+use super::weights::LlamaConfig;
 use crate::distill::rng;
 
 fn r(x: f32) -> f32 {
@@ -63,19 +63,21 @@ fn rmsnorm(x: &[f32], g: &[f32], eps: f32) -> Vec<f32> {
 
 impl CpuModel {
     pub fn load(dir: &Path) -> Result<Self> {
-        let cfg = LlamaConfig::load(dir)?;
-        let ck = Checkpoint::open(dir)?;
-        ck.validate(&cfg)?;
+        let (cfg, ck) = super::weights::open(dir)?;
         let (h, i, v, hd) = (
             cfg.hidden_size,
             cfg.intermediate_size,
             cfg.vocab_size,
-            cfg.head_dim(),
+            cfg.head_dim,
         );
-        let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
-        let get = |n: &str, s: Vec<usize>| -> Result<Vec<f32>> { Ok(to_f32(&ck.bf16(n, &s)?)) };
+        let (qd, kd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
+        let get = |n: &str, s: Vec<usize>| -> Result<Vec<f32>> {
+            let (data, shape) = ck.bf16(n)?;
+            anyhow::ensure!(shape == s, "tensor {n}: shape {shape:?}, expected {s:?}");
+            Ok(to_f32(&data))
+        };
         let mut layers = Vec::new();
-        for l in 0..cfg.num_hidden_layers {
+        for l in 0..cfg.num_layers {
             let p = format!("model.layers.{l}");
             let mut qkv = get(&format!("{p}.self_attn.q_proj.weight"), vec![qd, h])?;
             qkv.extend(get(&format!("{p}.self_attn.k_proj.weight"), vec![kd, h])?);
@@ -108,8 +110,8 @@ impl CpuModel {
     /// Logits (fp32, full vocabulary) at `positions` of one left-padded sequence.
     pub fn logits(&self, seq: &[u32], pad: usize, positions: &[usize]) -> Vec<Vec<f32>> {
         let c = &self.cfg;
-        let (h, i, hd) = (c.hidden_size, c.intermediate_size, c.head_dim());
-        let (nh, kv) = (c.num_attention_heads, c.kv_heads());
+        let (h, i, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+        let (nh, kv) = (c.num_heads, c.num_kv_heads);
         let eps = c.rms_norm_eps as f32;
         let s = seq.len();
         let half = hd / 2;
@@ -271,7 +273,7 @@ pub fn write_random_teacher_scaled(
     head_scale: f64,
 ) -> Result<()> {
     std::fs::create_dir_all(dir)?;
-    let cfg: LlamaConfig = serde_json::from_value(config.clone())?;
+    let cfg = LlamaConfig::from_json(&config.to_string())?;
     let mut ctr = 0u64;
     let mut normal = move || {
         ctr += 2;
@@ -280,7 +282,7 @@ pub fn write_random_teacher_scaled(
         (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
     };
     let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (name, shape) in Checkpoint::expected(&cfg) {
+    for (name, shape) in crate::teacher::weights::expected_tensors(&cfg) {
         let n: usize = shape.iter().product();
         let norm = name.ends_with("norm.weight");
         let outer = name == "lm_head.weight" || name == "model.embed_tokens.weight";

@@ -241,6 +241,34 @@ impl Weights {
         Ok((v, info.shape.clone()))
     }
 
+    /// The tensor as little-endian bf16 bytes (borrowed when stored as bf16, converted from
+    /// f16/f32 otherwise), with its shape: what the GPU engine uploads.
+    pub fn bf16(&self, name: &str) -> Result<(std::borrow::Cow<'_, [u8]>, Vec<usize>)> {
+        let (s, info) = self
+            .info(name)
+            .with_context(|| format!("missing tensor `{name}`"))?;
+        let (a, b) = info.data_offsets;
+        let bytes = &s.map[s.data_start + a..s.data_start + b];
+        let out = match info.dtype {
+            Dtype::BF16 => std::borrow::Cow::Borrowed(bytes),
+            Dtype::F16 => bytes
+                .chunks_exact(2)
+                .flat_map(|c| {
+                    half::bf16::from_f32(half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .to_le_bytes()
+                })
+                .collect(),
+            Dtype::F32 => bytes
+                .chunks_exact(4)
+                .flat_map(|c| {
+                    half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()
+                })
+                .collect(),
+            d => anyhow::bail!("tensor `{name}`: unsupported dtype {d:?}"),
+        };
+        Ok((out, info.shape.clone()))
+    }
+
     /// The weight files, for the record.
     pub fn files(&self) -> Vec<&Path> {
         self.shards.iter().map(|s| s.path.as_path()).collect()

@@ -28,16 +28,16 @@ impl Engine {
             Pass::Window { w } => w,
         };
         let cached = pass != Pass::Full { cache: false };
-        if cached && ws.kv.len() != c.num_hidden_layers {
+        if cached && ws.kv.len() != c.num_layers {
             bail!("cache pass without a KV cache");
         }
         let t = b * w;
         let (h, i, hd) = (
             c.hidden_size as i32,
             c.intermediate_size as i32,
-            c.head_dim() as i32,
+            c.head_dim as i32,
         );
-        let (nh, kv) = (c.num_attention_heads as i32, c.kv_heads() as i32);
+        let (nh, kv) = (c.num_heads as i32, c.num_kv_heads as i32);
         let qkvn = ((nh + 2 * kv) * hd) as usize;
         let tt = t as u32;
         let (si, wi, gs, blki) = (s as i32, w as i32, gen_start as i32, blk as i32);

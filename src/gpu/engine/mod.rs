@@ -30,7 +30,7 @@ use anyhow::{bail, Context, Result};
 
 use super::blas::{Blas, OutType};
 use super::driver::{DevBuf, Gpu, Kernel};
-use super::weights::{Checkpoint, LlamaConfig};
+use super::weights::LlamaConfig;
 
 mod body;
 mod diag;
@@ -275,15 +275,13 @@ struct AttnKernel {
 impl Engine {
     /// Open the GPU, validate and upload the checkpoint in `dir`.
     pub fn load(dir: &std::path::Path, ordinal: usize, max_pos: usize) -> Result<Self> {
-        let cfg = LlamaConfig::load(dir)?;
-        let ck = Checkpoint::open(dir)?;
-        ck.validate(&cfg)?;
+        let (cfg, ck) = super::weights::open(dir)?;
         let gpu = Gpu::open(ordinal)?;
         let blas = Blas::new(&gpu)?;
         let kn = |n: &str| gpu.kernel(n);
         let attn_kernel = |v: AttnVariant| -> Result<AttnKernel> {
             Ok(AttnKernel {
-                k: gpu.kernel(&v.entry(cfg.head_dim()))?,
+                k: gpu.kernel(&v.entry(cfg.head_dim))?,
                 v,
             })
         };
@@ -302,12 +300,12 @@ impl Engine {
             letter: kn("letter_head")?,
         };
         for a in &k.attn {
-            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim()))?;
+            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
         }
         let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-        let hd = cfg.head_dim();
-        let (qd, kd) = (cfg.num_attention_heads * hd, cfg.kv_heads() * hd);
+        let hd = cfg.head_dim;
+        let (qd, kd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
         let mut bytes = 0usize;
         let mut up = |names: &[(&str, Vec<usize>)]| -> Result<DevBuf> {
             let total: usize = names
@@ -317,7 +315,10 @@ impl Engine {
             let buf = gpu.alloc(total)?;
             let mut off = 0;
             for (n, s) in names {
-                let data = ck.bf16(n, s)?;
+                let (data, shape) = ck.bf16(n)?;
+                if &shape != s {
+                    bail!("tensor {n}: shape {shape:?}, expected {s:?}");
+                }
                 gpu.write(&buf, off, &data)?;
                 off += data.len();
             }
@@ -325,8 +326,8 @@ impl Engine {
             Ok(buf)
         };
         let embed = up(&[("model.embed_tokens.weight", vec![v, h])])?;
-        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        for l in 0..cfg.num_hidden_layers {
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
             let p = format!("model.layers.{l}");
             let n = |s: &str| format!("{p}.{s}.weight");
             layers.push(LayerW {
@@ -414,9 +415,9 @@ impl Engine {
             cfg.hidden_size,
             cfg.intermediate_size,
             cfg.vocab_size,
-            cfg.head_dim(),
+            cfg.head_dim,
         );
-        let (nh, kv) = (cfg.num_attention_heads, cfg.kv_heads());
+        let (nh, kv) = (cfg.num_heads, cfg.num_kv_heads);
         let per_tok = rb * h           // resid
             + BF * h                   // hn
             + BF * (nh + 2 * kv) * hd  // qkv
@@ -457,13 +458,8 @@ impl Engine {
         }
         let c = &self.cfg;
         let t = b * s;
-        let (h, i, v, hd) = (
-            c.hidden_size,
-            c.intermediate_size,
-            c.vocab_size,
-            c.head_dim(),
-        );
-        let (nh, kv) = (c.num_attention_heads, c.kv_heads());
+        let (h, i, v, hd) = (c.hidden_size, c.intermediate_size, c.vocab_size, c.head_dim);
+        let (nh, kv) = (c.num_heads, c.num_kv_heads);
         let g = &self.gpu;
         self.ws = Some(Workspace {
             b,
@@ -501,7 +497,7 @@ impl Engine {
 
     /// Bytes of the per-layer K/V cache for `b × s`.
     pub fn kv_cache_bytes(cfg: &LlamaConfig, b: usize, s: usize) -> usize {
-        cfg.num_hidden_layers * 2 * b * s * cfg.kv_heads() * cfg.head_dim() * BF
+        cfg.num_layers * 2 * b * s * cfg.num_kv_heads * cfg.head_dim * BF
     }
 
     /// Allocate the per-layer K/V cache for the workspace's `b × s` (cache modes).
@@ -523,8 +519,8 @@ impl Engine {
                 self.gpu.name
             )));
         }
-        let per = need / self.cfg.num_hidden_layers;
-        for _ in 0..self.cfg.num_hidden_layers {
+        let per = need / self.cfg.num_layers;
+        for _ in 0..self.cfg.num_layers {
             ws.kv.push(self.gpu.alloc(per)?);
         }
         Ok(())
