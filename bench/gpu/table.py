@@ -1,5 +1,7 @@
 """Print the speed table from run.sh's JSON results: generated tokens/s, model TFLOP/s, peak
-memory and dlm-gpu's ratio to each PyTorch variant (same shape, same GPU, same run)."""
+memory and dlm-gpu's ratio to each PyTorch variant (same shape, same GPU, same run). A batch
+listed twice (torch.compile: first run recompiles, second is the steady state) keeps its last
+entry."""
 import json, os, sys
 
 d = sys.argv[1]

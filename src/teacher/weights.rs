@@ -216,13 +216,18 @@ impl Weights {
         Ok(())
     }
 
-    /// The tensor's values widened to f32, with its shape.
-    pub fn f32(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
+    /// The tensor's stored bytes and its header entry.
+    fn raw(&self, name: &str) -> Result<(&[u8], &TensorInfo)> {
         let (s, info) = self
             .info(name)
             .with_context(|| format!("missing tensor `{name}`"))?;
         let (a, b) = info.data_offsets;
-        let bytes = &s.map[s.data_start + a..s.data_start + b];
+        Ok((&s.map[s.data_start + a..s.data_start + b], info))
+    }
+
+    /// The tensor's values widened to f32, with its shape.
+    pub fn f32(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
+        let (bytes, info) = self.raw(name)?;
         let v = match info.dtype {
             Dtype::F32 => bytes
                 .chunks_exact(4)
@@ -244,11 +249,7 @@ impl Weights {
     /// The tensor as little-endian bf16 bytes (borrowed when stored as bf16, converted from
     /// f16/f32 otherwise), with its shape: what the GPU engine uploads.
     pub fn bf16(&self, name: &str) -> Result<(std::borrow::Cow<'_, [u8]>, Vec<usize>)> {
-        let (s, info) = self
-            .info(name)
-            .with_context(|| format!("missing tensor `{name}`"))?;
-        let (a, b) = info.data_offsets;
-        let bytes = &s.map[s.data_start + a..s.data_start + b];
+        let (bytes, info) = self.raw(name)?;
         let out = match info.dtype {
             Dtype::BF16 => std::borrow::Cow::Borrowed(bytes),
             Dtype::F16 => bytes
