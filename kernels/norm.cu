@@ -51,6 +51,22 @@ __device__ __forceinline__ void rmsnorm_row(const R* __restrict__ x, const bf16*
     }
 }
 
+// Folded RMSNorm (DLM_FOLD_NORM=1, experimental): gamma lives in the next GEMM's weights, so
+// only the per-row 1/rms is needed (applied by the GEMM's consumer: RoPE/split or SwiGLU).
+// A read-only pass over the bf16 residual; a CTA per row.
+extern "C" __global__ void row_rms(const bf16* __restrict__ x, float* __restrict__ rr, int H,
+                                   float eps) {
+    __shared__ float red[32];
+    const bf16* row = x + (u64)blockIdx.x * H;
+    float ss = 0.f;
+    for (int i = threadIdx.x * 4; i < H; i += blockDim.x * 4) {
+        float4 v = load4(row + i);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, red);
+    if (threadIdx.x == 0) rr[blockIdx.x] = rsqrtf(ss / (float)H + eps);
+}
+
 // The residual row of block row r = (b, j): sequence position
 // gen_start + block*stride + j - shift of batch row b (rows S apart). A window step passes
 // S = W, gen_start = 0, stride = 0: the block is the window's first blk rows.

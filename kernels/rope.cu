@@ -3,6 +3,7 @@
 // and the split into per-head layouts for attention: q [B, NH, W, HD]; k, v [B, KVH, S, HD].
 // Full pass: W = S, row i is position i (win_base < 0). Window pass (cache steps): row i is
 // position win_base + block*blk + i, and k/v land at that position of the layer's KV cache.
+// rr (folded RMSNorm, else null): every q/k/v value of row t is first scaled by rr[t].
 // q_rows > 0 (the last layer, whose output only the block's rows need): q keeps only rows
 // i - (q_base + block*q_stride) in [0, q_rows), as [B, NH, q_rows, HD]; k and v keep every row.
 extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* __restrict__ cos_t,
@@ -10,7 +11,8 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
                                     bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v,
                                     int S, int W, int NH, int KVH, int HD,
                                     const GenState* __restrict__ st, int win_base, int blk,
-                                    int q_rows, int q_base, int q_stride) {
+                                    int q_rows, int q_base, int q_stride,
+                                    const float* __restrict__ rr) {
     int t = blockIdx.x, b = t / W, i = t % W;
     int s = win_base < 0 ? i : win_base + st->block * blk + i;
     int qi = i, qn = W;
@@ -19,6 +21,7 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
         qn = q_rows;
     }
     const bool keep_q = qi >= 0 && qi < qn;
+    const float scale = rr ? rr[t] : 1.f;
     int pos = s - pad[b];
     if (pos < 0) pos = 0;
     int half = HD / 2, heads = NH + 2 * KVH, quarter = half / 4;
@@ -41,9 +44,23 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
             dst = k + (((u64)b * KVH + (h - NH)) * S + s) * HD;
         } else {
             dst = v + (((u64)b * KVH + (h - NH - KVH)) * S + s) * HD;
-            *(uint2*)(dst + j) = w1;
-            *(uint2*)(dst + j + half) = w2;
+            if (rr) {
+                *(uint2*)(dst + j) = make_uint2(pack_bf2(x1[0] * scale, x1[1] * scale),
+                                                pack_bf2(x1[2] * scale, x1[3] * scale));
+                *(uint2*)(dst + j + half) = make_uint2(pack_bf2(x2[0] * scale, x2[1] * scale),
+                                                       pack_bf2(x2[2] * scale, x2[3] * scale));
+            } else {
+                *(uint2*)(dst + j) = w1;
+                *(uint2*)(dst + j + half) = w2;
+            }
             continue;
+        }
+        if (rr) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x1[e] *= scale;
+                x2[e] *= scale;
+            }
         }
         float4 cc = *(const float4*)(c + j), ss = *(const float4*)(sn + j);
         const float cv[4] = {cc.x, cc.y, cc.z, cc.w}, sv[4] = {ss.x, ss.y, ss.z, ss.w};

@@ -255,3 +255,27 @@ fn head_scale_makes_the_parity_teacher_peaked() {
     assert!(flat < 0.1, "default teacher top-1 probability {flat}");
     assert!(peaked > 0.5, "scaled teacher top-1 probability {peaked}");
 }
+
+#[test]
+fn folded_norm_weights_scale_each_column_by_gamma() {
+    // W is 2 x 3 (rows of the hidden size 3); γ scales column k.
+    let w: Vec<f32> = vec![1.0, 2.0, -3.0, 0.5, 0.25, 8.0];
+    let bytes: Vec<u8> = w
+        .iter()
+        .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+        .collect();
+    let gamma = [2.0f32, 0.5, 1.5];
+    let out: Vec<f32> = weights::fold_gamma(&bytes, &gamma)
+        .chunks_exact(2)
+        .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    assert_eq!(out, vec![2.0, 1.0, -4.5, 1.0, 0.125, 12.0]);
+    // x·W'ᵀ / rms(x) equals RMSNorm(x)·Wᵀ (exact here: every value is a short binary fraction).
+    let x = [1.0f32, -1.0, 2.0];
+    let r = 1.0 / ((x.iter().map(|v| v * v).sum::<f32>() / 3.0).sqrt());
+    for n in 0..2 {
+        let folded: f32 = (0..3).map(|k| x[k] * out[n * 3 + k]).sum::<f32>() * r;
+        let plain: f32 = (0..3).map(|k| x[k] * r * gamma[k] * w[n * 3 + k]).sum();
+        assert!((folded - plain).abs() < 1e-5, "{folded} vs {plain}");
+    }
+}

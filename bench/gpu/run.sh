@@ -5,6 +5,7 @@
 # Steps: parity (tiny teacher: GPU vs CPU, device vs host sampler, cache windows)
 #        e2e (dlm-data distill --device cpu vs cuda on the project's tiny teacher)
 #        resume (distill --device cuda killed -9 mid-run, resumed: byte-identical; --logits-shift 1)
+#        fold (experimental DLM_FOLD_NORM=1: parity + profile; run after `teacher`)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
 #        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
@@ -45,6 +46,11 @@ for step in "$@"; do
       ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/dual.json --device cuda $G --cache dual --threshold 0.9
       ./dlm-data distill --teacher /tmp/tt --prompts /tmp/tt/prompts.jsonl --out /tmp/e2e/refuse.json --device cpu $G --cache dual; echo "cpu --cache dual exit $? (want 2)"
       python3 e2e_compare.py /tmp/e2e | tee "$out/e2e.txt" ;;
+    fold)
+      # Experimental folded RMSNorm (DLM_FOLD_NORM=1): parity, then the step profile.
+      [ -f /tmp/tiny/config.json ] || ./dlm-gpu tiny --out /tmp/tiny
+      DLM_FOLD_NORM=1 ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny_fold.json"
+      [ -f $T/config.json ] && DLM_FOLD_NORM=1 ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile_fold.json" ;;
     resume)
       [ -f /tmp/tt/config.json ] || ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
       python3 resume_check.py ./dlm-data /tmp/tt /tmp/resume | tee "$out/resume.txt" ;;

@@ -67,6 +67,22 @@ fn cuda_backend(
     crate::gpu::backend::open(device, teacher, r)
 }
 
+/// Environment switches of the GPU engine (src/gpu/engine) that change its numerics.
+const GPU_ENV_SWITCHES: &[&str] = &["DLM_ATTN", "DLM_TAIL_ROWS", "DLM_FOLD_NORM"];
+
+/// The GPU-only fingerprint fields: the residual precision, and the engine's
+/// debugging/experimental switches that change its numerics (only those set, from `env`).
+fn gpu_fields(fp: &mut Value, residual: &str, env: impl Fn(&str) -> Option<String>) {
+    fp["gpu_residual"] = json!(residual);
+    let set: serde_json::Map<String, Value> = GPU_ENV_SWITCHES
+        .iter()
+        .filter_map(|k| env(k).map(|v| (k.to_string(), json!(v))))
+        .collect();
+    if !set.is_empty() {
+        fp["gpu_env"] = Value::Object(set);
+    }
+}
+
 /// Everything that determines the output bytes; a resume must match it exactly.
 fn fingerprint(
     args: &DistillArgs,
@@ -98,7 +114,7 @@ fn fingerprint(
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     });
     if args.device != "cpu" {
-        fp["gpu_residual"] = json!(args.gpu_residual);
+        gpu_fields(&mut fp, &args.gpu_residual, |k| std::env::var(k).ok());
     }
     fp
 }
@@ -431,4 +447,23 @@ pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<()> {
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_fingerprint_records_residual_and_only_the_switches_set() {
+        let mut fp = json!({"backend": "cuda"});
+        gpu_fields(&mut fp, "bf16", |_| None);
+        assert_eq!(fp["gpu_residual"], "bf16");
+        assert!(fp.get("gpu_env").is_none());
+        let mut fp = json!({"backend": "cuda"});
+        gpu_fields(&mut fp, "f32", |k| {
+            (k == "DLM_ATTN").then(|| "m2".to_string())
+        });
+        assert_eq!(fp["gpu_residual"], "f32");
+        assert_eq!(fp["gpu_env"], json!({"DLM_ATTN": "m2"}));
+    }
 }

@@ -34,6 +34,7 @@ pub const ENTRY_POINTS: &[&str] = &[
     "rmsnorm_block",
     "rmsnorm_rows",
     "gather_block",
+    "row_rms",
     "embed_gather_f32",
     "embed_window_f32",
     "rmsnorm_f32",

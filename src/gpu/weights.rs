@@ -34,3 +34,15 @@ pub fn open(dir: &Path) -> Result<(LlamaConfig, Weights)> {
     let w = Weights::open(dir, &cfg)?;
     Ok((cfg, w))
 }
+
+/// The folded RMSNorm's weights: `W'[n, k] = bf16(W[n, k] · γ[k])` for little-endian bf16 `W`
+/// with rows of `gamma.len()` elements (RMSNorm(x) · Wᵀ = (1/rms(x)) · x · W'ᵀ).
+pub fn fold_gamma(w: &[u8], gamma: &[f32]) -> Vec<u8> {
+    w.chunks_exact(2)
+        .enumerate()
+        .flat_map(|(e, c)| {
+            let v = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            half::bf16::from_f32(v * gamma[e % gamma.len()]).to_le_bytes()
+        })
+        .collect()
+}

@@ -89,6 +89,8 @@ impl Engine {
             self.k.attn[v.idx()]
         };
         let n_layers = self.layers.len();
+        // Folded RMSNorm: RoPE and SwiGLU scale each row by its 1/rms (null: no scaling).
+        let rr: u64 = if self.fold_norm { ws.rr.ptr } else { 0 };
         let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
         for (l, lw) in self.layers.iter().enumerate() {
             let (k_out, v_out) = if cached {
@@ -109,10 +111,12 @@ impl Engine {
             } else {
                 (t, ws.resid.ptr)
             };
-            self.enqueue_rmsnorm(ws.resid.ptr, lw.ln1.ptr, ws.hn.ptr, t)?;
+            // The norm's output: normalised rows in hn, or (folded) the residual itself with
+            // 1/rms per row in rr, applied by RoPE/SwiGLU.
+            let x_in = self.enqueue_norm(ws.resid.ptr, lw.ln1.ptr, t)?;
             self.mark("rmsnorm")?;
             self.blas.gemm(
-                ws.hn.ptr,
+                x_in,
                 h as usize,
                 lw.qkv.ptr,
                 ws.qkv.ptr,
@@ -147,7 +151,8 @@ impl Engine {
                     &blki,
                     &q_rows,
                     &q_base,
-                    &q_stride
+                    &q_stride,
+                    &rr
                 ],
             )?;
             self.mark("rope")?;
@@ -207,11 +212,11 @@ impl Engine {
                 true,
             )?;
             self.mark("gemm_o")?;
-            self.enqueue_rmsnorm(rbuf, lw.ln2.ptr, ws.hn.ptr, tl_rows)?;
+            let x_in = self.enqueue_norm(rbuf, lw.ln2.ptr, tl_rows)?;
             self.mark("rmsnorm")?;
             let i2 = 2 * i as usize;
             self.blas.gemm(
-                ws.hn.ptr,
+                x_in,
                 h as usize,
                 lw.gu.ptr,
                 ws.gu.ptr,
@@ -228,7 +233,7 @@ impl Engine {
                 (tl_rows as u32, 1, 1),
                 (128, 1, 1),
                 0,
-                &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i],
+                &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i, &rr],
             )?;
             self.mark("swiglu")?;
             self.blas.gemm(
@@ -246,6 +251,26 @@ impl Engine {
             self.mark("gemm_down")?;
         }
         Ok(())
+    }
+
+    /// The pre-GEMM norm of `rows` residual rows at `x`: returns what the GEMM reads. Plain:
+    /// RMSNorm with `gamma` into `ws.hn`. Folded (`DLM_FOLD_NORM=1`): only 1/rms per row into
+    /// `ws.rr`; the GEMM reads `x` itself (γ is in its weights).
+    pub(super) fn enqueue_norm(&self, x: u64, gamma: u64, rows: usize) -> Result<u64> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        if !self.fold_norm {
+            self.enqueue_rmsnorm(x, gamma, ws.hn.ptr, rows)?;
+            return Ok(ws.hn.ptr);
+        }
+        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
+        self.gpu.launch(
+            self.k.row_rms,
+            (rows as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut kargs![&x, &ws.rr.ptr, &h, &eps],
+        )?;
+        Ok(x)
     }
 
     /// RMSNorm of `rows` residual rows at `x` with weight `gamma` into bf16 `y`, a CTA per row

@@ -20,6 +20,10 @@
 //! (every sampler step): K/V come from every row, but its attention queries, o_proj, MLP and
 //! residual cover `b × block` rows (`Tail`), ≈ 1/layers of the step's work saved.
 //!
+//! `DLM_FOLD_NORM=1` (experimental): the RMSNorm weights are folded into the [q;k;v] and
+//! [gate;up] weights at load, the norm becomes a read-only 1/rms pass (`row_rms`), and RoPE /
+//! SwiGLU scale each row by it — the GEMMs read the bf16 residual directly.
+//!
 //! Numerics: bf16 weights and activations at GEMM inputs, fp32 accumulation everywhere, a bf16
 //! residual stream like HF/PyTorch's (the GEMM epilogue adds into it in fp32 and rounds once;
 //! `Residual::F32` keeps it in fp32: closer to the CPU path, more bytes per step), fp32
@@ -119,6 +123,7 @@ struct Kernels {
     r: ResidKernels,
     qkv_rope: Kernel,
     swiglu: Kernel,
+    row_rms: Kernel,
     /// Attention variants, by the pass's grid ([`AttnVariant`]).
     attn: [AttnKernel; 3],
     sample: Kernel,
@@ -139,6 +144,8 @@ struct Workspace {
     /// The block rows' residual through the last layer (`b × block` rows).
     tail: DevBuf,
     hn: DevBuf,
+    /// Per-row 1/rms of the folded RMSNorm.
+    rr: DevBuf,
     qkv: DevBuf,
     q: DevBuf,
     k: DevBuf,
@@ -197,6 +204,8 @@ pub struct Engine {
     attn_force: Option<AttnVariant>,
     sms: usize,
     resid: Residual,
+    /// RMSNorm weights folded into the qkv / gate-up weights (`DLM_FOLD_NORM=1`).
+    fold_norm: bool,
     /// Run the last layer on the block's rows only in sampler steps (`DLM_TAIL_ROWS=0`: every
     /// row, for A/B checks).
     tail_rows: bool,
@@ -289,6 +298,7 @@ impl Engine {
             r: ResidKernels::load(&gpu, Residual::Bf16)?,
             qkv_rope: kn("qkv_rope")?,
             swiglu: kn("swiglu")?,
+            row_rms: kn("row_rms")?,
             attn: [
                 attn_kernel(AttnVariant::W4)?,
                 attn_kernel(AttnVariant::W8)?,
@@ -307,7 +317,11 @@ impl Engine {
         let hd = cfg.head_dim;
         let (qd, kd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
         let mut bytes = 0usize;
-        let mut up = |names: &[(&str, Vec<usize>)]| -> Result<DevBuf> {
+        // DLM_FOLD_NORM=1 (experimental, not yet checked on a GPU): each layer's RMSNorm
+        // weight is folded into the columns of the GEMM it feeds ([q;k;v] and [gate;up]), the
+        // norm becomes a read-only 1/rms pass, and RoPE/SwiGLU apply the per-row scale.
+        let fold_norm = std::env::var("DLM_FOLD_NORM").is_ok_and(|v| v == "1");
+        let mut up = |names: &[(&str, Vec<usize>)], gamma: Option<&[f32]>| -> Result<DevBuf> {
             let total: usize = names
                 .iter()
                 .map(|(_, s)| s.iter().product::<usize>() * BF)
@@ -319,38 +333,55 @@ impl Engine {
                 if &shape != s {
                     bail!("tensor {n}: shape {shape:?}, expected {s:?}");
                 }
-                gpu.write(&buf, off, &data)?;
+                match gamma {
+                    None => gpu.write(&buf, off, &data)?,
+                    Some(g) => gpu.write(&buf, off, &super::weights::fold_gamma(&data, g))?,
+                }
                 off += data.len();
             }
             bytes += total;
             Ok(buf)
         };
-        let embed = up(&[("model.embed_tokens.weight", vec![v, h])])?;
+        let embed = up(&[("model.embed_tokens.weight", vec![v, h])], None)?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let p = format!("model.layers.{l}");
             let n = |s: &str| format!("{p}.{s}.weight");
+            let (g1, g2) = if fold_norm {
+                (
+                    Some(ck.f32(&n("input_layernorm"))?.0),
+                    Some(ck.f32(&n("post_attention_layernorm"))?.0),
+                )
+            } else {
+                (None, None)
+            };
             layers.push(LayerW {
-                ln1: up(&[(&n("input_layernorm"), vec![h])])?,
-                qkv: up(&[
-                    (&n("self_attn.q_proj"), vec![qd, h]),
-                    (&n("self_attn.k_proj"), vec![kd, h]),
-                    (&n("self_attn.v_proj"), vec![kd, h]),
-                ])?,
-                o: up(&[(&n("self_attn.o_proj"), vec![h, qd])])?,
-                ln2: up(&[(&n("post_attention_layernorm"), vec![h])])?,
-                gu: up(&[
-                    (&n("mlp.gate_proj"), vec![i, h]),
-                    (&n("mlp.up_proj"), vec![i, h]),
-                ])?,
-                down: up(&[(&n("mlp.down_proj"), vec![h, i])])?,
+                ln1: up(&[(&n("input_layernorm"), vec![h])], None)?,
+                qkv: up(
+                    &[
+                        (&n("self_attn.q_proj"), vec![qd, h]),
+                        (&n("self_attn.k_proj"), vec![kd, h]),
+                        (&n("self_attn.v_proj"), vec![kd, h]),
+                    ],
+                    g1.as_deref(),
+                )?,
+                o: up(&[(&n("self_attn.o_proj"), vec![h, qd])], None)?,
+                ln2: up(&[(&n("post_attention_layernorm"), vec![h])], None)?,
+                gu: up(
+                    &[
+                        (&n("mlp.gate_proj"), vec![i, h]),
+                        (&n("mlp.up_proj"), vec![i, h]),
+                    ],
+                    g2.as_deref(),
+                )?,
+                down: up(&[(&n("mlp.down_proj"), vec![h, i])], None)?,
             });
         }
-        let norm = up(&[("model.norm.weight", vec![h])])?;
+        let norm = up(&[("model.norm.weight", vec![h])], None)?;
         let lm_head = if cfg.tie_word_embeddings {
             None
         } else {
-            Some(up(&[("lm_head.weight", vec![v, h])])?)
+            Some(up(&[("lm_head.weight", vec![v, h])], None)?)
         };
         // RoPE tables in float64 → fp32: angle = pos · theta^(-2i/hd).
         let half = hd / 2;
@@ -382,6 +413,7 @@ impl Engine {
             attn_force,
             sms: gpu.sm_count,
             resid: Residual::Bf16,
+            fold_norm,
             tail_rows: std::env::var("DLM_TAIL_ROWS").map_or(true, |v| v != "0"),
             gpu,
             marks: std::cell::RefCell::new(None),
@@ -390,6 +422,9 @@ impl Engine {
 
     /// Switch the residual stream's precision (drops the workspace; bf16 after `load`).
     pub fn set_residual(&mut self, r: Residual) -> Result<()> {
+        if r == Residual::F32 && self.fold_norm {
+            bail!("DLM_FOLD_NORM=1 needs the bf16 residual (the GEMMs read it directly)");
+        }
         if r != self.resid {
             self.k.r = ResidKernels::load(&self.gpu, r)?;
             self.resid = r;
@@ -419,7 +454,7 @@ impl Engine {
         );
         let (nh, kv) = (cfg.num_heads, cfg.num_kv_heads);
         let per_tok = rb * h           // resid
-            + BF * h                   // hn
+            + BF * h + 4               // hn, rr
             + BF * (nh + 2 * kv) * hd  // qkv
             + BF * (nh + 2 * kv) * hd  // q, k, v
             + BF * nh * hd             // attn
@@ -471,6 +506,7 @@ impl Engine {
             resid: g.alloc(t * h * self.resid.bytes())?,
             tail: g.alloc(out_rows.max(1) * h * self.resid.bytes())?,
             hn: g.alloc(t * h * BF)?,
+            rr: g.alloc(t * 4)?,
             qkv: g.alloc(t * (nh + 2 * kv) * hd * BF)?,
             q: g.alloc(t * nh * hd * BF)?,
             k: g.alloc(t * kv * hd * BF)?,
