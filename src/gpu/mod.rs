@@ -8,7 +8,8 @@
 //! `cuda` feature was not used: it links libcuda at load time and needs nvcc to build.
 //!
 //! - [`driver`]: context, stream, buffers, launches, CUDA graphs.
-//! - [`weights`]: config + safetensors → validated bf16 tensors.
+//! - [`weights`]: the teacher loader's validated config + safetensors, the kernels' shape limits,
+//!   the folded-RMSNorm weight transform.
 //! - [`engine`]: workspaces and weights on the device; `engine::body` the forward pass,
 //!   `engine::sampling` the sampler step as one CUDA graph and the generate loop (exact,
 //!   threshold, KV cache), `engine::readout` logits and the letter head, `engine::diag` the
