@@ -334,19 +334,27 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     let mask = mask_id(&gpu);
     let mut report = serde_json::Map::new();
     report.insert("gpu".into(), gpu.gpu.name.clone().into());
+    // The sampler settings of step 3; steps 1–2 use the same left-padded batch.
+    let base = SP {
+        gen_length: 64,
+        block_length: 16,
+        steps: 32,
+        temperature: 0.0,
+        remasking: Remasking::LowConfidence,
+        seed: 5,
+        mask_id: mask,
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![],
+        eot_ids: vec![],
+        threshold: None,
+        cache: Cache::None,
+    };
     // 1. Logits at every position of a left-padded batch with masked tails.
     let ps = prompts(5, 70, v, mask, 3, true);
-    let gen = 64;
-    let lp = ps.iter().map(|p| p.len()).max().unwrap();
-    let s = lp + gen;
-    let (mut seqs, mut pads) = (vec![], vec![]);
-    for q in &ps {
-        let mut row = vec![0u32; lp - q.len()];
-        row.extend_from_slice(q);
-        row.resize(s, mask);
-        pads.push(lp - q.len());
-        seqs.push(row);
-    }
+    let (seqs, pads, lp) =
+        Engine::left_pad(&ps, &dlm_data::gpu::backend::engine_params(&base, 0, 0));
+    let s = lp + base.gen_length;
     let at: Vec<(usize, usize)> = (0..ps.len())
         .flat_map(|r| (pads[r]..s).map(move |q| (r, q)))
         .collect();
@@ -410,21 +418,6 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         .map(|i| rng::prompt_key(&format!("tiny-{i}")))
         .collect();
     let refs: Vec<&[u32]> = ps.iter().map(|q| q.as_slice()).collect();
-    let base = SP {
-        gen_length: 64,
-        block_length: 16,
-        steps: 32,
-        temperature: 0.0,
-        remasking: Remasking::LowConfidence,
-        seed: 5,
-        mask_id: mask,
-        logits_eos_inf: false,
-        confidence_eos_eot_inf: false,
-        eos_ids: vec![],
-        eot_ids: vec![],
-        threshold: None,
-        cache: Cache::None,
-    };
     let mut be = GpuBackend::from_engine(gpu);
     // EOS/EoT: the tokens the exact T=0 run generates most, so the exclusions bite.
     let first = be.generate(&base, &refs, &keys, 0, 0).unwrap()?;
