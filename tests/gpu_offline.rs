@@ -20,11 +20,17 @@ fn kernels_compile_for_sm90_with_every_entry_point() {
         maj, 13,
         "NVRTC {maj}.{min}: pin 13.0, the device driver rejects newer code"
     );
-    let cubin = nvrtc::compile("sm_90").unwrap();
-    assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
-    let hay = String::from_utf8_lossy(&cubin);
-    for e in nvrtc::ENTRY_POINTS {
-        assert!(hay.contains(e), "entry point {e} missing from the cubin");
+    // sm_90a too: the arch-specific target that wgmma / setmaxnreg kernels will need.
+    for arch in ["sm_90", "sm_90a"] {
+        let cubin = nvrtc::compile(arch).unwrap();
+        assert_eq!(&cubin[..4], b"\x7fELF", "a cubin is an ELF image");
+        let hay = String::from_utf8_lossy(&cubin);
+        for e in nvrtc::ENTRY_POINTS {
+            assert!(
+                hay.contains(e),
+                "entry point {e} missing from the {arch} cubin"
+            );
+        }
     }
 }
 
