@@ -7,7 +7,7 @@
 // run on the bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation); K fragments come from
 // ldmatrix, V fragments from ldmatrix.trans. Left padding: the first pad[b] keys of row b are
 // masked (and whole padded key tiles are skipped). Dynamic shared memory: 4 * BK * (HD + 8) * 2
-// bytes (src/gpu/engine attn_smem_bytes).
+// bytes (AttnVariant::smem_bytes in src/gpu/engine/mod.rs).
 // Variants (the engine picks by grid size): MT = 1, BK = 64 with 4 or 8 warps (small batches,
 // windows); MT = 2, BK = 32, 4 warps (full passes of large batches: every K/V fragment read
 // from shared memory feeds two m-tiles, halving shared-memory traffic per FLOP, the limit of
