@@ -10,8 +10,10 @@
 // bytes (AttnVariant::smem_bytes in src/gpu/engine/mod.rs).
 // Variants (the engine picks by grid size): MT = 1, BK = 64 with 4 or 8 warps (small batches,
 // windows); MT = 2, BK = 32, 4 warps (full passes of large batches: every K/V fragment read
-// from shared memory feeds two m-tiles, halving shared-memory traffic per FLOP, the limit of
-// the one-m-tile form).
+// from shared memory feeds two m-tiles, halving shared-memory traffic per FLOP). What bounds
+// these kernels on an H200 is instruction issue around the mmas (softmax, conversions): hence
+// the hardware bf16 conversion, ex2.approx, the scale folded into the exponent's FMA, masking
+// only on edge tiles and the O rescale skipped while no row max moves.
 #define KPAD 8
 
 // Not volatile: a pure register op, so the compiler may interleave independent mmas.
