@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::engine::{CacheMode, Engine, GenParams, Residual};
 use crate::distill::{sampler, Cache, Remasking};
@@ -79,7 +79,14 @@ pub fn open(
     residual: Residual,
 ) -> Result<Box<dyn TeacherBackend>> {
     let ordinal = super::parse_device(device)?.unwrap_or(0);
-    let mut engine = Engine::load(&teacher.dir, ordinal, MAX_POSITIONS)?;
+    super::weights::check_gpu_shape(&teacher.config)
+        .with_context(|| format!("teacher {} on {device}", teacher.dir.display()))?;
+    let mut engine = Engine::from_checkpoint(
+        teacher.config.clone(),
+        &teacher.weights,
+        ordinal,
+        MAX_POSITIONS,
+    )?;
     engine.set_residual(residual)?;
     tracing::info!(
         "GPU teacher on {} ({}), {:.2} GiB of weights, {} residual",

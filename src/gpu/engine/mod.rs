@@ -285,6 +285,18 @@ impl Engine {
     /// Open the GPU, validate and upload the checkpoint in `dir`.
     pub fn load(dir: &std::path::Path, ordinal: usize, max_pos: usize) -> Result<Self> {
         let (cfg, ck) = super::weights::open(dir)?;
+        Self::from_checkpoint(cfg, &ck, ordinal, max_pos)
+    }
+
+    /// Open the GPU and upload an already opened and validated checkpoint whose shape passed
+    /// [`super::weights::check_gpu_shape`] (the distill teacher's: its files are not parsed or
+    /// hashed a second time).
+    pub fn from_checkpoint(
+        cfg: LlamaConfig,
+        ck: &super::weights::Weights,
+        ordinal: usize,
+        max_pos: usize,
+    ) -> Result<Self> {
         let gpu = Gpu::open(ordinal)?;
         let blas = Blas::new(&gpu)?;
         let kn = |n: &str| gpu.kernel(n);
