@@ -45,18 +45,7 @@ fn pipeline() -> Pipeline {
 fn pipeline_in(format: &str) -> Pipeline {
     let w = world();
     let out = w.root().join("out");
-    let (code, _, err) = run_mcq(
-        &w,
-        &out,
-        &[
-            "--tokenizer",
-            p(&w.tokenizer),
-            "--format",
-            format,
-            "--rows-per-shard",
-            "20",
-        ],
-    );
+    let (code, _, err) = run_mcq_shards(&w, &out, format, "20");
     assert_eq!(code, 0, "{err}");
     let sft = out.join("sft");
     let prompts = out.join("prompts.jsonl");

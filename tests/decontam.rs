@@ -278,18 +278,7 @@ fn mds_and_megatron_shards_scan_and_drop() {
     let w = planted();
     for fmt in ["mds", "megatron"] {
         let out = w.root().join(fmt);
-        let (code, _, err) = run_mcq(
-            &w,
-            &out,
-            &[
-                "--tokenizer",
-                p(&w.tokenizer),
-                "--format",
-                fmt,
-                "--rows-per-shard",
-                "9",
-            ],
-        );
+        let (code, _, err) = run_mcq_shards(&w, &out, fmt, "9");
         assert_eq!(code, 0, "{err}");
         let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
         let pos = recs

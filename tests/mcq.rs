@@ -275,18 +275,7 @@ fn sft_formats_round_trip() {
     assert_eq!(want.len(), recs.len());
     for fmt in ["parquet", "mds", "megatron"] {
         let out = w.root().join(fmt);
-        let (code, _, err) = run_mcq(
-            &w,
-            &out,
-            &[
-                "--tokenizer",
-                p(&w.tokenizer),
-                "--format",
-                fmt,
-                "--rows-per-shard",
-                "7",
-            ],
-        );
+        let (code, _, err) = run_mcq_shards(&w, &out, fmt, "7");
         assert_eq!(code, 0, "{fmt}: {err}");
         let sft = out.join("sft");
         let idx = shard_index::load_complete(&sft).unwrap();

@@ -71,6 +71,22 @@ pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
     run(&a)
 }
 
+/// [`run_mcq`] writing the SFT set with the world's tokenizer as `format`, `rows` per shard.
+pub fn run_mcq_shards(w: &World, out: &Path, format: &str, rows: &str) -> (i32, String, String) {
+    run_mcq(
+        w,
+        out,
+        &[
+            "--tokenizer",
+            p(&w.tokenizer),
+            "--format",
+            format,
+            "--rows-per-shard",
+            rows,
+        ],
+    )
+}
+
 pub fn p(path: &Path) -> &str {
     path.to_str().unwrap()
 }
