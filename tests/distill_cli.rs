@@ -458,5 +458,10 @@ fn approximate_modes_are_opt_in_and_recorded() {
         2,
         "GPU only",
     );
+    fails(
+        &distill(teacher_dir(), &s.prompts, &bad, &["--gemm-tune"]),
+        2,
+        "needs --device cuda",
+    );
     assert!(!bad.exists());
 }

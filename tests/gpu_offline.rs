@@ -285,3 +285,46 @@ fn folded_norm_weights_scale_each_column_by_gamma() {
         assert!((folded - plain).abs() < 1e-5, "{folded} vs {plain}");
     }
 }
+
+/// `--gemm-tune`'s plans file: round trip, another GPU's file not reused, a bad file refused
+/// with its name.
+#[test]
+fn gemm_plans_round_trip_and_refusals() {
+    use dlm_data::gpu::gemm_plans::GemmPlans;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("gemm-plans.json");
+    let mut p = GemmPlans::new("NVIDIA H200", 130100);
+    p.plans.insert(
+        "32768x12288x2048 ldx2048 ldy12288 Bf16".into(),
+        [u64::MAX, 1, 2, 3, 4, 5, 6, 0x0001_fc34_0000_0001],
+    );
+    p.plans
+        .insert("2048x2048x6144 ldx6144 ldy2048 Bf16 acc".into(), [7; 8]);
+    p.save(&f).unwrap();
+    // Full 64-bit words survive (JSON numbers would not: they are written as hex strings).
+    assert_eq!(
+        GemmPlans::load(&f, "NVIDIA H200", 130100).unwrap(),
+        Some(p.clone())
+    );
+    assert_eq!(
+        GemmPlans::load(&f, "NVIDIA H100 80GB HBM3", 130100).unwrap(),
+        None
+    );
+    assert_eq!(GemmPlans::load(&f, "NVIDIA H200", 130200).unwrap(), None);
+    let text = std::fs::read_to_string(&f).unwrap();
+    std::fs::write(&f, text.replacen("\"0000000000000007\"", "\"xyz\"", 1)).unwrap();
+    let e = format!(
+        "{:#}",
+        GemmPlans::load(&f, "NVIDIA H200", 130100).unwrap_err()
+    );
+    assert!(
+        e.contains("gemm-plans.json") && e.contains("not 8 hexadecimal words"),
+        "{e}"
+    );
+    std::fs::write(&f, "{\"plans\": {}}").unwrap();
+    let e = format!(
+        "{:#}",
+        GemmPlans::load(&f, "NVIDIA H200", 130100).unwrap_err()
+    );
+    assert!(e.contains("expected"), "{e}");
+}

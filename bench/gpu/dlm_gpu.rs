@@ -142,6 +142,10 @@ enum Cmd {
         batch: usize,
         #[arg(long, default_value_t = 256)]
         prompt: usize,
+        /// Run steps back to back this many seconds before the measured one (power-capped
+        /// clock instead of boost).
+        #[arg(long, default_value_t = 0.0)]
+        hot: f64,
         #[arg(long)]
         out: Option<PathBuf>,
         #[command(flatten)]
@@ -305,9 +309,10 @@ fn main() -> Result<()> {
             teacher,
             batch,
             prompt,
+            hot,
             out,
             g,
-        } => profile(&teacher, batch, prompt, out.as_deref(), &g),
+        } => profile(&teacher, batch, prompt, hot, out.as_deref(), &g),
         Cmd::TeacherFixture { out } => {
             let t = dlm_data::fixtures::teacher::TinyTeacher {
                 size: dlm_data::fixtures::teacher::TinySize {
@@ -734,12 +739,19 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
 }
 
 /// Device milliseconds per op kind of one full step and one dual-window step.
-fn profile(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &Gen) -> Result<()> {
+fn profile(
+    teacher: &Path,
+    b: usize,
+    prompt_len: usize,
+    hot: f64,
+    out: Option<&Path>,
+    g: &Gen,
+) -> Result<()> {
     let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
     let p = params(&e, g)?;
     let mut j = serde_json::Map::new();
     for (name, window) in [("full", false), ("dual_window", true)] {
-        let ops = e.profile(b, prompt_len, &p, window)?;
+        let ops = e.profile(b, prompt_len, &p, window, hot)?;
         let total: f64 = ops.iter().map(|o| o.1).sum();
         println!("profile {name} step, batch {b}: {total:.2} ms");
         for (op, ms) in &ops {

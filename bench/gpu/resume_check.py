@@ -13,6 +13,7 @@ with open(prompts, "w") as f:
         f.write(json.dumps(r) + "\n")
 DEV = os.environ.get("DEV", "cuda")  # DEV=cpu checks the script itself without a GPU
 G = ["--gen-length", "64", "--block-length", "16", "--steps", "32", "--batch-size", "2", "--device", DEV]
+G += os.environ.get("EXTRA", "").split()  # e.g. EXTRA=--gemm-tune
 def cmd(out, extra=()):
     return [exe, "distill", "--teacher", teacher, "--prompts", prompts, "--out", out, *G, *extra]
 
@@ -20,6 +21,13 @@ full = os.path.join(work, "full.json")
 subprocess.run(cmd(full), check=True, capture_output=True)
 out = os.path.join(work, "killed.json")
 part = out + ".parts/00000-of-00001.jsonl"
+if "--gemm-tune" in G:
+    # The same GEMM kernels as the uninterrupted run: its saved choices (a run tuning
+    # afresh may pick others, which round differently). The killed run and its resume
+    # must both load them.
+    os.makedirs(out + ".parts", exist_ok=True)
+    plans = open(full + ".parts/gemm-plans.json", "rb").read()
+    open(out + ".parts/gemm-plans.json", "wb").write(plans)
 p = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 lines = 0
 while p.poll() is None:
@@ -36,6 +44,10 @@ killed = p.returncode == -signal.SIGKILL
 left = os.path.exists(out)
 subprocess.run(cmd(out), check=True, capture_output=True)
 same = open(full, "rb").read() == open(out, "rb").read()
+if "--gemm-tune" in G:
+    kept = open(out + ".parts/gemm-plans.json", "rb").read() == plans
+    print(f"--gemm-tune: {len(json.loads(plans)['plans'])} tuned GEMM shapes; plans file reused unchanged: {kept}")
+    same = same and kept
 print(f"resume on {DEV}: killed={killed} after {lines} part lines (final output present after kill: {left}); "
       f"resumed output byte-identical to an uninterrupted run: {same}")
 
@@ -45,6 +57,8 @@ res = {}
 for dev in ["cpu", DEV]:
     o = os.path.join(work, f"shift1_{dev}.json")
     c = [a if a != DEV else dev for a in cmd(o, ["--logits-shift", "1", "--limit", "8"])]
+    if dev == "cpu":
+        c = [a for a in c if a != "--gemm-tune"]  # refused on the CPU (exit 2)
     subprocess.run(c, check=True, capture_output=True)
     res[dev] = load(o)
 same = tot = ans = 0

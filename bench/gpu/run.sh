@@ -4,8 +4,11 @@
 # On the device:  bash .dev/gpu/run.sh STEP...   (results under $OUT)
 # Steps: parity (tiny teacher: GPU vs CPU, device vs host sampler, cache windows)
 #        e2e (dlm-data distill --device cpu vs cuda on the project's tiny teacher)
+#        resume-tune (the same with --gemm-tune), bench-tune (bench with DLM_GEMM_TUNE=1)
 #        resume (distill --device cuda killed -9 mid-run, resumed: byte-identical; --logits-shift 1)
 #        fold (experimental DLM_FOLD_NORM=1: parity + profile; run after `teacher`)
+#        ceiling (the step's GEMMs alone on cuBLAS, burst vs sustained at the power cap)
+#        profile-hot (profile after HOT s of steps; PROFILE_TAG names it)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
 #        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
@@ -54,14 +57,24 @@ for step in "$@"; do
     resume)
       [ -f /tmp/tt/config.json ] || ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
       python3 resume_check.py ./dlm-data /tmp/tt /tmp/resume | tee "$out/resume.txt" ;;
+    resume-tune)
+      # The same with --gemm-tune (tuned cuBLASLt GEMMs, choices saved beside the parts).
+      [ -f /tmp/tt/config.json ] || ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
+      EXTRA=--gemm-tune python3 resume_check.py ./dlm-data /tmp/tt /tmp/resume-tune | tee "$out/resume_tune.txt" ;;
     teacher)
       [ -f $T/config.json ] || python3 make_teacher.py --out $T ;;
     torch-parity)
       python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning ;;
     profile)
       ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile${DLM_ATTN:-}.json" ;;
+    profile-hot)
+      # The step profile after HOT seconds of back-to-back steps (the power-capped clock a
+      # sustained run holds); PROFILE_TAG names the output (for env A/B runs).
+      clocks "hot${PROFILE_TAG:-}" ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hot${PROFILE_TAG:-}.json" | head -n 17 ;;
     bench)
       clocks dlm ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm.json" ;;
+    bench-tune)
+      DLM_GEMM_TUNE=1 clocks dlm_tune ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm_tune.json" ;;
     bench-dual)
       ./dlm-gpu bench --teacher $T --batches $B --cache dual --out "$out/bench_dlm_dual.json" ;;
     bench-prefix)
@@ -83,6 +96,10 @@ for step in "$@"; do
       # (table.py keeps the last entry per batch).
       B2=$(echo "$B" | sed -E 's/([0-9]+)/\1,\1/g')
       clocks torch_compile python3 torch_sampler_ref.py --modes block --batches "$B2" --compile --out "$out/bench_torch_compile.json" 2>&1 | grep -v Warning | tail -n 8 ;;
+    ceiling)
+      # The step's GEMMs alone on cuBLAS, burst and sustained (power cap): what is left of the
+      # goal's 198 ms step budget for everything else.
+      clocks gemm_ceiling python3 gemm_ceiling.py --seconds ${CEIL_SECONDS:-25} --out "$out/ceiling.json" ;;
     table)
       python3 table.py "$out" | tee "$out/table.md" ;;
     *) echo "unknown step $step"; exit 2 ;;

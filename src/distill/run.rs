@@ -34,10 +34,17 @@ pub fn check_device(device: &str) -> Result<()> {
 
 /// The backend for `--device`.
 /// `residual` (bf16 | f32) is the GPU residual stream's precision.
-pub fn backend(device: &str, teacher: &Teacher, residual: &str) -> Result<Box<dyn TeacherBackend>> {
+pub fn backend(
+    device: &str,
+    teacher: &Teacher,
+    residual: &str,
+    gemm_plans: Option<&Path>,
+) -> Result<Box<dyn TeacherBackend>> {
     match device {
         "cpu" => Ok(Box::new(teacher.cpu()?)),
-        d if d == "cuda" || d.starts_with("cuda:") => cuda_backend(d, teacher, residual),
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            cuda_backend(d, teacher, residual, gemm_plans)
+        }
         other => Err(crate::error::usage(format!(
             "--device {other:?}: expected cpu, cuda or cuda:N"
         ))),
@@ -49,6 +56,7 @@ fn cuda_backend(
     device: &str,
     _teacher: &Teacher,
     _residual: &str,
+    _gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
     Err(crate::error::usage(format!(
         "--device {device}: this binary was built without the `cuda` feature \
@@ -61,19 +69,34 @@ fn cuda_backend(
     device: &str,
     teacher: &Teacher,
     residual: &str,
+    gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
     let r = crate::gpu::engine::Residual::parse(residual)
         .map_err(|e| crate::error::usage(e.to_string()))?;
-    crate::gpu::backend::open(device, teacher, r)
+    crate::gpu::backend::open(device, teacher, r, gemm_plans)
 }
 
 /// Environment switches of the GPU engine (src/gpu/engine) that change its numerics.
-const GPU_ENV_SWITCHES: &[&str] = &["DLM_ATTN", "DLM_TAIL_ROWS", "DLM_FOLD_NORM"];
+const GPU_ENV_SWITCHES: &[&str] = &[
+    "DLM_ATTN",
+    "DLM_GEMM_TUNE",
+    "DLM_TAIL_ROWS",
+    "DLM_FOLD_NORM",
+];
 
-/// The GPU-only fingerprint fields: the residual precision, and the engine's
-/// debugging/experimental switches that change its numerics (only those set, from `env`).
-fn gpu_fields(fp: &mut Value, residual: &str, env: impl Fn(&str) -> Option<String>) {
+/// The GPU-only fingerprint fields: the residual precision, `--gemm-tune` (when on), and the
+/// engine's debugging/experimental switches that change its numerics (only those set, from
+/// `env`).
+fn gpu_fields(
+    fp: &mut Value,
+    residual: &str,
+    gemm_tune: bool,
+    env: impl Fn(&str) -> Option<String>,
+) {
     fp["gpu_residual"] = json!(residual);
+    if gemm_tune {
+        fp["gemm_tune"] = json!(true);
+    }
     let set: serde_json::Map<String, Value> = GPU_ENV_SWITCHES
         .iter()
         .filter_map(|k| env(k).map(|v| (k.to_string(), json!(v))))
@@ -114,7 +137,9 @@ fn fingerprint(
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     });
     if args.device != "cpu" {
-        gpu_fields(&mut fp, &args.gpu_residual, |k| std::env::var(k).ok());
+        gpu_fields(&mut fp, &args.gpu_residual, args.gemm_tune, |k| {
+            std::env::var(k).ok()
+        });
     }
     fp
 }
@@ -233,6 +258,11 @@ pub fn run(args: DistillArgs) -> Result<()> {
             params.cache.as_str()
         )));
     }
+    if args.gemm_tune && args.device == "cpu" {
+        return Err(crate::error::usage(
+            "--gemm-tune tunes the GPU's cuBLASLt GEMMs: it needs --device cuda".to_string(),
+        ));
+    }
     if params.approximate() {
         tracing::warn!(
             "APPROXIMATE sampling (threshold {:?}, cache {}): outputs differ from LLaDA's exact \
@@ -328,7 +358,16 @@ pub fn run(args: DistillArgs) -> Result<()> {
     let mut backend = if todo.is_empty() {
         None
     } else {
-        Some(backend(&args.device, &teacher, &args.gpu_residual)?)
+        // --gemm-tune: the tuned GEMM choices live beside the parts, so a resume reuses them.
+        let plans = args
+            .gemm_tune
+            .then(|| output::parts_dir(&args.out).join("gemm-plans.json"));
+        Some(backend(
+            &args.device,
+            &teacher,
+            &args.gpu_residual,
+            plans.as_deref(),
+        )?)
     };
     let mut generated = 0usize;
     let mut correct = (0usize, 0usize);
@@ -456,14 +495,16 @@ mod tests {
     #[test]
     fn gpu_fingerprint_records_residual_and_only_the_switches_set() {
         let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "bf16", |_| None);
+        gpu_fields(&mut fp, "bf16", false, |_| None);
         assert_eq!(fp["gpu_residual"], "bf16");
         assert!(fp.get("gpu_env").is_none());
+        assert!(fp.get("gemm_tune").is_none());
         let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "f32", |k| {
+        gpu_fields(&mut fp, "f32", true, |k| {
             (k == "DLM_ATTN").then(|| "m2".to_string())
         });
         assert_eq!(fp["gpu_residual"], "f32");
+        assert_eq!(fp["gemm_tune"], true);
         assert_eq!(fp["gpu_env"], json!({"DLM_ATTN": "m2"}));
     }
 }

@@ -77,6 +77,7 @@ pub fn open(
     device: &str,
     teacher: &Teacher,
     residual: Residual,
+    gemm_plans: Option<&std::path::Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
     let ordinal = super::parse_device(device)?.unwrap_or(0);
     super::weights::check_gpu_shape(&teacher.config)
@@ -88,6 +89,9 @@ pub fn open(
         MAX_POSITIONS,
     )?;
     engine.set_residual(residual)?;
+    if let Some(p) = gemm_plans {
+        engine.set_gemm_tuning(Some(p))?;
+    }
     tracing::info!(
         "GPU teacher on {} ({}), {:.2} GiB of weights, {} residual",
         engine.gpu.name,

@@ -21,6 +21,7 @@ pub mod backend;
 pub mod blas;
 pub mod driver;
 pub mod engine;
+pub mod gemm_plans;
 pub mod nvrtc;
 pub mod reference;
 pub mod weights;

@@ -32,11 +32,7 @@ impl Engine {
             bail!("cache pass without a KV cache");
         }
         let t = b * w;
-        let (h, i, hd) = (
-            c.hidden_size as i32,
-            c.intermediate_size as i32,
-            c.head_dim as i32,
-        );
+        let (h, hd) = (c.hidden_size as i32, c.head_dim as i32);
         let (nh, kv) = (c.num_heads as i32, c.num_kv_heads as i32);
         let qkvn = ((nh + 2 * kv) * hd) as usize;
         let tt = t as u32;
@@ -214,42 +210,54 @@ impl Engine {
             self.mark("gemm_o")?;
             let x_in = self.enqueue_norm(rbuf, lw.ln2.ptr, tl_rows)?;
             self.mark("rmsnorm")?;
-            let i2 = 2 * i as usize;
-            self.blas.gemm(
-                x_in,
-                h as usize,
-                lw.gu.ptr,
-                ws.gu.ptr,
-                i2,
-                OutType::Bf16,
-                tl_rows,
-                i2,
-                h as usize,
-                false,
-            )?;
-            self.mark("gemm_gate_up")?;
-            g.launch(
-                self.k.swiglu,
-                (tl_rows as u32, 1, 1),
-                (128, 1, 1),
-                0,
-                &mut kargs![&ws.gu.ptr, &ws.act.ptr, &i, &rr],
-            )?;
-            self.mark("swiglu")?;
-            self.blas.gemm(
-                ws.act.ptr,
-                i as usize,
-                lw.down.ptr,
-                rbuf,
-                h as usize,
-                rout,
-                tl_rows,
-                h as usize,
-                i as usize,
-                true,
-            )?;
-            self.mark("gemm_down")?;
+            self.enqueue_mlp(lw, x_in, rbuf, tl_rows)?;
         }
+        Ok(())
+    }
+
+    /// The MLP of `rows` normalised rows at `x_in` (bf16, or the residual itself when folded),
+    /// added into the residual at `rbuf`: [gate;up] GEMM → SwiGLU → down GEMM (β = 1). (Row
+    /// chunks small enough for the gate/up output to stay in L2 measured no faster: 1024 rows
+    /// +12 ms, 4096 rows −1 ms ± 3 per step at batch 64, gpu-run14.)
+    fn enqueue_mlp(&self, lw: &super::LayerW, x_in: u64, rbuf: u64, rows: usize) -> Result<()> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let (h, i) = (self.cfg.hidden_size, self.cfg.intermediate_size);
+        let rr: u64 = if self.fold_norm { ws.rr.ptr } else { 0 };
+        let ii = i as i32;
+        self.blas.gemm(
+            x_in,
+            h,
+            lw.gu.ptr,
+            ws.gu.ptr,
+            2 * i,
+            OutType::Bf16,
+            rows,
+            2 * i,
+            h,
+            false,
+        )?;
+        self.mark("gemm_gate_up")?;
+        self.gpu.launch(
+            self.k.swiglu,
+            (rows as u32, 1, 1),
+            (128, 1, 1),
+            0,
+            &mut kargs![&ws.gu.ptr, &ws.act.ptr, &ii, &rr],
+        )?;
+        self.mark("swiglu")?;
+        self.blas.gemm(
+            ws.act.ptr,
+            i,
+            lw.down.ptr,
+            rbuf,
+            h,
+            self.resid.out(),
+            rows,
+            h,
+            i,
+            true,
+        )?;
+        self.mark("gemm_down")?;
         Ok(())
     }
 

@@ -432,6 +432,23 @@ impl Engine {
         })
     }
 
+    /// Capture what `f` enqueues as a graph; when that left GEMM shapes untuned
+    /// (`DLM_GEMM_TUNE=1`), tune them now and capture again.
+    fn capture(&self, f: impl Fn() -> Result<()>) -> Result<super::driver::Graph> {
+        let g = self.gpu.capture(&f)?;
+        if self.blas.tune_pending()? {
+            drop(g);
+            return self.gpu.capture(&f);
+        }
+        Ok(g)
+    }
+
+    /// Tuned cuBLASLt GEMMs (the fastest of the heuristic candidates per shape, timed on first
+    /// use); `plans`: where the choices are loaded from and saved to ([`super::blas`]).
+    pub fn set_gemm_tuning(&mut self, plans: Option<&std::path::Path>) -> Result<()> {
+        self.blas.enable_tuning(&self.gpu.name, plans)
+    }
+
     /// Switch the residual stream's precision (drops the workspace; bf16 after `load`).
     pub fn set_residual(&mut self, r: Residual) -> Result<()> {
         if r == Residual::F32 && self.fold_norm {

@@ -325,14 +325,9 @@ impl Engine {
         let cached = p.cache != CacheMode::None;
         let (b, s, lp) = self.prepare(prompts, keys, p, cached)?;
         let blk = p.block_length;
-        let full = self
-            .gpu
-            .capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
+        let full = self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
         let dual = if p.cache == CacheMode::Dual {
-            Some(
-                self.gpu
-                    .capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?,
-            )
+            Some(self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?)
         } else {
             None
         };
@@ -348,10 +343,8 @@ impl Engine {
             }
             if prefix[block].is_none() {
                 let w = s - (lp + block * blk);
-                prefix[block] = Some(
-                    this.gpu
-                        .capture(|| this.enqueue_step(b, s, lp, p, Pass::Window { w }))?,
-                );
+                prefix[block] =
+                    Some(this.capture(|| this.enqueue_step(b, s, lp, p, Pass::Window { w }))?);
             }
             this.gpu.replay(prefix[block].as_ref().unwrap())
         };

@@ -5,20 +5,36 @@
 //! before the one rounding to Y's type), which is how the residual add is fused into the
 //! o_proj and down_proj GEMMs.
 //! A fixed workspace is set on the handle so the GEMMs can be captured in a CUDA graph.
+//!
+//! Tuned (`distill --gemm-tune`, or `DLM_GEMM_TUNE=1` for the bench harness): each distinct
+//! GEMM goes through cuBLASLt instead, with the fastest of cuBLASLt's heuristic candidates,
+//! timed on the device the first time the shape is seen outside a graph capture (a shape first
+//! seen while capturing gets the top heuristic and is tuned afterwards:
+//! [`Blas::tune_pending`], then the caller captures again). Different kernels round
+//! differently, so the choices can be saved to a plans file and reloaded: a resumed distill
+//! runs the same kernels and writes the same bytes.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 
 use anyhow::{anyhow, Result};
 use cudarc::cublas::sys as bs;
+use cudarc::driver::sys as ds;
 
 use super::driver::{DevBuf, Gpu};
 
+mod tune;
+use tune::{Shape, Tuner};
+
 pub struct Blas {
     handle: bs::cublasHandle_t,
-    _workspace: DevBuf,
+    workspace: DevBuf,
+    stream: ds::CUstream,
+    /// cuBLASLt plans by shape (`DLM_GEMM_TUNE=1`), else None.
+    tune: Option<RefCell<Tuner>>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum OutType {
     Bf16,
     F32,
@@ -55,10 +71,16 @@ impl Blas {
                 "set workspace",
             )?;
         }
-        Ok(Self {
+        let mut b = Self {
             handle,
-            _workspace: ws,
-        })
+            workspace: ws,
+            stream: gpu.stream as _,
+            tune: None,
+        };
+        if std::env::var("DLM_GEMM_TUNE").is_ok_and(|v| v == "1") {
+            b.enable_tuning(&gpu.name, None)?;
+        }
+        Ok(b)
     }
 
     /// `Y[T,N] = X[T,K] · W[N,K]ᵀ` (or `+=` with `accumulate`).
@@ -77,6 +99,18 @@ impl Blas {
         k: usize,
         accumulate: bool,
     ) -> Result<()> {
+        if self.tune.is_some() {
+            let sh = Shape {
+                t,
+                n,
+                k,
+                ldx,
+                ldy,
+                out,
+                acc: accumulate,
+            };
+            return self.tuned_gemm(sh, x, w, y);
+        }
         let alpha = 1.0f32;
         let beta = if accumulate { 1.0f32 } else { 0.0 };
         let ctype = match out {
@@ -113,6 +147,7 @@ impl Blas {
 
 impl Drop for Blas {
     fn drop(&mut self) {
+        self.tune = None; // the cuBLASLt handle and plans first
         unsafe {
             let _ = bs::cublasDestroy_v2(self.handle);
         }
