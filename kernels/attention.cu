@@ -62,8 +62,23 @@ __device__ __forceinline__ void load_tile_async(bf16* __restrict__ dst, const bf
     }
 }
 
+// Where the queries come from: straight from the fused [q;k;v] GEMM output (rows of
+// (NH + 2 KVH) * HD), rotated here as they are loaded into registers (RoPE on Q costs no pass
+// of its own; qkv_rope does K and V). Query row qi of batch row b is qkv row
+// b * W + row0 + qi, row0 = q_base + block * q_stride for the last layer's block-only queries
+// (q_tail), else 0; its position is s - pad[b], s = row (full pass) or
+// win_base + block * blk + row (a cache window). rr (folded RMSNorm): row scale, else null.
+struct QSrc {
+    const bf16* qkv;
+    const float* cos_t;
+    const float* sin_t;
+    const GenState* st;
+    const float* rr;
+    int W, win_base, blk, q_tail, q_base, q_stride;
+};
+
 template <int HD, int NW, int MT, int BK>
-__device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16* __restrict__ K,
+__device__ __forceinline__ void attn_impl(const QSrc qs, const bf16* __restrict__ K,
                                           const bf16* __restrict__ V, bf16* __restrict__ O,
                                           const int* __restrict__ pad, int Sq, int S, int NH,
                                           int KVH, float scale_log2) {
@@ -76,7 +91,11 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
     const int kvh = h / (NH / KVH);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, tq = lane & 3;
-    const bf16* Qb = Q + ((u64)b * NH + h) * Sq * HD;
+    const int qld = (NH + 2 * KVH) * HD;  // qkv row stride
+    const int row0 = qs.q_tail ? qs.q_base + qs.st->block * qs.q_stride : 0;
+    const int sbase = qs.win_base < 0 ? 0 : qs.win_base + qs.st->block * qs.blk;
+    const u64 trow0 = (u64)b * qs.W + row0;  // qkv row of query 0
+    const bf16* Qb = qs.qkv + trow0 * qld + h * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
     const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
     const int q0 = qt * 16 * MT * NW + warp * 16 * MT;  // this warp's first query
@@ -97,10 +116,35 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
             const int c = kk * 16 + tq * 2;
-            qf[m][kk][0] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c) : 0u;
-            qf[m][kk][1] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c) : 0u;
-            qf[m][kk][2] = qa < Sq ? *(const u32*)(Qb + (u64)qa * HD + c + 8) : 0u;
-            qf[m][kk][3] = qb < Sq ? *(const u32*)(Qb + (u64)qb * HD + c + 8) : 0u;
+            qf[m][kk][0] = qa < Sq ? *(const u32*)(Qb + (u64)qa * qld + c) : 0u;
+            qf[m][kk][1] = qb < Sq ? *(const u32*)(Qb + (u64)qb * qld + c) : 0u;
+            qf[m][kk][2] = qa < Sq ? *(const u32*)(Qb + (u64)qa * qld + c + 8) : 0u;
+            qf[m][kk][3] = qb < Sq ? *(const u32*)(Qb + (u64)qb * qld + c + 8) : 0u;
+        }
+        // RoPE: column j pairs with j + HD/2, i.e. fragment kk with kk + HD/32 in this thread.
+        // Register r of a fragment holds row (r & 1 ? qb : qa), columns c + (r >= 2 ? 8 : 0).
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int q = (r & 1) ? qb : qa;
+            if (q >= Sq) continue;
+            int pos = sbase + row0 + q - pad[b];
+            if (pos < 0) pos = 0;
+            const float sc = qs.rr ? qs.rr[trow0 + q] : 1.f;
+            const float* cp = qs.cos_t + (u64)pos * (HD / 2);
+            const float* sp = qs.sin_t + (u64)pos * (HD / 2);
+#pragma unroll
+            for (int kk = 0; kk < HD / 32; kk++) {
+                const int j = kk * 16 + tq * 2 + (r >= 2 ? 8 : 0);
+                const float2 cc = *(const float2*)(cp + j), ss = *(const float2*)(sp + j);
+                u32 a = qf[m][kk][r], bq = qf[m][kk + HD / 32][r];
+                float x1a = __uint_as_float(a << 16) * sc, x1b = __uint_as_float(a & 0xffff0000u) * sc;
+                float x2a = __uint_as_float(bq << 16) * sc, x2b = __uint_as_float(bq & 0xffff0000u) * sc;
+                float y1a, y2a, y1b, y2b;
+                rope_pair(x1a, x2a, cc.x, ss.x, y1a, y2a);
+                rope_pair(x1b, x2b, cc.y, ss.y, y1b, y2b);
+                qf[m][kk][r] = pack_bf2(y1a, y1b);
+                qf[m][kk + HD / 32][r] = pack_bf2(y2a, y2b);
+            }
         }
     }
 
@@ -257,10 +301,13 @@ __device__ __forceinline__ void attn_impl(const bf16* __restrict__ Q, const bf16
 
 #define ATTN_ENTRY(NAME, HDV, NWV, MTV, BKV)                                                      \
     extern "C" __global__ void __launch_bounds__(32 * NWV) NAME(                                 \
-        const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,      \
+        const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V,    \
         bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,       \
-        float scale_log2) {                                                                      \
-        attn_impl<HDV, NWV, MTV, BKV>(Q, K, V, O, pad, Sq, S, NH, KVH, scale_log2);              \
+        float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t,      \
+        const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base,   \
+        int q_stride, const float* __restrict__ rr) {                                            \
+        const QSrc qs{QKV, cos_t, sin_t, st, rr, W, win_base, blk, q_tail, q_base, q_stride};    \
+        attn_impl<HDV, NWV, MTV, BKV>(qs, K, V, O, pad, Sq, S, NH, KVH, scale_log2);             \
     }
 ATTN_ENTRY(attn_fwd_hd32, 32, 4, 1, 64)
 ATTN_ENTRY(attn_fwd_hd64, 64, 4, 1, 64)

@@ -75,3 +75,10 @@ __device__ __forceinline__ double rng_uniform(u64 prefix, u64 token) {
 // The generation state read by every per-step kernel, so one captured CUDA graph serves all
 // steps: [0] global step, [1] step within the block, [2] block index.
 struct GenState { int step; int step_in_block; int block; int pad; };
+
+// One rotary pair (x1 at column j, x2 at j + HD/2) by angle (c, s), with the roundings spelled
+// out so that every kernel that rotates (qkv_rope for K, attention for Q) rounds identically.
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, float& y1, float& y2) {
+    y1 = __fmaf_rn(x1, c, __fmul_rn(-x2, s));
+    y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
+}

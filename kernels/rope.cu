@@ -6,6 +6,7 @@
 // rr (folded RMSNorm, else null): every q/k/v value of row t is first scaled by rr[t].
 // q_rows > 0 (the last layer, whose output only the block's rows need): q keeps only rows
 // i - (q_base + block*q_stride) in [0, q_rows), as [B, NH, q_rows, HD]; k and v keep every row.
+// q null (what the engine passes): only k and v; attention reads and rotates q from qkv.
 extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* __restrict__ cos_t,
                                     const float* __restrict__ sin_t, const int* __restrict__ pad,
                                     bf16* __restrict__ q, bf16* __restrict__ k, bf16* __restrict__ v,
@@ -29,7 +30,9 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
     const float* c = cos_t + (u64)pos * half;
     const float* sn = sin_t + (u64)pos * half;
     // 4 rotation pairs per thread: 8-byte loads and stores of bf16, 16-byte loads of cos/sin.
-    for (int p = threadIdx.x; p < heads * quarter; p += blockDim.x) {
+    // q == null: attention rotates the queries itself as it loads them (K and V only here).
+    const int h0 = q ? 0 : NH;
+    for (int p = threadIdx.x + h0 * quarter; p < heads * quarter; p += blockDim.x) {
         int h = p / quarter, j = (p % quarter) * 4;
         uint2 w1 = *(const uint2*)(src + h * HD + j), w2 = *(const uint2*)(src + h * HD + j + half);
         float x1[4] = {__uint_as_float(w1.x << 16), __uint_as_float(w1.x & 0xffff0000u),
@@ -66,10 +69,7 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
         const float cv[4] = {cc.x, cc.y, cc.z, cc.w}, sv[4] = {ss.x, ss.y, ss.z, ss.w};
         float y1[4], y2[4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            y1[e] = x1[e] * cv[e] - x2[e] * sv[e];
-            y2[e] = x2[e] * cv[e] + x1[e] * sv[e];
-        }
+        for (int e = 0; e < 4; e++) rope_pair(x1[e], x2[e], cv[e], sv[e], y1[e], y2[e]);
         *(uint2*)(dst + j) = make_uint2(pack_bf2(y1[0], y1[1]), pack_bf2(y1[2], y1[3]));
         *(uint2*)(dst + j + half) = make_uint2(pack_bf2(y2[0], y2[1]), pack_bf2(y2[2], y2[3]));
     }

@@ -87,7 +87,9 @@ impl Engine {
         let n_layers = self.layers.len();
         // Folded RMSNorm: RoPE and SwiGLU scale each row by its 1/rms (null: no scaling).
         let rr: u64 = if self.fold_norm { ws.rr.ptr } else { 0 };
-        let rope_threads = (((nh + 2 * kv) * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
+        // RoPE on K and V only (q null): attention rotates Q as it loads it from qkv.
+        let no_q = 0u64;
+        let rope_threads = ((2 * kv * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
         for (l, lw) in self.layers.iter().enumerate() {
             let (k_out, v_out) = if cached {
                 (ws.kv[l].ptr, ws.kv[l].ptr + kv_half)
@@ -102,6 +104,7 @@ impl Engine {
                 None => (0, 0, 0),
             };
             let sq = if last.is_some() { blk } else { w };
+            let q_tail = last.is_some() as i32;
             let (tl_rows, rbuf) = if last.is_some() {
                 (b * blk, ws.tail.ptr)
             } else {
@@ -134,7 +137,7 @@ impl Engine {
                     &self.cos.ptr,
                     &self.sin.ptr,
                     &ws.pad.ptr,
-                    &ws.q.ptr,
+                    &no_q,
                     &k_out,
                     &v_out,
                     &si,
@@ -160,7 +163,7 @@ impl Engine {
                 (32 * ak.v.warps() as u32, 1, 1),
                 ak.v.smem_bytes(hd as usize) as u32,
                 &mut kargs![
-                    &ws.q.ptr,
+                    &ws.qkv.ptr,
                     &k_out,
                     &v_out,
                     &ws.attn.ptr,
@@ -169,7 +172,17 @@ impl Engine {
                     &si,
                     &nh,
                     &kv,
-                    &scale_log2
+                    &scale_log2,
+                    &self.cos.ptr,
+                    &self.sin.ptr,
+                    &ws.state.ptr,
+                    &wi,
+                    &win_base,
+                    &blki,
+                    &q_tail,
+                    &q_base,
+                    &q_stride,
+                    &rr
                 ],
             )?;
             self.mark("attention")?;

@@ -146,8 +146,8 @@ struct Workspace {
     hn: DevBuf,
     /// Per-row 1/rms of the folded RMSNorm.
     rr: DevBuf,
+    /// The fused [q;k;v] GEMM output; attention reads (and rotates) Q from it.
     qkv: DevBuf,
-    q: DevBuf,
     k: DevBuf,
     v: DevBuf,
     attn: DevBuf,
@@ -485,7 +485,7 @@ impl Engine {
         let per_tok = rb * h           // resid
             + BF * h + 4               // hn, rr
             + BF * (nh + 2 * kv) * hd  // qkv
-            + BF * (nh + 2 * kv) * hd  // q, k, v
+            + BF * 2 * kv * hd         // k, v
             + BF * nh * hd             // attn
             + BF * 2 * i               // gate/up
             + BF * i                   // act
@@ -537,7 +537,6 @@ impl Engine {
             hn: g.alloc(t * h * BF)?,
             rr: g.alloc(t * 4)?,
             qkv: g.alloc(t * (nh + 2 * kv) * hd * BF)?,
-            q: g.alloc(t * nh * hd * BF)?,
             k: g.alloc(t * kv * hd * BF)?,
             v: g.alloc(t * kv * hd * BF)?,
             attn: g.alloc(t * nh * hd * BF)?,
