@@ -162,33 +162,36 @@ impl Blas {
         let esz = if sh.out == OutType::F32 { 4 } else { 2 };
         let scratch = unsafe { dr::malloc_sync(sh.t * sh.ldy * esz) }
             .map_err(|e| anyhow!("tuning scratch: {e:?}"))?;
-        let mut times = vec![];
         let n_cands = tu.borrow().plans[sh].cands.len();
-        for ci in 0..n_cands {
-            let ev = |_: ()| dr::event::create(ds::CUevent_flags::CU_EVENT_DEFAULT);
-            let (e0, e1) = (
-                ev(()).map_err(|e| anyhow!("{e:?}"))?,
-                ev(()).map_err(|e| anyhow!("{e:?}"))?,
-            );
-            let mut ok = self.lt_run(sh, ci, None, scratch).is_ok();
-            if ok {
-                unsafe { dr::event::record(e0, self.stream as _) }.map_err(|e| anyhow!("{e:?}"))?;
-                for _ in 0..3 {
-                    ok &= self.lt_run(sh, ci, None, scratch).is_ok();
+        // Per candidate: enough repetitions for ≥ 2 ms of timed work (small shapes are noise
+        // otherwise), twice round-robin so that a clock change mid-way favours none; the
+        // best of the two rounds counts. A candidate that fails to run is skipped.
+        let mut per_rep: Vec<Option<f32>> = vec![None; n_cands];
+        for _round in 0..2 {
+            for (ci, slot) in per_rep.iter_mut().enumerate() {
+                if self.lt_run(sh, ci, None, scratch).is_err() {
+                    continue;
                 }
-                unsafe { dr::event::record(e1, self.stream as _) }.map_err(|e| anyhow!("{e:?}"))?;
-                unsafe { dr::stream::synchronize(self.stream as _) }
-                    .map_err(|e| anyhow!("{e:?}"))?;
-                if ok {
-                    let ms = unsafe { dr::event::elapsed(e0, e1) }.map_err(|e| anyhow!("{e:?}"))?;
-                    times.push((ms, ci));
+                let mut reps = 3usize;
+                let mut t = self.time_reps(sh, ci, scratch, reps)?;
+                while let Some(ms) = t {
+                    if ms >= 2.0 || reps >= 256 {
+                        break;
+                    }
+                    reps = (reps * (2.0 / ms.max(1e-3)).ceil() as usize).min(256);
+                    t = self.time_reps(sh, ci, scratch, reps)?;
                 }
-            }
-            unsafe {
-                let _ = dr::event::destroy(e0);
-                let _ = dr::event::destroy(e1);
+                if let Some(ms) = t {
+                    let v = ms / reps as f32;
+                    *slot = Some(slot.map_or(v, |o: f32| o.min(v)));
+                }
             }
         }
+        let times: Vec<(f32, usize)> = per_rep
+            .iter()
+            .enumerate()
+            .filter_map(|(ci, t)| t.map(|t| (t, ci)))
+            .collect();
         unsafe { dr::stream::synchronize(self.stream as _) }.map_err(|e| anyhow!("{e:?}"))?;
         unsafe {
             let _ = dr::free_sync(scratch);
@@ -212,6 +215,29 @@ impl Blas {
             Some(f) => t.chosen.save(f),
             None => Ok(()),
         }
+    }
+
+    /// Milliseconds for `reps` back-to-back runs of candidate `ci` (None if one failed).
+    fn time_reps(&self, sh: &Shape, ci: usize, scratch: u64, reps: usize) -> Result<Option<f32>> {
+        let er = |e: dr::DriverError| anyhow!("CUDA event while tuning: {e:?}");
+        let e0 = dr::event::create(ds::CUevent_flags::CU_EVENT_DEFAULT).map_err(er)?;
+        let e1 = dr::event::create(ds::CUevent_flags::CU_EVENT_DEFAULT).map_err(er)?;
+        let res = (|| {
+            unsafe { dr::event::record(e0, self.stream as _) }.map_err(er)?;
+            let mut ok = true;
+            for _ in 0..reps {
+                ok &= self.lt_run(sh, ci, None, scratch).is_ok();
+            }
+            unsafe { dr::event::record(e1, self.stream as _) }.map_err(er)?;
+            unsafe { dr::stream::synchronize(self.stream as _) }.map_err(er)?;
+            let ms = unsafe { dr::event::elapsed(e0, e1) }.map_err(er)?;
+            Ok(ok.then_some(ms))
+        })();
+        unsafe {
+            let _ = dr::event::destroy(e0);
+            let _ = dr::event::destroy(e1);
+        }
+        res
     }
 
     /// Enqueue candidate `ci` of `sh`: y = x·wᵀ (+ y). `xw` None: the plan's recorded operands.
