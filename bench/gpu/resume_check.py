@@ -26,8 +26,8 @@ if "--gemm-tune" in G:
     # afresh may pick others, which round differently). The killed run and its resume
     # must both load them.
     os.makedirs(out + ".parts", exist_ok=True)
-    plans = open(full + ".parts/gemm-plans.json", "rb").read()
-    open(out + ".parts/gemm-plans.json", "wb").write(plans)
+    plans = open(full + ".parts/00000-of-00001.gemm-plans.json", "rb").read()
+    open(out + ".parts/00000-of-00001.gemm-plans.json", "wb").write(plans)
 p = subprocess.Popen(cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 lines = 0
 while p.poll() is None:
@@ -45,7 +45,7 @@ left = os.path.exists(out)
 subprocess.run(cmd(out), check=True, capture_output=True)
 same = open(full, "rb").read() == open(out, "rb").read()
 if "--gemm-tune" in G:
-    kept = open(out + ".parts/gemm-plans.json", "rb").read() == plans
+    kept = open(out + ".parts/00000-of-00001.gemm-plans.json", "rb").read() == plans
     print(f"--gemm-tune: {len(json.loads(plans)['plans'])} tuned GEMM shapes; plans file reused unchanged: {kept}")
     same = same and kept
 print(f"resume on {DEV}: killed={killed} after {lines} part lines (final output present after kill: {left}); "

@@ -134,7 +134,8 @@ pub struct DistillArgs {
     pub gpu_residual: String,
     /// --device cuda: time cuBLASLt's candidate kernels for each GEMM shape once and use the
     /// fastest (about 3 % per step at batch 64 on an H200). The choices are saved in
-    /// OUT.parts/gemm-plans.json and reused, so a resumed run writes the same bytes.
+    /// OUT.parts/IIIII-of-NNNNN.gemm-plans.json (one per worker) and reused, so a resumed run
+    /// writes the same bytes.
     /// Recorded in the resume fingerprint.
     #[arg(long)]
     pub gemm_tune: bool,

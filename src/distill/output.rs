@@ -46,6 +46,12 @@ pub fn part_path(out: &Path, slice: WorkerSlice) -> PathBuf {
     parts_dir(out).join(format!("{}.jsonl", slice.part_dir_name()))
 }
 
+/// `OUT.parts/IIIII-of-NNNNN.gemm-plans.json`: the GEMM kernels `--gemm-tune` chose for this
+/// worker, one file per worker so that each worker's resume reuses exactly its own choices.
+pub fn gemm_plans_path(out: &Path, slice: WorkerSlice) -> PathBuf {
+    parts_dir(out).join(format!("{}.gemm-plans.json", slice.part_dir_name()))
+}
+
 /// Every `*.jsonl` part in `dir`, sorted by name.
 pub fn list_parts(dir: &Path) -> Result<Vec<PathBuf>> {
     if !dir.is_dir() {
@@ -392,6 +398,28 @@ mod tests {
 
     fn hdr(w: WorkerSlice) -> Value {
         header(w, 3, 4, &serde_json::json!({"seed": 1}))
+    }
+
+    #[test]
+    fn gemm_plans_sit_beside_each_workers_part_and_are_not_parts() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("distilled.json");
+        let w = WorkerSlice::new(2, 4).unwrap();
+        let p = gemm_plans_path(&out, w);
+        assert_eq!(p.parent().unwrap(), parts_dir(&out));
+        assert_ne!(p, gemm_plans_path(&out, WorkerSlice::new(3, 4).unwrap()));
+        let part = part_path(&out, w);
+        assert_eq!(
+            p.file_name().unwrap().to_str().unwrap(),
+            part.with_extension("gemm-plans.json")
+                .file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+        );
+        PartWriter::open(&part, &hdr(w)).unwrap();
+        std::fs::write(&p, "{}").unwrap();
+        assert_eq!(list_parts(&parts_dir(&out)).unwrap(), vec![part]);
     }
 
     #[test]

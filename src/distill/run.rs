@@ -358,10 +358,11 @@ pub fn run(args: DistillArgs) -> Result<()> {
     let mut backend = if todo.is_empty() {
         None
     } else {
-        // --gemm-tune: the tuned GEMM choices live beside the parts, so a resume reuses them.
+        // --gemm-tune: the tuned GEMM choices live beside this worker's part, so its resume
+        // reuses them.
         let plans = args
             .gemm_tune
-            .then(|| output::parts_dir(&args.out).join("gemm-plans.json"));
+            .then(|| output::gemm_plans_path(&args.out, slice));
         Some(backend(
             &args.device,
             &teacher,
