@@ -9,6 +9,7 @@
 #        fold (experimental DLM_FOLD_NORM=1: parity + profile; run after `teacher`)
 #        ceiling (the step's GEMMs alone on cuBLAS, burst vs sustained at the power cap)
 #        profile-hot (profile after HOT s of steps; PROFILE_TAG names it)
+#        wg (EXPERIMENTAL wgmma attention: teacher parity vs PyTorch + hot profile; after `teacher`)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
 #        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
@@ -63,6 +64,12 @@ for step in "$@"; do
       EXTRA=--gemm-tune python3 resume_check.py ./dlm-data /tmp/tt /tmp/resume-tune | tee "$out/resume_tune.txt" ;;
     teacher)
       [ -f $T/config.json ] || python3 make_teacher.py --out $T ;;
+    wg)
+      # EXPERIMENTAL wgmma attention (DLM_ATTN=wg, kernels/attention_wgmma.cu, never run on a GPU
+      # before): teacher-shaped logits vs PyTorch (must match the default's 2.0e-2 / 97.7 %),
+      # then the hot step profile (attention line vs the default's ~32 ms).
+      DLM_ATTN=wg python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_wg.json" 2>&1 | grep -v Warning
+      DLM_ATTN=wg clocks hotwg ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hotwg.json" | head -n 17 ;;
     torch-parity)
       python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning ;;
     profile)

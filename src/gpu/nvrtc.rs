@@ -23,6 +23,10 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("rope.cu", include_str!("../../kernels/rope.cu")),
     ("swiglu.cu", include_str!("../../kernels/swiglu.cu")),
     ("attention.cu", include_str!("../../kernels/attention.cu")),
+    (
+        "attention_wgmma.cu",
+        include_str!("../../kernels/attention_wgmma.cu"),
+    ),
     ("sampler.cu", include_str!("../../kernels/sampler.cu")),
 ];
 
@@ -52,6 +56,7 @@ pub const ENTRY_POINTS: &[&str] = &[
     "attn_fwd_m2_hd32",
     "attn_fwd_m2_hd64",
     "attn_fwd_m2_hd128",
+    "attn_fwd_wg_hd128",
     "sample_block",
     "commit_topk",
     "advance",

@@ -124,8 +124,9 @@ struct Kernels {
     qkv_rope: Kernel,
     swiglu: Kernel,
     row_rms: Kernel,
-    /// Attention variants, by the pass's grid ([`AttnVariant`]).
-    attn: [AttnKernel; 3],
+    /// Attention variants, by the pass's grid ([`AttnVariant`], indexed by `idx`; the
+    /// experimental `Wg` only when `DLM_ATTN=wg` loaded it).
+    attn: Vec<AttnKernel>,
     sample: Kernel,
     commit: Kernel,
     advance: Kernel,
@@ -225,6 +226,9 @@ pub enum AttnVariant {
     W8,
     /// 4 warps × 32 queries (two m-tiles per K/V fragment), 32-key tiles: large grids.
     M2,
+    /// EXPERIMENTAL, not yet run on a GPU (`DLM_ATTN=wg` only, never chosen automatically):
+    /// 2 warpgroups × 64 queries on wgmma, head_dim 128, sm_90a (kernels/attention_wgmma.cu).
+    Wg,
 }
 
 impl AttnVariant {
@@ -235,24 +239,24 @@ impl AttnVariant {
             "w4" | "4" => Some(Self::W4),
             "w8" | "8" => Some(Self::W8),
             "m2" => Some(Self::M2),
-            o => bail!("DLM_ATTN={o}: expected w4, w8, m2 or auto"),
+            "wg" => Some(Self::Wg),
+            o => bail!("DLM_ATTN={o}: expected w4, w8, m2, wg or auto"),
         })
     }
     fn idx(self) -> usize {
         self as usize
     }
     fn warps(self) -> usize {
-        if self == Self::W8 {
-            8
-        } else {
-            4
+        match self {
+            Self::W8 | Self::Wg => 8,
+            Self::W4 | Self::M2 => 4,
         }
     }
     /// Queries per CTA.
     fn rows(self) -> usize {
         match self {
             Self::W4 => 64,
-            Self::W8 | Self::M2 => 128,
+            Self::W8 | Self::M2 | Self::Wg => 128,
         }
     }
     fn key_tile(self) -> usize {
@@ -267,11 +271,16 @@ impl AttnVariant {
             Self::W4 => format!("attn_fwd_hd{hd}"),
             Self::W8 => format!("attn_fwd_w8_hd{hd}"),
             Self::M2 => format!("attn_fwd_m2_hd{hd}"),
+            Self::Wg => format!("attn_fwd_wg_hd{hd}"),
         }
     }
-    /// Dynamic shared memory: two stages of a K and a V tile, rows padded by 8 elements.
+    /// Dynamic shared memory: two stages of a K and a V tile, rows padded by 8 elements (Wg:
+    /// unpadded swizzled tiles, plus 1 KB to align them to 1024 bytes).
     fn smem_bytes(self, hd: usize) -> usize {
-        4 * self.key_tile() * (hd + 8) * BF
+        match self {
+            Self::Wg => 4 * self.key_tile() * hd * BF + 1024,
+            _ => 4 * self.key_tile() * (hd + 8) * BF,
+        }
     }
 }
 
@@ -306,12 +315,12 @@ impl Engine {
                 v,
             })
         };
-        let k = Kernels {
+        let mut k = Kernels {
             r: ResidKernels::load(&gpu, Residual::Bf16)?,
             qkv_rope: kn("qkv_rope")?,
             swiglu: kn("swiglu")?,
             row_rms: kn("row_rms")?,
-            attn: [
+            attn: vec![
                 attn_kernel(AttnVariant::W4)?,
                 attn_kernel(AttnVariant::W8)?,
                 attn_kernel(AttnVariant::M2)?,
@@ -325,6 +334,20 @@ impl Engine {
             gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
         }
         let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
+        // The experimental wgmma attention: head_dim 128 on an sm_90a module only.
+        if attn_force == Some(AttnVariant::Wg) {
+            if cfg.head_dim != 128 || gpu.arch != "sm_90a" {
+                bail!(
+                    "DLM_ATTN=wg (experimental wgmma attention) needs head_dim 128 on an H100/H200 \
+                     (sm_90a); this is head_dim {} on {}",
+                    cfg.head_dim,
+                    gpu.arch
+                );
+            }
+            let wg = attn_kernel(AttnVariant::Wg)?;
+            gpu.set_max_dynamic_smem(wg.k, wg.v.smem_bytes(128))?;
+            k.attn.push(wg);
+        }
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim;
         let (qd, kd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
@@ -462,9 +485,12 @@ impl Engine {
         Ok(())
     }
 
-    /// Force one attention variant (None: by grid size, the default).
+    /// Force one attention variant (None: by grid size, the default). `Wg` only when
+    /// `DLM_ATTN=wg` loaded it (else the forced variant stays as it was).
     pub fn set_attention(&mut self, v: Option<AttnVariant>) {
-        self.attn_force = v;
+        if v.is_none_or(|v| v.idx() < self.k.attn.len()) {
+            self.attn_force = v;
+        }
     }
 
     pub fn residual(&self) -> Residual {

@@ -1,0 +1,267 @@
+// EXPERIMENTAL, not yet run on a GPU (DLM_ATTN=wg; never chosen automatically): the same
+// attention as attention.cu (same QSrc, same RoPE-on-load, same online softmax and masking),
+// with both matrix products on Hopper's warpgroup MMA (wgmma, sm_90a) instead of mma.sync:
+// one CTA = 2 warpgroups x 64 queries of one (batch row, head), head_dim 128, keys in tiles of
+// 64. Q stays in registers as wgmma's A operand (the m64nNk16 A fragment of each warp is the
+// mma.sync m16n8k16 A fragment of its 16 rows, so the Q load and RoPE code are attention.cu's);
+// S = Q K^T with K from shared memory (K-major B); P (bf16, registers) x V with V from shared
+// memory (N-major B, transposed by the instruction). The accumulator layout of wgmma (per warp:
+// rows g / g+8, columns 8j + 2tq) is mma.sync's, so the softmax is attention.cu's too.
+// Shared memory: 2 stages x (K, V) tiles of 64 x 128 bf16, each stored as two 64 x 64 halves
+// (head dims 0-63, 64-127) of 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r
+// at chunk c ^ (r & 7)); tiles 1024-byte aligned. Descriptors (PTX ISA "matrix descriptor"):
+// bits 0-13 address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
+// 62-63 swizzle (1 = 128 B). K (K-major): LBO unused (1), SBO = 1024 (8 rows of 128 B), a
+// 16-wide k step inside a half = +32 bytes. V (N-major, one 64-dim half per instruction so
+// the LBO is unused): SBO = 1024 (the next 8 keys), a 16-key step = +2048 bytes. Shared
+// memory written by cp.async is made visible to wgmma (the async proxy) with
+// fence.proxy.async before the barrier.
+// To verify first (bench/gpu/run.sh): `DLM_ATTN=wg bash run.sh torch-parity` (teacher shape,
+// rel err must stay ~2.0e-2, argmax ~97.7 %) and `DLM_ATTN=wg PROFILE_TAG=wg run.sh profile-hot`.
+#define WG_BK 64
+#define WG_HALF_BYTES (WG_BK * 128)            // one 64-key x 64-dim half: 8 KB
+#define WG_TILE_BYTES (2 * WG_HALF_BYTES)      // a K or V tile: 16 KB
+#define WG_STAGE_BYTES (2 * WG_TILE_BYTES)     // K + V
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ u64 wg_desc(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFF) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32) |
+           (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// d[64 x 64] (+)= a[64 x 16] (registers) x B (64 keys x 16 dims, K-major, from the descriptor).
+__device__ __forceinline__ void wg_qk(float (&d)[8][4], const u32 (&a)[4], u64 desc, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+        "{%32,%33,%34,%35}, %37, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(acc), "l"(desc));
+}
+
+// o[64 x 64 head dims at the descriptor] += p[64 x 16 keys] (registers) x V (16 keys x 64
+// dims, N-major: transposed by the instruction; 64 dims = one swizzle atom, so no LBO). Two
+// calls, one per half, cover the 128 dims.
+__device__ __forceinline__ void wg_pv(float (&d)[8][4], const u32 (&a)[4], u64 desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+        "{%32,%33,%34,%35}, %37, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(desc));
+}
+
+// One 64-key tile of K or V (128 head dims) into its two swizzled halves.
+__device__ __forceinline__ void wg_load_tile(u32 dst, const bf16* __restrict__ src, int row0, int S) {
+    for (int i = threadIdx.x; i < WG_BK * 16; i += blockDim.x) {
+        const int r = i >> 4, c = i & 15, half = c >> 3, cc = c & 7;
+        const bool ok = row0 + r < S;
+        cp_async16(dst + half * WG_HALF_BYTES + r * 128 + ((cc ^ (r & 7)) << 4),
+                   src + (u64)(ok ? row0 + r : 0) * 128 + c * 8, ok);
+    }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
+    const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V,
+    bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,
+    float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+    const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base,
+    int q_stride, const float* __restrict__ rr) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int HD = 128;
+    extern __shared__ __align__(16) unsigned char wg_smem_raw[];
+    // Tiles on 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes).
+    const u32 sbase = (smem_addr(wg_smem_raw) + 1023u) & ~1023u;
+    const QSrc qs{QKV, cos_t, sin_t, st, rr, W, win_base, blk, q_tail, q_base, q_stride};
+    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (NH / KVH);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tq = lane & 3;
+    const int qld = (NH + 2 * KVH) * HD;
+    const int row0 = qs.q_tail ? qs.q_base + qs.st->block * qs.q_stride : 0;
+    const int sbase_pos = qs.win_base < 0 ? 0 : qs.win_base + qs.st->block * qs.blk;
+    const u64 trow0 = (u64)b * qs.W + row0;
+    const bf16* Qb = qs.qkv + trow0 * qld + h * HD;
+    const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
+    const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
+    // Warpgroup wg = warp / 4 owns queries qt*128 + wg*64 ..; warp w%4 its rows 16*(w%4)...
+    const int q0 = qt * 128 + warp * 16;
+    const int kstart = pad[b];
+    const int t0 = kstart / WG_BK, nt = (S + WG_BK - 1) / WG_BK;
+
+    if (t0 < nt) {
+        wg_load_tile(sbase, Kb, t0 * WG_BK, S);
+        wg_load_tile(sbase + WG_TILE_BYTES, Vb, t0 * WG_BK, S);
+    }
+    cp_async_commit();
+    // Q fragments + RoPE: attention.cu's code for one m-tile.
+    u32 qf[HD / 16][4];
+    {
+        const int qa = q0 + g, qb = qa + 8;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const int c = kk * 16 + tq * 2;
+            qf[kk][0] = qa < Sq ? *(const u32*)(Qb + (u64)qa * qld + c) : 0u;
+            qf[kk][1] = qb < Sq ? *(const u32*)(Qb + (u64)qb * qld + c) : 0u;
+            qf[kk][2] = qa < Sq ? *(const u32*)(Qb + (u64)qa * qld + c + 8) : 0u;
+            qf[kk][3] = qb < Sq ? *(const u32*)(Qb + (u64)qb * qld + c + 8) : 0u;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int q = (r & 1) ? qb : qa;
+            if (q >= Sq) continue;
+            int pos = sbase_pos + row0 + q - pad[b];
+            if (pos < 0) pos = 0;
+            const float sc = qs.rr ? qs.rr[trow0 + q] : 1.f;
+            const float* cp = qs.cos_t + (u64)pos * (HD / 2);
+            const float* sp = qs.sin_t + (u64)pos * (HD / 2);
+#pragma unroll
+            for (int kk = 0; kk < HD / 32; kk++) {
+                const int j = kk * 16 + tq * 2 + (r >= 2 ? 8 : 0);
+                const float2 cc = *(const float2*)(cp + j), ss = *(const float2*)(sp + j);
+                u32 a = qf[kk][r], bq = qf[kk + HD / 32][r];
+                float x1a = __uint_as_float(a << 16) * sc, x1b = __uint_as_float(a & 0xffff0000u) * sc;
+                float x2a = __uint_as_float(bq << 16) * sc, x2b = __uint_as_float(bq & 0xffff0000u) * sc;
+                float y1a, y2a, y1b, y2b;
+                rope_pair(x1a, x2a, cc.x, ss.x, y1a, y2a);
+                rope_pair(x1b, x2b, cc.y, ss.y, y1b, y2b);
+                qf[kk][r] = pack_bf2(y1a, y1b);
+                qf[kk + HD / 32][r] = pack_bf2(y2a, y2b);
+            }
+        }
+    }
+    float o[2][8][4];  // head dims 0-63 and 64-127
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) o[hh][n][0] = o[hh][n][1] = o[hh][n][2] = o[hh][n][3] = 0.f;
+    float mrow0 = NEG_INF, mrow1 = NEG_INF, lrow0 = 0.f, lrow1 = 0.f;
+
+    for (int t = t0; t < nt; t++) {
+        const int stg = (t - t0) & 1;
+        if (t + 1 < nt) {
+            const u32 nxt = sbase + (stg ^ 1) * WG_STAGE_BYTES;
+            wg_load_tile(nxt, Kb, (t + 1) * WG_BK, S);
+            wg_load_tile(nxt + WG_TILE_BYTES, Vb, (t + 1) * WG_BK, S);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const u32 kt = sbase + stg * WG_STAGE_BYTES, vt = kt + WG_TILE_BYTES;
+        const int k0 = t * WG_BK;
+        float s[8][4];
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            wg_qk(s, qf[kk], wg_desc(kt + (kk >> 2) * WG_HALF_BYTES + (kk & 3) * 32, 16, 1024), kk > 0);
+        wg_commit();
+        wg_wait0();
+        const bool edge = k0 < kstart || k0 + WG_BK > S;
+        float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            if (edge) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = k0 + n * 8 + tq * 2 + (e & 1);
+                    if (key < kstart || key >= S) s[n][e] = NEG_INF;
+                }
+            }
+            mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(mrow0, mx0), mn1 = fmaxf(mrow1, mx1);
+        const float base0 = mn0 == NEG_INF ? 0.f : mn0 * scale_log2;
+        const float base1 = mn1 == NEG_INF ? 0.f : mn1 * scale_log2;
+        const float a0 = fast_exp2(mrow0 * scale_log2 - base0);
+        const float a1 = fast_exp2(mrow1 * scale_log2 - base1);
+        mrow0 = mn0;
+        mrow1 = mn1;
+        float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            s[n][0] = fast_exp2(fmaf(s[n][0], scale_log2, -base0));
+            s[n][1] = fast_exp2(fmaf(s[n][1], scale_log2, -base0));
+            s[n][2] = fast_exp2(fmaf(s[n][2], scale_log2, -base1));
+            s[n][3] = fast_exp2(fmaf(s[n][3], scale_log2, -base1));
+            ps0 += s[n][0] + s[n][1];
+            ps1 += s[n][2] + s[n][3];
+        }
+        lrow0 = lrow0 * a0 + ps0;
+        lrow1 = lrow1 * a1 + ps1;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                o[hh][n][0] *= a0;
+                o[hh][n][1] *= a0;
+                o[hh][n][2] *= a1;
+                o[hh][n][3] *= a1;
+            }
+        u32 pa[WG_BK / 16][4];
+#pragma unroll
+        for (int kc = 0; kc < WG_BK / 16; kc++) {
+            pa[kc][0] = pack_bf2(s[2 * kc][0], s[2 * kc][1]);
+            pa[kc][1] = pack_bf2(s[2 * kc][2], s[2 * kc][3]);
+            pa[kc][2] = pack_bf2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+            pa[kc][3] = pack_bf2(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < WG_BK / 16; kc++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++)
+                wg_pv(o[hh], pa[kc], wg_desc(vt + hh * WG_HALF_BYTES + kc * 16 * 128, 16, 1024));
+        }
+        wg_commit();
+        wg_wait0();
+        __syncthreads();
+    }
+    const int qa = q0 + g, qb = qa + 8;
+    if (qa >= Sq && qb >= Sq) return;
+    float l0 = lrow0, l1 = lrow1;
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const u64 ld = (u64)NH * HD;
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++)
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+            const int col = h * HD + hh * 64 + n * 8 + tq * 2;
+            if (qa < Sq)
+                *(u32*)(O + ((u64)b * Sq + qa) * ld + col) = pack_bf2(o[hh][n][0] * inv0, o[hh][n][1] * inv0);
+            if (qb < Sq)
+                *(u32*)(O + ((u64)b * Sq + qb) * ld + col) = pack_bf2(o[hh][n][2] * inv1, o[hh][n][3] * inv1);
+        }
+#else
+    __trap();  // needs the sm_90a target (wgmma)
+#endif
+}
