@@ -32,40 +32,54 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 
+// Accumulator operand lists: rows o..o+7 of a [n][4] fp32 fragment (32 registers).
+#define WG_D1(d, o) "+f"(d[o][0]), "+f"(d[o][1]), "+f"(d[o][2]), "+f"(d[o][3])
+#define WG_D8(d, o) WG_D1(d, o), WG_D1(d, o + 1), WG_D1(d, o + 2), WG_D1(d, o + 3), \
+    WG_D1(d, o + 4), WG_D1(d, o + 5), WG_D1(d, o + 6), WG_D1(d, o + 7)
+#define WG_R32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define WG_R64 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+
 // d[64 x 64] (+)= a[64 x 16] (registers) x B (64 keys x 16 dims, K-major, from the descriptor).
 __device__ __forceinline__ void wg_qk(float (&d)[8][4], const u32 (&a)[4], u64 desc, int acc) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_R32 ", "
         "{%32,%33,%34,%35}, %37, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3])
+        : WG_D8(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(acc), "l"(desc));
 }
 
-// o[64 x 64 head dims at the descriptor] += p[64 x 16 keys] (registers) x V (16 keys x 64
-// dims, N-major: transposed by the instruction; 64 dims = one swizzle atom, so no LBO). Two
-// calls, one per half, cover the 128 dims.
-__device__ __forceinline__ void wg_pv(float (&d)[8][4], const u32 (&a)[4], u64 desc) {
+// The same with A (64 queries x 16 dims, K-major) from shared memory too.
+__device__ __forceinline__ void wg_qk_ss(float (&d)[8][4], u64 da, u64 db, int acc) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
-        "{%32,%33,%34,%35}, %37, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-          "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(1), "l"(desc));
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_R32 ", "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : WG_D8(d, 0)
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// o[64 x 64 head dims OFF/8*8 ..] += p[64 x 16 keys] (registers) x V (16 keys x 64 dims,
+// N-major: transposed by the instruction; 64 dims = one swizzle atom, so no LBO).
+template <int OFF>
+__device__ __forceinline__ void wg_pv64(float (&d)[16][4], const u32 (&a)[4], u64 desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_R32 ", "
+        "{%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+        : WG_D8(d, OFF)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+}
+
+// All 128 head dims in one instruction: the two 64-dim swizzle atoms of V sit WG_HALF_BYTES
+// apart (the N-major layout's leading byte offset).
+__device__ __forceinline__ void wg_pv128(float (&d)[16][4], const u32 (&a)[4], u64 desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WG_R64 ", "
+        "{%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+        : WG_D8(d, 0), WG_D8(d, 8)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
 }
 
 // One 64-key tile of K or V (128 head dims) into its two swizzled halves.
@@ -79,21 +93,30 @@ __device__ __forceinline__ void wg_load_tile(u32 dst, const bf16* __restrict__ s
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// QS: Q (after RoPE) goes to shared memory and both wgmma operands of S = Q K^T come from
+// there (32 fewer registers: two CTAs per SM); else Q stays in registers. PV128: P V as one
+// m64n128 instruction per 16 keys; else two m64n64 (one per 64-dim half). HPC: heads per CTA
+// (2: four warpgroups, two heads of one KV group share every K/V tile: half the loads).
+template <bool QS, bool PV128, int HPC>
+__device__ __forceinline__ void attn_wg_body(
     const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V,
     bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,
     float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
     const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base,
     int q_stride, const float* __restrict__ rr) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int HD = 128;
     extern __shared__ __align__(16) unsigned char wg_smem_raw[];
     // Tiles on 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes).
-    const u32 sbase = (smem_addr(wg_smem_raw) + 1023u) & ~1023u;
+    // QS: [Q of warpgroup 0 | of warpgroup 1] (16 KB each, two 64-dim halves) before the stages.
+    const u32 qsm = (smem_addr(wg_smem_raw) + 1023u) & ~1023u;
+    const u32 sbase = QS ? qsm + 2 * HPC * WG_TILE_BYTES : qsm;
     const QSrc qs{QKV, cos_t, sin_t, st, rr, W, win_base, blk, q_tail, q_base, q_stride};
-    const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    const int kvh = h / (NH / KVH);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // Warpgroup wgi: head blockIdx.y * HPC + wgi / 2, queries qt * 128 + (wgi & 1) * 64 ...
+    const int wgi = warp >> 2;
+    const int qt = blockIdx.x, h = blockIdx.y * HPC + (wgi >> 1), b = blockIdx.z;
+    const int kvh = h / (NH / KVH);
     const int g = lane >> 2, tq = lane & 3;
     const int qld = (NH + 2 * KVH) * HD;
     const int row0 = qs.q_tail ? qs.q_base + qs.st->block * qs.q_stride : 0;
@@ -103,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
     const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
     // Warpgroup wg = warp / 4 owns queries qt*128 + wg*64 ..; warp w%4 its rows 16*(w%4)...
-    const int q0 = qt * 128 + warp * 16;
+    const int q0 = qt * 128 + (wgi & 1) * 64 + (warp & 3) * 16;
     const int kstart = pad[b];
     const int t0 = kstart / WG_BK, nt = (S + WG_BK - 1) / WG_BK;
 
@@ -148,11 +171,25 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
             }
         }
     }
-    float o[2][8][4];  // head dims 0-63 and 64-127
+    // QS: the warp's 16 rows of its warpgroup's swizzled Q tile (made visible to wgmma by the
+    // fence + barrier at the top of the first key tile).
+    const u32 qwg = qsm + wgi * WG_TILE_BYTES;
+    if (QS) {
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++)
+        for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
-        for (int n = 0; n < 8; n++) o[hh][n][0] = o[hh][n][1] = o[hh][n][2] = o[hh][n][3] = 0.f;
+            for (int r = 0; r < 4; r++) {
+                const int row = (warp & 3) * 16 + g + (r & 1) * 8;
+                const int col = kk * 16 + tq * 2 + (r >= 2 ? 8 : 0);
+                const int cc = col & 63;
+                const u32 a = qwg + (col >> 6) * WG_HALF_BYTES + row * 128 +
+                              ((((cc >> 3) ^ (row & 7))) << 4) + (cc & 7) * 2;
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(qf[kk][r]) : "memory");
+            }
+    }
+    float o[16][4];  // head dims 8n + 2tq (n < 8: dims 0-63, else 64-127)
+#pragma unroll
+    for (int n = 0; n < 16; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float mrow0 = NEG_INF, mrow1 = NEG_INF, lrow0 = 0.f, lrow1 = 0.f;
 
     for (int t = t0; t < nt; t++) {
@@ -173,8 +210,13 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
         float s[8][4];
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-            wg_qk(s, qf[kk], wg_desc(kt + (kk >> 2) * WG_HALF_BYTES + (kk & 3) * 32, 16, 1024), kk > 0);
+        for (int kk = 0; kk < HD / 16; kk++) {
+            const u32 koff = (kk >> 2) * WG_HALF_BYTES + (kk & 3) * 32;
+            if (QS)
+                wg_qk_ss(s, wg_desc(qwg + koff, 16, 1024), wg_desc(kt + koff, 16, 1024), kk > 0);
+            else
+                wg_qk(s, qf[kk], wg_desc(kt + koff, 16, 1024), kk > 0);
+        }
         wg_commit();
         wg_wait0();
         const bool edge = k0 < kstart || k0 + WG_BK > S;
@@ -196,6 +238,8 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         const float mn0 = fmaxf(mrow0, mx0), mn1 = fmaxf(mrow1, mx1);
+        // O needs rescaling only where a row's max moved (else every factor is exactly 1).
+        const bool moved = __any_sync(0xffffffffu, mn0 != mrow0 || mn1 != mrow1);
         const float base0 = mn0 == NEG_INF ? 0.f : mn0 * scale_log2;
         const float base1 = mn1 == NEG_INF ? 0.f : mn1 * scale_log2;
         const float a0 = fast_exp2(mrow0 * scale_log2 - base0);
@@ -214,15 +258,15 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
         }
         lrow0 = lrow0 * a0 + ps0;
         lrow1 = lrow1 * a1 + ps1;
+        if (moved) {
 #pragma unroll
-        for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                o[hh][n][0] *= a0;
-                o[hh][n][1] *= a0;
-                o[hh][n][2] *= a1;
-                o[hh][n][3] *= a1;
+            for (int n = 0; n < 16; n++) {
+                o[n][0] *= a0;
+                o[n][1] *= a0;
+                o[n][2] *= a1;
+                o[n][3] *= a1;
             }
+        }
         u32 pa[WG_BK / 16][4];
 #pragma unroll
         for (int kc = 0; kc < WG_BK / 16; kc++) {
@@ -234,9 +278,12 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
         wg_fence();
 #pragma unroll
         for (int kc = 0; kc < WG_BK / 16; kc++) {
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++)
-                wg_pv(o[hh], pa[kc], wg_desc(vt + hh * WG_HALF_BYTES + kc * 16 * 128, 16, 1024));
+            if (PV128) {
+                wg_pv128(o, pa[kc], wg_desc(vt + kc * 16 * 128, WG_HALF_BYTES, 1024));
+            } else {
+                wg_pv64<0>(o, pa[kc], wg_desc(vt + kc * 16 * 128, 16, 1024));
+                wg_pv64<8>(o, pa[kc], wg_desc(vt + WG_HALF_BYTES + kc * 16 * 128, 16, 1024));
+            }
         }
         wg_commit();
         wg_wait0();
@@ -252,16 +299,37 @@ extern "C" __global__ void __launch_bounds__(256) attn_fwd_wg_hd128(
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
     const u64 ld = (u64)NH * HD;
 #pragma unroll
-    for (int hh = 0; hh < 2; hh++)
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const int col = h * HD + hh * 64 + n * 8 + tq * 2;
-            if (qa < Sq)
-                *(u32*)(O + ((u64)b * Sq + qa) * ld + col) = pack_bf2(o[hh][n][0] * inv0, o[hh][n][1] * inv0);
-            if (qb < Sq)
-                *(u32*)(O + ((u64)b * Sq + qb) * ld + col) = pack_bf2(o[hh][n][2] * inv1, o[hh][n][3] * inv1);
-        }
-#else
-    __trap();  // needs the sm_90a target (wgmma)
-#endif
+    for (int n = 0; n < 16; n++) {
+        const int col = h * HD + n * 8 + tq * 2;
+        if (qa < Sq)
+            *(u32*)(O + ((u64)b * Sq + qa) * ld + col) = pack_bf2(o[n][0] * inv0, o[n][1] * inv0);
+        if (qb < Sq)
+            *(u32*)(O + ((u64)b * Sq + qb) * ld + col) = pack_bf2(o[n][2] * inv1, o[n][3] * inv1);
+    }
 }
+#endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ENTRY(name, hpc, minb, qs, pv128)                                             \
+    extern "C" __global__ void __launch_bounds__(256 * hpc, minb) name(WG_PARAMS) {     \
+        attn_wg_body<qs, pv128, hpc>(QKV, K, V, O, pad, Sq, S, NH, KVH, scale_log2, cos_t, \
+                                     sin_t, st, W, win_base, blk, q_tail, q_base, q_stride, rr); \
+    }
+#else
+#define WG_ENTRY(name, hpc, minb, qs, pv128)                                             \
+    extern "C" __global__ void __launch_bounds__(256 * hpc, minb) name(WG_PARAMS) {     \
+        __trap(); /* needs the sm_90a target (wgmma) */                                  \
+    }
+#endif
+#define WG_PARAMS \
+    const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V, \
+    bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH, \
+    float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t, \
+    const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base, \
+    int q_stride, const float* __restrict__ rr
+// Q in registers, one CTA per SM (158 registers); Q in shared memory, two CTAs per SM, P V as
+// two m64n64 or one m64n128 instruction per 16 keys; two heads per CTA (512 threads).
+WG_ENTRY(attn_fwd_wg_hd128, 1, 1, false, false)
+WG_ENTRY(attn_fwd_wgs_hd128, 1, 2, true, false)
+WG_ENTRY(attn_fwd_wgs2_hd128, 1, 2, true, true)
+WG_ENTRY(attn_fwd_wgh_hd128, 2, 1, true, true)

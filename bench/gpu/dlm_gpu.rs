@@ -24,7 +24,7 @@ use dlm_data::distill::rng;
 use dlm_data::distill::sampler::{self, GenParams as SP};
 use dlm_data::distill::{Cache, Remasking};
 use dlm_data::gpu::backend::GpuBackend;
-use dlm_data::gpu::engine::{AttnVariant, CacheMode, Engine, GenParams, Residual};
+use dlm_data::gpu::engine::{CacheMode, Engine, GenParams, Residual};
 use dlm_data::gpu::reference::{self, CpuModel};
 use dlm_data::teacher::TeacherBackend;
 
@@ -84,6 +84,9 @@ enum Cmd {
         /// Scale of the embedding and LM head (> 1: peaked distributions).
         #[arg(long, default_value_t = 1.0)]
         head_scale: f64,
+        /// Head dimension (128: the teacher's, which the wgmma attention kernels need).
+        #[arg(long, default_value_t = 64)]
+        head_dim: usize,
     },
     ParityTiny {
         #[arg(long)]
@@ -250,8 +253,14 @@ fn prompts(
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Tiny { out, head_scale } => {
-            reference::write_random_teacher_scaled(&out, &reference::tiny_config(), 1, head_scale)
+        Cmd::Tiny {
+            out,
+            head_scale,
+            head_dim,
+        } => {
+            let mut cfg = reference::tiny_config();
+            cfg["head_dim"] = head_dim.into();
+            reference::write_random_teacher_scaled(&out, &cfg, 1, head_scale)
         }
         Cmd::ParityTiny { teacher, out } => parity_tiny(&teacher, out.as_deref()),
         Cmd::Logits {
@@ -377,9 +386,9 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         at.len()
     );
     report.insert("logits_rel_err".into(), err.into());
-    // The same logits through every attention variant (each forced; the default picks by
-    // grid size, and this batch is small).
-    for av in AttnVariant::ALL {
+    // The same logits through every attention variant the engine loaded (each forced; the
+    // default picks by grid size, and this batch is small).
+    for av in gpu.attention_variants() {
         gpu.set_attention(Some(av));
         let e = rel_err(&gpu.logits_at(&seqs, &pads, &at)?, &cl);
         println!("tiny logits, attention {av:?}: relative error GPU vs CPU = {e:.3e}");

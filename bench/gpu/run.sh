@@ -39,7 +39,9 @@ for step in "$@"; do
     parity)
       ./dlm-gpu tiny --out /tmp/tiny && ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny.json"
       # Peaked distributions (embedding and LM head ×8): T=0 end to end should agree exactly.
-      ./dlm-gpu tiny --out /tmp/tiny8 --head-scale 8 && ./dlm-gpu parity-tiny --teacher /tmp/tiny8 --out "$out/parity_tiny_peaked.json" ;;
+      ./dlm-gpu tiny --out /tmp/tiny8 --head-scale 8 && ./dlm-gpu parity-tiny --teacher /tmp/tiny8 --out "$out/parity_tiny_peaked.json"
+      # head_dim 128: the wgmma attention (Hopper) against the CPU reference too.
+      ./dlm-gpu tiny --out /tmp/tiny128 --head-dim 128 && ./dlm-gpu parity-tiny --teacher /tmp/tiny128 --out "$out/parity_tiny_hd128.json" ;;
     e2e)
       ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
       G="--gen-length 64 --block-length 16 --steps 32 --batch-size 4"
@@ -70,6 +72,34 @@ for step in "$@"; do
       # then the hot step profile (attention line vs the default's ~32 ms).
       DLM_ATTN=wg python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_wg.json" 2>&1 | grep -v Warning
       DLM_ATTN=wg clocks hotwg ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hotwg.json" | head -n 17 ;;
+    wgab)
+      # The wgmma attention variants (WG_VARIANTS, default wgs wgs2) against PyTorch on the
+      # teacher shape, then the hot step profile of each beside the default (m2) and wg.
+      for v in ${WG_VARIANTS:-wgs2 wgh}; do
+        echo "--- DLM_ATTN=$v"
+        DLM_ATTN=$v python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_$v.json" 2>&1 | grep -v Warning | grep -v Loading
+      done
+      for v in ${WG_PROFILE:-m2 wgs2 wgh}; do
+        echo "--- profile DLM_ATTN=$v"
+        DLM_ATTN=$v clocks "hot$v" ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hot$v.json" | grep -E 'step|attention'
+      done ;;
+    wgbits)
+      # Bit-level A/B of the attention kernels: last-block logits of the teacher shape (the
+      # prompts torch_parity.py wrote to /tmp/parity) under each DLM_ATTN, against m2.
+      for v in ${WG_BITS:-m2 w4 wg wgs wgs2 wgh}; do
+        DLM_ATTN=$v ./dlm-gpu logits --teacher $T --prompts /tmp/parity/p_logits.json \
+          --out /tmp/parity/logits_$v.npy --gen-length 256 --block-length 32 2>&1 | grep -v INFO
+      done
+      python3 - ${WG_BITS:-m2 w4 wg wgs wgs2 wgh} <<'PY' | tee "$out/attn_bits.txt"
+import sys, numpy as np
+vs = sys.argv[1:]
+ref = np.load(f"/tmp/parity/logits_{vs[0]}.npy")
+for v in vs[1:]:
+    x = np.load(f"/tmp/parity/logits_{v}.npy")
+    d = np.abs(x - ref)
+    print(f"{v} vs {vs[0]}: identical {np.array_equal(x, ref)}, max abs diff {d.max():.3e}, rel {np.linalg.norm(x - ref) / np.linalg.norm(ref):.3e}, argmax agree {(x.argmax(-1) == ref.argmax(-1)).mean():.4f}")
+PY
+      ;;
     torch-parity)
       python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher.json" 2>&1 | grep -v Warning ;;
     profile)

@@ -84,16 +84,21 @@ const GPU_ENV_SWITCHES: &[&str] = &[
     "DLM_FOLD_NORM",
 ];
 
-/// The GPU-only fingerprint fields: the residual precision, `--gemm-tune` (when on), and the
+/// The GPU-only fingerprint fields: the residual precision, the kernels' source identity,
+/// `--gemm-tune` (when on), and the
 /// engine's debugging/experimental switches that change its numerics (only those set, from
 /// `env`).
 fn gpu_fields(
     fp: &mut Value,
     residual: &str,
+    kernels: Option<String>,
     gemm_tune: bool,
     env: impl Fn(&str) -> Option<String>,
 ) {
     fp["gpu_residual"] = json!(residual);
+    if let Some(id) = kernels {
+        fp["gpu_kernels"] = json!(id);
+    }
     if gemm_tune {
         fp["gemm_tune"] = json!(true);
     }
@@ -104,6 +109,17 @@ fn gpu_fields(
     if !set.is_empty() {
         fp["gpu_env"] = Value::Object(set);
     }
+}
+
+/// The GPU kernels' source identity (none in a build without the `cuda` feature, which
+/// refuses `--device cuda` before any fingerprint).
+#[cfg(feature = "cuda")]
+fn kernels_id() -> Option<String> {
+    Some(crate::gpu::nvrtc::kernels_id())
+}
+#[cfg(not(feature = "cuda"))]
+fn kernels_id() -> Option<String> {
+    None
 }
 
 /// Everything that determines the output bytes; a resume must match it exactly.
@@ -137,7 +153,7 @@ fn fingerprint(
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     });
     if args.device != "cpu" {
-        gpu_fields(&mut fp, &args.gpu_residual, args.gemm_tune, |k| {
+        gpu_fields(&mut fp, &args.gpu_residual, kernels_id(), args.gemm_tune, |k| {
             std::env::var(k).ok()
         });
     }
@@ -496,12 +512,13 @@ mod tests {
     #[test]
     fn gpu_fingerprint_records_residual_and_only_the_switches_set() {
         let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "bf16", false, |_| None);
+        gpu_fields(&mut fp, "bf16", Some("0123abcd".into()), false, |_| None);
         assert_eq!(fp["gpu_residual"], "bf16");
+        assert_eq!(fp["gpu_kernels"], "0123abcd");
         assert!(fp.get("gpu_env").is_none());
         assert!(fp.get("gemm_tune").is_none());
         let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "f32", true, |k| {
+        gpu_fields(&mut fp, "f32", None, true, |k| {
             (k == "DLM_ATTN").then(|| "m2".to_string())
         });
         assert_eq!(fp["gpu_residual"], "f32");

@@ -81,10 +81,9 @@ impl Gpu {
             bail!("--device cuda:{ordinal}: compute capability {maj}.{min}; the bf16 tensor-core kernels need 8.0 or newer");
         }
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        // The experimental wgmma attention (DLM_ATTN=wg) needs the arch-specific sm_90a target;
-        // everything else keeps the plain target that has been verified on the device.
-        let wg = std::env::var("DLM_ATTN").is_ok_and(|v| v == "wg");
-        let arch = if wg && (maj, min) == (9, 0) {
+        // Hopper gets the arch-specific sm_90a target: the wgmma attention needs it (the other
+        // kernels compile the same for sm_90 and sm_90a).
+        let arch = if (maj, min) == (9, 0) {
             "sm_90a".to_string()
         } else {
             format!("sm_{maj}{min}")

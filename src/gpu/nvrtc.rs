@@ -57,6 +57,9 @@ pub const ENTRY_POINTS: &[&str] = &[
     "attn_fwd_m2_hd64",
     "attn_fwd_m2_hd128",
     "attn_fwd_wg_hd128",
+    "attn_fwd_wgs_hd128",
+    "attn_fwd_wgs2_hd128",
+    "attn_fwd_wgh_hd128",
     "sample_block",
     "commit_topk",
     "advance",
@@ -83,6 +86,12 @@ fn options(arch: &str) -> Vec<String> {
         "--fmad=true".into(),
         "-default-device".into(),
     ]
+}
+
+/// The kernels' identity (sha256 of the translation unit, 16 hex digits): recorded in the
+/// cuda resume fingerprint, so a run is never resumed by a binary with other kernels.
+pub fn kernels_id() -> String {
+    util::sha256_hex(translation_unit().as_bytes())[..16].to_string()
 }
 
 /// Cache key: sha256 over the NVRTC options and the translation unit.

@@ -17,9 +17,15 @@ pub enum AttnVariant {
     W8,
     /// 4 warps × 32 queries (two m-tiles per K/V fragment), 32-key tiles: large grids.
     M2,
-    /// EXPERIMENTAL, not yet run on a GPU (`DLM_ATTN=wg` only, never chosen automatically):
-    /// 2 warpgroups × 64 queries on wgmma, head_dim 128, sm_90a (kernels/attention_wgmma.cu).
+    /// EXPERIMENTAL (`DLM_ATTN=wg` only, never chosen automatically): 2 warpgroups × 64
+    /// queries on wgmma, head_dim 128, sm_90a (kernels/attention_wgmma.cu), Q in registers.
     Wg,
+    /// `Wg` with Q in shared memory (128 registers: two CTAs per SM).
+    Wgs,
+    /// `Wgs` with P·V as one m64n128 instruction per 16 keys.
+    Wgs2,
+    /// `Wgs2` with two heads of one KV group per CTA (4 warpgroups share each K/V tile).
+    Wgh,
 }
 
 impl AttnVariant {
@@ -31,15 +37,31 @@ impl AttnVariant {
             "w8" | "8" => Some(Self::W8),
             "m2" => Some(Self::M2),
             "wg" => Some(Self::Wg),
-            o => bail!("DLM_ATTN={o}: expected w4, w8, m2, wg or auto"),
+            "wgs" => Some(Self::Wgs),
+            "wgs2" => Some(Self::Wgs2),
+            "wgh" => Some(Self::Wgh),
+            o => bail!("DLM_ATTN={o}: expected w4, w8, m2, wg, wgs, wgs2, wgh or auto"),
         })
     }
     pub(super) fn idx(self) -> usize {
         self as usize
     }
+    /// The wgmma kernels (sm_90a, head_dim 128).
+    pub fn is_wgmma(self) -> bool {
+        matches!(self, Self::Wg | Self::Wgs | Self::Wgs2 | Self::Wgh)
+    }
+    /// Query heads per CTA (the launch grid's y is heads / this).
+    pub(super) fn heads(self) -> usize {
+        if self == Self::Wgh {
+            2
+        } else {
+            1
+        }
+    }
     pub(super) fn warps(self) -> usize {
         match self {
-            Self::W8 | Self::Wg => 8,
+            Self::W8 | Self::Wg | Self::Wgs | Self::Wgs2 => 8,
+            Self::Wgh => 16,
             Self::W4 | Self::M2 => 4,
         }
     }
@@ -47,7 +69,7 @@ impl AttnVariant {
     pub(super) fn rows(self) -> usize {
         match self {
             Self::W4 => 64,
-            Self::W8 | Self::M2 | Self::Wg => 128,
+            Self::W8 | Self::M2 | Self::Wg | Self::Wgs | Self::Wgs2 | Self::Wgh => 128,
         }
     }
     pub(super) fn key_tile(self) -> usize {
@@ -63,13 +85,20 @@ impl AttnVariant {
             Self::W8 => format!("attn_fwd_w8_hd{hd}"),
             Self::M2 => format!("attn_fwd_m2_hd{hd}"),
             Self::Wg => format!("attn_fwd_wg_hd{hd}"),
+            Self::Wgs => format!("attn_fwd_wgs_hd{hd}"),
+            Self::Wgs2 => format!("attn_fwd_wgs2_hd{hd}"),
+            Self::Wgh => format!("attn_fwd_wgh_hd{hd}"),
         }
     }
     /// Dynamic shared memory: two stages of a K and a V tile, rows padded by 8 elements (Wg:
-    /// unpadded swizzled tiles, plus 1 KB to align them to 1024 bytes).
+    /// unpadded swizzled tiles, plus 1 KB to align them to 1024 bytes; Wgs: plus the 128
+    /// queries' Q tile).
     pub(super) fn smem_bytes(self, hd: usize) -> usize {
         match self {
             Self::Wg => 4 * self.key_tile() * hd * BF + 1024,
+            Self::Wgs | Self::Wgs2 | Self::Wgh => {
+                (4 * self.key_tile() + self.heads() * self.rows()) * hd * BF + 1024
+            }
             _ => 4 * self.key_tile() * (hd + 8) * BF,
         }
     }

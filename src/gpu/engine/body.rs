@@ -72,12 +72,13 @@ impl Engine {
         self.mark("embed")?;
         let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
         let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
-        // Large grids: two m-tiles per warp (half the shared-memory traffic per FLOP); a grid
-        // that would leave SMs idle at 128 queries per CTA: 64 (4 warps × 16).
+        // Large grids: the wgmma kernel (Hopper, head_dim 128), else two m-tiles per warp (half
+        // the shared-memory traffic per FLOP); a grid that would leave SMs idle at 128 queries
+        // per CTA: 64 (4 warps × 16).
         let attn_for = |rows: usize| {
             let v = self.attn_force.unwrap_or(
                 if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms {
-                    AttnVariant::M2
+                    self.attn_large
                 } else {
                     AttnVariant::W4
                 },
@@ -159,7 +160,11 @@ impl Engine {
             let sqi = sq as i32;
             g.launch(
                 ak.k,
-                ((sq.div_ceil(ak.v.rows())) as u32, nh as u32, b as u32),
+                (
+                    (sq.div_ceil(ak.v.rows())) as u32,
+                    nh as u32 / ak.v.heads() as u32,
+                    b as u32,
+                ),
                 (32 * ak.v.warps() as u32, 1, 1),
                 ak.v.smem_bytes(hd as usize) as u32,
                 &mut kargs![

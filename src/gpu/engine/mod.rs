@@ -206,6 +206,8 @@ pub struct Engine {
     pub gpu: Gpu,
     /// Attention variant forced by `DLM_ATTN` (none: by grid size).
     attn_force: Option<AttnVariant>,
+    /// The variant for large grids: the wgmma one where loaded, else `M2`.
+    attn_large: AttnVariant,
     sms: usize,
     resid: Residual,
     /// RMSNorm weights folded into the qkv / gate-up weights (`DLM_FOLD_NORM=1`).
@@ -263,19 +265,29 @@ impl Engine {
             gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
         }
         let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
-        // The experimental wgmma attention: head_dim 128 on an sm_90a module only.
-        if attn_force == Some(AttnVariant::Wg) {
-            if cfg.head_dim != 128 || gpu.arch != "sm_90a" {
+        // The wgmma attention (head_dim 128, sm_90a module): `Wgs2` for large grids by default;
+        // the other wgmma shapes only when `DLM_ATTN` forces them.
+        let wgmma_default = cfg.head_dim == 128 && gpu.arch == "sm_90a";
+        let wgmma = attn_force
+            .filter(|v| v.is_wgmma())
+            .or(wgmma_default.then_some(AttnVariant::Wgs2));
+        if let Some(wv) = wgmma {
+            let group = cfg.num_heads / cfg.num_kv_heads;
+            if cfg.head_dim != 128 || gpu.arch != "sm_90a" || group % wv.heads() != 0 {
                 bail!(
-                    "DLM_ATTN=wg (experimental wgmma attention) needs head_dim 128 on an H100/H200 \
-                     (sm_90a); this is head_dim {} on {}",
+                    "DLM_ATTN={wv:?} (experimental wgmma attention) needs head_dim 128 on an H100/H200 \
+                     (sm_90a) and heads per KV head divisible by {}; this is head_dim {} on {}",
+                    wv.heads(),
                     cfg.head_dim,
                     gpu.arch
                 );
             }
-            let wg = attn_kernel(AttnVariant::Wg)?;
+            // Indexed by variant: the unused wgmma slots hold the forced one too.
+            let wg = attn_kernel(wv)?;
             gpu.set_max_dynamic_smem(wg.k, wg.v.smem_bytes(128))?;
-            k.attn.push(wg);
+            while k.attn.len() <= wv.idx() {
+                k.attn.push(wg);
+            }
         }
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim;
@@ -375,6 +387,7 @@ impl Engine {
             cfg,
             weight_bytes: bytes,
             attn_force,
+            attn_large: wgmma.unwrap_or(AttnVariant::M2),
             sms: gpu.sm_count,
             resid: Residual::Bf16,
             fold_norm,
@@ -416,8 +429,15 @@ impl Engine {
 
     /// Force one attention variant (None: by grid size, the default). `Wg` only when
     /// `DLM_ATTN=wg` loaded it (else the forced variant stays as it was).
+    /// The attention variants this engine loaded (each can be forced by [`Self::set_attention`]).
+    pub fn attention_variants(&self) -> Vec<AttnVariant> {
+        let mut v: Vec<AttnVariant> = self.k.attn.iter().map(|a| a.v).collect();
+        v.dedup();
+        v
+    }
+
     pub fn set_attention(&mut self, v: Option<AttnVariant>) {
-        if v.is_none_or(|v| v.idx() < self.k.attn.len()) {
+        if v.is_none_or(|v| self.k.attn.get(v.idx()).is_some_and(|a| a.v == v)) {
             self.attn_force = v;
         }
     }
