@@ -1,23 +1,29 @@
-// EXPERIMENTAL, not yet run on a GPU (DLM_ATTN=wg; never chosen automatically): the same
-// attention as attention.cu (same QSrc, same RoPE-on-load, same online softmax and masking),
-// with both matrix products on Hopper's warpgroup MMA (wgmma, sm_90a) instead of mma.sync:
-// one CTA = 2 warpgroups x 64 queries of one (batch row, head), head_dim 128, keys in tiles of
-// 64. Q stays in registers as wgmma's A operand (the m64nNk16 A fragment of each warp is the
-// mma.sync m16n8k16 A fragment of its 16 rows, so the Q load and RoPE code are attention.cu's);
+// Attention on Hopper's warpgroup MMA (wgmma, sm_90a): the same attention as attention.cu
+// (same QSrc, same RoPE-on-load, same online softmax and masking) with both matrix products
+// on wgmma instead of mma.sync. The engine's default for large grids on an H100/H200 with
+// head_dim 128 is attn_fwd_wgs2 (batch-64 teacher step: attention 33.5 -> 23.5 ms hot, tiny
+// teacher hd128 vs CPU 5.85e-3 like every other variant: bench/results/gpu-run20, gpu-run21).
+// One warpgroup = 64 queries of one (batch row, head); keys in tiles of 64.
+//  - wg:   2 warpgroups, Q in registers as wgmma's A operand (the m64nNk16 A fragment of each
+//          warp is the mma.sync m16n8k16 A fragment of its 16 rows, so the Q load and RoPE code
+//          are attention.cu's); 156 registers: one CTA per SM.
+//  - wgs:  Q (after RoPE) in shared memory, both operands of S = Q K^T from descriptors;
+//          128 registers: two CTAs per SM.
+//  - wgs2: wgs with P V as one m64n128 instruction per 16 keys (the default).
+//  - wgh:  wgs2 with two heads of one KV group per CTA (4 warpgroups share each K/V tile;
+//          measured slower: 26.0 vs 23.5 ms).
 // S = Q K^T with K from shared memory (K-major B); P (bf16, registers) x V with V from shared
 // memory (N-major B, transposed by the instruction). The accumulator layout of wgmma (per warp:
 // rows g / g+8, columns 8j + 2tq) is mma.sync's, so the softmax is attention.cu's too.
 // Shared memory: 2 stages x (K, V) tiles of 64 x 128 bf16, each stored as two 64 x 64 halves
 // (head dims 0-63, 64-127) of 128-byte rows with the 128-byte swizzle (16-byte chunk c of row r
-// at chunk c ^ (r & 7)); tiles 1024-byte aligned. Descriptors (PTX ISA "matrix descriptor"):
-// bits 0-13 address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
-// 62-63 swizzle (1 = 128 B). K (K-major): LBO unused (1), SBO = 1024 (8 rows of 128 B), a
-// 16-wide k step inside a half = +32 bytes. V (N-major, one 64-dim half per instruction so
-// the LBO is unused): SBO = 1024 (the next 8 keys), a 16-key step = +2048 bytes. Shared
-// memory written by cp.async is made visible to wgmma (the async proxy) with
-// fence.proxy.async before the barrier.
-// To verify first (bench/gpu/run.sh): `DLM_ATTN=wg bash run.sh torch-parity` (teacher shape,
-// rel err must stay ~2.0e-2, argmax ~97.7 %) and `DLM_ATTN=wg PROFILE_TAG=wg run.sh profile-hot`.
+// at chunk c ^ (r & 7)); tiles 1024-byte aligned; Q tiles (wgs*) the same way. Descriptors (PTX
+// ISA "matrix descriptor"): bits 0-13 address >> 4, 16-29 leading byte offset >> 4, 32-45
+// stride byte offset >> 4, 62-63 swizzle (1 = 128 B). K and Q (K-major): LBO unused (1), SBO =
+// 1024 (8 rows of 128 B), a 16-wide k step inside a half = +32 bytes. V (N-major): SBO = 1024
+// (the next 8 keys), LBO = 8 KB (the next 64-dim swizzle atom, used by m64n128), a 16-key step
+// = +2048 bytes. Shared memory written by cp.async or st.shared is made visible to wgmma (the
+// async proxy) with fence.proxy.async before the barrier.
 #define WG_BK 64
 #define WG_HALF_BYTES (WG_BK * 128)            // one 64-key x 64-dim half: 8 KB
 #define WG_TILE_BYTES (2 * WG_HALF_BYTES)      // a K or V tile: 16 KB

@@ -9,7 +9,8 @@
 #        fold (experimental DLM_FOLD_NORM=1: parity + profile; run after `teacher`)
 #        ceiling (the step's GEMMs alone on cuBLAS, burst vs sustained at the power cap)
 #        profile-hot (profile after HOT s of steps; PROFILE_TAG names it)
-#        wg (EXPERIMENTAL wgmma attention: teacher parity vs PyTorch + hot profile; after `teacher`)
+#        wg (the wgmma attention with Q in registers, DLM_ATTN=wg: teacher parity + hot profile; after `teacher`)
+#        wgab / wgbits (wgmma variants: parity + hot profiles / logits bit A-B against m2; after `teacher`)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
 #        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
@@ -67,9 +68,9 @@ for step in "$@"; do
     teacher)
       [ -f $T/config.json ] || python3 make_teacher.py --out $T ;;
     wg)
-      # EXPERIMENTAL wgmma attention (DLM_ATTN=wg, kernels/attention_wgmma.cu, never run on a GPU
-      # before): teacher-shaped logits vs PyTorch (must match the default's 2.0e-2 / 97.7 %),
-      # then the hot step profile (attention line vs the default's ~32 ms).
+      # The wgmma attention with Q in registers (DLM_ATTN=wg, kernels/attention_wgmma.cu):
+      # teacher-shaped logits vs PyTorch (≈ 2.0e-2 / 97.7 % like every variant), then the hot
+      # step profile (attention line).
       DLM_ATTN=wg python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_wg.json" 2>&1 | grep -v Warning
       DLM_ATTN=wg clocks hotwg ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hotwg.json" | head -n 17 ;;
     wgab)

@@ -153,9 +153,13 @@ fn fingerprint(
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     });
     if args.device != "cpu" {
-        gpu_fields(&mut fp, &args.gpu_residual, kernels_id(), args.gemm_tune, |k| {
-            std::env::var(k).ok()
-        });
+        gpu_fields(
+            &mut fp,
+            &args.gpu_residual,
+            kernels_id(),
+            args.gemm_tune,
+            |k| std::env::var(k).ok(),
+        );
     }
     fp
 }

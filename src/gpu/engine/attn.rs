@@ -1,6 +1,6 @@
-//! Why: the engine has several attention kernels (kernels/attention.cu shapes, and the
-//! experimental wgmma one in kernels/attention_wgmma.cu); this names them, their launch shape
-//! and shared memory, and parses the `DLM_ATTN` override.
+//! Why: the engine has several attention kernels (kernels/attention.cu shapes, and the wgmma
+//! ones in kernels/attention_wgmma.cu); this names them, their launch shape and shared memory,
+//! and parses the `DLM_ATTN` override.
 
 use anyhow::{bail, Result};
 
@@ -17,14 +17,16 @@ pub enum AttnVariant {
     W8,
     /// 4 warps × 32 queries (two m-tiles per K/V fragment), 32-key tiles: large grids.
     M2,
-    /// EXPERIMENTAL (`DLM_ATTN=wg` only, never chosen automatically): 2 warpgroups × 64
-    /// queries on wgmma, head_dim 128, sm_90a (kernels/attention_wgmma.cu), Q in registers.
+    /// 2 warpgroups × 64 queries on wgmma, head_dim 128, sm_90a (kernels/attention_wgmma.cu),
+    /// Q in registers (`DLM_ATTN=wg` only).
     Wg,
-    /// `Wg` with Q in shared memory (128 registers: two CTAs per SM).
+    /// `Wg` with Q in shared memory (128 registers: two CTAs per SM; `DLM_ATTN=wgs` only).
     Wgs,
-    /// `Wgs` with P·V as one m64n128 instruction per 16 keys.
+    /// `Wgs` with P·V as one m64n128 instruction per 16 keys: the large-grid default on
+    /// Hopper with head_dim 128.
     Wgs2,
-    /// `Wgs2` with two heads of one KV group per CTA (4 warpgroups share each K/V tile).
+    /// `Wgs2` with two heads of one KV group per CTA (4 warpgroups share each K/V tile;
+    /// `DLM_ATTN=wgh` only, measured slower).
     Wgh,
 }
 

@@ -127,8 +127,9 @@ struct Kernels {
     qkv_rope: Kernel,
     swiglu: Kernel,
     row_rms: Kernel,
-    /// Attention variants, by the pass's grid ([`AttnVariant`], indexed by `idx`; the
-    /// experimental `Wg` only when `DLM_ATTN=wg` loaded it).
+    /// Attention variants, by the pass's grid ([`AttnVariant`], indexed by `idx`; a wgmma
+    /// variant only where loaded: `Wgs2` on Hopper with head_dim 128, or the one `DLM_ATTN`
+    /// forces).
     attn: Vec<AttnKernel>,
     sample: Kernel,
     commit: Kernel,
@@ -275,7 +276,7 @@ impl Engine {
             let group = cfg.num_heads / cfg.num_kv_heads;
             if cfg.head_dim != 128 || gpu.arch != "sm_90a" || group % wv.heads() != 0 {
                 bail!(
-                    "DLM_ATTN={wv:?} (experimental wgmma attention) needs head_dim 128 on an H100/H200 \
+                    "DLM_ATTN={wv:?} (wgmma attention) needs head_dim 128 on an H100/H200 \
                      (sm_90a) and heads per KV head divisible by {}; this is head_dim {} on {}",
                     wv.heads(),
                     cfg.head_dim,
