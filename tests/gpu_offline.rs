@@ -328,3 +328,30 @@ fn gemm_plans_round_trip_and_refusals() {
     );
     assert!(e.contains("expected"), "{e}");
 }
+
+/// The wgmma attention's occupancy design holds in the compiled code: the Q-in-shared-memory
+/// kernels fit 128 registers (two 256-thread CTAs fill the register file) without spills, and
+/// their shared memory lets two CTAs share an SM (228 KB, 1 KB reserved per CTA).
+#[test]
+fn wgmma_attention_fits_two_ctas_per_sm_without_spills() {
+    use dlm_data::gpu::engine::AttnVariant;
+    let usage = nvrtc::resource_usage("sm_90a").unwrap();
+    for k in [
+        "attn_fwd_wgs_hd128",
+        "attn_fwd_wgs2_hd128",
+        "attn_fwd_wgh_hd128",
+    ] {
+        let (regs, spill) = usage
+            .get(k)
+            .copied()
+            .unwrap_or_else(|| panic!("{k} missing from the ptxas report"));
+        assert!(regs <= 128, "{k}: {regs} registers > 128");
+        assert_eq!(spill, 0, "{k}: {spill} bytes of spills");
+    }
+    let (_, spill) = usage["attn_fwd_wg_hd128"];
+    assert_eq!(spill, 0, "attn_fwd_wg_hd128 spills");
+    for v in [AttnVariant::Wgs, AttnVariant::Wgs2] {
+        assert!(2 * (v.smem_bytes(128) + 1024) <= 228 * 1024, "{v:?}");
+    }
+    assert!(AttnVariant::Wgh.smem_bytes(128) <= 227 * 1024);
+}

@@ -127,11 +127,48 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
 
 /// Compile the kernels for `arch` (e.g. "sm_90") and return the cubin bytes. No GPU needed.
 pub fn compile(arch: &str) -> Result<Vec<u8>> {
+    Ok(compile_with_log(arch, &[])?.0)
+}
+
+/// Per-kernel resource usage from ptxas (`--ptxas-options=-v`): entry point → (registers,
+/// spill store bytes + spill load bytes). The wgmma attention relies on ≤ 128 registers (two
+/// CTAs per SM); the offline tests check it without a GPU.
+pub fn resource_usage(arch: &str) -> Result<std::collections::BTreeMap<String, (u32, u32)>> {
+    let (_, log) = compile_with_log(arch, &["--ptxas-options=-v".to_string()])?;
+    let mut out = std::collections::BTreeMap::new();
+    let mut cur: Option<String> = None;
+    let mut spill = 0u32;
+    let num_before = |l: &str, key: &str| -> Option<u32> {
+        let i = l.find(key)?;
+        l[..i].split_whitespace().last()?.parse().ok()
+    };
+    for l in log.lines() {
+        if let Some(i) = l.find("Compiling entry function '") {
+            let rest = &l[i + "Compiling entry function '".len()..];
+            cur = rest.split('\'').next().map(str::to_string);
+            spill = 0;
+        } else if l.contains("bytes spill stores") {
+            spill = num_before(l, "bytes spill stores").unwrap_or(0)
+                + num_before(l, "bytes spill loads").unwrap_or(0);
+        } else if let (Some(name), Some(regs)) = (cur.as_ref(), num_before(l, "registers")) {
+            out.insert(name.clone(), (regs, spill));
+            cur = None;
+        }
+    }
+    if out.is_empty() {
+        bail!("no ptxas resource lines in the NVRTC log for {arch}:\n{log}");
+    }
+    Ok(out)
+}
+
+/// [`compile`] with extra NVRTC options; also returns the compiler log.
+pub fn compile_with_log(arch: &str, extra: &[String]) -> Result<(Vec<u8>, String)> {
     nvrtc_version()?;
     let src = CString::new(translation_unit()).expect("kernel source has no NUL");
     let name = CString::new("dlm_kernels.cu").unwrap();
     let prog = nr::create_program(&src, Some(&name)).map_err(|e| anyhow!("nvrtc: {e:?}"))?;
-    let opts = options(arch);
+    let mut opts = options(arch);
+    opts.extend(extra.iter().cloned());
     let res = unsafe { nr::compile_program(prog, &opts) };
     let log = unsafe { nr::get_program_log(prog) }
         .map(|l| {
@@ -164,7 +201,7 @@ pub fn compile(arch: &str) -> Result<Vec<u8>> {
     if !log.trim().is_empty() {
         tracing::debug!("nvrtc log:\n{log}");
     }
-    Ok(cubin)
+    Ok((cubin, log))
 }
 
 /// The cubin for `arch`, from the on-disk cache or compiled (and cached) now.

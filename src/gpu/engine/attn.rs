@@ -95,7 +95,7 @@ impl AttnVariant {
     /// Dynamic shared memory: two stages of a K and a V tile, rows padded by 8 elements (Wg:
     /// unpadded swizzled tiles, plus 1 KB to align them to 1024 bytes; Wgs: plus the 128
     /// queries' Q tile).
-    pub(super) fn smem_bytes(self, hd: usize) -> usize {
+    pub fn smem_bytes(self, hd: usize) -> usize {
         match self {
             Self::Wg => 4 * self.key_tile() * hd * BF + 1024,
             Self::Wgs | Self::Wgs2 | Self::Wgh => {
