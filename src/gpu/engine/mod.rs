@@ -428,8 +428,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Force one attention variant (None: by grid size, the default). `Wg` only when
-    /// `DLM_ATTN=wg` loaded it (else the forced variant stays as it was).
     /// The attention variants this engine loaded (each can be forced by [`Self::set_attention`]).
     pub fn attention_variants(&self) -> Vec<AttnVariant> {
         let mut v: Vec<AttnVariant> = self.k.attn.iter().map(|a| a.v).collect();
@@ -437,6 +435,8 @@ impl Engine {
         v
     }
 
+    /// Force one attention variant (None: by grid size, the default); a variant this engine
+    /// did not load ([`Self::attention_variants`]) leaves the choice as it was.
     pub fn set_attention(&mut self, v: Option<AttnVariant>) {
         if v.is_none_or(|v| self.k.attn.get(v.idx()).is_some_and(|a| a.v == v)) {
             self.attn_force = v;
