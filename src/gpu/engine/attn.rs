@@ -31,7 +31,6 @@ pub enum AttnVariant {
 }
 
 impl AttnVariant {
-    pub const ALL: [AttnVariant; 3] = [Self::W4, Self::W8, Self::M2];
     pub(super) fn parse(s: &str) -> Result<Option<Self>> {
         Ok(match s {
             "" | "auto" => None,
@@ -44,9 +43,6 @@ impl AttnVariant {
             "wgh" => Some(Self::Wgh),
             o => bail!("DLM_ATTN={o}: expected w4, w8, m2, wg, wgs, wgs2, wgh or auto"),
         })
-    }
-    pub(super) fn idx(self) -> usize {
-        self as usize
     }
     /// The wgmma kernels (sm_90a, head_dim 128).
     pub fn is_wgmma(self) -> bool {

@@ -83,7 +83,13 @@ impl Engine {
                     AttnVariant::W4
                 },
             );
-            self.k.attn[v.idx()]
+            // Every variant attn_force / attn_large can name was loaded (Engine::load).
+            *self
+                .k
+                .attn
+                .iter()
+                .find(|a| a.v == v)
+                .expect("attention variant loaded")
         };
         let n_layers = self.layers.len();
         // Folded RMSNorm: RoPE and SwiGLU scale each row by its 1/rms (null: no scaling).

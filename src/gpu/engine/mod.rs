@@ -127,9 +127,9 @@ struct Kernels {
     qkv_rope: Kernel,
     swiglu: Kernel,
     row_rms: Kernel,
-    /// Attention variants, by the pass's grid ([`AttnVariant`], indexed by `idx`; a wgmma
-    /// variant only where loaded: `Wgs2` on Hopper with head_dim 128, or the one `DLM_ATTN`
-    /// forces).
+    /// The loaded attention variants ([`AttnVariant`]; looked up by variant): the three
+    /// mma.sync shapes, plus one wgmma shape where loaded (`Wgs2` on Hopper with head_dim 128,
+    /// or the one `DLM_ATTN` forces).
     attn: Vec<AttnKernel>,
     sample: Kernel,
     commit: Kernel,
@@ -262,9 +262,6 @@ impl Engine {
             advance: kn("advance")?,
             letter: kn("letter_head")?,
         };
-        for a in &k.attn {
-            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
-        }
         let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
         // The wgmma attention (head_dim 128, sm_90a module): `Wgs2` for large grids by default;
         // the other wgmma shapes only when `DLM_ATTN` forces them.
@@ -283,12 +280,10 @@ impl Engine {
                     gpu.arch
                 );
             }
-            // Indexed by variant: the unused wgmma slots hold the forced one too.
-            let wg = attn_kernel(wv)?;
-            gpu.set_max_dynamic_smem(wg.k, wg.v.smem_bytes(128))?;
-            while k.attn.len() <= wv.idx() {
-                k.attn.push(wg);
-            }
+            k.attn.push(attn_kernel(wv)?);
+        }
+        for a in &k.attn {
+            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
         }
         let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
         let hd = cfg.head_dim;
@@ -430,15 +425,13 @@ impl Engine {
 
     /// The attention variants this engine loaded (each can be forced by [`Self::set_attention`]).
     pub fn attention_variants(&self) -> Vec<AttnVariant> {
-        let mut v: Vec<AttnVariant> = self.k.attn.iter().map(|a| a.v).collect();
-        v.dedup();
-        v
+        self.k.attn.iter().map(|a| a.v).collect()
     }
 
     /// Force one attention variant (None: by grid size, the default); a variant this engine
     /// did not load ([`Self::attention_variants`]) leaves the choice as it was.
     pub fn set_attention(&mut self, v: Option<AttnVariant>) {
-        if v.is_none_or(|v| self.k.attn.get(v.idx()).is_some_and(|a| a.v == v)) {
+        if v.is_none_or(|v| self.k.attn.iter().any(|a| a.v == v)) {
             self.attn_force = v;
         }
     }
