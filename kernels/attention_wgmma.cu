@@ -24,6 +24,14 @@
 // (the next 8 keys), LBO = 8 KB (the next 64-dim swizzle atom, used by m64n128), a 16-key step
 // = +2048 bytes. Shared memory written by cp.async or st.shared is made visible to wgmma (the
 // async proxy) with fence.proxy.async before the barrier.
+// The kernel parameters (attention.cu's QSrc fields plus the K/V/O tensors), shared by the
+// body and the entry points.
+#define WG_PARAMS \
+    const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V, \
+    bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH, \
+    float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t, \
+    const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base, \
+    int q_stride, const float* __restrict__ rr
 #define WG_BK 64
 #define WG_HALF_BYTES (WG_BK * 128)            // one 64-key x 64-dim half: 8 KB
 #define WG_TILE_BYTES (2 * WG_HALF_BYTES)      // a K or V tile: 16 KB
@@ -105,16 +113,11 @@ __device__ __forceinline__ void wg_load_tile(u32 dst, const bf16* __restrict__ s
 // m64n128 instruction per 16 keys; else two m64n64 (one per 64-dim half). HPC: heads per CTA
 // (2: four warpgroups, two heads of one KV group share every K/V tile: half the loads).
 template <bool QS, bool PV128, int HPC>
-__device__ __forceinline__ void attn_wg_body(
-    const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V,
-    bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH,
-    float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-    const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base,
-    int q_stride, const float* __restrict__ rr) {
+__device__ __forceinline__ void attn_wg_body(WG_PARAMS) {
     constexpr int HD = 128;
     extern __shared__ __align__(16) unsigned char wg_smem_raw[];
     // Tiles on 1024-byte boundaries (the swizzle pattern repeats every 8 rows of 128 bytes).
-    // QS: [Q of warpgroup 0 | of warpgroup 1] (16 KB each, two 64-dim halves) before the stages.
+    // QS: the Q tiles of the 2 * HPC warpgroups (16 KB each, two 64-dim halves) before the stages.
     const u32 qsm = (smem_addr(wg_smem_raw) + 1023u) & ~1023u;
     const u32 sbase = QS ? qsm + 2 * HPC * WG_TILE_BYTES : qsm;
     const QSrc qs{QKV, cos_t, sin_t, st, rr, W, win_base, blk, q_tail, q_base, q_stride};
@@ -131,7 +134,7 @@ __device__ __forceinline__ void attn_wg_body(
     const bf16* Qb = qs.qkv + trow0 * qld + h * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;
     const bf16* Vb = V + ((u64)b * KVH + kvh) * S * HD;
-    // Warpgroup wg = warp / 4 owns queries qt*128 + wg*64 ..; warp w%4 its rows 16*(w%4)...
+    // Warp w % 4 of its warpgroup owns rows 16 * (w % 4) .. of the warpgroup's 64 queries.
     const int q0 = qt * 128 + (wgi & 1) * 64 + (warp & 3) * 16;
     const int kstart = pad[b];
     const int t0 = kstart / WG_BK, nt = (S + WG_BK - 1) / WG_BK;
@@ -327,13 +330,7 @@ __device__ __forceinline__ void attn_wg_body(
         __trap(); /* needs the sm_90a target (wgmma) */                                  \
     }
 #endif
-#define WG_PARAMS \
-    const bf16* __restrict__ QKV, const bf16* __restrict__ K, const bf16* __restrict__ V, \
-    bf16* __restrict__ O, const int* __restrict__ pad, int Sq, int S, int NH, int KVH, \
-    float scale_log2, const float* __restrict__ cos_t, const float* __restrict__ sin_t, \
-    const GenState* __restrict__ st, int W, int win_base, int blk, int q_tail, int q_base, \
-    int q_stride, const float* __restrict__ rr
-// Q in registers, one CTA per SM (158 registers); Q in shared memory, two CTAs per SM, P V as
+// Q in registers, one CTA per SM (156 registers); Q in shared memory, two CTAs per SM, P V as
 // two m64n64 or one m64n128 instruction per 16 keys; two heads per CTA (512 threads).
 WG_ENTRY(attn_fwd_wg_hd128, 1, 1, false, false)
 WG_ENTRY(attn_fwd_wgs_hd128, 1, 2, true, false)

@@ -74,8 +74,8 @@ for step in "$@"; do
       DLM_ATTN=wg python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_wg.json" 2>&1 | grep -v Warning
       DLM_ATTN=wg clocks hotwg ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --hot ${HOT:-8} --out "$out/profile_hotwg.json" | head -n 17 ;;
     wgab)
-      # The wgmma attention variants (WG_VARIANTS, default wgs wgs2) against PyTorch on the
-      # teacher shape, then the hot step profile of each beside the default (m2) and wg.
+      # The wgmma attention variants (WG_VARIANTS, default wgs2 wgh) against PyTorch on the
+      # teacher shape, then the hot step profile of each (WG_PROFILE, default m2 wgs2 wgh).
       for v in ${WG_VARIANTS:-wgs2 wgh}; do
         echo "--- DLM_ATTN=$v"
         DLM_ATTN=$v python3 torch_parity.py --teacher $T --bin ./dlm-gpu --out "$out/parity_teacher_$v.json" 2>&1 | grep -v Warning | grep -v Loading

@@ -85,9 +85,8 @@ const GPU_ENV_SWITCHES: &[&str] = &[
 ];
 
 /// The GPU-only fingerprint fields: the residual precision, the kernels' source identity,
-/// `--gemm-tune` (when on), and the
-/// engine's debugging/experimental switches that change its numerics (only those set, from
-/// `env`).
+/// `--gemm-tune` (when on), and the engine's debugging/experimental switches that change its
+/// numerics (only those set, from `env`).
 fn gpu_fields(
     fp: &mut Value,
     residual: &str,
