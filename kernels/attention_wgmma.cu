@@ -2,7 +2,7 @@
 // (same QSrc, same RoPE-on-load, same online softmax and masking) with both matrix products
 // on wgmma instead of mma.sync. The engine's default for large grids on an H100/H200 with
 // head_dim 128 is attn_fwd_wgs2 (batch-64 teacher step: attention 33.5 -> 23.5 ms hot, tiny
-// teacher hd128 vs CPU 5.85e-3 like every other variant: bench/results/gpu-run20, gpu-run21).
+// teacher hd128 vs CPU 5.85e-3 like every other variant: bench/results/raw/gpu-run20, gpu-run21).
 // One warpgroup = 64 queries of one (batch row, head); keys in tiles of 64.
 //  - wg:   2 warpgroups, Q in registers as wgmma's A operand (the m64nNk16 A fragment of each
 //          warp is the mma.sync m16n8k16 A fragment of its 16 rows, so the Q load and RoPE code

@@ -1,4 +1,4 @@
-# fetch / hub emulator: benchmark against curl on loopback (results in bench/results/fetch-*.md).
+# fetch / hub emulator: benchmark against curl on loopback (results: bench/results/fetch.md; new runs in bench/results/raw/fetch-*.md).
 .PHONY: bench-fetch hub-emulator
 bench-fetch: build
 	bench/fetch/run.sh

@@ -24,10 +24,10 @@ TEST_DEPS += gpu-check
 
 # The GPU benchmark on a machine with an NVIDIA GPU, PyTorch and transformers (one command:
 # parity, dlm-data distill CPU vs CUDA, kill -9 resume on the GPU, the step profile, dlm-gpu vs torch_sampler_ref.py eager,
-# --compile and dual at batch 1/16/64, the approximate modes). Results: bench/results/gpu-<date>/.
+# --compile and dual at batch 1/16/64, the approximate modes). Results: bench/results/raw/gpu-<date>/ (write-up: bench/results/gpu.md).
 # On a GPU box without Rust, run bench/gpu/stage.sh elsewhere and `bash run.sh ...` there.
 GPU_BENCH_STEPS ?= parity e2e resume teacher torch-parity profile bench approx approx-peaked bench-dual bench-prefix torch-dual torch-eager torch-compile table
 .PHONY: bench-gpu
 bench-gpu:
 	DLM_STAGE_DIR=$(abspath target/gpu-bench) bash bench/gpu/stage.sh release
-	OUT=$(abspath bench/results)/gpu-$$(date +%Y%m%d-%H%M) bash target/gpu-bench/run.sh $(GPU_BENCH_STEPS)
+	OUT=$(abspath bench/results/raw)/gpu-$$(date +%Y%m%d-%H%M) bash target/gpu-bench/run.sh $(GPU_BENCH_STEPS)

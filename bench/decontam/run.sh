@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench-decontam`: dlm-data decontam vs the Python reference (lm-eval janitor method) on
 # the same generated inputs — a 100k-item benchmark index and a ~200 MB prompts corpus with
-# planted overlaps — in the same run; prints MB/s and the ratio, records bench/results/.
+# planted overlaps — in the same run; prints MB/s and the ratio, records bench/results/raw/ (see bench/results/decontam.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/release/dlm-data}
@@ -53,7 +53,7 @@ print(table)
 print(f"index: {ours['index_ngrams']} 13-grams from {ours['index_items']} items; corpus {planted['documents']} docs, "
       f"{file_mb:.1f} MB; planted {len(planted['rows'])}, found {ours['contaminated_documents']} (ref {ref['contaminated_documents']})")
 now = datetime.datetime.now(datetime.timezone.utc)
-out = f"bench/results/decontam-{now:%Y%m%d-%H%M%S}.md"
+out = f"bench/results/raw/decontam-{now:%Y%m%d-%H%M%S}.md"
 with open(out, "w") as f:
     f.write(f"# decontam benchmark — {now:%Y-%m-%d %H:%M} UTC\n\n")
     f.write(f"Command: `make bench-decontam` (BENCH_DECONTAM_MB={mb} BENCH_DECONTAM_ITEMS={items} RAYON_NUM_THREADS={threads})\n\n")

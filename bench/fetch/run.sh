@@ -3,7 +3,7 @@
 # on loopback, in one run. Two scenarios:
 #   1. one stream, unthrottled (goal: >= 0.9x curl's throughput; we also verify sha256),
 #   2. a throttled CDN (per-connection cap, like real CDNs): our parallel ranges vs one curl stream.
-# Prints the ratios and writes bench/results/fetch-<UTC date>.md with the command.
+# Prints the ratios and writes bench/results/raw/fetch-<UTC date>.md with the command (see bench/results/fetch.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-target/debug/dlm-data}
@@ -80,8 +80,8 @@ MBS_C2=$(python3 -c "print(f'{$SIZE/1e6/$C2:.0f}')"); MBS_O2=$(python3 -c "print
 echo "curl ${C2}s (${MBS_C2} MB/s)  dlm-data fetch --jobs $JOBS ${O2}s (${MBS_O2} MB/s)  ratio ${R2}x   [runs: $REST2]"
 
 STAMP=$(date -u +%Y-%m-%dT%H%MZ)
-OUT=bench/results/fetch-$(date -u +%Y-%m-%d).md
-mkdir -p bench/results
+OUT=bench/results/raw/fetch-$(date -u +%Y-%m-%d).md
+mkdir -p bench/results/raw
 {
   echo "# fetch throughput vs curl ($STAMP)"
   echo
