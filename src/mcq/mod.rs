@@ -57,7 +57,7 @@ pub struct McqArgs {
     /// Seed of the shuffle placing sciq's correct answer (a pure function of seed and item id).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Prompt template file (placeholders {question}, {options}, {letters}); default in README.
+    /// Prompt template file (placeholders {question}, {options}, {letters}); default in docs/commands/mcq.md.
     #[arg(long)]
     pub template: Option<PathBuf>,
     /// Answer appended for stage 2 before EOS (placeholders {letter}, {answer}).

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use super::item::{letter, McqItem};
 
-/// The default prompt (documented in the README).
+/// The default prompt (documented in docs/commands/mcq.md).
 pub const DEFAULT_PROMPT: &str = "The following is a multiple choice question. \
 Answer with the letter of the correct option.\n\n{question}\n\n{options}\n\nAnswer:";
 
