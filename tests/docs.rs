@@ -257,7 +257,11 @@ fn relative_links_resolve() {
             }
         }
     }
-    assert!(broken.is_empty(), "broken links:\n  {}", broken.join("\n  "));
+    assert!(
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.join("\n  ")
+    );
 }
 
 #[test]
