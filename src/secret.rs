@@ -147,8 +147,8 @@ mod tests {
         register(tok);
         register("");
         assert!(contains_secret(&format!("Bearer {tok}")));
-        let r = redact(&format!("401: echo 'Authorization: Bearer {tok}' and {tok}"));
-        assert_eq!(r, "401: echo 'Authorization: Bearer <redacted>' and <redacted>");
+        let text = format!("401: echo 'Authorization: Bearer {tok}' and {tok}");
+        assert_eq!(redact(&text), "401: echo 'Authorization: Bearer <redacted>' and <redacted>");
         // Inside a JSON string (escaped) and a URL (percent-encoded).
         let json = serde_json::to_string(&serde_json::json!({ "error": format!("x{tok}y") })).unwrap();
         assert!(!redact(&json).contains("UnitTestSecret"), "{}", redact(&json));
