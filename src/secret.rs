@@ -148,10 +148,18 @@ mod tests {
         register("");
         assert!(contains_secret(&format!("Bearer {tok}")));
         let text = format!("401: echo 'Authorization: Bearer {tok}' and {tok}");
-        assert_eq!(redact(&text), "401: echo 'Authorization: Bearer <redacted>' and <redacted>");
+        assert_eq!(
+            redact(&text),
+            "401: echo 'Authorization: Bearer <redacted>' and <redacted>"
+        );
         // Inside a JSON string (escaped) and a URL (percent-encoded).
-        let json = serde_json::to_string(&serde_json::json!({ "error": format!("x{tok}y") })).unwrap();
-        assert!(!redact(&json).contains("UnitTestSecret"), "{}", redact(&json));
+        let json =
+            serde_json::to_string(&serde_json::json!({ "error": format!("x{tok}y") })).unwrap();
+        assert!(
+            !redact(&json).contains("UnitTestSecret"),
+            "{}",
+            redact(&json)
+        );
         assert!(serde_json::from_str::<serde_json::Value>(&redact(&json)).is_ok());
         let url = format!(
             "http://h/?t={}",
@@ -166,6 +174,9 @@ mod tests {
             w.write_all(b"Secret\"x/y end\n").unwrap();
             w.flush().unwrap();
         }
-        assert_eq!(String::from_utf8(out).unwrap(), "retry 1: Bearer <redacted> end\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "retry 1: Bearer <redacted> end\n"
+        );
     }
 }

@@ -90,7 +90,10 @@ pub fn path_within(root: &Path, path: &Path) -> Result<()> {
     }
     // `Path::components` drops interior `.`; a raw `..` inside a name component cannot occur.
     if rest.as_os_str().as_encoded_bytes().contains(&0) {
-        bail!("refusing the path {}: it contains a NUL byte", path.display());
+        bail!(
+            "refusing the path {}: it contains a NUL byte",
+            path.display()
+        );
     }
     Ok(())
 }

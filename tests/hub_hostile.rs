@@ -299,11 +299,21 @@ fn assert_refused(case: &Case, o: &Output, want: &[&str]) -> String {
     for w in want {
         assert!(err.contains(w), "stderr lacks {w:?}:\n{err}");
     }
-    for (name, text) in [("stderr", &err), ("stdout", &out), ("download.log", &case.download_log())] {
+    for (name, text) in [
+        ("stderr", &err),
+        ("stdout", &out),
+        ("download.log", &case.download_log()),
+    ] {
         assert!(!text.contains(TOKEN), "the token is in {name}:\n{text}");
-        assert!(!text.contains("HostileHubTestToken"), "part of the token is in {name}");
+        assert!(
+            !text.contains("HostileHubTestToken"),
+            "part of the token is in {name}"
+        );
     }
-    assert!(!case.manifest().with_extension("lock").exists(), "a lock was written");
+    assert!(
+        !case.manifest().with_extension("lock").exists(),
+        "a lock was written"
+    );
     err
 }
 
@@ -326,17 +336,23 @@ fn oid_that_is_a_path_touches_nothing_outside_the_cache() {
             "field `oid` \"../../../victim\" is not a git sha1",
         ),
         (
-            listing_with(serde_json::json!({"type": "file", "oid": abs, "size": n, "path": "data.jsonl"})),
+            listing_with(
+                serde_json::json!({"type": "file", "oid": abs, "size": n, "path": "data.jsonl"}),
+            ),
             "field `oid`",
         ),
         (
-            listing_with(serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
-                "lfs": {"oid": abs, "size": n}})),
+            listing_with(
+                serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
+                "lfs": {"oid": abs, "size": n}}),
+            ),
             "field `lfs.oid`",
         ),
         (
-            listing_with(serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
-                "lfs": {"oid": format!("../../../../{}", "a".repeat(52)), "size": n}})),
+            listing_with(
+                serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
+                "lfs": {"oid": format!("../../../../{}", "a".repeat(52)), "size": n}}),
+            ),
             "field `lfs.oid`",
         ),
     ];
@@ -345,10 +361,16 @@ fn oid_that_is_a_path_touches_nothing_outside_the_cache() {
         let hub = Hostile::start(move |r, _| normal(r, &listing));
         let o = case.fetch(&hub, &[]);
         assert_refused(&case, &o, &[want, "listing o/n@", "refusing the listing"]);
-        assert_eq!(case.outside_cache(), before, "files outside the cache changed");
+        assert_eq!(
+            case.outside_cache(),
+            before,
+            "files outside the cache changed"
+        );
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         assert!(
-            !hub.requests().iter().any(|r| r.target.contains("/resolve/")),
+            !hub.requests()
+                .iter()
+                .any(|r| r.target.contains("/resolve/")),
             "a file was requested"
         );
     }
@@ -383,7 +405,10 @@ fn a_lock_whose_digest_is_a_path_is_refused_offline() {
     let o = run_bounded(c, Duration::from_secs(60));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("field `sha256` \"../../../victim\" is not 64 hex digits"), "{err}");
+    assert!(
+        err.contains("field `sha256` \"../../../victim\" is not 64 hex digits"),
+        "{err}"
+    );
     assert_eq!(case.outside_cache(), before);
 }
 
@@ -399,7 +424,11 @@ fn a_401_echoing_the_token_never_prints_it() {
         json(401, serde_json::json!({ "error": echo }))
     });
     let o = case.fetch(&hub, &[]);
-    let err = assert_refused(&case, &o, &["401", "invalid credentials", "Bearer <redacted>"]);
+    let err = assert_refused(
+        &case,
+        &o,
+        &["401", "invalid credentials", "Bearer <redacted>"],
+    );
     assert!(err.contains("set HF_TOKEN"), "{err}");
     assert!(hub
         .requests()
@@ -412,7 +441,11 @@ fn a_401_echoing_the_token_never_prints_it() {
     let hub = Hostile::start(|r, _| {
         if r.target.contains("/resolve/") {
             let echo = format!("you sent {}", r.authorization.clone().unwrap_or_default());
-            with_headers(401, &[("X-Error-Message", &echo)], &format!("{{\"error\":\"{echo}\"}}"))
+            with_headers(
+                401,
+                &[("X-Error-Message", &echo)],
+                &format!("{{\"error\":\"{echo}\"}}"),
+            )
         } else {
             normal(r, &good_listing())
         }
@@ -422,7 +455,8 @@ fn a_401_echoing_the_token_never_prints_it() {
     assert!(err.matches("<redacted>").count() >= 2, "{err}");
     let log = case.download_log();
     assert!(log.contains("you sent Bearer <redacted>"), "{log}");
-    let rec: dlm_data::hub::log::LogRecord = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    let rec: dlm_data::hub::log::LogRecord =
+        serde_json::from_str(log.lines().next().unwrap()).unwrap();
     assert!(!rec.verified && rec.error.is_some());
 
     // A 429 echoing it, retried with RUST_LOG=debug: the tracing lines are redacted too.
@@ -432,16 +466,34 @@ fn a_401_echoing_the_token_never_prints_it() {
         with_headers(429, &[("Retry-After", "0"), ("X-Error-Message", &echo)], "")
     });
     let o = case.fetch(&hub, &["--retries", "2"]);
-    let err = assert_refused(&case, &o, &["slow down, Bearer <redacted>", "retry 1 in", "retry budget 2 spent"]);
-    assert!(err.matches("slow down, Bearer <redacted>").count() >= 3, "{err}");
+    let err = assert_refused(
+        &case,
+        &o,
+        &[
+            "slow down, Bearer <redacted>",
+            "retry 1 in",
+            "retry budget 2 spent",
+        ],
+    );
+    assert!(
+        err.matches("slow down, Bearer <redacted>").count() >= 3,
+        "{err}"
+    );
 }
 
 #[test]
 fn a_listing_path_holding_the_token_is_refused() {
     let case = Case::new();
     let hub = Hostile::start(|r, _| {
-        let p = format!("data/{}.jsonl", r.authorization.clone().unwrap_or_default().replace(' ', "_"));
-        let listing = serde_json::json!([{"type": "file", "oid": "0".repeat(40), "size": 1, "path": p}]);
+        let p = format!(
+            "data/{}.jsonl",
+            r.authorization
+                .clone()
+                .unwrap_or_default()
+                .replace(' ', "_")
+        );
+        let listing =
+            serde_json::json!([{"type": "file", "oid": "0".repeat(40), "size": 1, "path": p}]);
         normal(r, &listing)
     });
     let o = case.fetch(&hub, &[]);
@@ -485,7 +537,10 @@ fn absurd_server_waits_are_capped_then_the_budget_fails() {
 
 #[test]
 fn endless_api_bodies_are_cut_off_naming_the_url() {
-    for (endpoint, url_part) in [("/revision/", "/api/datasets/o/n/revision/main"), ("/tree/", "/api/datasets/o/n/tree/")] {
+    for (endpoint, url_part) in [
+        ("/revision/", "/api/datasets/o/n/revision/main"),
+        ("/tree/", "/api/datasets/o/n/tree/"),
+    ] {
         let case = Case::new();
         let hub = Hostile::start(move |r, _| {
             if r.target.contains(endpoint) {
@@ -516,9 +571,14 @@ fn a_pagination_loop_is_an_error_not_a_hang() {
     let case = Case::new();
     let hub = Hostile::start(|r, base| {
         if r.target.contains("/tree/") {
-            let first = format!("{base}/api/datasets/o/n/tree/{COMMIT}?recursive=true&expand=false");
+            let first =
+                format!("{base}/api/datasets/o/n/tree/{COMMIT}?recursive=true&expand=false");
             let second = format!("{first}&cursor=2");
-            let next = if r.target.contains("cursor=2") { first } else { second };
+            let next = if r.target.contains("cursor=2") {
+                first
+            } else {
+                second
+            };
             Reply::Full {
                 status: 200,
                 headers: vec![("Link".into(), format!("<{next}>; rel=\"next\""))],
@@ -532,9 +592,18 @@ fn a_pagination_loop_is_an_error_not_a_hang() {
     assert_refused(
         &case,
         &o,
-        &["pagination loops", "`Link: rel=\"next\"`", "of page 2 points back to", "tree/1111111111111111111111111111111111111111?recursive=true&expand=false\""],
+        &[
+            "pagination loops",
+            "`Link: rel=\"next\"`",
+            "of page 2 points back to",
+            "tree/1111111111111111111111111111111111111111?recursive=true&expand=false\"",
+        ],
     );
-    let trees = hub.requests().iter().filter(|r| r.target.contains("/tree/")).count();
+    let trees = hub
+        .requests()
+        .iter()
+        .filter(|r| r.target.contains("/tree/"))
+        .count();
     assert_eq!(trees, 2);
 }
 

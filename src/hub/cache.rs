@@ -21,7 +21,9 @@ pub fn is_hex_digest(s: &str, len: usize) -> bool {
 
 /// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, lowercase.
 pub fn check_blob_name(name: &str) -> Result<()> {
-    if !(is_hex_digest(name, 64) || is_hex_digest(name, 40)) || name.bytes().any(|b| b.is_ascii_uppercase()) {
+    if !(is_hex_digest(name, 64) || is_hex_digest(name, 40))
+        || name.bytes().any(|b| b.is_ascii_uppercase())
+    {
         bail!(
             "refusing the blob name {}: not a sha256 or git sha1 hex digest",
             super::client::shown(name)
@@ -122,18 +124,31 @@ impl Cache {
 
     /// [`Cache::snapshot_path`] for writing: a 40-hex commit, a safe repo path, and the result
     /// inside `snapshots/<commit>/`.
-    pub fn snapshot_link(&self, role: Role, repo: &str, commit: &str, path: &str) -> Result<PathBuf> {
+    pub fn snapshot_link(
+        &self,
+        role: Role,
+        repo: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<PathBuf> {
         check_commit(commit)?;
         super::client::check_repo_path(path)?;
         let p = self.snapshot_path(role, repo, commit, path);
-        crate::util::path_within(&self.repo_dir(role, repo).join("snapshots").join(commit), &p)?;
+        crate::util::path_within(
+            &self.repo_dir(role, repo).join("snapshots").join(commit),
+            &p,
+        )?;
         Ok(p)
     }
 
     /// `refs/<revision>`, refused when the revision would leave `refs/`.
     pub fn ref_path(&self, role: Role, repo: &str, revision: &str) -> Result<PathBuf> {
-        super::client::check_repo_path(revision)
-            .map_err(|_| anyhow::anyhow!("refusing the ref name {}: absolute, `..` or empty component", super::client::shown(revision)))?;
+        super::client::check_repo_path(revision).map_err(|_| {
+            anyhow::anyhow!(
+                "refusing the ref name {}: absolute, `..` or empty component",
+                super::client::shown(revision)
+            )
+        })?;
         let refs = self.repo_dir(role, repo).join("refs");
         let p = refs.join(revision);
         crate::util::path_within(&refs, &p)?;
@@ -186,7 +201,9 @@ mod tests {
         );
         assert_eq!(
             c.lock_path(Role::EvalReference, "o/n", &oid).unwrap(),
-            PathBuf::from(format!("/c/eval-reference/.locks/datasets--o--n/{oid}.lock"))
+            PathBuf::from(format!(
+                "/c/eval-reference/.locks/datasets--o--n/{oid}.lock"
+            ))
         );
         for bad in [
             "../../../victim",
@@ -199,11 +216,17 @@ mod tests {
             assert!(c.blob_path(Role::Train, "o/n", bad).is_err(), "{bad}");
             assert!(c.lock_path(Role::Train, "o/n", bad).is_err(), "{bad}");
         }
-        assert!(c.snapshot_link(Role::Train, "o/n", &oid, "data/x.parquet").is_ok());
-        assert!(c.snapshot_link(Role::Train, "o/n", "../../x", "data/x.parquet").is_err());
+        assert!(c
+            .snapshot_link(Role::Train, "o/n", &oid, "data/x.parquet")
+            .is_ok());
+        assert!(c
+            .snapshot_link(Role::Train, "o/n", "../../x", "data/x.parquet")
+            .is_err());
         assert!(c.snapshot_link(Role::Train, "o/n", &oid, "../x").is_err());
         assert!(c.snapshot_link(Role::Train, "o/n", &oid, "/abs").is_err());
-        assert!(c.ref_path(Role::Train, "o/n", "refs/convert/parquet").is_ok());
+        assert!(c
+            .ref_path(Role::Train, "o/n", "refs/convert/parquet")
+            .is_ok());
         assert!(c.ref_path(Role::Train, "o/n", "../../../../etc/x").is_err());
         assert!(c.ref_path(Role::Train, "o/n", "/etc/x").is_err());
     }

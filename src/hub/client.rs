@@ -598,16 +598,16 @@ fn retryable_error(what: &str, resp: &Response) -> anyhow::Error {
 }
 
 /// The message of an error answer's body: its JSON `error` field, else its first line
-/// (read up to [`MAX_ERROR_BODY`] bytes; nothing when longer).
+/// unless it is markup (read up to [`MAX_ERROR_BODY`] bytes; nothing when longer).
 async fn error_body(what: &str, resp: Response) -> Option<String> {
     let b = body_upto(what, resp, MAX_ERROR_BODY).await.ok()??;
     let text = String::from_utf8_lossy(&b);
-    let m = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-        .unwrap_or_else(|| text.lines().next().unwrap_or_default().to_string());
+    let m = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => v.get("error")?.as_str()?.to_string(),
+        Err(_) => text.lines().next().unwrap_or_default().to_string(),
+    };
     let m = clip(&m);
-    (!m.is_empty()).then_some(m)
+    (!m.is_empty() && !m.starts_with('<')).then_some(m)
 }
 
 async fn status_error(what: &str, resp: Response) -> anyhow::Error {

@@ -108,9 +108,10 @@ impl Downloader {
     /// Fetch `t` into the cache (or find it there, re-verified), link its snapshot path.
     pub async fn fetch(&self, t: &FileTask) -> Result<Outcome> {
         let t0 = Instant::now();
-        let blob = self.cache.blob_path(t.role, &t.repo, t.etag()).with_context(|| {
-            format!("{}: {}", t.repo, t.path)
-        })?;
+        let blob = self
+            .cache
+            .blob_path(t.role, &t.repo, t.etag())
+            .with_context(|| format!("{}: {}", t.repo, t.path))?;
         let lock = self
             .blob_locks
             .lock()

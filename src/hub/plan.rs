@@ -45,11 +45,19 @@ pub fn tasks_from_lock(s: &Source, l: &LockedSource, lock_path: &str) -> Result<
             super::client::check_repo_path(&f.path).with_context(ctx)?;
             let sha256 = f.sha256.to_ascii_lowercase();
             if !is_hex_digest(&sha256, 64) {
-                bail!("{}: field `sha256` {} is not 64 hex digits", ctx(), shown(&f.sha256));
+                bail!(
+                    "{}: field `sha256` {} is not 64 hex digits",
+                    ctx(),
+                    shown(&f.sha256)
+                );
             }
             let git_oid = f.git_oid.as_deref().map(str::to_ascii_lowercase);
             if let Some(o) = git_oid.as_deref().filter(|o| !is_hex_digest(o, 40)) {
-                bail!("{}: field `git_oid` {} is not 40 hex digits", ctx(), shown(o));
+                bail!(
+                    "{}: field `git_oid` {} is not 40 hex digits",
+                    ctx(),
+                    shown(o)
+                );
             }
             Ok(FileTask {
                 source: s.name.clone(),

@@ -142,7 +142,10 @@ mod tests {
         assert_eq!(seconds("soon"), None);
         assert_eq!(seconds(" 1.5 "), Some(Duration::from_millis(1500)));
         assert_eq!(rate_limit_t("\"api\";r=0;t=1e30"), Some(Duration::MAX));
-        assert_eq!(rate_limit_t("\"api\";r=0;t=nan;t=2"), Some(Duration::from_secs(2)));
+        assert_eq!(
+            rate_limit_t("\"api\";r=0;t=nan;t=2"),
+            Some(Duration::from_secs(2))
+        );
         let mut h = reqwest::header::HeaderMap::new();
         h.insert("retry-after", "inf".parse().unwrap());
         assert_eq!(server_wait(&h), Some(Duration::MAX));
