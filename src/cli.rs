@@ -59,13 +59,13 @@ pub fn main() -> Result<()> {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default `info`).
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::secret::Redacted(std::io::stderr))
         .with_target(false)
         .try_init();
 }

@@ -33,6 +33,7 @@ pub mod merge;
 pub mod pack;
 pub mod policy;
 pub mod provenance;
+pub mod secret;
 pub mod shards;
 pub mod sources;
 pub mod teacher;

@@ -1,10 +1,11 @@
-//! Small file helpers every stage shares: atomic writes, fsync, hashing.
+//! Small file helpers every stage shares: atomic writes, fsync, hashing, and the check that a
+//! path built from outside data stays inside its root.
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 /// A temp path beside `path` (same directory, so rename is atomic).
@@ -55,6 +56,48 @@ pub fn fsync_dir(path: &Path) {
     }
 }
 
+/// `Ok(())` when `path` lies strictly inside `root`: `path` starts with `root` (component-wise)
+/// and every component after it is a plain name (no `..`, no `.`, no root or drive prefix).
+/// A lexical check, made before a path built from outside data (a Hub listing, a lock, a
+/// manifest) is written, linked or removed; it does not follow symlinks. `root` itself is not
+/// inside `root`.
+pub fn path_within(root: &Path, path: &Path) -> Result<()> {
+    let Ok(rest) = path.strip_prefix(root) else {
+        bail!(
+            "refusing the path {}: it is not inside {}",
+            path.display(),
+            root.display()
+        );
+    };
+    let mut n = 0;
+    for c in rest.components() {
+        match c {
+            Component::Normal(_) => n += 1,
+            _ => bail!(
+                "refusing the path {}: component {:?} could leave {}",
+                path.display(),
+                c.as_os_str(),
+                root.display()
+            ),
+        }
+    }
+    if n == 0 {
+        bail!(
+            "refusing the path {}: it is {} itself, not a file inside it",
+            path.display(),
+            root.display()
+        );
+    }
+    // `Path::components` drops interior `.`; a raw `..` inside a name component cannot occur.
+    if rest.as_os_str().as_encoded_bytes().contains(&0) {
+        bail!(
+            "refusing the path {}: it contains a NUL byte",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Hex sha256 of a byte slice.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -97,6 +140,32 @@ mod tests {
             git_blob_sha1(b"hello\n"),
             "ce013625030ba8dba906f756967f9e9ca394464a"
         );
+    }
+
+    #[test]
+    fn path_within_refuses_escapes() {
+        let root = Path::new("/c/hub");
+        assert!(path_within(root, Path::new("/c/hub/datasets--a--b/blobs/ab12")).is_ok());
+        assert!(path_within(Path::new("rel/c"), Path::new("rel/c/x/y")).is_ok());
+        assert!(path_within(Path::new("../c"), Path::new("../c/x")).is_ok());
+        for bad in [
+            "/c/hub",
+            "/c/hub/",
+            "/c/hubx/y",
+            "/c/other/x",
+            "/etc/passwd",
+            "/c/hub/a/../../x",
+            "/c/hub/../hub2/x",
+            "/c/hub/blobs/..",
+            "relative/x",
+        ] {
+            let e = path_within(root, Path::new(bad));
+            assert!(e.is_err(), "{bad} accepted");
+            assert!(format!("{:#}", e.unwrap_err()).contains("refusing the path"));
+        }
+        // What `join` does with an absolute or `..` name from outside data.
+        assert!(path_within(root, &root.join("blobs").join("/etc/passwd")).is_err());
+        assert!(path_within(root, &root.join("blobs").join("../../../victim")).is_err());
     }
 
     #[test]

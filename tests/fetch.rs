@@ -452,7 +452,12 @@ fn offline_rerun_locked_and_changed_listing() {
     let cache = dlm_data::hub::cache::Cache { root: env.cache() };
     let lock = Lock::load(&m.with_extension("lock")).unwrap();
     let s = &lock.sources[1];
-    std::fs::remove_file(cache.blob_path(Role::Train, &s.repo, &s.files[0].sha256)).unwrap();
+    std::fs::remove_file(
+        cache
+            .blob_path(Role::Train, &s.repo, &s.files[0].sha256)
+            .unwrap(),
+    )
+    .unwrap();
     env.emu.reset_counters();
     let o = env
         .cmd(&m, &[])

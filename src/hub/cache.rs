@@ -2,10 +2,46 @@
 //! `{cache}/datasets--{owner}--{name}/{blobs/<sha256 or oid>, snapshots/<commit>/<path>, refs/<rev>}`.
 //! Eval-reference sources live in a separate root (`{cache}/eval-reference/...`) so they can
 //! never be picked up as training input.
+//!
+//! Every path `fetch` writes, links or removes comes from a checked builder here: blob and
+//! lock names must be sha256 (64 hex) or git sha1 (40 hex) digests, snapshot commits 40 hex,
+//! and each result is checked by [`crate::util::path_within`] to stay inside its root. The
+//! unchecked [`Cache::snapshot_path`] is for readers of an already verified lock.
 
 use std::path::{Path, PathBuf};
 
+use anyhow::{bail, Result};
+
 use crate::manifest::Role;
+
+/// `s` is exactly `len` hex digits.
+pub fn is_hex_digest(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, lowercase.
+pub fn check_blob_name(name: &str) -> Result<()> {
+    if !(is_hex_digest(name, 64) || is_hex_digest(name, 40))
+        || name.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        bail!(
+            "refusing the blob name {}: not a sha256 or git sha1 hex digest",
+            super::client::shown(name)
+        );
+    }
+    Ok(())
+}
+
+/// A commit as a snapshot directory name: 40 hex digits.
+pub fn check_commit(commit: &str) -> Result<()> {
+    if !is_hex_digest(commit, 40) {
+        bail!(
+            "refusing the commit {}: not a 40-hex git commit",
+            super::client::shown(commit)
+        );
+    }
+    Ok(())
+}
 
 /// A cache root.
 #[derive(Debug, Clone)]
@@ -56,11 +92,29 @@ impl Cache {
         self.role_root(role).join(Self::repo_folder(repo))
     }
 
-    pub fn blob_path(&self, role: Role, repo: &str, etag: &str) -> PathBuf {
-        self.repo_dir(role, repo).join("blobs").join(etag)
+    /// `blobs/<etag>`; refused unless `etag` is a digest and the path stays in the cache.
+    pub fn blob_path(&self, role: Role, repo: &str, etag: &str) -> Result<PathBuf> {
+        check_blob_name(etag)?;
+        let p = self.repo_dir(role, repo).join("blobs").join(etag);
+        crate::util::path_within(&self.role_root(role), &p)?;
+        Ok(p)
     }
 
-    /// Where a file of a pinned commit lives once fetched (a symlink to its blob).
+    /// `.locks/datasets--owner--name/<etag>.lock` (huggingface_hub's filelock), checked like
+    /// [`Cache::blob_path`].
+    pub fn lock_path(&self, role: Role, repo: &str, etag: &str) -> Result<PathBuf> {
+        check_blob_name(etag)?;
+        let root = self.role_root(role);
+        let p = root
+            .join(".locks")
+            .join(Self::repo_folder(repo))
+            .join(format!("{etag}.lock"));
+        crate::util::path_within(&root, &p)?;
+        Ok(p)
+    }
+
+    /// Where a file of a pinned commit lives once fetched (a symlink to its blob). Unchecked:
+    /// for reading files of a verified lock; writers use [`Cache::snapshot_link`].
     pub fn snapshot_path(&self, role: Role, repo: &str, commit: &str, path: &str) -> PathBuf {
         self.repo_dir(role, repo)
             .join("snapshots")
@@ -68,8 +122,37 @@ impl Cache {
             .join(path)
     }
 
-    pub fn ref_path(&self, role: Role, repo: &str, revision: &str) -> PathBuf {
-        self.repo_dir(role, repo).join("refs").join(revision)
+    /// [`Cache::snapshot_path`] for writing: a 40-hex commit, a safe repo path, and the result
+    /// inside `snapshots/<commit>/`.
+    pub fn snapshot_link(
+        &self,
+        role: Role,
+        repo: &str,
+        commit: &str,
+        path: &str,
+    ) -> Result<PathBuf> {
+        check_commit(commit)?;
+        super::client::check_repo_path(path)?;
+        let p = self.snapshot_path(role, repo, commit, path);
+        crate::util::path_within(
+            &self.repo_dir(role, repo).join("snapshots").join(commit),
+            &p,
+        )?;
+        Ok(p)
+    }
+
+    /// `refs/<revision>`, refused when the revision would leave `refs/`.
+    pub fn ref_path(&self, role: Role, repo: &str, revision: &str) -> Result<PathBuf> {
+        super::client::check_repo_path(revision).map_err(|_| {
+            anyhow::anyhow!(
+                "refusing the ref name {}: absolute, `..` or empty component",
+                super::client::shown(revision)
+            )
+        })?;
+        let refs = self.repo_dir(role, repo).join("refs");
+        let p = refs.join(revision);
+        crate::util::path_within(&refs, &p)?;
+        Ok(p)
     }
 
     /// Default download log: `<cache>/download.log`.
@@ -103,5 +186,48 @@ mod tests {
             .starts_with("/c/eval-reference"));
         let r = Cache::resolve_with(None, |k| (k == "HF_HOME").then(|| PathBuf::from("/h")));
         assert_eq!(r.root, PathBuf::from("/h/hub"));
+    }
+
+    #[test]
+    fn written_names_are_digests_inside_the_cache() {
+        let c = Cache {
+            root: PathBuf::from("/c"),
+        };
+        let sha = "ab".repeat(32);
+        let oid = "cd".repeat(20);
+        assert_eq!(
+            c.blob_path(Role::Train, "o/n", &sha).unwrap(),
+            PathBuf::from(format!("/c/datasets--o--n/blobs/{sha}"))
+        );
+        assert_eq!(
+            c.lock_path(Role::EvalReference, "o/n", &oid).unwrap(),
+            PathBuf::from(format!(
+                "/c/eval-reference/.locks/datasets--o--n/{oid}.lock"
+            ))
+        );
+        for bad in [
+            "../../../victim",
+            "/etc/passwd",
+            "",
+            "AB".repeat(32).as_str(),
+            &format!("{sha}/x"),
+            &format!("../{}", "a".repeat(61)),
+        ] {
+            assert!(c.blob_path(Role::Train, "o/n", bad).is_err(), "{bad}");
+            assert!(c.lock_path(Role::Train, "o/n", bad).is_err(), "{bad}");
+        }
+        assert!(c
+            .snapshot_link(Role::Train, "o/n", &oid, "data/x.parquet")
+            .is_ok());
+        assert!(c
+            .snapshot_link(Role::Train, "o/n", "../../x", "data/x.parquet")
+            .is_err());
+        assert!(c.snapshot_link(Role::Train, "o/n", &oid, "../x").is_err());
+        assert!(c.snapshot_link(Role::Train, "o/n", &oid, "/abs").is_err());
+        assert!(c
+            .ref_path(Role::Train, "o/n", "refs/convert/parquet")
+            .is_ok());
+        assert!(c.ref_path(Role::Train, "o/n", "../../../../etc/x").is_err());
+        assert!(c.ref_path(Role::Train, "o/n", "/etc/x").is_err());
     }
 }

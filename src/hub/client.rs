@@ -8,8 +8,15 @@
 //! `hf-xet` stack. Here automatic redirects are off: metadata is read from the first Hub
 //! response, relative redirects (renamed repos) are followed on the Hub host with the token,
 //! and the absolute CDN `Location` is fetched **without** the `Authorization` header.
-//! The token is never logged, formatted or written anywhere.
+//! The token is never logged, formatted or written anywhere, and is registered with
+//! [`crate::secret`] so that a server echoing it back cannot make us print it either.
+//!
+//! A hostile or broken server is bounded everywhere: every JSON/API body is read up to
+//! [`MAX_API_BODY`] (error naming the URL), a listing has at most [`MAX_PAGES`] pages, never
+//! fetches one page twice (a `Link: rel="next"` loop is an error), and every listed file must
+//! carry a sha1 `oid` / sha256 `lfs.oid` hex digest, the only names blobs and locks get.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
@@ -19,7 +26,19 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, LOCATION, RANGE};
 use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 
-use super::retry::{retryable_status, server_wait, RetryPolicy};
+use super::cache::is_hex_digest;
+use super::retry::{retryable_status, server_wait, wait_header, RetryPolicy};
+
+/// Largest JSON/API answer read into memory (a revision's siblings, one tree page).
+pub const MAX_API_BODY: usize = 64 << 20;
+/// Most pages of one tree listing.
+pub const MAX_PAGES: usize = 10_000;
+/// Most bytes of all pages of one tree listing together.
+pub const MAX_LISTING_BYTES: usize = 1 << 30;
+/// Most bytes of an error answer read for its message.
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// Longest time one API request (headers and body) may take.
+const API_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Characters kept verbatim in an encoded path segment or revision.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -39,6 +58,12 @@ impl fmt::Debug for Token {
 }
 
 impl Token {
+    /// A token, registered with [`crate::secret`] so no output can carry it.
+    pub fn new(t: String) -> Token {
+        crate::secret::register(&t);
+        Token(t)
+    }
+
     /// `HF_TOKEN` (or legacy `HUGGING_FACE_HUB_TOKEN`), else the file `HF_TOKEN_PATH`, else
     /// `$HF_HOME/token` (default `~/.cache/huggingface/token`), as huggingface_hub does.
     pub fn from_env() -> Option<Token> {
@@ -51,7 +76,7 @@ impl Token {
                 .map(|t| t.trim().to_string())
                 .filter(|t| !t.is_empty())
             {
-                return Some(Token(t));
+                return Some(Token::new(t));
             }
         }
         let path = env("HF_TOKEN_PATH")
@@ -72,7 +97,7 @@ impl Token {
             })?;
         let t = std::fs::read_to_string(path).ok()?;
         let t = t.trim();
-        (!t.is_empty()).then(|| Token(t.to_string()))
+        (!t.is_empty()).then(|| Token::new(t.to_string()))
     }
 
     fn header(&self) -> Option<HeaderValue> {
@@ -162,6 +187,78 @@ pub struct HubClient {
     pub retry: RetryPolicy,
 }
 
+/// A server-supplied string for an error message: quoted, at most 120 characters.
+pub fn shown(s: &str) -> String {
+    if s.chars().count() <= 120 {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(120).collect();
+        format!("{head:?}... ({} bytes)", s.len())
+    }
+}
+
+/// A server's message for an error line: one line, at most 300 characters.
+pub fn clip(s: &str) -> String {
+    let one: String = s
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one.chars().count() <= 300 {
+        one
+    } else {
+        let head: String = one.chars().take(300).collect();
+        format!("{head}... ({} bytes)", s.len())
+    }
+}
+
+/// A listed file's digests: `oid` a git sha1 (40 hex), `lfs.oid` a sha256 (64 hex). These
+/// become blob and lock file names, so nothing else is accepted.
+pub fn check_entry_digests(e: &TreeEntry) -> Result<()> {
+    if !is_hex_digest(&e.oid, 40) {
+        bail!(
+            "file {}: field `oid` {} is not a git sha1 (40 hex digits): refusing the listing",
+            shown(&e.path),
+            shown(&e.oid)
+        );
+    }
+    if let Some(l) = &e.lfs {
+        if !is_hex_digest(&l.oid, 64) {
+            bail!(
+                "file {}: field `lfs.oid` {} is not a sha256 (64 hex digits): refusing the listing",
+                shown(&e.path),
+                shown(&l.oid)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Up to `limit` bytes of a body; `None` when it is longer (reading stops there).
+async fn body_upto(what: &str, mut resp: Response, limit: usize) -> Result<Option<bytes::Bytes>> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Ok(None);
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(c) = resp.chunk().await.map_err(|e| net_error(what, e))? {
+        if buf.len() + c.len() > limit {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&c);
+    }
+    Ok(Some(buf.freeze()))
+}
+
+/// A JSON/API body of at most `limit` bytes; a longer one is refused naming the URL.
+pub async fn api_body(what: &str, url: &str, resp: Response, limit: usize) -> Result<bytes::Bytes> {
+    body_upto(what, resp, limit).await?.ok_or_else(|| {
+        anyhow!(
+            "{what}: the answer from {} is longer than {limit} bytes (bounded read): refusing it",
+            shown(url)
+        )
+    })
+}
+
 /// Reject listed paths that could escape the cache.
 pub fn check_repo_path(path: &str) -> Result<()> {
     if path.is_empty()
@@ -241,15 +338,17 @@ impl HubClient {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let r = self.http.get(url).headers(self.hub_headers()).send().await;
+            let r = self
+                .http
+                .get(url)
+                .headers(self.hub_headers())
+                .timeout(API_TIMEOUT)
+                .send()
+                .await;
             let err = match r {
                 Ok(resp) if resp.status().is_success() => return Ok(resp),
                 Ok(resp) if retryable_status(resp.status().as_u16()) => {
-                    let wait = server_wait(resp.headers());
-                    anyhow::Error::new(Transient {
-                        msg: format!("{what}: HTTP {}", resp.status()),
-                        wait,
-                    })
+                    retryable_error(what, &resp)
                 }
                 Ok(resp) => return Err(status_error(what, resp).await),
                 Err(e) => net_error(what, e),
@@ -264,8 +363,15 @@ impl HubClient {
             return Err(err);
         };
         if attempt > self.retry.retries {
+            let capped = match t.wait {
+                Some(w) if w > self.retry.max => format!(
+                    "; the server asked to wait longer than the {:?} cap on one wait",
+                    self.retry.max
+                ),
+                _ => String::new(),
+            };
             return Err(err.context(format!(
-                "giving up after {attempt} attempts (retry budget {} spent)",
+                "giving up after {attempt} attempts (retry budget {} spent{capped})",
                 self.retry.retries
             )));
         }
@@ -284,12 +390,8 @@ impl HubClient {
             Self::enc(rev)
         );
         let what = format!("revision {rev} of {repo}");
-        let body = self
-            .api_get(&what, &url)
-            .await?
-            .bytes()
-            .await
-            .map_err(|e| net_error(&what, e))?;
+        let resp = self.api_get(&what, &url).await?;
+        let body = api_body(&what, &url, resp, MAX_API_BODY).await?;
         let v: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
         let sha = v["sha"]
@@ -302,7 +404,8 @@ impl HubClient {
     }
 
     /// Every file of the repo at `commit` (recursive tree, all pages). Any absolute or `..`
-    /// path in the listing fails the whole listing.
+    /// path, or a file without hex digests, fails the whole listing; so do more than
+    /// [`MAX_PAGES`] pages, more than [`MAX_LISTING_BYTES`] in all, or a page linked twice.
     pub async fn list_files(&self, repo: &str, commit: &str) -> Result<Vec<TreeEntry>> {
         let mut url = Some(format!(
             "{}/api/datasets/{}/tree/{}?recursive=true&expand=false",
@@ -312,11 +415,21 @@ impl HubClient {
         ));
         let what = format!("listing {repo}@{commit}");
         let mut out = Vec::new();
-        let mut pages = 0;
+        let mut visited: HashSet<String> = HashSet::new();
+        let mut total = 0usize;
         while let Some(u) = url.take() {
-            pages += 1;
-            if pages > 100_000 {
-                bail!("{what}: more than 100000 pages");
+            if visited.len() >= MAX_PAGES {
+                bail!(
+                    "{what}: more than {MAX_PAGES} pages (next page {}): refusing the listing",
+                    shown(&u)
+                );
+            }
+            if !visited.insert(u.clone()) {
+                bail!(
+                    "{what}: pagination loops: the `Link: rel=\"next\"` header of page {} points back to {}, which was already fetched",
+                    visited.len(),
+                    shown(&u)
+                );
             }
             let resp = self.api_get(&what, &u).await?;
             url = next_link(resp.headers());
@@ -325,12 +438,24 @@ impl HubClient {
                     bail!("{what}: pagination link leaves the Hub endpoint");
                 }
             }
-            let body = resp.bytes().await.map_err(|e| net_error(&what, e))?;
+            let body = api_body(&what, &u, resp, MAX_API_BODY).await?;
+            total += body.len();
+            if total > MAX_LISTING_BYTES {
+                bail!(
+                    "{what}: the tree pages add up to more than {MAX_LISTING_BYTES} bytes (page {} at {}): refusing the listing",
+                    visited.len(),
+                    shown(&u)
+                );
+            }
             let page: Vec<TreeEntry> =
                 serde_json::from_slice(&body).map_err(|e| anyhow!("{what}: bad tree page: {e}"))?;
             for e in page {
-                check_repo_path(&e.path).with_context(|| format!("{what}"))?;
+                check_repo_path(&e.path).with_context(|| what.clone())?;
+                if crate::secret::contains_secret(&e.path) {
+                    bail!("{what}: a listed path contains the Hub token (the server echoes secrets): refusing the listing");
+                }
                 if e.kind == "file" {
+                    check_entry_digests(&e).with_context(|| what.clone())?;
                     out.push(e);
                 }
             }
@@ -420,10 +545,13 @@ impl HubClient {
                         resp.status()
                     )));
                 }
-                let body = resp
-                    .bytes()
-                    .await
-                    .map_err(|e| net_error(&format!("{repo}/{path}"), e))?;
+                let body = body_upto(&format!("{repo}/{path}"), resp, want as usize)
+                    .await?
+                    .ok_or_else(|| {
+                        transient(format!(
+                            "{repo}/{path}: range {start}-{end}: got more than {want} bytes"
+                        ))
+                    })?;
                 if body.len() as u64 != want {
                     return Err(transient(format!(
                         "{repo}/{path}: range {start}-{end}: got {} of {want} bytes",
@@ -447,12 +575,39 @@ async fn check_status(what: &str, resp: Response) -> Result<Response> {
         return Ok(resp);
     }
     if retryable_status(st.as_u16()) {
-        return Err(anyhow::Error::new(Transient {
-            msg: format!("{what}: HTTP {st}"),
-            wait: server_wait(resp.headers()),
-        }));
+        return Err(retryable_error(what, &resp));
     }
     Err(status_error(what, resp).await)
+}
+
+/// A 429/5xx as [`Transient`]: the status, the server's message, the wait it asked for.
+fn retryable_error(what: &str, resp: &Response) -> anyhow::Error {
+    let h = resp.headers();
+    let msg = h
+        .get("x-error-message")
+        .and_then(|v| v.to_str().ok())
+        .map(|m| format!(": {}", clip(m)))
+        .unwrap_or_default();
+    let wait = wait_header(h)
+        .map(|w| format!(" ({w})"))
+        .unwrap_or_default();
+    anyhow::Error::new(Transient {
+        msg: format!("{what}: HTTP {}{wait}{msg}", resp.status()),
+        wait: server_wait(h),
+    })
+}
+
+/// The message of an error answer's body: its JSON `error` field, else its first line
+/// unless it is markup (read up to [`MAX_ERROR_BODY`] bytes; nothing when longer).
+async fn error_body(what: &str, resp: Response) -> Option<String> {
+    let b = body_upto(what, resp, MAX_ERROR_BODY).await.ok()??;
+    let text = String::from_utf8_lossy(&b);
+    let m = match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) => v.get("error")?.as_str()?.to_string(),
+        Err(_) => text.lines().next().unwrap_or_default().to_string(),
+    };
+    let m = clip(&m);
+    (!m.is_empty() && !m.starts_with('<')).then_some(m)
 }
 
 async fn status_error(what: &str, resp: Response) -> anyhow::Error {
@@ -462,11 +617,15 @@ async fn status_error(what: &str, resp: Response) -> anyhow::Error {
         .get("x-error-code")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let msg = resp
+    let header_msg = resp
         .headers()
         .get("x-error-message")
         .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+        .map(clip);
+    let msg = match header_msg {
+        Some(m) => Some(m),
+        None => error_body(what, resp).await,
+    };
     let hint = if st == StatusCode::UNAUTHORIZED || st == StatusCode::FORBIDDEN {
         " (gated or private: set HF_TOKEN or $HF_HOME/token)"
     } else {

@@ -5,7 +5,8 @@
 //! 200); large files are split into ranged chunks fetched in parallel, their progress kept in
 //! `<blob>.incomplete.parts` so a killed run resumes every chunk where it stopped. The
 //! sha256 (LFS oid) or git blob sha1 (regular files) is checked before the rename into
-//! `blobs/`; then the `snapshots/<commit>/<path>` symlink is (re)made.
+//! `blobs/`; then the `snapshots/<commit>/<path>` symlink is (re)made. Every one of these
+//! paths comes from the checked builders of [`Cache`] (digest names, inside the cache).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -82,6 +83,9 @@ struct Parts {
     done: Vec<u64>,
 }
 
+/// Most ranged chunks of one file (bounds the progress record of a hostile size).
+const MAX_CHUNKS: u64 = 1 << 16;
+
 fn parts_path(inc: &Path) -> PathBuf {
     let mut s = inc.as_os_str().to_owned();
     s.push(".parts");
@@ -104,7 +108,10 @@ impl Downloader {
     /// Fetch `t` into the cache (or find it there, re-verified), link its snapshot path.
     pub async fn fetch(&self, t: &FileTask) -> Result<Outcome> {
         let t0 = Instant::now();
-        let blob = self.cache.blob_path(t.role, &t.repo, t.etag());
+        let blob = self
+            .cache
+            .blob_path(t.role, &t.repo, t.etag())
+            .with_context(|| format!("{}: {}", t.repo, t.path))?;
         let lock = self
             .blob_locks
             .lock()
@@ -174,12 +181,7 @@ impl Downloader {
     /// `<root>/.locks/datasets--owner--name/<etag>.lock`, held (flock) until dropped.
     async fn flock(&self, t: &FileTask) -> Result<File> {
         use std::os::fd::AsRawFd;
-        let p = self
-            .cache
-            .role_root(t.role)
-            .join(".locks")
-            .join(Cache::repo_folder(&t.repo))
-            .join(format!("{}.lock", t.etag()));
+        let p = self.cache.lock_path(t.role, &t.repo, t.etag())?;
         std::fs::create_dir_all(p.parent().unwrap())
             .with_context(|| format!("creating {}", p.parent().unwrap().display()))?;
         let f = OpenOptions::new()
@@ -322,17 +324,25 @@ impl Downloader {
         let parts = std::fs::read(pp)
             .ok()
             .and_then(|b| serde_json::from_slice::<Parts>(&b).ok())
-            .filter(|p| p.size == t.size && p.etag == t.etag() && inc.exists());
+            .filter(|p| {
+                p.size == t.size
+                    && p.etag == t.etag()
+                    && p.chunk > 0
+                    && p.done.len() as u64 == t.size.div_ceil(p.chunk)
+                    && inc.exists()
+            });
         let parts = match parts {
             Some(p) => p,
             None => {
                 let f = File::create(inc).with_context(|| format!("creating {}", inc.display()))?;
                 f.set_len(t.size)?;
-                let n = t.size.div_ceil(self.chunk) as usize;
+                // At most MAX_CHUNKS chunks, whatever size the listing claims.
+                let chunk = self.chunk.max(t.size.div_ceil(MAX_CHUNKS));
+                let n = t.size.div_ceil(chunk) as usize;
                 let p = Parts {
                     size: t.size,
                     etag: t.etag().to_string(),
-                    chunk: self.chunk,
+                    chunk,
                     done: vec![0; n],
                 };
                 crate::util::atomic_write(pp, &serde_json::to_vec(&p)?)?;
@@ -545,7 +555,8 @@ fn verify_existing(t: &FileTask, blob: &Path) -> Result<Option<String>> {
 /// `snapshots/<commit>/<path>` → `../../blobs/<etag>` (relative, like huggingface_hub), made
 /// atomically.
 pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
-    let snap = cache.snapshot_path(t.role, &t.repo, &t.commit, &t.path);
+    let snap = cache.snapshot_link(t.role, &t.repo, &t.commit, &t.path)?;
+    super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let ups = t.path.split('/').count() + 1;

@@ -1,6 +1,7 @@
 //! `download.log`: one JSON object per line per file per fetch run — what an auditor reads
 //! to tie every cached byte to a repo, commit, URL and checksum. Appended line by line (a
-//! killed run leaves only whole lines for the files it finished); never holds a token.
+//! killed run leaves only whole lines for the files it finished); never holds a token: each
+//! line passes through [`crate::secret::redact`] before it is written.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -63,9 +64,9 @@ impl DownloadLog {
         })
     }
 
-    /// Append one record as a single `write` of a whole line, then fsync.
+    /// Append one record, redacted, as a single `write` of a whole line, then fsync.
     pub fn append<T: Serialize>(&self, rec: &T) -> Result<()> {
-        let mut line = serde_json::to_string(rec)?;
+        let mut line = crate::secret::redact(&serde_json::to_string(rec)?).into_owned();
         line.push('\n');
         let mut f = self.file.lock().unwrap();
         f.write_all(line.as_bytes())

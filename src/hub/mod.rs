@@ -66,9 +66,14 @@ pub struct FetchArgs {
     /// Failed attempts tolerated per request/file before giving up.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
-    /// First retry backoff in milliseconds (doubles each retry, with jitter; capped at 60 s).
+    /// First retry backoff in milliseconds (doubles each retry, with jitter; capped at
+    /// --retry-max-ms).
     #[arg(long, default_value_t = 500)]
     pub retry_base_ms: u64,
+    /// Longest wait before one retry, in milliseconds: caps the backoff and any wait a server
+    /// asks for (`Retry-After`, `RateLimit: ...;t=`), however large.
+    #[arg(long, default_value_t = 60_000)]
+    pub retry_max_ms: u64,
     /// Files at least twice this size (MiB) are fetched as parallel ranged chunks.
     #[arg(long, default_value_t = 16)]
     pub chunk_mb: u64,
@@ -140,7 +145,7 @@ async fn fetch(
     let retry = retry::RetryPolicy {
         retries: args.retries,
         base: Duration::from_millis(args.retry_base_ms.max(1)),
-        max: Duration::from_secs(60),
+        max: Duration::from_millis(args.retry_max_ms),
     };
     let client = Arc::new(HubClient::from_env(retry)?);
     let lock_name = lock_path.display().to_string();
@@ -166,7 +171,7 @@ async fn fetch(
                 (true, Some(l)) => SourcePlan {
                     source: s.clone(),
                     commit: l.commit.clone(),
-                    files: plan::tasks_from_lock(s, l),
+                    files: plan::tasks_from_lock(s, l, lock_name)?,
                 },
                 _ => plan::plan_source(client, s, locked).await?,
             };
@@ -307,7 +312,9 @@ async fn fetch(
     if !offline {
         for p in &plans {
             if p.source.revision != p.commit {
-                let r = cache.ref_path(p.source.role, &p.source.repo, &p.source.revision);
+                let r = cache
+                    .ref_path(p.source.role, &p.source.repo, &p.source.revision)
+                    .with_context(|| format!("source {:?}", p.source.name))?;
                 crate::util::atomic_write(&r, p.commit.as_bytes())?;
             }
         }
@@ -402,7 +409,7 @@ fn record(t: &FileTask, url: &str, r: &Result<Outcome>) -> LogRecord {
 
 async fn offline_file(cache: &Cache, t: &FileTask) -> Result<Outcome> {
     let t0 = Instant::now();
-    let blob = cache.blob_path(t.role, &t.repo, t.etag());
+    let blob = cache.blob_path(t.role, &t.repo, t.etag())?;
     if !blob.is_file() {
         anyhow::bail!(
             "HF_HUB_OFFLINE=1 and {}@{} {} is not in the cache ({})",

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::client::{as_transient, transient, HubClient, TreeEntry};
+use super::cache::is_hex_digest;
+use super::client::{as_transient, shown, transient, HubClient, TreeEntry};
 use super::configs;
 use super::download::FileTask;
 use crate::manifest::{LockedFile, LockedSource, Role, Source};
@@ -34,26 +35,54 @@ fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
     }
 }
 
-/// Tasks for a locked source (offline mode: no listing).
-pub fn tasks_from_lock(s: &Source, l: &LockedSource) -> Vec<FileTask> {
+/// Tasks for a locked source (offline mode: no listing). The lock's paths and digests are
+/// checked as a listing's are: they name files in the cache.
+pub fn tasks_from_lock(s: &Source, l: &LockedSource, lock_path: &str) -> Result<Vec<FileTask>> {
     l.files
         .iter()
-        .map(|f| FileTask {
-            source: s.name.clone(),
-            role: s.role,
-            repo: s.repo.clone(),
-            revision: s.revision.clone(),
-            commit: l.commit.clone(),
-            path: f.path.clone(),
-            size: f.size,
-            lfs_sha256: f.git_oid.is_none().then(|| f.sha256.clone()),
-            git_oid: f.git_oid.clone().unwrap_or_default(),
+        .map(|f| {
+            let ctx = || format!("lock {lock_path}: source {:?}: file {:?}", s.name, f.path);
+            super::client::check_repo_path(&f.path).with_context(ctx)?;
+            let sha256 = f.sha256.to_ascii_lowercase();
+            if !is_hex_digest(&sha256, 64) {
+                bail!(
+                    "{}: field `sha256` {} is not 64 hex digits",
+                    ctx(),
+                    shown(&f.sha256)
+                );
+            }
+            let git_oid = f.git_oid.as_deref().map(str::to_ascii_lowercase);
+            if let Some(o) = git_oid.as_deref().filter(|o| !is_hex_digest(o, 40)) {
+                bail!(
+                    "{}: field `git_oid` {} is not 40 hex digits",
+                    ctx(),
+                    shown(o)
+                );
+            }
+            Ok(FileTask {
+                source: s.name.clone(),
+                role: s.role,
+                repo: s.repo.clone(),
+                revision: s.revision.clone(),
+                commit: l.commit.clone(),
+                path: f.path.clone(),
+                size: f.size,
+                lfs_sha256: git_oid.is_none().then(|| sha256.clone()),
+                git_oid: git_oid.unwrap_or_default(),
+            })
         })
         .collect()
 }
 
-/// The lock entry must describe the same source as the manifest.
+/// The lock entry must describe the same source as the manifest, at a 40-hex commit.
 pub fn check_lock_matches(s: &Source, l: &LockedSource, lock_path: &str) -> Result<()> {
+    if !is_hex_digest(&l.commit, 40) {
+        bail!(
+            "lock {lock_path}: source {:?}: field `commit` {} is not a 40-hex git commit",
+            s.name,
+            shown(&l.commit)
+        );
+    }
     if l.repo != s.repo
         || l.revision != s.revision
         || l.config != s.config
@@ -148,10 +177,15 @@ async fn fetch_small(
         attempt += 1;
         let r: Result<Vec<u8>> = async {
             let (resp, _) = client.resolve(repo, commit, &e.path, None).await?;
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|err| super::client::net_error(&e.path, err))?;
+            let size = e.lfs.as_ref().map_or(e.size, |l| l.size);
+            let limit = size.min(super::client::MAX_API_BODY as u64) as usize;
+            let bytes = super::client::api_body(
+                &format!("{repo}/{}", e.path),
+                &client.resolve_url(repo, commit, &e.path),
+                resp,
+                limit,
+            )
+            .await?;
             if e.lfs.is_none() && crate::util::git_blob_sha1(&bytes) != e.oid {
                 return Err(transient(format!(
                     "{repo}/{}: git blob sha1 mismatch",

@@ -32,13 +32,15 @@ impl Progress {
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
-            b.set_message(name.to_string());
+            b.set_message(crate::secret::redact(name).into_owned());
             b
         }))
     }
 
-    /// Print a line without tearing the bars.
+    /// Print a line (redacted, [`crate::secret`]) without tearing the bars.
     pub fn println(&self, line: &str) {
+        let line = crate::secret::redact(line);
+        let line = line.as_ref();
         match &self.multi {
             Some(m) => {
                 let _ = m.println(line);

@@ -1,5 +1,8 @@
 //! When and how long to retry: exponential backoff with full jitter, a fixed attempt budget,
 //! and the server's own word (`Retry-After`, or `t=` of the `RateLimit` header) on 429/503.
+//! A server-supplied wait is parsed saturating (`1e30`, `inf` become [`Duration::MAX`], NaN
+//! and garbage are ignored) and then capped at [`RetryPolicy::max`]: a hostile answer can
+//! neither panic nor stall a run beyond the retry budget.
 
 use std::time::Duration;
 
@@ -56,23 +59,45 @@ fn jitter(n: u64) -> u64 {
     }
 }
 
+/// Seconds as a server wrote them, saturating: negative → 0, too large or infinite →
+/// [`Duration::MAX`], NaN or not a number → `None`.
+pub fn seconds(v: &str) -> Option<Duration> {
+    let s: f64 = v.trim().parse().ok()?;
+    if s.is_nan() {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX))
+}
+
 /// The wait a 429/503 response asks for: `Retry-After: <seconds>`, else `RateLimit: ...;t=<s>`.
 pub fn server_wait(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     if let Some(v) = headers.get("retry-after").and_then(|v| v.to_str().ok()) {
-        if let Ok(s) = v.trim().parse::<f64>() {
-            return Some(Duration::from_secs_f64(s.max(0.0)));
+        if let Some(d) = seconds(v) {
+            return Some(d);
         }
     }
     let rl = headers.get("ratelimit").and_then(|v| v.to_str().ok())?;
     rate_limit_t(rl)
 }
 
+/// The header a wait came from, as the server wrote it (for error messages).
+pub fn wait_header(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    ["retry-after", "ratelimit"].iter().find_map(|k| {
+        let v = headers.get(*k)?.to_str().ok()?;
+        let name = if *k == "retry-after" {
+            "Retry-After"
+        } else {
+            "RateLimit"
+        };
+        Some(format!("{name}: {}", super::client::clip(v)))
+    })
+}
+
 /// `"resolvers";r=0;t=42` → 42 s.
 pub fn rate_limit_t(v: &str) -> Option<Duration> {
     v.split([';', ','])
         .filter_map(|p| p.trim().strip_prefix("t="))
-        .find_map(|t| t.trim().parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+        .find_map(seconds)
 }
 
 /// Statuses worth retrying.
@@ -102,5 +127,31 @@ mod tests {
             Some(Duration::from_secs(7))
         );
         assert_eq!(rate_limit_t("\"api\";r=0"), None);
+    }
+
+    #[test]
+    fn hostile_waits_saturate_and_are_capped() {
+        let p = RetryPolicy::default();
+        for v in ["1e30", "inf", "+inf", "1e309", "18446744073709551616"] {
+            assert_eq!(seconds(v), Some(Duration::MAX), "{v}");
+            assert_eq!(p.delay(1, seconds(v)), p.max, "{v}");
+        }
+        assert_eq!(seconds("-inf"), Some(Duration::ZERO));
+        assert_eq!(seconds("-3"), Some(Duration::ZERO));
+        assert_eq!(seconds("NaN"), None);
+        assert_eq!(seconds("soon"), None);
+        assert_eq!(seconds(" 1.5 "), Some(Duration::from_millis(1500)));
+        assert_eq!(rate_limit_t("\"api\";r=0;t=1e30"), Some(Duration::MAX));
+        assert_eq!(
+            rate_limit_t("\"api\";r=0;t=nan;t=2"),
+            Some(Duration::from_secs(2))
+        );
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("retry-after", "inf".parse().unwrap());
+        assert_eq!(server_wait(&h), Some(Duration::MAX));
+        assert_eq!(wait_header(&h).as_deref(), Some("Retry-After: inf"));
+        h.insert("retry-after", "NaN".parse().unwrap());
+        h.insert("ratelimit", "\"api\";r=0;t=1e30".parse().unwrap());
+        assert_eq!(server_wait(&h), Some(Duration::MAX));
     }
 }

@@ -221,7 +221,7 @@ fn cache_put(
         root: cache.to_path_buf(),
     };
     let sha = dlm_data::util::sha256_hex(bytes);
-    let blob = c.blob_path(role, repo, &sha);
+    let blob = c.blob_path(role, repo, &sha).unwrap();
     std::fs::create_dir_all(blob.parent().unwrap()).unwrap();
     std::fs::write(&blob, bytes).unwrap();
     let snap = c.snapshot_path(role, repo, commit, path);

@@ -1,0 +1,620 @@
+//! `dlm-data fetch` against a hostile Hub on loopback (a small std TCP server in this file):
+//! listings whose `oid`/`lfs.oid` are paths, answers echoing the token, absurd
+//! `Retry-After`/`RateLimit` waits, endless bodies and pagination loops. Each case must end
+//! with exit 1 and an error naming the field/header/URL, the token never in any output, and
+//! nothing outside the cache touched.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "hf_HostileHubTestToken_0123456789abcdef";
+const COMMIT: &str = "1111111111111111111111111111111111111111";
+const CONTENT: &[u8] = b"{\"text\": \"hello\"}\n{\"text\": \"world\"}\n";
+
+/// One request as the server saw it.
+#[derive(Debug, Clone)]
+struct Req {
+    target: String,
+    authorization: Option<String>,
+}
+
+enum Reply {
+    Full {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// Headers, then body bytes until the client hangs up.
+    Endless { status: u16 },
+}
+
+fn json(status: u16, v: serde_json::Value) -> Reply {
+    Reply::Full {
+        status,
+        headers: vec![("Content-Type".into(), "application/json".into())],
+        body: v.to_string().into_bytes(),
+    }
+}
+
+fn with_headers(status: u16, headers: &[(&str, &str)], body: &str) -> Reply {
+    Reply::Full {
+        status,
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+type Handler = dyn Fn(&Req, &str) -> Reply + Send + Sync;
+
+/// A loopback HTTP/1.1 server: one thread per connection, one request per connection.
+struct Hostile {
+    url: String,
+    seen: Arc<Mutex<Vec<Req>>>,
+}
+
+impl Hostile {
+    /// `handler(request, own base URL)`.
+    fn start(handler: impl Fn(&Req, &str) -> Reply + Send + Sync + 'static) -> Hostile {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let handler: Arc<Handler> = Arc::new(handler);
+        let (u, s) = (url.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for sock in l.incoming().flatten() {
+                let (h, u, s) = (handler.clone(), u.clone(), s.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(sock, &*h, &u, &s);
+                });
+            }
+        });
+        Hostile { url, seen }
+    }
+    fn requests(&self) -> Vec<Req> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn serve(sock: TcpStream, h: &Handler, base: &str, seen: &Mutex<Vec<Req>>) -> std::io::Result<()> {
+    let mut r = BufReader::new(sock.try_clone()?);
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let mut authorization = None;
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l)? == 0 || l.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            if k.trim().eq_ignore_ascii_case("authorization") {
+                authorization = Some(v.trim().to_string());
+            }
+        }
+    }
+    let req = Req {
+        target,
+        authorization,
+    };
+    seen.lock().unwrap().push(req.clone());
+    let mut w = sock;
+    match h(&req, base) {
+        Reply::Full {
+            status,
+            headers,
+            body,
+        } => {
+            let mut head = format!("HTTP/1.1 {status} X\r\nConnection: close\r\n");
+            for (k, v) in headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+            w.write_all(head.as_bytes())?;
+            w.write_all(&body)?;
+        }
+        Reply::Endless { status } => {
+            w.write_all(
+                format!("HTTP/1.1 {status} X\r\nConnection: close\r\nContent-Type: application/json\r\n\r\n[")
+                    .as_bytes(),
+            )?;
+            let chunk = b"{\"type\":\"file\",\"path\":\"x\"},".repeat(4096);
+            loop {
+                w.write_all(&chunk)?;
+            }
+        }
+    }
+    w.flush()
+}
+
+/// The well-behaved parts of a Hub (revision, one-file listing, resolve), for the handlers
+/// to fall back on.
+fn normal(req: &Req, listing: &serde_json::Value) -> Reply {
+    let t = req.target.as_str();
+    if t.starts_with("/api/datasets/o/n/revision/") {
+        json(200, serde_json::json!({ "sha": COMMIT }))
+    } else if t.starts_with("/api/datasets/o/n/tree/") {
+        json(200, listing.clone())
+    } else if t.starts_with("/datasets/o/n/resolve/") {
+        Reply::Full {
+            status: 200,
+            headers: vec![
+                ("X-Repo-Commit".into(), COMMIT.into()),
+                (
+                    "ETag".into(),
+                    format!("\"{}\"", dlm_data::util::git_blob_sha1(CONTENT)),
+                ),
+            ],
+            body: CONTENT.to_vec(),
+        }
+    } else {
+        json(404, serde_json::json!({ "error": "not found" }))
+    }
+}
+
+fn good_listing() -> serde_json::Value {
+    serde_json::json!([{
+        "type": "file",
+        "oid": dlm_data::util::git_blob_sha1(CONTENT),
+        "size": CONTENT.len(),
+        "path": "data.jsonl"
+    }])
+}
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Case {
+        let c = Case {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(
+            c.manifest(),
+            "[[source]]\nname = \"t\"\nrepo = \"o/n\"\nrevision = \"main\"\nsplit = \"train\"\nfiles = [\"data.jsonl\"]\nformat = \"jsonl\"\n",
+        )
+        .unwrap();
+        std::fs::write(c.dir.path().join("victim"), b"precious").unwrap();
+        c
+    }
+    fn manifest(&self) -> PathBuf {
+        self.dir.path().join("m.toml")
+    }
+    fn cache(&self) -> PathBuf {
+        self.dir.path().join("cache")
+    }
+    /// Run `fetch` with the token set; killed (and the test failed) after 90 s.
+    fn fetch(&self, hub: &Hostile, extra: &[&str]) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dlm-data"));
+        c.arg("fetch")
+            .arg("--manifest")
+            .arg(self.manifest())
+            .arg("--cache")
+            .arg(self.cache())
+            .args(["--retry-base-ms", "5"])
+            .args(extra)
+            .env("HF_ENDPOINT", &hub.url)
+            .env("HF_TOKEN", TOKEN)
+            .env("HF_HOME", self.dir.path().join("hf-home"))
+            .env_remove("HF_HUB_OFFLINE")
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("SLURM_ARRAY_TASK_ID")
+            .env_remove("JOB_COMPLETION_INDEX")
+            .env("DLM_NO_PROGRESS", "1")
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_bounded(c, Duration::from_secs(90))
+    }
+    /// Every file outside the cache, with its bytes (the victim, the manifest, ...).
+    fn outside_cache(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        walk(self.dir.path(), &self.cache(), &mut out);
+        out
+    }
+    fn download_log(&self) -> String {
+        std::fs::read_to_string(self.cache().join("download.log")).unwrap_or_default()
+    }
+}
+
+fn walk(d: &Path, skip: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p == skip {
+            continue;
+        }
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            walk(&p, skip, out);
+        } else {
+            out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+        }
+    }
+}
+
+/// Run to completion or kill it (by its own pid) after `limit`: a hang fails the test. The
+/// child's address space is capped at 4 GiB, so unbounded growth fails fast and harmlessly.
+fn run_bounded(mut c: Command, limit: Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 4 << 30,
+                rlim_max: 4 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let a = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut so, &mut v).unwrap();
+        v
+    });
+    let b = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut se, &mut v).unwrap();
+        v
+    });
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Output {
+                status,
+                stdout: a.join().unwrap(),
+                stderr: b.join().unwrap(),
+            };
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "fetch still running after {limit:?} (a hang): {}",
+                String::from_utf8_lossy(&b.join().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Exit 1, no panic, the token nowhere, `want` in stderr; returns stderr.
+fn assert_refused(case: &Case, o: &Output, want: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in want {
+        assert!(err.contains(w), "stderr lacks {w:?}:\n{err}");
+    }
+    for (name, text) in [
+        ("stderr", &err),
+        ("stdout", &out),
+        ("download.log", &case.download_log()),
+    ] {
+        assert!(!text.contains(TOKEN), "the token is in {name}:\n{text}");
+        assert!(
+            !text.contains("HostileHubTestToken"),
+            "part of the token is in {name}"
+        );
+    }
+    assert!(
+        !case.manifest().with_extension("lock").exists(),
+        "a lock was written"
+    );
+    err
+}
+
+fn listing_with(entry: serde_json::Value) -> serde_json::Value {
+    serde_json::json!([entry])
+}
+
+#[test]
+fn oid_that_is_a_path_touches_nothing_outside_the_cache() {
+    let case = Case::new();
+    let victim = case.dir.path().join("victim");
+    let abs = victim.to_string_lossy().into_owned();
+    let n = CONTENT.len();
+    let oid = dlm_data::util::git_blob_sha1(CONTENT);
+    let cases = [
+        (
+            listing_with(
+                serde_json::json!({"type": "file", "oid": "../../../victim", "size": n, "path": "data.jsonl"}),
+            ),
+            "field `oid` \"../../../victim\" is not a git sha1",
+        ),
+        (
+            listing_with(
+                serde_json::json!({"type": "file", "oid": abs, "size": n, "path": "data.jsonl"}),
+            ),
+            "field `oid`",
+        ),
+        (
+            listing_with(
+                serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
+                "lfs": {"oid": abs, "size": n}}),
+            ),
+            "field `lfs.oid`",
+        ),
+        (
+            listing_with(
+                serde_json::json!({"type": "file", "oid": oid, "size": n, "path": "data.jsonl",
+                "lfs": {"oid": format!("../../../../{}", "a".repeat(52)), "size": n}}),
+            ),
+            "field `lfs.oid`",
+        ),
+    ];
+    for (listing, want) in cases {
+        let before = case.outside_cache();
+        let hub = Hostile::start(move |r, _| normal(r, &listing));
+        let o = case.fetch(&hub, &[]);
+        assert_refused(&case, &o, &[want, "listing o/n@", "refusing the listing"]);
+        assert_eq!(
+            case.outside_cache(),
+            before,
+            "files outside the cache changed"
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(
+            !hub.requests()
+                .iter()
+                .any(|r| r.target.contains("/resolve/")),
+            "a file was requested"
+        );
+    }
+    assert!(!case.dir.path().join("victim.lock").exists());
+}
+
+#[test]
+fn a_lock_whose_digest_is_a_path_is_refused_offline() {
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lock = case.manifest().with_extension("lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let sha = dlm_data::util::sha256_hex(CONTENT);
+    assert!(text.contains(&sha));
+    // Make the file an LFS file whose sha256 is a path out of the cache.
+    let mut l = dlm_data::manifest::Lock::load(&lock).unwrap();
+    l.sources[0].files[0].git_oid = None;
+    l.sources[0].files[0].sha256 = "../../../victim".into();
+    l.save(&lock).unwrap();
+    let before = case.outside_cache();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlm-data"));
+    c.args(["fetch", "--manifest"])
+        .arg(case.manifest())
+        .arg("--cache")
+        .arg(case.cache())
+        .env("HF_HUB_OFFLINE", "1")
+        .env_remove("HF_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let o = run_bounded(c, Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("field `sha256` \"../../../victim\" is not 64 hex digits"),
+        "{err}"
+    );
+    assert_eq!(case.outside_cache(), before);
+}
+
+#[test]
+fn a_401_echoing_the_token_never_prints_it() {
+    // The revision answer: 401 whose JSON body echoes the Authorization header.
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        let echo = format!(
+            "invalid credentials in Authorization header: {}",
+            r.authorization.clone().unwrap_or_default()
+        );
+        json(401, serde_json::json!({ "error": echo }))
+    });
+    let o = case.fetch(&hub, &[]);
+    let err = assert_refused(
+        &case,
+        &o,
+        &["401", "invalid credentials", "Bearer <redacted>"],
+    );
+    assert!(err.contains("set HF_TOKEN"), "{err}");
+    assert!(hub
+        .requests()
+        .iter()
+        .all(|r| r.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
+
+    // The file's answer: 401 with the echo in X-Error-Message: the FAILED line, the final
+    // error and the download.log record all carry the message, none the token.
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        if r.target.contains("/resolve/") {
+            let echo = format!("you sent {}", r.authorization.clone().unwrap_or_default());
+            with_headers(
+                401,
+                &[("X-Error-Message", &echo)],
+                &format!("{{\"error\":\"{echo}\"}}"),
+            )
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let o = case.fetch(&hub, &[]);
+    let err = assert_refused(&case, &o, &["FAILED", "401", "you sent Bearer <redacted>"]);
+    assert!(err.matches("<redacted>").count() >= 2, "{err}");
+    let log = case.download_log();
+    assert!(log.contains("you sent Bearer <redacted>"), "{log}");
+    let rec: dlm_data::hub::log::LogRecord =
+        serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert!(!rec.verified && rec.error.is_some());
+
+    // A 429 echoing it, retried with RUST_LOG=debug: the tracing lines are redacted too.
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        let echo = format!("slow down, {}", r.authorization.clone().unwrap_or_default());
+        with_headers(429, &[("Retry-After", "0"), ("X-Error-Message", &echo)], "")
+    });
+    let o = case.fetch(&hub, &["--retries", "2"]);
+    let err = assert_refused(
+        &case,
+        &o,
+        &[
+            "slow down, Bearer <redacted>",
+            "retry 1 in",
+            "retry budget 2 spent",
+        ],
+    );
+    assert!(
+        err.matches("slow down, Bearer <redacted>").count() >= 3,
+        "{err}"
+    );
+}
+
+#[test]
+fn a_listing_path_holding_the_token_is_refused() {
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        let p = format!(
+            "data/{}.jsonl",
+            r.authorization
+                .clone()
+                .unwrap_or_default()
+                .replace(' ', "_")
+        );
+        let listing =
+            serde_json::json!([{"type": "file", "oid": "0".repeat(40), "size": 1, "path": p}]);
+        normal(r, &listing)
+    });
+    let o = case.fetch(&hub, &[]);
+    assert_refused(&case, &o, &["a listed path contains the Hub token"]);
+    assert!(!case.cache().join("datasets--o--n").exists());
+}
+
+#[test]
+fn absurd_server_waits_are_capped_then_the_budget_fails() {
+    for (header, value) in [
+        ("Retry-After", "1e30"),
+        ("Retry-After", "inf"),
+        ("RateLimit", "\"api\";r=0;t=1e30"),
+    ] {
+        let case = Case::new();
+        let hub = Hostile::start(move |r, _| {
+            if r.target.contains("/revision/") {
+                with_headers(429, &[(header, value)], "")
+            } else {
+                normal(r, &good_listing())
+            }
+        });
+        let t0 = Instant::now();
+        let o = case.fetch(&hub, &["--retries", "2", "--retry-max-ms", "100"]);
+        let err = assert_refused(
+            &case,
+            &o,
+            &[
+                "429",
+                &format!("{header}: {value}"),
+                "giving up after 3 attempts",
+                "retry budget 2 spent",
+                "the server asked to wait longer than the 100ms cap",
+            ],
+        );
+        // Two capped waits of 100 ms, not 1e30 s.
+        assert!(t0.elapsed() < Duration::from_secs(30), "{err}");
+        assert_eq!(hub.requests().len(), 3, "{err}");
+    }
+}
+
+#[test]
+fn endless_api_bodies_are_cut_off_naming_the_url() {
+    for (endpoint, url_part) in [
+        ("/revision/", "/api/datasets/o/n/revision/main"),
+        ("/tree/", "/api/datasets/o/n/tree/"),
+    ] {
+        let case = Case::new();
+        let hub = Hostile::start(move |r, _| {
+            if r.target.contains(endpoint) {
+                Reply::Endless { status: 200 }
+            } else {
+                normal(r, &good_listing())
+            }
+        });
+        let o = case.fetch(&hub, &[]);
+        let err = assert_refused(&case, &o, &[url_part, "is longer than 67108864 bytes"]);
+        assert!(err.contains(&hub.url), "{err}");
+    }
+    // An endless error body: the status is reported, the body read no further than 64 KiB.
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        if r.target.contains("/revision/") {
+            Reply::Endless { status: 404 }
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let o = case.fetch(&hub, &[]);
+    assert_refused(&case, &o, &["HTTP 404"]);
+}
+
+#[test]
+fn a_pagination_loop_is_an_error_not_a_hang() {
+    let case = Case::new();
+    let hub = Hostile::start(|r, base| {
+        if r.target.contains("/tree/") {
+            let first =
+                format!("{base}/api/datasets/o/n/tree/{COMMIT}?recursive=true&expand=false");
+            let second = format!("{first}&cursor=2");
+            let next = if r.target.contains("cursor=2") {
+                first
+            } else {
+                second
+            };
+            Reply::Full {
+                status: 200,
+                headers: vec![("Link".into(), format!("<{next}>; rel=\"next\""))],
+                body: good_listing().to_string().into_bytes(),
+            }
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let o = case.fetch(&hub, &[]);
+    assert_refused(
+        &case,
+        &o,
+        &[
+            "pagination loops",
+            "`Link: rel=\"next\"`",
+            "of page 2 points back to",
+            "tree/1111111111111111111111111111111111111111?recursive=true&expand=false\"",
+        ],
+    );
+    let trees = hub
+        .requests()
+        .iter()
+        .filter(|r| r.target.contains("/tree/"))
+        .count();
+    assert_eq!(trees, 2);
+}
+
+#[test]
+fn the_well_behaved_fake_hub_fetches() {
+    // The control: the same server, honest, is fetched and locked (so the refusals above
+    // are caused by the hostile parts alone).
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(case.manifest().with_extension("lock").exists());
+    assert!(!case.download_log().contains(TOKEN));
+}
