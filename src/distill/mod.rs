@@ -7,6 +7,8 @@
 //! commit the batch's records to this worker's part ([`output`]). A single process then
 //! finalises the parts into `--out`; workers of `--shard I/N` leave that to `dlm-data merge`.
 
+pub mod finite;
+pub mod limits;
 pub mod mcq;
 pub mod output;
 pub mod plan;
@@ -139,6 +141,16 @@ pub struct DistillArgs {
     /// Recorded in the resume fingerprint.
     #[arg(long)]
     pub gemm_tune: bool,
+    /// Skip (and count) prompts too long for the teacher — more positions than its
+    /// max_position_embeddings, or a forward over --max-batch-memory even alone — instead of
+    /// stopping at the first one.
+    #[arg(long)]
+    pub skip_too_long: bool,
+    /// GiB of working memory one forward may need (weights excluded; see distill::limits):
+    /// a prompt over it alone is too long, and a batch that would exceed it is closed early.
+    /// Default 16. Recorded in the resume fingerprint when given.
+    #[arg(long, value_name = "GIB")]
+    pub max_batch_memory: Option<u64>,
 }
 
 impl DistillArgs {
@@ -147,6 +159,21 @@ impl DistillArgs {
     pub fn batch_size(&self) -> usize {
         self.batch_size
             .unwrap_or(if self.device == "cpu" { 8 } else { 64 })
+    }
+}
+
+impl DistillArgs {
+    /// `--max-batch-memory` in bytes (usage error when 0 or beyond 2^64 bytes).
+    pub fn batch_memory_bytes(&self) -> anyhow::Result<u64> {
+        let g = self
+            .max_batch_memory
+            .unwrap_or(limits::DEFAULT_BATCH_MEMORY_GIB);
+        g.checked_mul(1 << 30).filter(|&b| b > 0).ok_or_else(|| {
+            crate::error::usage(format!(
+                "--max-batch-memory {g}: expected 1..{} GiB",
+                u64::MAX >> 30
+            ))
+        })
     }
 }
 

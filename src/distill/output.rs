@@ -66,6 +66,19 @@ pub fn list_parts(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
+/// [`crate::util::atomic_write`], removing its hidden temp file when the write fails (disk
+/// full, an unwritable or occupied target), so a failed run leaves no `.NAME.tmp-PID` behind.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let r = crate::util::atomic_write(path, bytes);
+    if r.is_err() {
+        let tmp = crate::util::temp_path(path);
+        if tmp.is_file() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    r
+}
+
 /// The header line of a part.
 pub fn header(worker: WorkerSlice, batches: usize, prompts: usize, fingerprint: &Value) -> Value {
     serde_json::json!({
@@ -251,7 +264,7 @@ impl PartWriter {
         // A new part appears complete-or-absent: header written to a temp file, renamed.
         let mut line = serde_json::to_string(header)?;
         line.push('\n');
-        crate::util::atomic_write(path, line.as_bytes())?;
+        write_atomic(path, line.as_bytes())?;
         let mut file = OpenOptions::new()
             .append(true)
             .open(path)
@@ -384,7 +397,7 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
             }
         }
     }
-    crate::util::atomic_write(out, buf.as_bytes())?;
+    write_atomic(out, buf.as_bytes())?;
     Ok(Finalized {
         records: recs.len(),
         batches: nb,
@@ -420,6 +433,27 @@ mod tests {
         PartWriter::open(&part, &hdr(w)).unwrap();
         std::fs::write(&p, "{}").unwrap();
         assert_eq!(list_parts(&parts_dir(&out)).unwrap(), vec![part]);
+    }
+
+    #[test]
+    fn failed_finalize_leaves_no_temp_file() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("distilled.json");
+        let p = part_path(&out, WorkerSlice::WHOLE);
+        let mut w = PartWriter::open(&p, &header(WorkerSlice::WHOLE, 1, 1, &Value::Null)).unwrap();
+        w.append(0, &[0], &["{\"id\":\"a\"}".into()]).unwrap();
+        // The rename onto `out` fails: it is a directory holding a file.
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("keep"), "x").unwrap();
+        let e = finalize(&[p], &out, OutFormat::Json).unwrap_err();
+        assert!(format!("{e:#}").contains("renaming"), "{e:#}");
+        let left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "temp files left behind: {left:?}");
+        assert_eq!(std::fs::read(out.join("keep")).unwrap(), b"x");
     }
 
     #[test]
