@@ -225,13 +225,18 @@ pub struct PartWriter {
     pub path: PathBuf,
     /// Batches already committed in this part.
     pub done: BTreeSet<usize>,
+    /// This run created the part (and `parts_dir_created`: its directory).
+    pub created: bool,
+    pub parts_dir_created: bool,
 }
 
 impl PartWriter {
     /// Create the part with `header`, or reopen it: the header must match (else the rerun's
     /// arguments differ and mixing would corrupt the output), a torn tail is truncated.
     pub fn open(path: &Path, header: &Value) -> Result<Self> {
+        let mut parts_dir_created = false;
         if let Some(d) = path.parent() {
+            parts_dir_created = !d.exists();
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         if path.exists() {
@@ -259,6 +264,8 @@ impl PartWriter {
                 file,
                 path: path.to_path_buf(),
                 done: part.batches.keys().copied().collect(),
+                created: false,
+                parts_dir_created: false,
             });
         }
         // A new part appears complete-or-absent: header written to a temp file, renamed.
@@ -274,6 +281,8 @@ impl PartWriter {
             file,
             path: path.to_path_buf(),
             done: BTreeSet::new(),
+            created: true,
+            parts_dir_created,
         })
     }
 
@@ -299,6 +308,44 @@ impl PartWriter {
             .with_context(|| format!("fsync {}", self.path.display()))?;
         self.done.insert(batch);
         Ok(())
+    }
+}
+
+/// Removes, when dropped armed, a part that this run created and never committed a batch to
+/// (and its directory when this run created it and it is empty): a run that fails before its
+/// first batch leaves nothing behind, so the rerun after a fix is not refused as a run "with
+/// different arguments". Parts with committed batches are resume state and always stay.
+pub struct DiscardIfEmpty {
+    part: Option<PathBuf>,
+    dir: Option<PathBuf>,
+}
+
+impl DiscardIfEmpty {
+    pub fn new(w: &PartWriter) -> Self {
+        DiscardIfEmpty {
+            part: w.created.then(|| w.path.clone()),
+            dir: (w.created && w.parts_dir_created)
+                .then(|| w.path.parent().map(Path::to_path_buf))
+                .flatten(),
+        }
+    }
+
+    /// The run succeeded: keep everything.
+    pub fn disarm(&mut self) {
+        self.part = None;
+        self.dir = None;
+    }
+}
+
+impl Drop for DiscardIfEmpty {
+    fn drop(&mut self) {
+        let Some(p) = self.part.take() else { return };
+        if read_part(&p).is_ok_and(|part| part.batches.is_empty()) {
+            let _ = std::fs::remove_file(&p);
+            if let Some(d) = self.dir.take() {
+                let _ = std::fs::remove_dir(d); // only when empty
+            }
+        }
     }
 }
 

@@ -384,6 +384,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     let hdr = output::header(slice, batches.len(), items.len(), &fp);
     let own = output::part_path(&args.out, slice);
     let mut writer = PartWriter::open(&own, &hdr)?;
+    let mut discard = output::DiscardIfEmpty::new(&writer);
     let mut skip = writer.done.clone();
     if slice.is_whole() {
         skip.extend(output::committed_elsewhere(
@@ -521,6 +522,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         tracing::debug!("batch {k} committed ({} prompts)", batch.len());
     }
     pb.finish_and_clear();
+    discard.disarm();
     let secs = start.elapsed().as_secs_f64();
     tracing::info!(
         "worker {slice}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s){}{}",
