@@ -81,8 +81,8 @@ pub fn too_long(s: &ForwardShape, need: Option<usize>, budget: u64) -> Option<St
     if let Some(m) = s.cfg.max_position_embeddings {
         if need > m {
             return Some(format!(
-                "needs {need} positions (prompt + --gen-length + answer slot), more than the \
-                 teacher's max_position_embeddings {m}"
+                "needs {need} positions (its tokens + --gen-length, + the answer slot for an \
+                 MCQ item), more than the teacher's max_position_embeddings {m}"
             ));
         }
     }
