@@ -83,7 +83,11 @@ fn fails(o: &Output, code: i32, needles: &[&str], out: &Path) {
 fn no_temp_files(dir: &Path) {
     for e in walk(dir) {
         let n = e.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(!n.contains(".tmp-"), "temp file left behind: {}", e.display());
+        assert!(
+            !n.contains(".tmp-"),
+            "temp file left behind: {}",
+            e.display()
+        );
     }
 }
 
@@ -121,18 +125,45 @@ fn hostile_config_values_are_refused_naming_file_and_field() {
     let out = d.path().join("o.json");
     let huge_dim = 1u64 << 62;
     for (i, (patch, field)) in [
-        (serde_json::json!({"num_hidden_layers": 10_000_000}), "num_hidden_layers"),
-        (serde_json::json!({"num_hidden_layers": 1_000_000_000u64}), "num_hidden_layers"),
+        (
+            serde_json::json!({"num_hidden_layers": 10_000_000}),
+            "num_hidden_layers",
+        ),
+        (
+            serde_json::json!({"num_hidden_layers": 1_000_000_000u64}),
+            "num_hidden_layers",
+        ),
         (serde_json::json!({"head_dim": huge_dim}), "head_dim"),
-        (serde_json::json!({"num_attention_heads": huge_dim, "num_key_value_heads": huge_dim}), "num_attention_heads"),
-        (serde_json::json!({"intermediate_size": u64::MAX}), "intermediate_size"),
-        (serde_json::json!({"eos_token_id": 1u64 << 32}), "eos_token_id"),
-        (serde_json::json!({"eos_token_id": (1u64 << 32) + 5}), "token id 4294967301"),
-        (serde_json::json!({"pad_token_id": 1u64 << 32}), "pad_token_id"),
-        (serde_json::json!({"mask_token_id": (1u64 << 32) + 5}), "mask_token_id"),
+        (
+            serde_json::json!({"num_attention_heads": huge_dim, "num_key_value_heads": huge_dim}),
+            "num_attention_heads",
+        ),
+        (
+            serde_json::json!({"intermediate_size": u64::MAX}),
+            "intermediate_size",
+        ),
+        (
+            serde_json::json!({"eos_token_id": 1u64 << 32}),
+            "eos_token_id",
+        ),
+        (
+            serde_json::json!({"eos_token_id": (1u64 << 32) + 5}),
+            "token id 4294967301",
+        ),
+        (
+            serde_json::json!({"pad_token_id": 1u64 << 32}),
+            "pad_token_id",
+        ),
+        (
+            serde_json::json!({"mask_token_id": (1u64 << 32) + 5}),
+            "mask_token_id",
+        ),
         (serde_json::json!({"rms_norm_eps": -1e-6}), "rms_norm_eps"),
         (serde_json::json!({"rope_theta": 0}), "rope_theta"),
-        (serde_json::json!({"max_position_embeddings": -1}), "max_position_embeddings"),
+        (
+            serde_json::json!({"max_position_embeddings": -1}),
+            "max_position_embeddings",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -164,23 +195,47 @@ fn non_finite_weights_are_named_by_tensor_and_overflowing_logits_by_prompt() {
     fails(
         &o,
         1,
-        &["tensor `model.layers.1.mlp.down_proj.weight`", "model.safetensors", "NaN", "non-finite"],
+        &[
+            "tensor `model.layers.1.mlp.down_proj.weight`",
+            "model.safetensors",
+            "NaN",
+            "non-finite",
+        ],
         &out,
     );
     let inf = copy_teacher(&d.path().join("inf"));
-    rewrite_tensor(&inf, "lm_head.weight", |i, v| if i == 3 { f32::INFINITY } else { v }).unwrap();
+    rewrite_tensor(&inf, "lm_head.weight", |i, v| {
+        if i == 3 {
+            f32::INFINITY
+        } else {
+            v
+        }
+    })
+    .unwrap();
     let o = distill(&inf, &prompts, &out, &[]);
     fails(&o, 1, &["tensor `lm_head.weight`", "inf"], &out);
     // Finite but huge final norm and LM head (bf16 max is 3.39e38): the logits overflow
     // f32. Named by prompt id, line and step.
     let big = copy_teacher(&d.path().join("big"));
     rewrite_tensor(&big, "model.norm.weight", |_, _| 3.0e38).unwrap();
-    rewrite_tensor(&big, "lm_head.weight", |i, _| if i % 2 == 0 { 3.0e38 } else { -3.0e38 }).unwrap();
+    rewrite_tensor(&big, "lm_head.weight", |i, _| {
+        if i % 2 == 0 {
+            3.0e38
+        } else {
+            -3.0e38
+        }
+    })
+    .unwrap();
     let o = distill(&big, &prompts, &out, &[]);
     fails(
         &o,
         1,
-        &["prompts.jsonl:", "prompt \"p-", "non-finite logit", "at step 0"],
+        &[
+            "prompts.jsonl:",
+            "prompt \"p-",
+            "non-finite logit",
+            "at step 0",
+        ],
         &out,
     );
 }
@@ -199,15 +254,29 @@ fn chat_template_fuel_and_type_are_enforced() {
     );
     let start = Instant::now();
     let o = distill(&looping, &prompts, &out, &[]);
-    fails(&o, 1, &["tokenizer_config.json", "fuel", "prompts.jsonl:1"], &out);
-    assert!(start.elapsed() < Duration::from_secs(60), "{:?}", start.elapsed());
+    fails(
+        &o,
+        1,
+        &["tokenizer_config.json", "fuel", "prompts.jsonl:1"],
+        &out,
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
     let number = copy_teacher(&d.path().join("number"));
     patch_json(
         &number.join("tokenizer_config.json"),
         serde_json::json!({"chat_template": 42}),
     );
     let o = distill(&number, &prompts, &out, &[]);
-    fails(&o, 1, &["tokenizer_config.json", "`chat_template`", "42"], &out);
+    fails(
+        &o,
+        1,
+        &["tokenizer_config.json", "`chat_template`", "42"],
+        &out,
+    );
     let syntax = copy_teacher(&d.path().join("syntax"));
     patch_json(
         &syntax.join("tokenizer_config.json"),
@@ -244,12 +313,25 @@ fn too_long_prompts_are_refused_by_id_or_skipped_and_counted() {
     fails(
         &o,
         1,
-        &["prompts.jsonl:2", "prompt \"huge-1mb\"", "max_position_embeddings 2048", "--skip-too-long"],
+        &[
+            "prompts.jsonl:2",
+            "prompt \"huge-1mb\"",
+            "max_position_embeddings 2048",
+            "--skip-too-long",
+        ],
         &out,
     );
-    let err = ok(&distill(teacher_dir(), &prompts, &out, &["--skip-too-long"]));
+    let err = ok(&distill(
+        teacher_dir(),
+        &prompts,
+        &out,
+        &["--skip-too-long"],
+    ));
     assert!(err.contains("skipped 1 prompts too long"), "{err}");
-    assert!(err.contains("huge-1mb"), "the log names the skipped id:\n{err}");
+    assert!(
+        err.contains("huge-1mb"),
+        "the log names the skipped id:\n{err}"
+    );
     let ids: Vec<String> = records(&out)
         .iter()
         .map(|r| r["id"].as_str().unwrap().to_string())
@@ -267,7 +349,12 @@ fn too_long_prompts_are_refused_by_id_or_skipped_and_counted() {
     write_prompts(&prompts, &[("a", "Hi.".into()), ("long-6k", words)]);
     let out2 = d.path().join("o2.json");
     let o = distill(&nolimit, &prompts, &out2, &["--max-batch-memory", "1"]);
-    fails(&o, 1, &["prompt \"long-6k\"", "--max-batch-memory 1.00 GiB"], &out2);
+    fails(
+        &o,
+        1,
+        &["prompt \"long-6k\"", "--max-batch-memory 1.00 GiB"],
+        &out2,
+    );
     let err = ok(&distill(
         &nolimit,
         &prompts,
@@ -289,9 +376,21 @@ fn absurd_sizes_exit_2_without_allocating() {
         teacher_dir(),
         &prompts,
         &out,
-        &["--gen-length", "65536", "--block-length", "65536", "--steps", "1"],
+        &[
+            "--gen-length",
+            "65536",
+            "--block-length",
+            "65536",
+            "--steps",
+            "1",
+        ],
     );
-    fails(&o, 2, &["--gen-length 65536", "even a one-token prompt"], &out);
+    fails(
+        &o,
+        2,
+        &["--gen-length 65536", "even a one-token prompt"],
+        &out,
+    );
     let g = (1u64 << 40).to_string();
     let o = distill(
         teacher_dir(),
@@ -307,13 +406,23 @@ fn absurd_sizes_exit_2_without_allocating() {
     fails(&o, 2, &["--max-batch-memory"], &out);
     // An absurd batch size is only an upper bound: the memory budget closes the batch.
     let b = (1u64 << 60).to_string();
-    ok(&distill(teacher_dir(), &prompts, &out, &["--batch-size", &b]));
+    ok(&distill(
+        teacher_dir(),
+        &prompts,
+        &out,
+        &["--batch-size", &b],
+    ));
     assert_eq!(records(&out).len(), 3);
     // --out naming a directory is refused before any work.
     let dir_out = d.path().join("outdir");
     std::fs::create_dir(&dir_out).unwrap();
     let o = distill(teacher_dir(), &prompts, &dir_out, &[]);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("is a directory"));
     no_temp_files(d.path());
 }

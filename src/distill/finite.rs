@@ -81,12 +81,21 @@ mod tests {
         l[width * vocab + 2 * vocab + 3] = f32::INFINITY;
         let e = check_logits(&l, width, vocab, Some(4), 8).unwrap_err();
         let nf = e.downcast_ref::<NonFiniteLogit>().unwrap();
-        assert_eq!((nf.row, nf.step, nf.position, nf.token), (1, Some(4), 10, 1));
+        assert_eq!(
+            (nf.row, nf.step, nf.position, nf.token),
+            (1, Some(4), 10, 1)
+        );
         assert!(nf.value.is_nan());
-        assert!(e.to_string().contains("at step 4, generated position 10, token id 1"));
+        assert!(e
+            .to_string()
+            .contains("at step 4, generated position 10, token id 1"));
         let mut l = vec![0.0f32; 4];
         l[2] = f32::NEG_INFINITY;
         let e = check_logits(&l, 1, 2, None, 0).unwrap_err();
-        assert!(e.to_string().contains("-inf at the MCQ answer slot, token id 0"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("-inf at the MCQ answer slot, token id 0"),
+            "{e}"
+        );
     }
 }

@@ -570,9 +570,10 @@ fn drop_too_long(
     mcq_extra: usize,
 ) -> Result<(Vec<PromptItem>, Vec<Vec<u32>>, usize)> {
     let why = |it: &PromptItem, x: &[u32]| {
-        let need = x.len().checked_add(gen_length).and_then(|n| {
-            n.checked_add(if it.options.is_some() { mcq_extra } else { 0 })
-        });
+        let need = x
+            .len()
+            .checked_add(gen_length)
+            .and_then(|n| n.checked_add(if it.options.is_some() { mcq_extra } else { 0 }));
         limits::too_long(shape, need, budget)
     };
     let bad: Vec<(usize, String)> = items
@@ -602,7 +603,11 @@ fn drop_too_long(
             }
         );
     }
-    let shown: Vec<&str> = bad.iter().take(5).map(|(i, _)| items[*i].id.as_str()).collect();
+    let shown: Vec<&str> = bad
+        .iter()
+        .take(5)
+        .map(|(i, _)| items[*i].id.as_str())
+        .collect();
     tracing::warn!(
         "--skip-too-long: skipping {} of {} prompts (ids {shown:?}{}); first: {named}",
         bad.len(),
@@ -622,7 +627,12 @@ fn drop_too_long(
 }
 
 /// Name the prompt behind a [`NonFiniteLogit`]: its batch row → `rows[row]`, a prompt index.
-fn name_prompt(e: anyhow::Error, rows: &[usize], items: &[PromptItem], path: &Path) -> anyhow::Error {
+fn name_prompt(
+    e: anyhow::Error,
+    rows: &[usize],
+    items: &[PromptItem],
+    path: &Path,
+) -> anyhow::Error {
     let row = e
         .chain()
         .find_map(|c| c.downcast_ref::<NonFiniteLogit>())

@@ -62,7 +62,6 @@ pub struct LlamaConfig {
     pub logits_shift: Option<u8>,
 }
 
-
 /// Typed, named access to the fields of the config object.
 struct Fields<'a>(&'a Map<String, Value>);
 
@@ -170,9 +169,8 @@ impl LlamaConfig {
             Some(Value::Array(a)) => a
                 .iter()
                 .map(|x| {
-                    x.as_str().with_context(|| {
-                        format!("field `architectures`: {x} is not a string")
-                    })
+                    x.as_str()
+                        .with_context(|| format!("field `architectures`: {x} is not a string"))
                 })
                 .collect::<Result<_>>()?,
             Some(other) => anyhow::bail!("field `architectures`: expected a list, got {other}"),
@@ -251,7 +249,9 @@ impl LlamaConfig {
         }
         let rope_theta = rope_theta.unwrap_or(10_000.0);
         if !(rope_theta.is_finite() && rope_theta > 1.0) {
-            anyhow::bail!("field `rope_theta` = {rope_theta}: the RoPE base must be a finite number > 1");
+            anyhow::bail!(
+                "field `rope_theta` = {rope_theta}: the RoPE base must be a finite number > 1"
+            );
         }
         let rms_norm_eps = f.float("rms_norm_eps")?.unwrap_or(1e-6);
         if !(rms_norm_eps > 0.0 && rms_norm_eps < 1.0 && (rms_norm_eps as f32) > 0.0) {
@@ -317,16 +317,34 @@ impl LlamaConfig {
     /// f32 byte count fit.
     pub fn parameter_count(&self) -> Result<u64> {
         let u = |x: usize| x as u64;
-        let (h, i, hd) = (u(self.hidden_size), u(self.intermediate_size), u(self.head_dim));
+        let (h, i, hd) = (
+            u(self.hidden_size),
+            u(self.intermediate_size),
+            u(self.head_dim),
+        );
         let q = mul(u(self.num_heads), hd, "num_attention_heads × head_dim")?;
         let kv = mul(u(self.num_kv_heads), hd, "num_key_value_heads × head_dim")?;
-        let attn = mul(q.checked_mul(2).and_then(|x| x.checked_add(2 * kv)).context("attention width overflows")?, h, "attention weights")?;
-        let mlp = mul(mul(i, h, "intermediate_size × hidden_size")?, 3, "MLP weights")?;
+        let attn = mul(
+            q.checked_mul(2)
+                .and_then(|x| x.checked_add(2 * kv))
+                .context("attention width overflows")?,
+            h,
+            "attention weights",
+        )?;
+        let mlp = mul(
+            mul(i, h, "intermediate_size × hidden_size")?,
+            3,
+            "MLP weights",
+        )?;
         let per_layer = attn
             .checked_add(mlp)
             .and_then(|x| x.checked_add(2 * h))
             .context("layer size overflows")?;
-        let layers = mul(per_layer, u(self.num_layers), "num_hidden_layers × layer size")?;
+        let layers = mul(
+            per_layer,
+            u(self.num_layers),
+            "num_hidden_layers × layer size",
+        )?;
         let embed = mul(u(self.vocab_size), h, "vocab_size × hidden_size")?;
         let heads = if self.tie_word_embeddings { 1 } else { 2 };
         let total = layers
@@ -425,19 +443,40 @@ mod tests {
     #[test]
     fn hostile_values_are_refused_by_field() {
         for (patch, needle) in [
-            (r#"{"num_hidden_layers":10000000}"#, "field `num_hidden_layers` = 10000000 is out of range"),
+            (
+                r#"{"num_hidden_layers":10000000}"#,
+                "field `num_hidden_layers` = 10000000 is out of range",
+            ),
             (r#"{"num_hidden_layers":1000000000}"#, "num_hidden_layers"),
-            (r#"{"num_hidden_layers":-3}"#, "field `num_hidden_layers`: expected a non-negative integer"),
+            (
+                r#"{"num_hidden_layers":-3}"#,
+                "field `num_hidden_layers`: expected a non-negative integer",
+            ),
             (r#"{"num_hidden_layers":"42"}"#, "field `num_hidden_layers`"),
-            (r#"{"num_hidden_layers":4.2e1}"#, "field `num_hidden_layers`"),
+            (
+                r#"{"num_hidden_layers":4.2e1}"#,
+                "field `num_hidden_layers`",
+            ),
             (r#"{"head_dim":4611686018427387904}"#, "field `head_dim`"),
-            (r#"{"num_attention_heads":16,"head_dim":1000000}"#, "field `head_dim`"),
+            (
+                r#"{"num_attention_heads":16,"head_dim":1000000}"#,
+                "field `head_dim`",
+            ),
             (r#"{"num_key_value_heads":32}"#, "num_key_value_heads"),
-            (r#"{"vocab_size":18446744073709551615}"#, "field `vocab_size`"),
-            (r#"{"eos_token_id":4294967296}"#, "field `eos_token_id`: token id 4294967296 is out of range"),
+            (
+                r#"{"vocab_size":18446744073709551615}"#,
+                "field `vocab_size`",
+            ),
+            (
+                r#"{"eos_token_id":4294967296}"#,
+                "field `eos_token_id`: token id 4294967296 is out of range",
+            ),
             (r#"{"eos_token_id":4294967301}"#, "token id 4294967301"),
             (r#"{"eos_token_id":[1,4294967301]}"#, "token id 4294967301"),
-            (r#"{"eos_token_id":130560}"#, "out of range for vocab_size 130560"),
+            (
+                r#"{"eos_token_id":130560}"#,
+                "out of range for vocab_size 130560",
+            ),
             (r#"{"eos_token_id":"</s>"}"#, "field `eos_token_id`"),
             (r#"{"pad_token_id":4294967296}"#, "field `pad_token_id`"),
             (r#"{"pad_token_id":-2}"#, "field `pad_token_id`"),
@@ -449,12 +488,27 @@ mod tests {
             (r#"{"rope_theta":0}"#, "field `rope_theta`"),
             (r#"{"rope_theta":-10000}"#, "field `rope_theta`"),
             (r#"{"rope_theta":"1e4"}"#, "field `rope_theta`"),
-            (r#"{"rope_parameters":{"rope_theta":0.0}}"#, "field `rope_theta`"),
-            (r#"{"max_position_embeddings":0}"#, "max_position_embeddings"),
-            (r#"{"max_position_embeddings":1e30}"#, "max_position_embeddings"),
+            (
+                r#"{"rope_parameters":{"rope_theta":0.0}}"#,
+                "field `rope_theta`",
+            ),
+            (
+                r#"{"max_position_embeddings":0}"#,
+                "max_position_embeddings",
+            ),
+            (
+                r#"{"max_position_embeddings":1e30}"#,
+                "max_position_embeddings",
+            ),
             (r#"{"is_causal":"no"}"#, "field `is_causal`"),
-            (r#"{"tie_word_embeddings":1}"#, "field `tie_word_embeddings`"),
-            (r#"{"architectures":"LlamaForCausalLM","model_type":null}"#, "field `architectures`"),
+            (
+                r#"{"tie_word_embeddings":1}"#,
+                "field `tie_word_embeddings`",
+            ),
+            (
+                r#"{"architectures":"LlamaForCausalLM","model_type":null}"#,
+                "field `architectures`",
+            ),
         ] {
             let e = LlamaConfig::from_json(&with(patch)).unwrap_err();
             assert!(format!("{e:#}").contains(needle), "{patch}: {e:#}");

@@ -115,7 +115,10 @@ impl TeacherTokenizer {
             None => {
                 let jf = dir.join("chat_template.jinja");
                 if jf.is_file() {
-                    Some(super::config::read_bounded(&jf, super::config::MAX_CONFIG_BYTES)?)
+                    Some(super::config::read_bounded(
+                        &jf,
+                        super::config::MAX_CONFIG_BYTES,
+                    )?)
                 } else {
                     None
                 }
@@ -286,7 +289,11 @@ pub fn render_chat(
         anyhow::anyhow!("rendering the chat template of tokenizer_config.json{why}: {e:#}")
     })?;
     anyhow::ensure!(
-        out.len() <= prompt.len().saturating_mul(4).saturating_add(MAX_RENDERED_EXTRA),
+        out.len()
+            <= prompt
+                .len()
+                .saturating_mul(4)
+                .saturating_add(MAX_RENDERED_EXTRA),
         "the chat template of tokenizer_config.json renders {} bytes for a {}-byte prompt",
         out.len(),
         prompt.len()
