@@ -15,8 +15,12 @@
 
 use crate::teacher::LlamaConfig;
 
-/// Default of `--max-batch-memory` (GiB of working memory one forward may need).
+/// Default of `--max-batch-memory` on the CPU (GiB of working memory one forward may need).
 pub const DEFAULT_BATCH_MEMORY_GIB: u64 = 16;
+
+/// Default of `--max-batch-memory` with `--device cuda` (the estimate counts f32 where the
+/// GPU engine keeps bf16, so this is about half an H200's memory).
+pub const DEFAULT_GPU_BATCH_MEMORY_GIB: u64 = 64;
 
 /// What one forward's size depends on besides `b` and `l`.
 #[derive(Debug, Clone, Copy)]
