@@ -223,7 +223,9 @@ mod tests {
             64 << 30
         );
         assert_eq!(
-            parse(&["--max-batch-memory", "2"]).batch_memory_bytes().unwrap(),
+            parse(&["--max-batch-memory", "2"])
+                .batch_memory_bytes()
+                .unwrap(),
             2 << 30
         );
         for bad in ["0", "18446744073709551615"] {
