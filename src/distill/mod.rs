@@ -2,11 +2,16 @@
 //! sampler; results go to a resumable distilled.json.
 //!
 //! The run: load and validate the teacher ([`crate::teacher`]), read prompts ([`prompts`]),
-//! render + tokenize them, fix the global batch plan ([`plan`]), then for every batch this
-//! worker owns and has not committed yet: generate ([`sampler`]), answer MCQ items ([`mcq`]),
-//! commit the batch's records to this worker's part ([`output`]). A single process then
-//! finalises the parts into `--out`; workers of `--shard I/N` leave that to `dlm-data merge`.
+//! render + tokenize them, measure them against the teacher's context and the memory budget
+//! ([`limits`]: refused by id, or skipped with `--skip-too-long`), fix the global batch plan
+//! ([`plan`]), then for every batch this worker owns and has not committed yet: generate
+//! ([`sampler`]), answer MCQ items ([`mcq`]), commit the batch's records to this worker's part
+//! ([`output`]); a non-finite logit stops the run naming the prompt ([`finite`]). A single
+//! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
+//! `dlm-data merge`.
 
+pub mod finite;
+pub mod limits;
 pub mod mcq;
 pub mod output;
 pub mod plan;
@@ -139,6 +144,17 @@ pub struct DistillArgs {
     /// Recorded in the resume fingerprint.
     #[arg(long)]
     pub gemm_tune: bool,
+    /// Skip (and count) prompts too long for the teacher — more positions than its
+    /// max_position_embeddings, or a forward over --max-batch-memory even alone — instead of
+    /// stopping at the first one.
+    #[arg(long)]
+    pub skip_too_long: bool,
+    /// GiB of working memory one forward may need (weights excluded; see distill::limits):
+    /// a prompt over it alone is too long, and a batch that would exceed it is closed early.
+    /// Default 16 on the CPU, 64 with --device cuda. Recorded in the resume fingerprint when
+    /// given.
+    #[arg(long, value_name = "GIB")]
+    pub max_batch_memory: Option<u64>,
 }
 
 impl DistillArgs {
@@ -147,6 +163,24 @@ impl DistillArgs {
     pub fn batch_size(&self) -> usize {
         self.batch_size
             .unwrap_or(if self.device == "cpu" { 8 } else { 64 })
+    }
+}
+
+impl DistillArgs {
+    /// `--max-batch-memory` (else the device's default) in bytes; a usage error when 0 or
+    /// beyond 2^64 bytes.
+    pub fn batch_memory_bytes(&self) -> anyhow::Result<u64> {
+        let g = self.max_batch_memory.unwrap_or(if self.device == "cpu" {
+            limits::DEFAULT_BATCH_MEMORY_GIB
+        } else {
+            limits::DEFAULT_GPU_BATCH_MEMORY_GIB
+        });
+        g.checked_mul(1 << 30).filter(|&b| b > 0).ok_or_else(|| {
+            crate::error::usage(format!(
+                "--max-batch-memory {g}: expected 1..{} GiB",
+                u64::MAX >> 30
+            ))
+        })
     }
 }
 
@@ -179,5 +213,27 @@ mod tests {
             5
         );
         assert_eq!(parse(&["--batch-size", "3"]).batch_size(), 3);
+    }
+
+    #[test]
+    fn batch_memory_defaults_by_device_and_refuses_zero_and_overflow() {
+        assert_eq!(parse(&[]).batch_memory_bytes().unwrap(), 16 << 30);
+        assert_eq!(
+            parse(&["--device", "cuda"]).batch_memory_bytes().unwrap(),
+            64 << 30
+        );
+        assert_eq!(
+            parse(&["--max-batch-memory", "2"])
+                .batch_memory_bytes()
+                .unwrap(),
+            2 << 30
+        );
+        for bad in ["0", "18446744073709551615"] {
+            let e = parse(&["--max-batch-memory", bad])
+                .batch_memory_bytes()
+                .unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(e.to_string().contains("--max-batch-memory"), "{e}");
+        }
     }
 }

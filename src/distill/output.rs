@@ -66,6 +66,19 @@ pub fn list_parts(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(v)
 }
 
+/// [`crate::util::atomic_write`], removing its hidden temp file when the write fails (disk
+/// full, an unwritable or occupied target), so a failed run leaves no `.NAME.tmp-PID` behind.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let r = crate::util::atomic_write(path, bytes);
+    if r.is_err() {
+        let tmp = crate::util::temp_path(path);
+        if tmp.is_file() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    r
+}
+
 /// The header line of a part.
 pub fn header(worker: WorkerSlice, batches: usize, prompts: usize, fingerprint: &Value) -> Value {
     serde_json::json!({
@@ -212,13 +225,18 @@ pub struct PartWriter {
     pub path: PathBuf,
     /// Batches already committed in this part.
     pub done: BTreeSet<usize>,
+    /// This run created the part (and `parts_dir_created`: its directory).
+    pub created: bool,
+    pub parts_dir_created: bool,
 }
 
 impl PartWriter {
     /// Create the part with `header`, or reopen it: the header must match (else the rerun's
     /// arguments differ and mixing would corrupt the output), a torn tail is truncated.
     pub fn open(path: &Path, header: &Value) -> Result<Self> {
+        let mut parts_dir_created = false;
         if let Some(d) = path.parent() {
+            parts_dir_created = !d.exists();
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         if path.exists() {
@@ -246,12 +264,14 @@ impl PartWriter {
                 file,
                 path: path.to_path_buf(),
                 done: part.batches.keys().copied().collect(),
+                created: false,
+                parts_dir_created: false,
             });
         }
         // A new part appears complete-or-absent: header written to a temp file, renamed.
         let mut line = serde_json::to_string(header)?;
         line.push('\n');
-        crate::util::atomic_write(path, line.as_bytes())?;
+        write_atomic(path, line.as_bytes())?;
         let mut file = OpenOptions::new()
             .append(true)
             .open(path)
@@ -261,6 +281,8 @@ impl PartWriter {
             file,
             path: path.to_path_buf(),
             done: BTreeSet::new(),
+            created: true,
+            parts_dir_created,
         })
     }
 
@@ -286,6 +308,44 @@ impl PartWriter {
             .with_context(|| format!("fsync {}", self.path.display()))?;
         self.done.insert(batch);
         Ok(())
+    }
+}
+
+/// Removes, when dropped armed, a part that this run created and never committed a batch to
+/// (and its directory when this run created it and it is empty): a run that fails before its
+/// first batch leaves nothing behind, so the rerun after a fix is not refused as a run "with
+/// different arguments". Parts with committed batches are resume state and always stay.
+pub struct DiscardIfEmpty {
+    part: Option<PathBuf>,
+    dir: Option<PathBuf>,
+}
+
+impl DiscardIfEmpty {
+    pub fn new(w: &PartWriter) -> Self {
+        DiscardIfEmpty {
+            part: w.created.then(|| w.path.clone()),
+            dir: (w.created && w.parts_dir_created)
+                .then(|| w.path.parent().map(Path::to_path_buf))
+                .flatten(),
+        }
+    }
+
+    /// The run succeeded: keep everything.
+    pub fn disarm(&mut self) {
+        self.part = None;
+        self.dir = None;
+    }
+}
+
+impl Drop for DiscardIfEmpty {
+    fn drop(&mut self) {
+        let Some(p) = self.part.take() else { return };
+        if read_part(&p).is_ok_and(|part| part.batches.is_empty()) {
+            let _ = std::fs::remove_file(&p);
+            if let Some(d) = self.dir.take() {
+                let _ = std::fs::remove_dir(d); // only when empty
+            }
+        }
     }
 }
 
@@ -384,7 +444,7 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
             }
         }
     }
-    crate::util::atomic_write(out, buf.as_bytes())?;
+    write_atomic(out, buf.as_bytes())?;
     Ok(Finalized {
         records: recs.len(),
         batches: nb,
@@ -420,6 +480,27 @@ mod tests {
         PartWriter::open(&part, &hdr(w)).unwrap();
         std::fs::write(&p, "{}").unwrap();
         assert_eq!(list_parts(&parts_dir(&out)).unwrap(), vec![part]);
+    }
+
+    #[test]
+    fn failed_finalize_leaves_no_temp_file() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("distilled.json");
+        let p = part_path(&out, WorkerSlice::WHOLE);
+        let mut w = PartWriter::open(&p, &header(WorkerSlice::WHOLE, 1, 1, &Value::Null)).unwrap();
+        w.append(0, &[0], &["{\"id\":\"a\"}".into()]).unwrap();
+        // The rename onto `out` fails: it is a directory holding a file.
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("keep"), "x").unwrap();
+        let e = finalize(&[p], &out, OutFormat::Json).unwrap_err();
+        assert!(format!("{e:#}").contains("renaming"), "{e:#}");
+        let left: Vec<String> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "temp files left behind: {left:?}");
+        assert_eq!(std::fs::read(out.join("keep")).unwrap(), b"x");
     }
 
     #[test]

@@ -11,13 +11,34 @@ pub const WINDOW_BATCHES: usize = 16;
 
 /// Batches of prompt indices (into the prompt list), in plan order.
 pub fn plan(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
+    plan_within(lengths, batch_size, |_, _| true)
+}
+
+/// [`plan`], closing a batch early when `fits(rows, longest)` says one more prompt would not
+/// fit (the memory budget); a batch always takes at least one prompt. Deterministic in
+/// `lengths`, `batch_size` and `fits`.
+pub fn plan_within(
+    lengths: &[usize],
+    batch_size: usize,
+    fits: impl Fn(usize, usize) -> bool,
+) -> Vec<Vec<usize>> {
     let bs = batch_size.max(1);
     let mut out = Vec::new();
     let idx: Vec<usize> = (0..lengths.len()).collect();
-    for window in idx.chunks(bs * WINDOW_BATCHES) {
+    for window in idx.chunks(bs.saturating_mul(WINDOW_BATCHES)) {
         let mut w = window.to_vec();
         w.sort_by_key(|&i| (lengths[i], i));
-        out.extend(w.chunks(bs).map(<[usize]>::to_vec));
+        let mut cur: Vec<usize> = Vec::new();
+        for i in w {
+            // Sorted ascending: the newcomer is the batch's longest prompt.
+            if !cur.is_empty() && (cur.len() == bs || !fits(cur.len() + 1, lengths[i])) {
+                out.push(std::mem::take(&mut cur));
+            }
+            cur.push(i);
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
     }
     out
 }
@@ -50,6 +71,20 @@ mod tests {
         assert!(first.iter().all(|&i| i < 64));
         assert!(first.windows(2).all(|w| lengths[w[0]] <= lengths[w[1]]));
         assert!(padding(&lengths, &p) < padding(&lengths, &plan_unsorted(&lengths, 4)));
+    }
+
+    #[test]
+    fn memory_budget_closes_batches_early() {
+        let lengths = [5, 1, 9, 2, 8, 3, 7];
+        assert_eq!(plan_within(&lengths, 3, |_, _| true), plan(&lengths, 3));
+        // Rows × longest ≤ 16.
+        let p = plan_within(&lengths, 3, |rows, longest| rows * longest <= 16);
+        assert_eq!(p, vec![vec![1, 3, 5], vec![0, 6], vec![4], vec![2]]);
+        // Nothing fits: one prompt per batch, never an empty batch.
+        let p = plan_within(&lengths, 3, |_, _| false);
+        assert_eq!(p.len(), lengths.len());
+        // An absurd batch size does not overflow the window size.
+        assert_eq!(plan_within(&lengths, usize::MAX, |_, _| true).len(), 1);
     }
 
     fn plan_unsorted(lengths: &[usize], bs: usize) -> Vec<Vec<usize>> {

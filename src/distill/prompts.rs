@@ -4,7 +4,7 @@
 //! are. Errors name the file and the 1-based line number.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -84,18 +84,46 @@ fn parse_line(text: &str) -> Result<PromptItem> {
     })
 }
 
+/// Longest prompts.jsonl line accepted (bytes); a longer one is refused naming its line
+/// before it is read whole (a prompt that long could never fit a teacher's context anyway).
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
 /// Read every prompt of `path`; blank lines are skipped, duplicate ids refused.
 pub fn read_prompts(path: &Path) -> Result<Vec<PromptItem>> {
+    read_prompts_bounded(path, MAX_LINE_BYTES)
+}
+
+fn read_prompts_bounded(path: &Path, max_line: u64) -> Result<Vec<PromptItem>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut r = BufReader::new(f);
     let mut out = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let n = i + 1;
-        let line = line.with_context(|| format!("{}:{n}: cannot read line", path.display()))?;
+    let mut buf = Vec::new();
+    for n in 1.. {
+        buf.clear();
+        let got = (&mut r)
+            .take(max_line + 1)
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("{}:{n}: cannot read line", path.display()))?;
+        if got == 0 {
+            break;
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+        } else if got as u64 > max_line {
+            anyhow::bail!(
+                "{}:{n}: line longer than {} MiB (not a prompt)",
+                path.display(),
+                max_line >> 20
+            );
+        }
+        let line = std::str::from_utf8(&buf)
+            .with_context(|| format!("{}:{n}: not UTF-8", path.display()))?;
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if line.trim().is_empty() {
             continue;
         }
-        let mut item = parse_line(&line).with_context(|| format!("{}:{n}", path.display()))?;
+        let mut item = parse_line(line).with_context(|| format!("{}:{n}", path.display()))?;
         item.line = n;
         if let Some(prev) = seen.insert(item.id.clone(), n) {
             anyhow::bail!(
@@ -136,6 +164,26 @@ mod tests {
         assert_eq!(v[1].provenance[0], Value::from("sciq"));
         assert_eq!(v[1].provenance[4], Value::from(3));
         assert_eq!(v[1].provenance[1], Value::Null);
+    }
+
+    #[test]
+    fn overlong_line_is_refused_by_number_before_reading_it_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("prompts.jsonl");
+        let long = format!("{{\"id\":\"b\",\"prompt\":\"{}\"}}", "x".repeat(200));
+        std::fs::write(&p, format!("{{\"id\":\"a\",\"prompt\":\"p\"}}\r\n{long}\n")).unwrap();
+        let e = read_prompts_bounded(&p, 100).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("prompts.jsonl:2: line longer than"),
+            "{e:#}"
+        );
+        // Without a final newline too; and a line at the limit is read.
+        std::fs::write(&p, &long).unwrap();
+        assert!(read_prompts_bounded(&p, 100).is_err());
+        assert_eq!(
+            read_prompts_bounded(&p, long.len() as u64).unwrap().len(),
+            1
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 
+use super::finite::NonFiniteLogit;
+use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
 use super::prompts::{read_prompts, PromptItem, PROVENANCE_FIELDS};
@@ -151,6 +153,14 @@ fn fingerprint(
         // cpu and cuda round differently: one output is never resumed on the other.
         "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
     });
+    // Fields that change which prompts run or how they batch; recorded only when set, so
+    // runs without them keep their fingerprint (and stay resumable).
+    if args.skip_too_long {
+        fp["skip_too_long"] = json!(true);
+    }
+    if let Some(g) = args.max_batch_memory {
+        fp["max_batch_memory_gib"] = json!(g);
+    }
     if args.device != "cpu" {
         gpu_fields(
             &mut fp,
@@ -247,6 +257,13 @@ pub fn run(args: DistillArgs) -> Result<()> {
         return Err(crate::error::usage("--batch-size must be > 0"));
     }
     check_device(&args.device)?;
+    if args.out.is_dir() {
+        return Err(crate::error::usage(format!(
+            "--out {}: is a directory; distill writes one file (and OUT.parts beside it)",
+            args.out.display()
+        )));
+    }
+    let budget = args.batch_memory_bytes()?;
     let teacher = Teacher::open(
         &args.teacher,
         &TeacherOptions {
@@ -290,6 +307,20 @@ pub fn run(args: DistillArgs) -> Result<()> {
             params.cache.as_str()
         );
     }
+    let shape = ForwardShape {
+        cfg: &teacher.config,
+        cpu: args.device == "cpu",
+        block_length: params.block_length,
+        steps_per_block: params.steps_per_block(),
+    };
+    // The settings alone, with a one-token prompt: an absurd --gen-length/--steps is a usage
+    // error before any prompt is read.
+    if let Some(why) = limits::too_long(&shape, params.gen_length.checked_add(1), budget) {
+        return Err(crate::error::usage(format!(
+            "--gen-length {} --steps {}: even a one-token prompt {why}",
+            params.gen_length, params.steps
+        )));
+    }
     let v = teacher.config.vocab_size;
     if let Some(bad) = args.eot_ids.iter().find(|&&e| e as usize >= v) {
         return Err(crate::error::usage(format!(
@@ -322,6 +353,16 @@ pub fn run(args: DistillArgs) -> Result<()> {
             it.id
         );
     }
+    let template_ids = tok.encode(ANSWER_TEMPLATE)?;
+    let (items, ids, skipped) = drop_too_long(
+        items,
+        ids,
+        &args,
+        &shape,
+        budget,
+        params.gen_length,
+        template_ids.len() + 1,
+    )?;
     let mcq = items.iter().any(|i| i.options.is_some());
     let letter_ids = if mcq {
         tok.letter_ids(ANSWER_TEMPLATE, 10)
@@ -329,15 +370,21 @@ pub fn run(args: DistillArgs) -> Result<()> {
     } else {
         vec![]
     };
-    let template_ids = tok.encode(ANSWER_TEMPLATE)?;
     let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
-    let batches = plan::plan(&lengths, args.batch_size());
+    // Positions a batch's longest prompt needs (the MCQ answer slot included when any).
+    let extra = params
+        .gen_length
+        .saturating_add(if mcq { template_ids.len() + 1 } else { 0 });
+    let batches = plan::plan_within(&lengths, args.batch_size(), |rows, longest| {
+        limits::fits(&shape, rows, longest.saturating_add(extra), budget)
+    });
 
     let prompts_sha256 = crate::util::sha256_file(&args.prompts)?;
     let fp = fingerprint(&args, &teacher, &params, &prompts_sha256, items.len());
     let hdr = output::header(slice, batches.len(), items.len(), &fp);
     let own = output::part_path(&args.out, slice);
     let mut writer = PartWriter::open(&own, &hdr)?;
+    let mut discard = output::DiscardIfEmpty::new(&writer);
     let mut skip = writer.done.clone();
     if slice.is_whole() {
         skip.extend(output::committed_elsewhere(
@@ -408,6 +455,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
             teacher.logits_shift,
             None,
         )
+        .map_err(|e| name_prompt(e, batch, &items, &args.prompts))
         .with_context(|| format!("batch {k}"))?;
         // Responses end at the first EOS/EoT.
         let cut: Vec<(&[u32], bool)> = out
@@ -436,7 +484,12 @@ pub fn run(args: DistillArgs) -> Result<()> {
             teacher.mask_id,
             teacher.pad_id,
             teacher.logits_shift,
-        )?;
+        )
+        .map_err(|e| {
+            let rows: Vec<usize> = mcq_rows.iter().map(|&r| batch[r]).collect();
+            name_prompt(e, &rows, &items, &args.prompts)
+        })
+        .with_context(|| format!("batch {k}: MCQ answers"))?;
         let mut answer_of: Vec<Option<&Answer>> = vec![None; batch.len()];
         for (r, a) in mcq_rows.iter().zip(&answers) {
             answer_of[*r] = Some(a);
@@ -460,7 +513,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
             )?);
         }
         writer.append(k, batch, &records)?;
-        generated += batch.len() * params.gen_length;
+        generated = generated.saturating_add(batch.len().saturating_mul(params.gen_length));
         pb.inc(batch.len() as u64);
         pb.set_message(format!(
             "{:.1} tok/s",
@@ -469,9 +522,10 @@ pub fn run(args: DistillArgs) -> Result<()> {
         tracing::debug!("batch {k} committed ({} prompts)", batch.len());
     }
     pb.finish_and_clear();
+    discard.disarm();
     let secs = start.elapsed().as_secs_f64();
     tracing::info!(
-        "worker {slice}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s){}",
+        "worker {slice}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s){}{}",
         todo_prompts,
         todo_prompts as f64 / secs.max(1e-9),
         generated as f64 / secs.max(1e-9),
@@ -479,10 +533,18 @@ pub fn run(args: DistillArgs) -> Result<()> {
             format!(", MCQ accuracy vs gold {}/{}", correct.0, correct.1)
         } else {
             String::new()
+        },
+        if skipped > 0 {
+            format!(", {skipped} prompts skipped as too long")
+        } else {
+            String::new()
         }
     );
     if slice.is_whole() {
         finalize_run(&args.out, args.format)?;
+        if skipped > 0 {
+            eprintln!("skipped {skipped} prompts too long for the teacher (--skip-too-long)");
+        }
     } else {
         eprintln!(
             "worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
@@ -492,6 +554,98 @@ pub fn run(args: DistillArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Prompts too long for the teacher (see [`limits`]): an error naming the first (file, line,
+/// id, why), or with `--skip-too-long` removed, logged and counted. `mcq_extra` is the answer
+/// slot's positions (template + mask) that MCQ items need beyond their generation.
+#[allow(clippy::type_complexity)]
+fn drop_too_long(
+    items: Vec<PromptItem>,
+    ids: Vec<Vec<u32>>,
+    args: &DistillArgs,
+    shape: &ForwardShape,
+    budget: u64,
+    gen_length: usize,
+    mcq_extra: usize,
+) -> Result<(Vec<PromptItem>, Vec<Vec<u32>>, usize)> {
+    let why = |it: &PromptItem, x: &[u32]| {
+        let need = x
+            .len()
+            .checked_add(gen_length)
+            .and_then(|n| n.checked_add(if it.options.is_some() { mcq_extra } else { 0 }));
+        limits::too_long(shape, need, budget)
+    };
+    let bad: Vec<(usize, String)> = items
+        .iter()
+        .zip(&ids)
+        .enumerate()
+        .filter_map(|(i, (it, x))| why(it, x).map(|w| (i, w)))
+        .collect();
+    let Some((first, reason)) = bad.first() else {
+        return Ok((items, ids, 0));
+    };
+    let it = &items[*first];
+    let named = format!(
+        "{}:{}: prompt {:?} ({} tokens) {reason}",
+        args.prompts.display(),
+        it.line,
+        it.id,
+        ids[*first].len()
+    );
+    if !args.skip_too_long {
+        anyhow::bail!(
+            "{named}{}; pass --skip-too-long to skip and count such prompts",
+            if bad.len() > 1 {
+                format!(" ({} more prompts are too long)", bad.len() - 1)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let shown: Vec<&str> = bad
+        .iter()
+        .take(5)
+        .map(|(i, _)| items[*i].id.as_str())
+        .collect();
+    tracing::warn!(
+        "--skip-too-long: skipping {} of {} prompts (ids {shown:?}{}); first: {named}",
+        bad.len(),
+        items.len(),
+        if bad.len() > 5 { ", ..." } else { "" }
+    );
+    let drop: std::collections::HashSet<usize> = bad.iter().map(|(i, _)| *i).collect();
+    let n = drop.len();
+    let (items, ids) = items
+        .into_iter()
+        .zip(ids)
+        .enumerate()
+        .filter(|(i, _)| !drop.contains(i))
+        .map(|(_, x)| x)
+        .unzip();
+    Ok((items, ids, n))
+}
+
+/// Name the prompt behind a [`NonFiniteLogit`]: its batch row → `rows[row]`, a prompt index.
+fn name_prompt(
+    e: anyhow::Error,
+    rows: &[usize],
+    items: &[PromptItem],
+    path: &Path,
+) -> anyhow::Error {
+    let row = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<NonFiniteLogit>())
+        .map(|nf| nf.row);
+    match row.and_then(|r| rows.get(r)).and_then(|&i| items.get(i)) {
+        Some(it) => e.context(format!(
+            "{}:{}: prompt {:?}",
+            path.display(),
+            it.line,
+            it.id
+        )),
+        None => e,
+    }
 }
 
 /// Finalise every part beside `out` into `out`.

@@ -34,35 +34,108 @@ fn token_str(v: Option<&Value>) -> Option<String> {
     }
 }
 
+/// Largest tokenizer.json accepted (real ones are at most a few tens of MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
+
+/// Instructions one chat-template rendering may execute (minijinja fuel). A real HF
+/// template spends a few hundred on a single user turn; a template looping without end (or
+/// nested loops of 10^10 iterations) stops here with an error instead of running until killed.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
+/// Longest rendered prompt accepted from the template (bytes), beyond the prompt itself.
+pub const MAX_RENDERED_EXTRA: usize = 1 << 20;
+
+/// `bos_token`/`eos_token`/…: a string, `{"content": …}`, or absent/null; anything else is an
+/// error naming the field.
+fn token_field(cfg: &Value, name: &str, file: &Path) -> Result<Option<String>> {
+    match cfg.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => token_str(Some(v)).map(Some).with_context(|| {
+            format!(
+                "{}: field `{name}` must be a string or {{\"content\": string}}, got {v}",
+                file.display()
+            )
+        }),
+    }
+}
+
 impl TeacherTokenizer {
     pub fn open(dir: &Path) -> Result<Self> {
         let tj = dir.join("tokenizer.json");
+        let len = std::fs::metadata(&tj)
+            .with_context(|| format!("{}: cannot load tokenizer", tj.display()))?
+            .len();
+        anyhow::ensure!(
+            len <= MAX_TOKENIZER_BYTES,
+            "{}: {len} bytes, larger than the {} MiB a tokenizer may have",
+            tj.display(),
+            MAX_TOKENIZER_BYTES >> 20
+        );
         let tok = Tokenizer::from_file(&tj)
             .map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", tj.display()))?;
         let tc = dir.join("tokenizer_config.json");
         let cfg: Value = if tc.is_file() {
-            let text = std::fs::read_to_string(&tc)
-                .with_context(|| format!("reading {}", tc.display()))?;
+            let text = super::config::read_bounded(&tc, super::config::MAX_CONFIG_BYTES)?;
             serde_json::from_str(&text)
                 .with_context(|| format!("{}: invalid JSON", tc.display()))?
         } else {
             Value::Null
         };
-        let chat_template = match cfg.get("chat_template") {
-            Some(Value::String(s)) => Some(s.clone()),
-            // A list of named templates: take "default".
-            Some(Value::Array(a)) => a
-                .iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
-                .and_then(|t| t.get("template")?.as_str().map(str::to_string)),
-            _ => None,
+        if !cfg.is_null() && !cfg.is_object() {
+            anyhow::bail!("{}: not a JSON object", tc.display());
         }
-        .or_else(|| std::fs::read_to_string(dir.join("chat_template.jinja")).ok());
+        let bad = |what: String| anyhow::anyhow!("{}: field `chat_template` {what}", tc.display());
+        let chat_template = match cfg.get("chat_template") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            // A list of named templates: take "default" (as transformers does).
+            Some(Value::Array(a)) => {
+                let t = a
+                    .iter()
+                    .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                    .ok_or_else(|| bad("is a list without an entry named \"default\"".into()))?;
+                match t.get("template") {
+                    Some(Value::String(s)) => Some(s.clone()),
+                    other => {
+                        return Err(bad(format!(
+                            "entry \"default\": `template` must be a string, got {}",
+                            other.unwrap_or(&Value::Null)
+                        )))
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(bad(format!(
+                    "must be a string (or a list of named templates), got {other}"
+                )))
+            }
+        };
+        let chat_template = match chat_template {
+            Some(t) => Some(t),
+            None => {
+                let jf = dir.join("chat_template.jinja");
+                if jf.is_file() {
+                    Some(super::config::read_bounded(
+                        &jf,
+                        super::config::MAX_CONFIG_BYTES,
+                    )?)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(t) = &chat_template {
+            // Syntax errors surface now, naming the file, not at the first prompt.
+            let env = template_env();
+            env.template_from_str(t).map_err(|e| {
+                anyhow::anyhow!("{}: chat template does not parse: {e:#}", tc.display())
+            })?;
+        }
         let id = |s: &Option<String>| s.as_deref().and_then(|s| tok.token_to_id(s));
-        let bos_token = token_str(cfg.get("bos_token"));
-        let eos_token = token_str(cfg.get("eos_token"));
-        let pad_token = token_str(cfg.get("pad_token"));
-        let mask_token = token_str(cfg.get("mask_token"));
+        let bos_token = token_field(&cfg, "bos_token", &tc)?;
+        let eos_token = token_field(&cfg, "eos_token", &tc)?;
+        let pad_token = token_field(&cfg, "pad_token", &tc)?;
+        let mask_token = token_field(&cfg, "mask_token", &tc)?;
         Ok(TeacherTokenizer {
             eos_id: id(&eos_token),
             pad_id: id(&pad_token),
@@ -176,26 +249,56 @@ fn py_methods(
     })
 }
 
-/// Render a single-turn chat (one user message, generation prompt on).
+/// The minijinja environment chat templates run in: Python string methods,
+/// `raise_exception`, and a fuel limit.
+fn template_env() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_unknown_method_callback(py_methods);
+    env.add_function("raise_exception", |msg: String| -> Result<JValue, JError> {
+        Err(JError::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.set_fuel(Some(TEMPLATE_FUEL));
+    env
+}
+
+/// Render a single-turn chat (one user message, generation prompt on). A template that runs
+/// out of fuel ([`TEMPLATE_FUEL`]) or writes more than [`MAX_RENDERED_EXTRA`] bytes beyond
+/// the prompt is an error.
 pub fn render_chat(
     template: &str,
     prompt: &str,
     bos: Option<&str>,
     eos: Option<&str>,
 ) -> Result<String> {
-    let mut env = Environment::new();
-    env.set_unknown_method_callback(py_methods);
-    env.add_function("raise_exception", |msg: String| -> Result<JValue, JError> {
-        Err(JError::new(ErrorKind::InvalidOperation, msg))
-    });
+    let env = template_env();
     let ctx = minijinja::context! {
         messages => vec![minijinja::context!{ role => "user", content => prompt }],
         add_generation_prompt => true,
         bos_token => bos.unwrap_or(""),
         eos_token => eos.unwrap_or(""),
     };
-    env.render_str(template, ctx)
-        .map_err(|e| anyhow::anyhow!("rendering the chat template: {e:#}"))
+    let out = env.render_str(template, ctx).map_err(|e| {
+        let why = if e.kind() == ErrorKind::OutOfFuel {
+            format!(
+                " (the template ran more than {TEMPLATE_FUEL} instructions for one message: \
+                 an endless or deeply nested loop)"
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("rendering the chat template of tokenizer_config.json{why}: {e:#}")
+    })?;
+    anyhow::ensure!(
+        out.len()
+            <= prompt
+                .len()
+                .saturating_mul(4)
+                .saturating_add(MAX_RENDERED_EXTRA),
+        "the chat template of tokenizer_config.json renders {} bytes for a {}-byte prompt",
+        out.len(),
+        prompt.len()
+    );
+    Ok(out)
 }
 
 #[cfg(test)]

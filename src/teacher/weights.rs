@@ -216,19 +216,21 @@ impl Weights {
         Ok(())
     }
 
-    /// The tensor's stored bytes and its header entry.
-    fn raw(&self, name: &str) -> Result<(&[u8], &TensorInfo)> {
+    /// The tensor's stored bytes, its header entry and its file.
+    fn raw(&self, name: &str) -> Result<(&[u8], &TensorInfo, &Path)> {
         let (s, info) = self
             .info(name)
             .with_context(|| format!("missing tensor `{name}`"))?;
         let (a, b) = info.data_offsets;
-        Ok((&s.map[s.data_start + a..s.data_start + b], info))
+        Ok((&s.map[s.data_start + a..s.data_start + b], info, &s.path))
     }
 
-    /// The tensor's values widened to f32, with its shape.
+    /// The tensor's values widened to f32, with its shape. A NaN or infinite value is an
+    /// error naming the tensor, the file and the element (such weights would only produce
+    /// non-finite logits).
     pub fn f32(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
-        let (bytes, info) = self.raw(name)?;
-        let v = match info.dtype {
+        let (bytes, info, path) = self.raw(name)?;
+        let v: Vec<f32> = match info.dtype {
             Dtype::F32 => bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -243,13 +245,17 @@ impl Weights {
                 .collect(),
             d => anyhow::bail!("tensor `{name}`: unsupported dtype {d:?}"),
         };
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(non_finite(name, path, &info.shape, i, v[i]));
+        }
         Ok((v, info.shape.clone()))
     }
 
     /// The tensor as little-endian bf16 bytes (borrowed when stored as bf16, converted from
-    /// f16/f32 otherwise), with its shape: what the GPU engine uploads.
+    /// f16/f32 otherwise), with its shape: what the GPU engine uploads. A value that is (or
+    /// rounds to) NaN/inf in bf16 is an error naming the tensor, as in [`Self::f32`].
     pub fn bf16(&self, name: &str) -> Result<(std::borrow::Cow<'_, [u8]>, Vec<usize>)> {
-        let (bytes, info) = self.raw(name)?;
+        let (bytes, info, path) = self.raw(name)?;
         let out = match info.dtype {
             Dtype::BF16 => std::borrow::Cow::Borrowed(bytes),
             Dtype::F16 => bytes
@@ -267,6 +273,14 @@ impl Weights {
                 .collect(),
             d => anyhow::bail!("tensor `{name}`: unsupported dtype {d:?}"),
         };
+        // bf16 is NaN or ±inf exactly when its 8 exponent bits are all ones.
+        if let Some(i) = out
+            .chunks_exact(2)
+            .position(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7F80 == 0x7F80)
+        {
+            let x = half::bf16::from_le_bytes([out[2 * i], out[2 * i + 1]]).to_f32();
+            return Err(non_finite(name, path, &info.shape, i, x));
+        }
         Ok((out, info.shape.clone()))
     }
 
@@ -274,4 +288,20 @@ impl Weights {
     pub fn files(&self) -> Vec<&Path> {
         self.shards.iter().map(|s| s.path.as_path()).collect()
     }
+}
+
+/// The error for a NaN/inf weight: tensor, file, element (flat index and coordinates), value.
+fn non_finite(name: &str, path: &Path, shape: &[usize], i: usize, x: f32) -> anyhow::Error {
+    let mut at = Vec::with_capacity(shape.len());
+    let mut rest = i;
+    for &d in shape.iter().rev() {
+        at.push(rest % d.max(1));
+        rest /= d.max(1);
+    }
+    at.reverse();
+    anyhow::anyhow!(
+        "tensor `{name}` in {}: element {at:?} (flat {i}) is {x}: the checkpoint holds \
+         non-finite weights",
+        path.display()
+    )
 }
