@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +27,13 @@ MODES = [("exact", []),
          ("thr0.9", ["--threshold", "0.9"]), ("thr0.7", ["--threshold", "0.7"]), ("thr0.5", ["--threshold", "0.5"]),
          ("prefix", ["--cache", "prefix"]), ("dual", ["--cache", "dual"]),
          ("dual+thr0.9", ["--cache", "dual", "--threshold", "0.9"]),
-         ("dual+thr0.7", ["--cache", "dual", "--threshold", "0.7"])]
+         ("dual+thr0.7", ["--cache", "dual", "--threshold", "0.7"]),
+         # Faithfulness (issue 16 item 4): the cache refreshed by a full pass every K steps.
+         ("dual+r2", ["--cache", "dual", "--cache-refresh", "2"]),
+         ("dual+r4", ["--cache", "dual", "--cache-refresh", "4"]),
+         ("dual+r8", ["--cache", "dual", "--cache-refresh", "8"]),
+         ("prefix+r4", ["--cache", "prefix", "--cache-refresh", "4"]),
+         ("dual+thr0.9+r4", ["--cache", "dual", "--threshold", "0.9", "--cache-refresh", "4"])]
 
 
 def load(path):
@@ -54,6 +61,10 @@ def compare(ref, got, g):
         if kind == "mcq":
             out["letter_agree"] = sum(ref[k]["answer"] == got[k]["answer"] for k in ids) / len(ids)
             out["mcq_acc"] = sum(bool(got[k]["correct"]) for k in ids) / len(ids)
+            for kind2 in ("arith", "unit", "fact"):
+                ks = [k for k in ids if k.startswith(f"mcq-{kind2}-")]
+                if ks:
+                    out[f"acc_{kind2}"] = sum(bool(got[k]["correct"]) for k in ks) / len(ks)
             out["tv"] = sum(0.5 * sum(abs(ref[k]["answer_probs"][L] - got[k]["answer_probs"].get(L, 0.0))
                                       for L in ref[k]["answer_probs"]) for k in ids) / len(ids)
     return out
@@ -80,12 +91,13 @@ def run(bin_, teacher, prompts, out, name, args, extra_env=None):
 
 def table(res):
     lines = ["| config | setting | tok/s | speed-up | text pos agree | text exact match | MCQ pos agree | "
-             "MCQ exact match | letter agree | MCQ acc | mean TV |", "|" + "---|" * 11]
+             "MCQ exact match | letter agree | MCQ acc (arith/unit/fact) | mean TV |", "|" + "---|" * 11]
     f = lambda v, p=3: "—" if v is None else f"{v:.{p}f}"  # noqa: E731
     for r in res:
         lines.append(f"| {r['config']} | {r['setting']} | {f(r.get('tok_s'), 0)} | {f(r.get('speedup'), 2)}× | "
                      f"{f(r.get('text_pos_agree'))} | {f(r.get('text_exact_match'))} | {f(r.get('mcq_pos_agree'))} | "
-                     f"{f(r.get('mcq_exact_match'))} | {f(r.get('letter_agree'))} | {f(r.get('mcq_acc'))} | "
+                     f"{f(r.get('mcq_exact_match'))} | {f(r.get('letter_agree'))} | {f(r.get('mcq_acc'))} "
+                     f"({f(r.get('acc_arith'), 2)}/{f(r.get('acc_unit'), 2)}/{f(r.get('acc_fact'), 2)}) | "
                      f"{f(r.get('tv'), 4)} |")
     return "\n".join(lines) + "\n"
 
@@ -142,8 +154,9 @@ def main():
                 row["speedup"] = r["tok_s"] / exact_tps
             res.append(row)
             print(json.dumps(row), flush=True)
-            if mname != "exact":
-                os.remove(os.path.join(a.out, name + ".json"))  # keep $OUT small; exact kept
+            if mname != "exact":  # keep the results small; exact kept
+                os.remove(os.path.join(a.out, name + ".json"))
+                shutil.rmtree(os.path.join(a.out, name + ".json.parts"), ignore_errors=True)
             with open(os.path.join(a.out, "results.json"), "w") as f:
                 json.dump(res, f, indent=1)
     with open(os.path.join(a.out, "table.md"), "w") as f:

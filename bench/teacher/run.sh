@@ -24,6 +24,7 @@ cd "$here"
 echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY) $(date -u +%H:%M:%S)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+echo "=== train $(date -u +%H:%M:%S)"
 if [ ! -f "$CKPT/model.safetensors" ]; then
   python3 train.py --data data --out "$CKPT" --seconds "${TRAIN_SECONDS:-240}" --log "$out/train.json" 2>&1 \
     | grep -v Warning | tee "$out/train.log"
@@ -31,11 +32,11 @@ fi
 cp "$CKPT"/config.json "$CKPT"/tokenizer_config.json "$CKPT"/training.json "$out/" 2>/dev/null
 ls -la "$CKPT" | tee "$out/ckpt_ls.txt"
 echo "=== cpu vs cuda $(date -u +%H:%M:%S)"
-{ grep -v '"options"' data/prompts.jsonl | head -n 8; grep '"options"' data/prompts.jsonl | head -n 8; } > /tmp/p16.jsonl
-G="--gen-length 64 --block-length 32 --steps 64 --batch-size 8"
+{ grep -v '"options"' data/prompts.jsonl | head -n 4; grep '"options"' data/prompts.jsonl | head -n 6; } > /tmp/p16.jsonl
+G="--gen-length 32 --block-length 32 --steps 16 --batch-size 10"
 for d in cpu cuda; do
   rm -rf /tmp/cc_$d.json /tmp/cc_$d.json.parts
-  ./dlm-data distill --teacher "$CKPT" --prompts /tmp/p16.jsonl --out /tmp/cc_$d.json --device $d $G 2>&1 | tail -n 2
+  ./dlm-data distill --teacher "$CKPT" --prompts /tmp/p16.jsonl --out /tmp/cc_$d.json --device $d $G 2>&1 | tail -n 1
 done
 python3 - <<'PY' | tee "$out/cpu_cuda.txt"
 import json
@@ -47,7 +48,7 @@ ans = [(r["answer"], s["answer"], r["gold"]) for r, s in zip(a, b) if r["gold"]]
 print(f"cpu vs cuda: {len(a)} records, tokens equal {tok}/{n}, responses equal {same}/{len(a)}, "
       f"MCQ answers equal {sum(x == y for x, y, _ in ans)}/{len(ans)}, cpu correct {sum(x == g for x, _, g in ans)}, "
       f"cuda correct {sum(y == g for _, y, g in ans)}")
-for r in a[:2] + a[8:10]:
+for r in a[:2] + a[4:7]:
     print(repr(r["prompt"][-120:]), "->", repr(r["response"][:200]), r["answer"], r["gold"])
 PY
 echo "=== eval $(date -u +%H:%M:%S)"

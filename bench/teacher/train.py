@@ -10,7 +10,8 @@ length. Rows per step: plain text windows (all 256 tokens maskable), and SFT row
 is never masked: text continuations (prompt: chat-rendered "Continue the text" + 48 tokens;
 response: the next G tokens, G in {128, 256}), MCQ items (response: the short computation
 naming the letter, then EOS to fill G, as LLaDA's SFT pads with EOS), and MCQ answer slots
-(prompt + response + "\\nAnswer:", the letter masked: t = 1). Rows are left-padded with a key
+(prompt + response + "\\nAnswer:", the letter masked: t = 1). MCQ response fills cycle
+through G = 32/128/64/256 (see the loop). Rows are left-padded with a key
 padding mask and RoPE positions counted from the first real token, as distill lays them out.
 """
 import argparse
@@ -231,7 +232,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--inter", type=int, default=1536)
-    ap.add_argument("--lr", type=float, default=1.5e-3)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--scale", type=float, default=1.0, help="batch sizes x this")
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -265,12 +266,16 @@ def main():
         for pg in opt.param_groups:
             pg["lr"] = lr
         G = 256 if step % 2 == 0 else 128
+        # MCQ rows: the EOS fill is LLaDA's, but at G = 256 it holds ~94 % of a row's maskable
+        # tokens and the few reasoning tokens get little gradient; shorter fills in half the
+        # steps weight them more (the sampler's 128/256 still appear every other step).
+        Gm = (32, 128, 64, 256)[step % 4]
         groups = []
-        xb = data.text(sc(96))
+        xb = data.text(sc(64))
         groups.append(("text", xb, None, np.ones_like(xb, bool), None))
-        groups.append(("cont",) + data.cont(sc(48), G) + (None,))
-        groups.append(("mcq",) + data.mcq(sc(48), G) + (None,))
-        groups.append(("letter",) + data.letters(sc(96)) + (1.0,))
+        groups.append(("cont",) + data.cont(sc(32), G) + (None,))
+        groups.append(("mcq",) + data.mcq(sc(128), Gm) + (None,))
+        groups.append(("letter",) + data.letters(sc(32)) + (1.0,))
         opt.zero_grad(set_to_none=True)
         parts = {}
         for name, ids, keep, mk, tfix in groups:
