@@ -193,13 +193,15 @@ def main():
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--mcq-train", type=int, default=60000)
     ap.add_argument("--cont-train", type=int, default=40000)
+    ap.add_argument("--facts", type=int, default=240)
+    ap.add_argument("--short-reasoning", action="store_true")
     ap.add_argument("--eval-text", type=int, default=512)
     ap.add_argument("--eval-mcq", type=int, default=512)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rng = random.Random(a.seed)
     docs = collect(a.mb)
-    facts = fact_table(rng)
+    facts = fact_table(rng, a.facts)
     fl = fact_text(facts, rng)
     print(f"{len(docs)} documents, {sum(len(t) for _, t in docs) / 1e6:.1f} MB; {len(facts)} facts", flush=True)
 
@@ -241,7 +243,9 @@ def main():
     for i in range(a.mcq_train):
         q, opts, g, why = mcq_item(rng, kinds[i % 3], facts, held, False)
         prompts.append(ckpt.render(mcq_prompt(q, opts)))
-        resps.append(f" {why}, so the answer is {LETTERS[g]}.")
+        # --short-reasoning: the answer itself, no restated question (nothing to copy).
+        resps.append(f" {opts[g]}, so the answer is {LETTERS[g]}." if a.short_reasoning
+                     else f" {why}, so the answer is {LETTERS[g]}.")
         golds.append(g)
     pe = [e.ids for e in tok.encode_batch(prompts)]
     re_ = [e.ids for e in tok.encode_batch(resps)]

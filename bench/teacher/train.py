@@ -234,6 +234,9 @@ def main():
     ap.add_argument("--inter", type=int, default=1536)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--scale", type=float, default=1.0, help="batch sizes x this")
+    ap.add_argument("--text-rows", type=int, default=64)
+    ap.add_argument("--cont-rows", type=int, default=32)
+    ap.add_argument("--mcq-rows", type=int, default=128)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     rng = np.random.default_rng(a.seed)
@@ -271,10 +274,10 @@ def main():
         # steps weight them more (the sampler's 128/256 still appear every other step).
         Gm = (32, 128, 64, 256)[step % 4]
         groups = []
-        xb = data.text(sc(64))
+        xb = data.text(sc(a.text_rows))
         groups.append(("text", xb, None, np.ones_like(xb, bool), None))
-        groups.append(("cont",) + data.cont(sc(32), G) + (None,))
-        groups.append(("mcq",) + data.mcq(sc(128), Gm) + (None,))
+        groups.append(("cont",) + data.cont(sc(a.cont_rows), G) + (None,))
+        groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), Gm) + (None,))
         groups.append(("letter",) + data.letters(sc(32)) + (1.0,))
         opt.zero_grad(set_to_none=True)
         parts = {}
