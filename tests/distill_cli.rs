@@ -463,5 +463,31 @@ fn approximate_modes_are_opt_in_and_recorded() {
         2,
         "needs --device cuda",
     );
+    // --cache-refresh K: only with a cache, K >= 1, and (like the cache) GPU only.
+    fails(
+        &distill(teacher_dir(), &s.prompts, &bad, &["--cache-refresh", "4"]),
+        2,
+        "--cache-refresh needs --cache prefix or --cache dual",
+    );
+    fails(
+        &distill(
+            teacher_dir(),
+            &s.prompts,
+            &bad,
+            &["--cache", "dual", "--cache-refresh", "0"],
+        ),
+        2,
+        "--cache-refresh must be ≥ 1",
+    );
+    fails(
+        &distill(
+            teacher_dir(),
+            &s.prompts,
+            &bad,
+            &["--cache", "prefix", "--cache-refresh", "4"],
+        ),
+        2,
+        "GPU only",
+    );
     assert!(!bad.exists());
 }

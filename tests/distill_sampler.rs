@@ -69,6 +69,7 @@ fn params(gen: usize, block: usize, steps: usize) -> GenParams {
         eot_ids: vec![1],
         threshold: None,
         cache: dlm_data::distill::Cache::None,
+        cache_refresh: None,
     }
 }
 

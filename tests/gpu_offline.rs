@@ -68,6 +68,7 @@ fn params(gen: usize, blk: usize, steps: usize) -> GenParams {
         ban_conf: vec![],
         threshold: None,
         cache: dlm_data::gpu::engine::CacheMode::None,
+        cache_refresh: None,
     }
 }
 
@@ -171,6 +172,7 @@ fn reference_backend_drives_the_distill_sampler() {
         eot_ids: vec![],
         threshold: None,
         cache: dlm_data::distill::Cache::None,
+        cache_refresh: None,
     };
     let prompts: [&[u32]; 2] = [&[10, 20, 30], &[7]];
     let out = sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
@@ -203,6 +205,7 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
         eot_ids: vec![7, 5, 999],
         threshold: None,
         cache: Cache::None,
+        cache_refresh: None,
     };
     let e = engine_params(&p, 0, 0);
     assert!(e.ban_choice.is_empty() && e.ban_conf.is_empty());
@@ -230,6 +233,20 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
         (Some(0.9), CacheMode::Dual, 1)
     );
     e.validate().unwrap();
+    // --cache-refresh K: full passes at a block's steps 0, K, 2K, ...; none between.
+    assert_eq!(e.cache_refresh, None);
+    assert!(e.full_pass_at(0) && !(1..300).any(|i| e.full_pass_at(i)));
+    p.cache_refresh = Some(4);
+    let e = engine_params(&p, 1, 0);
+    e.validate().unwrap();
+    let full: Vec<usize> = (0..13).filter(|&i| e.full_pass_at(i)).collect();
+    assert_eq!(full, vec![0, 4, 8, 12]);
+    p.cache_refresh = Some(0);
+    assert!(engine_params(&p, 1, 0).validate().is_err());
+    p.cache_refresh = None;
+    p.cache = Cache::None;
+    assert!((0..9).all(|i| engine_params(&p, 1, 0).full_pass_at(i)));
+    p.cache = Cache::Dual;
     // Cache modes need logits shift 0; threshold needs low-confidence remasking.
     assert!(engine_params(&p, 1, 1).validate().is_err());
     p.cache = Cache::None;

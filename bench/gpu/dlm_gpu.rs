@@ -180,6 +180,7 @@ fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
         ban_conf: vec![],
         threshold: g.threshold,
         cache: cache_mode(&g.cache)?,
+        cache_refresh: None,
     })
 }
 
@@ -363,6 +364,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         eot_ids: vec![],
         threshold: None,
         cache: Cache::None,
+        cache_refresh: None,
     };
     // 1. Logits at every position of a left-padded batch with masked tails.
     let ps = prompts(5, 70, v, mask, 3, true);

@@ -133,6 +133,11 @@ pub struct DistillArgs {
     /// prefix or dual cache); `none` is the exact sampler.
     #[arg(long, value_enum, default_value = "none")]
     pub cache: Cache,
+    /// APPROXIMATE, with --cache prefix|dual: every K-th step of a block (counting from its
+    /// first) is a full pass that refreshes the KV cache, the steps between reuse it
+    /// (K = 1: every step full, the exact sampler's passes).
+    #[arg(long, value_name = "K")]
+    pub cache_refresh: Option<usize>,
     /// --device cuda: the residual stream's precision, bf16 (HF/PyTorch's) or f32 (closer
     /// to the CPU path, slower). Recorded in the resume fingerprint.
     #[arg(long, default_value = "bf16", value_parser = ["bf16", "f32"])]

@@ -188,6 +188,9 @@ fn gen_json(p: &GenParams) -> Value {
             "threshold": p.threshold,
             "cache": p.cache.as_str(),
         });
+        if let Some(k) = p.cache_refresh {
+            g["approximate"]["cache_refresh"] = json!(k);
+        }
     }
     g
 }
@@ -286,6 +289,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         eot_ids: args.eot_ids.clone(),
         threshold: args.threshold,
         cache: args.cache,
+        cache_refresh: args.cache_refresh,
     };
     params.validate()?;
     if params.cache != super::Cache::None && args.device == "cpu" {

@@ -54,6 +54,9 @@ pub struct GenParams {
     pub threshold: Option<f64>,
     /// Approximate: KV cache across a block's steps (backends that run the loop only).
     pub cache: super::Cache,
+    /// With a cache: every K-th step of a block is a full pass that refreshes it (None: only
+    /// the block's first).
+    pub cache_refresh: Option<usize>,
 }
 
 impl GenParams {
@@ -86,6 +89,13 @@ impl GenParams {
             if self.remasking == Remasking::Random {
                 return u("--threshold needs --remasking low-confidence".into());
             }
+        }
+        match (self.cache_refresh, self.cache) {
+            (Some(0), _) => return u("--cache-refresh must be ≥ 1".into()),
+            (Some(_), super::Cache::None) => {
+                return u("--cache-refresh needs --cache prefix or --cache dual".into())
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -432,6 +442,7 @@ mod tests {
             eot_ids: vec![2],
             threshold: None,
             cache: crate::distill::Cache::None,
+            cache_refresh: None,
         }
     }
 

@@ -52,6 +52,7 @@ pub fn engine_params(p: &sampler::GenParams, pad_id: u32, logits_shift: u8) -> G
             Cache::Prefix => CacheMode::Prefix,
             Cache::Dual => CacheMode::Dual,
         },
+        cache_refresh: p.cache_refresh,
     }
 }
 

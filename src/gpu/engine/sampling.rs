@@ -49,6 +49,9 @@ pub struct GenParams {
     /// Confidence-threshold parallel decoding (approximate), in (0, 1].
     pub threshold: Option<f64>,
     pub cache: CacheMode,
+    /// With a cache: every K-th step of a block is a full pass that refreshes it (None: the
+    /// block's first only).
+    pub cache_refresh: Option<usize>,
 }
 
 impl GenParams {
@@ -87,10 +90,20 @@ impl GenParams {
                 bail!("--threshold needs low-confidence remasking");
             }
         }
+        if self.cache_refresh == Some(0) {
+            bail!("--cache-refresh must be ≥ 1");
+        }
         if self.cache != CacheMode::None && self.logits_shift != 0 {
             bail!("--cache {} needs logits shift 0", self.cache.as_str());
         }
         Ok(())
+    }
+    /// Whether the step `step_in_block` of a block is a full pass (always without a cache;
+    /// with one, a block's first step and, under `cache_refresh` K, every K-th after it, each
+    /// refreshing the cache) rather than a window over the cache.
+    pub fn full_pass_at(&self, step_in_block: usize) -> bool {
+        self.cache == CacheMode::None
+            || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
     }
     pub fn steps_per_block(&self) -> usize {
         self.steps / (self.gen_length / self.block_length)
@@ -335,7 +348,7 @@ impl Engine {
         let mut prefix: Vec<Option<crate::gpu::driver::Graph>> =
             (0..nblocks).map(|_| None).collect();
         let mut graph_for = |this: &Self, block: usize, step_in_block: usize| -> Result<()> {
-            if !cached || step_in_block == 0 {
+            if p.full_pass_at(step_in_block) {
                 return this.gpu.replay(&full);
             }
             if let Some(d) = &dual {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The trained-teacher benchmark in one device command (issue 16), over what
+# bench/teacher/stage.sh staged (dlm-data built with --features cuda, the data, these scripts):
+#   1. train.py: the masked-diffusion teacher, TRAIN_SECONDS (290) on the GPU, saved as an HF
+#      checkpoint in $CKPT; held-out masked-token loss by mask ratio before/after (train.json)
+#   2. dlm-data distill loads it unchanged on CPU and CUDA (16 prompts, cpu_cuda.json)
+#   3. eval.py: every distill setting on the held-out prompts against exact (eval/table.md)
+# Env: TRAIN_SECONDS, EVAL_BUDGET (s after which no new setting starts), CONFIGS, MODES, EXTRA
+# (eval.py --configs/--modes/--extra), OUT (default /tmp/out: teacher-run.tar.gz with every
+# log and result, plus table.md, train.log, cpu_cuda.txt, results.json beside it; the device
+# tool brings back at most 8 files).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+dest=${OUT:-/tmp/out}; mkdir -p "$dest"
+out=/tmp/teacher-res; rm -rf "$out"; mkdir -p "$out"
+pack() {
+  tar czf "$dest/teacher-run.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
+  for f in eval/table.md train.log cpu_cuda.txt eval/results.json; do [ -f "$out/$f" ] && cp "$out/$f" "$dest/"; done
+}
+trap pack EXIT
+export DLM_KERNEL_CACHE=/tmp/dlm-kernels PYTHONUNBUFFERED=1
+CKPT=${CKPT:-/tmp/teacher-ckpt}
+cd "$here"
+echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY) $(date -u +%H:%M:%S)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+echo "=== train $(date -u +%H:%M:%S)"
+if [ ! -f "$CKPT/model.safetensors" ]; then
+  python3 train.py --data data --out "$CKPT" --seconds "${TRAIN_SECONDS:-290}" --log "$out/train.json" ${TRAIN_ARGS:-} 2>&1 \
+    | grep -v Warning | tee "$out/train.log"
+fi
+cp "$CKPT"/config.json "$CKPT"/tokenizer_config.json "$CKPT"/training.json "$out/" 2>/dev/null
+ls -la "$CKPT" | tee "$out/ckpt_ls.txt"
+echo "=== cpu vs cuda $(date -u +%H:%M:%S)"
+{ grep -v '"options"' data/prompts.jsonl | head -n 4; grep '"options"' data/prompts.jsonl | head -n 6; } > /tmp/p16.jsonl
+G="--gen-length 32 --block-length 32 --steps 16 --batch-size 10"
+for d in cpu cuda; do
+  rm -rf /tmp/cc_$d.json /tmp/cc_$d.json.parts
+  ./dlm-data distill --teacher "$CKPT" --prompts /tmp/p16.jsonl --out /tmp/cc_$d.json --device $d $G 2>&1 | tail -n 1
+done
+python3 - <<'PY' | tee "$out/cpu_cuda.txt"
+import json
+a = json.load(open("/tmp/cc_cpu.json")); b = json.load(open("/tmp/cc_cuda.json"))
+tok = sum(x == y for r, s in zip(a, b) for x, y in zip(r["response_ids"], s["response_ids"]))
+n = sum(max(len(r["response_ids"]), len(s["response_ids"])) for r, s in zip(a, b))
+same = sum(r["response_ids"] == s["response_ids"] for r, s in zip(a, b))
+ans = [(r["answer"], s["answer"], r["gold"]) for r, s in zip(a, b) if r["gold"]]
+print(f"cpu vs cuda: {len(a)} records, tokens equal {tok}/{n}, responses equal {same}/{len(a)}, "
+      f"MCQ answers equal {sum(x == y for x, y, _ in ans)}/{len(ans)}, cpu correct {sum(x == g for x, _, g in ans)}, "
+      f"cuda correct {sum(y == g for _, y, g in ans)}")
+for r in a[:2] + a[4:7]:
+    print(repr(r["prompt"][-120:]), "->", repr(r["response"][:200]), r["answer"], r["gold"])
+PY
+echo "=== eval $(date -u +%H:%M:%S)"
+python3 eval.py --bin ./dlm-data --teacher "$CKPT" --prompts data/prompts.jsonl --out "$out/eval" \
+  --budget "${EVAL_BUDGET:-1e9}" ${CONFIGS:+--configs "$CONFIGS"} ${MODES:+--modes "$MODES"} --extra "${EXTRA:-}"
+echo "=== done $(date -u +%H:%M:%S)"
