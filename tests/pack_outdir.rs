@@ -238,9 +238,9 @@ fn disk_full_names_the_file_and_leaves_no_temp_files() {
     write_parquet(&input, &texts, 100);
     for format in ["parquet", "megatron"] {
         let out = d.path().join(format!("full-{format}"));
-        // 64 KiB per file: index.json fits, a 256 KiB shard does not.
+        // 16 KiB per file: index.json fits, the first shard (~24k tokens) does not.
         let cmd = format!(
-            "trap '' XFSZ; ulimit -f 64; exec '{}' pack --input '{}' --tokenizer '{}' --out '{}' --seq-len 64 --shard-bytes 256K --format {format}",
+            "trap '' XFSZ; ulimit -f 16; exec '{}' pack --input '{}' --tokenizer '{}' --out '{}' --seq-len 64 --shard-bytes 256K --format {format}",
             bin(),
             input.display(),
             tok.display(),

@@ -138,26 +138,26 @@ fn is_text_type(t: &DataType) -> bool {
 
 /// The first non-null value of a binary array that is not UTF-8: (index, error).
 fn first_invalid_binary(a: &dyn Array) -> Option<(usize, std::str::Utf8Error)> {
-    let check = |get: &dyn Fn(usize) -> &[u8]| {
+    fn check<'a>(a: &dyn Array, get: impl Fn(usize) -> &'a [u8]) -> Option<(usize, std::str::Utf8Error)> {
         (0..a.len()).find_map(|i| {
             if a.is_null(i) {
                 return None;
             }
             std::str::from_utf8(get(i)).err().map(|e| (i, e))
         })
-    };
+    }
     match a.data_type() {
         DataType::Binary => {
             let b = a.as_binary::<i32>();
-            check(&|i| b.value(i))
+            check(a, |i| b.value(i))
         }
         DataType::LargeBinary => {
             let b = a.as_binary::<i64>();
-            check(&|i| b.value(i))
+            check(a, |i| b.value(i))
         }
         DataType::BinaryView => {
             let b = a.as_binary_view();
-            check(&|i| b.value(i))
+            check(a, |i| b.value(i))
         }
         DataType::Dictionary(_, v) if matches!(**v, DataType::Binary | DataType::LargeBinary) => {
             // Check the dictionary's values once; name the first row that uses a bad one.
