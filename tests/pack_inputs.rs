@@ -618,3 +618,30 @@ fn non_text_columns_and_invalid_binary_are_named() {
     let (o, out) = pack_input(d.path(), &bin_bad, &[]);
     assert_failed_cleanly(&o, &out, &["bin-bad.parquet", "row 29", "invalid UTF-8"]);
 }
+
+/// One huge "word" (no whitespace) is what amplifies the tokenizer's memory (~75x its bytes):
+/// a document with a run longer than --max-word-bytes is oversized — refused naming file and
+/// row, or skipped and counted — while ordinary long text under the limits packs.
+#[test]
+fn a_single_huge_word_is_bounded_by_max_word_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("word.jsonl");
+    let word = "a".repeat(3 << 20);
+    std::fs::write(
+        &p,
+        format!("{{\"text\": \"small one\"}}\n{{\"text\": \"x {word} y\"}}\n{{\"text\": \"small two\"}}\n"),
+    )
+    .unwrap();
+    let (o, out) = pack_input(d.path(), &p, &[]);
+    assert_failed_cleanly(&o, &out, &["word.jsonl", "row 1", "--max-word-bytes", "3145728-byte run"]);
+    std::fs::remove_dir_all(&out).unwrap();
+    let (o, out) = pack_input(d.path(), &p, &["--on-oversize", "skip", "--pad-last"]);
+    ok(&o);
+    assert_eq!(index(&out)["totals"]["skipped_oversize"], 1);
+    assert_eq!(index(&out)["totals"]["documents"], 2);
+    // A lower limit applies to ordinary words too; a higher one lets the word through.
+    std::fs::remove_dir_all(&out).unwrap();
+    let (o, _) = pack_input(d.path(), &p, &["--max-word-bytes", "4"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("row 0"), "{}", stderr(&o));
+}

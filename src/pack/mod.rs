@@ -40,6 +40,7 @@
 
 pub mod bpe;
 pub mod merge;
+pub mod oversize;
 pub mod packer;
 pub mod pipeline;
 pub mod plan;
@@ -194,6 +195,10 @@ pub struct PackArgs {
     /// Documents larger than this (UTF-8 bytes) are oversized.
     #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
     pub max_doc_bytes: u64,
+    /// Documents holding a run of non-whitespace longer than this (one pre-token, whose BPE
+    /// memory grows ~75x its length) are oversized too.
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    pub max_word_bytes: u64,
     /// Policy for oversized documents.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_oversize: Oversize,

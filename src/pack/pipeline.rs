@@ -408,6 +408,7 @@ fn fingerprint(
         "tokens": args.tokens,
         "shard_bytes": args.shard_bytes,
         "max_doc_bytes": args.max_doc_bytes,
+        "max_word_bytes": args.max_word_bytes,
         "on_oversize": format!("{:?}", args.on_oversize),
         "worker": [worker.index, worker.count],
     })
@@ -583,14 +584,21 @@ fn pack_loop(
                 let mut texts: Vec<&str> = Vec::new();
                 let mut keep: Vec<bool> = Vec::with_capacity(items.len());
                 for (row, o) in &items {
+                    let too_big = match o {
+                        Outcome::Text(t) => super::oversize::reason(
+                            t,
+                            ctx.args.max_doc_bytes,
+                            ctx.args.max_word_bytes,
+                        ),
+                        _ => None,
+                    };
                     match o {
-                        Outcome::Text(t) if t.len() as u64 > ctx.args.max_doc_bytes => {
+                        Outcome::Text(_) if too_big.is_some() => {
                             if ctx.args.on_oversize == Oversize::Fail {
                                 return Err(anyhow!(
-                                    "{}: row {row}: document of {} bytes exceeds --max-doc-bytes {} (policy: fail; use --on-oversize skip to skip and count such documents)",
+                                    "{}: row {row}: {} (policy: fail; use --on-oversize skip to skip and count such documents)",
                                     u.file,
-                                    t.len(),
-                                    ctx.args.max_doc_bytes
+                                    too_big.unwrap_or_default()
                                 ));
                             }
                             keep.push(false);
