@@ -417,3 +417,36 @@ fn relative_paths_and_drop_targets_are_safe() {
     assert_eq!(code, 2, "{err}");
     assert_eq!(std::fs::read(&foreign).unwrap(), b"{\"not\": \"a prompt\"}\n");
 }
+
+/// A full disk (RLIMIT_FSIZE) during `--drop`: the error names the file and no hidden temp
+/// file is left behind (decontam never cleaned them up).
+#[test]
+fn drop_on_a_full_disk_leaves_no_temp_files() {
+    let w = planted();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    let clean = w.root().join("clean");
+    let cmd = format!(
+        "trap '' XFSZ; ulimit -f 2; exec '{}' decontam --against '{}' --cache '{}' --shards '{}' --drop '{}'",
+        env!("CARGO_BIN_EXE_dlm-data"),
+        p(&w.eval_manifest),
+        p(&w.cache),
+        p(&out.join("sft")),
+        p(&clean)
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &cmd])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("File too large") && err.contains("part-00000"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(&clean)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    assert!(shard_index::load_complete(&clean).is_err());
+}
