@@ -133,7 +133,15 @@ mod tests {
     /// Every size flag refuses absurd values at parse time (exit 2), for every command.
     #[test]
     fn absurd_sizes_are_usage_errors() {
-        let pack = ["pack", "--input", "x.parquet", "--tokenizer", "t", "--out", "o"];
+        let pack = [
+            "pack",
+            "--input",
+            "x.parquet",
+            "--tokenizer",
+            "t",
+            "--out",
+            "o",
+        ];
         let mcq = ["mcq", "--manifest", "m.toml", "--out", "o"];
         let distill = ["distill", "--teacher", "t", "--prompts", "p", "--out", "o"];
         let fetch = ["fetch", "--manifest", "m.toml"];
@@ -171,7 +179,14 @@ mod tests {
     #[test]
     fn stream_conflicts_with_input() {
         let a = [
-            "pack", "--input", "x.parquet", "--stream", "--tokenizer", "t", "--out", "o",
+            "pack",
+            "--input",
+            "x.parquet",
+            "--stream",
+            "--tokenizer",
+            "t",
+            "--out",
+            "o",
         ];
         assert_eq!(code(&a), 2);
     }

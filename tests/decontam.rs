@@ -415,7 +415,10 @@ fn relative_paths_and_drop_targets_are_safe() {
         p(&foreign),
     ]);
     assert_eq!(code, 2, "{err}");
-    assert_eq!(std::fs::read(&foreign).unwrap(), b"{\"not\": \"a prompt\"}\n");
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        b"{\"not\": \"a prompt\"}\n"
+    );
 }
 
 /// A full disk (RLIMIT_FSIZE) during `--drop`: the error names the file and no hidden temp
@@ -440,7 +443,10 @@ fn drop_on_a_full_disk_leaves_no_temp_files() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("File too large") && err.contains("part-00000"), "{err}");
+    assert!(
+        err.contains("File too large") && err.contains("part-00000"),
+        "{err}"
+    );
     let left: Vec<String> = std::fs::read_dir(&clean)
         .unwrap()
         .flatten()

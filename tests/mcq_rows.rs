@@ -44,13 +44,23 @@ fn blank_distractors_keep_the_item_or_name_the_row() {
     assert_eq!(code, 0, "{err}");
     let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
     assert_eq!(recs.len(), SCIQ_ROWS - 2 + MMLU_ROWS);
-    let r3 = recs.iter().find(|r| r.source == "sciq" && r.row == 3).unwrap();
+    let r3 = recs
+        .iter()
+        .find(|r| r.source == "sciq" && r.row == 3)
+        .unwrap();
     assert_eq!(r3.options.len(), 3);
     assert_eq!(r3.blank_options, vec!["distractor2".to_string()]);
     assert!(recs.iter().all(|r| r.row != 5 || r.source != "sciq"));
     // Options are stored exactly as the prompt renders them.
-    let r9 = recs.iter().find(|r| r.source == "sciq" && r.row == 9).unwrap();
-    assert!(r9.options.contains(&"padded option".to_string()), "{:?}", r9.options);
+    let r9 = recs
+        .iter()
+        .find(|r| r.source == "sciq" && r.row == 9)
+        .unwrap();
+    assert!(
+        r9.options.contains(&"padded option".to_string()),
+        "{:?}",
+        r9.options
+    );
     for r in &recs {
         for (i, o) in r.options.iter().enumerate() {
             let line = format!("{}. {o}\n", dlm_data::mcq::item::letter(i));
@@ -69,9 +79,15 @@ fn blank_distractors_keep_the_item_or_name_the_row() {
     assert_eq!(skipped.len(), 2, "{skipped:?}");
     assert_eq!(skipped[0]["row"], 5);
     assert_eq!(skipped[0]["file"], SCIQ_TRAIN);
-    assert!(skipped[0]["reason"].as_str().unwrap().contains("fewer than two"));
+    assert!(skipped[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("fewer than two"));
     assert_eq!(skipped[1]["row"], 7);
-    assert!(skipped[1]["reason"].as_str().unwrap().contains("question is blank"));
+    assert!(skipped[1]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("question is blank"));
     assert!(err.contains("row 5") && err.contains("row 7"), "{err}");
     let idx = dlm_data::shards::index::load_complete(&out.join("sft")).unwrap();
     assert_eq!(idx.totals.skipped_empty, 2);
@@ -132,7 +148,10 @@ fn out_is_claimed_reruns_replace_only_their_own_files() {
     let (code, _, err) = run_mcq(&w, &out, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("prompts.jsonl"), "{err}");
-    assert_eq!(std::fs::read(out.join("prompts.jsonl")).unwrap(), b"my own notes\n");
+    assert_eq!(
+        std::fs::read(out.join("prompts.jsonl")).unwrap(),
+        b"my own notes\n"
+    );
     // --force replaces dlm-data's own file names.
     let (code, _, err) = run_mcq(&w, &out, &["--force"]);
     assert_eq!(code, 0, "{err}");
@@ -159,7 +178,10 @@ fn disk_full_leaves_no_temp_files() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("File too large"), "{err}");
-    assert!(err.contains("prompts.jsonl") || err.contains("part-00000"), "{err}");
+    assert!(
+        err.contains("prompts.jsonl") || err.contains("part-00000"),
+        "{err}"
+    );
     fn temps(d: &std::path::Path, found: &mut Vec<String>) {
         for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
             if e.path().is_dir() {

@@ -581,7 +581,10 @@ fn non_text_columns_and_invalid_binary_are_named() {
     use std::sync::Arc;
     let d = tempfile::tempdir().unwrap();
     let ints = d.path().join("ints.parquet");
-    write_column(&ints, Arc::new(Int64Array::from(vec![1i64, 2, 3])) as ArrayRef);
+    write_column(
+        &ints,
+        Arc::new(Int64Array::from(vec![1i64, 2, 3])) as ArrayRef,
+    );
     let (o, out) = pack_input(d.path(), &ints, &[]);
     assert_failed_cleanly(&o, &out, &["ints.parquet", "\"text\"", "Int64", "not text"]);
 
@@ -597,7 +600,9 @@ fn non_text_columns_and_invalid_binary_are_named() {
     assert_failed_cleanly(&o, &out, &["lists.parquet", "\"text\"", "List", "not text"]);
 
     // Binary: valid UTF-8 is packed like a string column ...
-    let good: Vec<Vec<u8>> = (0..40).map(|i| format!("binary document {i}").into_bytes()).collect();
+    let good: Vec<Vec<u8>> = (0..40)
+        .map(|i| format!("binary document {i}").into_bytes())
+        .collect();
     let bin_ok = d.path().join("bin-ok.parquet");
     write_column(
         &bin_ok,
@@ -633,7 +638,16 @@ fn a_single_huge_word_is_bounded_by_max_word_bytes() {
     )
     .unwrap();
     let (o, out) = pack_input(d.path(), &p, &[]);
-    assert_failed_cleanly(&o, &out, &["word.jsonl", "row 1", "--max-word-bytes", "3145728-byte run"]);
+    assert_failed_cleanly(
+        &o,
+        &out,
+        &[
+            "word.jsonl",
+            "row 1",
+            "--max-word-bytes",
+            "3145728-byte run",
+        ],
+    );
     std::fs::remove_dir_all(&out).unwrap();
     let (o, out) = pack_input(d.path(), &p, &["--on-oversize", "skip", "--pad-last"]);
     ok(&o);

@@ -84,7 +84,10 @@ fn foreign_files_refuse_a_fresh_run_and_force_clears_only_own_formats() {
     let o = pack(&input, &tok, &out, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("part-00001.parquet") || e.contains("notes.txt"), "{e}");
+    assert!(
+        e.contains("part-00001.parquet") || e.contains("notes.txt"),
+        "{e}"
+    );
     assert_eq!(names(&out), vec!["notes.txt", "part-00001.parquet"]);
     // --force clears dlm-data's own formats only: notes.txt still refuses the run.
     let o = pack(&input, &tok, &out, &["--force"]);
@@ -197,7 +200,11 @@ fn resume_removes_only_the_next_unjournaled_shard() {
     assert!(out2.join(&next).exists());
     std::fs::remove_file(out2.join(&far)).unwrap();
     ok(&pack(&input, &tok, &out2, &[]));
-    assert_eq!(tree(&out2), full, "resume is byte-identical to an uninterrupted run");
+    assert_eq!(
+        tree(&out2),
+        full,
+        "resume is byte-identical to an uninterrupted run"
+    );
 }
 
 #[test]

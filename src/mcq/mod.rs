@@ -248,7 +248,13 @@ pub fn load_items(
                 st.skipped.len()
             );
             for k in &st.skipped[..st.skipped.len().min(LOG_SKIPPED)] {
-                tracing::warn!("{}: {} row {}: skipped: {}", s.name, k.file, k.row, k.reason);
+                tracing::warn!(
+                    "{}: {} row {}: skipped: {}",
+                    s.name,
+                    k.file,
+                    k.row,
+                    k.reason
+                );
             }
             if st.skipped.len() > LOG_SKIPPED {
                 tracing::warn!(

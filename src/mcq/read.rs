@@ -178,7 +178,9 @@ fn read_batch(
                 let id = item_id(ctx, row);
                 let (options, gold) =
                     shuffle_options(ctx.seed, &id, correct.trim().to_string(), distractors);
-                push(out, stats, ctx, path, row, id, question, options, gold, blank)?;
+                push(
+                    out, stats, ctx, path, row, id, question, options, gold, blank,
+                )?;
             }
         }
         Layout::MmluStruct | Layout::MmluFlat => {
@@ -261,7 +263,11 @@ fn read_batch(
                     skip(stats, ctx, row, reason, false);
                     continue;
                 }
-                let gold = gold - options[..gold].iter().filter(|o| o.trim().is_empty()).count();
+                let gold = gold
+                    - options[..gold]
+                        .iter()
+                        .filter(|o| o.trim().is_empty())
+                        .count();
                 let id = item_id(ctx, row);
                 push(out, stats, ctx, path, row, id, question, kept, gold, blank)?;
             }

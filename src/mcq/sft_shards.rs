@@ -221,7 +221,10 @@ pub fn megatron_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
     let (s, d) = (s as usize, d as usize);
     let lens: Vec<u32> = (0..s)
         .map(|i| i32::from_le_bytes(b[34 + 4 * i..38 + 4 * i].try_into().unwrap()))
-        .map(|l| u32::try_from(l).map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display())))
+        .map(|l| {
+            u32::try_from(l)
+                .map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display()))
+        })
         .collect::<Result<_>>()?;
     let p = 34 + 12 * s;
     let docs: Vec<u64> = (0..d)

@@ -242,7 +242,11 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             mds.push(m);
         }
         // The journal: a rerun after a crash may replace exactly these files.
-        index::save(out, merged, (format == ShardFormat::Mds).then_some(&mds[..]))
+        index::save(
+            out,
+            merged,
+            (format == ShardFormat::Mds).then_some(&mds[..]),
+        )
     };
     let mut provenance: Vec<ProvenanceRange> = Vec::new();
     for u in &units {

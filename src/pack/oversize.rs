@@ -46,7 +46,11 @@ mod tests {
         assert_eq!(longest_word(b"ab  cde\tf"), 3);
         assert_eq!(longest_word(b"abcd"), 4);
         assert!(reason("short text", 100, 5).is_none());
-        assert!(reason("short text", 5, 100).unwrap().contains("--max-doc-bytes"));
-        assert!(reason("short text", 100, 4).unwrap().contains("--max-word-bytes"));
+        assert!(reason("short text", 5, 100)
+            .unwrap()
+            .contains("--max-doc-bytes"));
+        assert!(reason("short text", 100, 4)
+            .unwrap()
+            .contains("--max-word-bytes"));
     }
 }

@@ -53,8 +53,11 @@ impl Claim {
     }
     /// Inputs of the run: never removed.
     pub fn inputs<'a, I: IntoIterator<Item = &'a Path>>(mut self, paths: I) -> Claim {
-        self.inputs
-            .extend(paths.into_iter().filter_map(|p| std::fs::canonicalize(p).ok()));
+        self.inputs.extend(
+            paths
+                .into_iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok()),
+        );
         self
     }
 

@@ -138,7 +138,10 @@ fn is_text_type(t: &DataType) -> bool {
 
 /// The first non-null value of a binary array that is not UTF-8: (index, error).
 fn first_invalid_binary(a: &dyn Array) -> Option<(usize, std::str::Utf8Error)> {
-    fn check<'a>(a: &dyn Array, get: impl Fn(usize) -> &'a [u8]) -> Option<(usize, std::str::Utf8Error)> {
+    fn check<'a>(
+        a: &dyn Array,
+        get: impl Fn(usize) -> &'a [u8],
+    ) -> Option<(usize, std::str::Utf8Error)> {
         (0..a.len()).find_map(|i| {
             if a.is_null(i) {
                 return None;

@@ -269,7 +269,13 @@ pub fn set_cell(batch: &RecordBatch, name: &str, row: usize, value: &str) -> Rec
     let i = batch.schema().index_of(name).unwrap();
     let old = batch.column(i).as_string::<i32>();
     let vals: Vec<String> = (0..old.len())
-        .map(|k| if k == row { value.to_string() } else { old.value(k).to_string() })
+        .map(|k| {
+            if k == row {
+                value.to_string()
+            } else {
+                old.value(k).to_string()
+            }
+        })
         .collect();
     let mut cols = batch.columns().to_vec();
     cols[i] = strings(&vals);
