@@ -38,6 +38,16 @@
 //! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
 //! required.
 
+//!
+//! # The output directory
+//! `--out` is claimed before anything is written ([`crate::shards::outdir`]): a run deletes or
+//! overwrites only files its own journal proves it wrote — on resume, the one shard an
+//! interrupted writer renamed before journaling it, and `.NAME.tmp*` temp files. A fresh run
+//! into a directory holding anything else is refused naming the file (exit 2); `--force`
+//! clears dlm-data's own formats (index.json, part-*/shard.* shards), never an input and never
+//! any other file. On a write failure (a full disk) the error names the file and the OS error,
+//! no temp file is left, and index.json stays `"complete": false`.
+
 pub mod bpe;
 pub mod merge;
 pub mod oversize;
