@@ -210,3 +210,55 @@ fn absurd_sizes_exit_2() {
     }
     assert!(!out.exists());
 }
+
+/// Invalid UTF-8 in a sciq string column is named by file and row (it was "decoding FILE").
+#[test]
+fn invalid_utf8_names_the_row() {
+    use parquet::data_type::{ByteArray, ByteArrayType};
+    use parquet::file::writer::SerializedFileWriter;
+    let cols = [
+        "question",
+        "distractor3",
+        "distractor1",
+        "distractor2",
+        "correct_answer",
+        "support",
+    ];
+    let msg = format!(
+        "message m {{ {} }}",
+        cols.iter()
+            .map(|c| format!("required binary {c} (UTF8);"))
+            .collect::<String>()
+    );
+    let schema = std::sync::Arc::new(parquet::schema::parser::parse_message_type(&msg).unwrap());
+    let mut buf = Vec::new();
+    {
+        let mut w = SerializedFileWriter::new(&mut buf, schema, Default::default()).unwrap();
+        let mut rg = w.next_row_group().unwrap();
+        for c in cols {
+            let mut col = rg.next_column().unwrap().unwrap();
+            let vals: Vec<ByteArray> = (0..8)
+                .map(|i| {
+                    if c == "question" && i == 6 {
+                        ByteArray::from(vec![b'q', 0xff, b'?'])
+                    } else {
+                        ByteArray::from(format!("{c} {i}").as_str())
+                    }
+                })
+                .collect();
+            col.typed::<ByteArrayType>()
+                .write_batch(&vals, None, None)
+                .unwrap();
+            col.close().unwrap();
+        }
+        rg.close().unwrap();
+        w.close().unwrap();
+    }
+    let w = world_with_sciq_file(buf);
+    let out = w.root().join("out");
+    let (code, _, err) = run_mcq(&w, &out, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("row 6") && err.contains("question"), "{err}");
+    assert!(err.contains("invalid UTF-8"), "{err}");
+    assert!(!out.join("prompts.jsonl").exists());
+}

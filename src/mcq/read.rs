@@ -90,7 +90,17 @@ pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<R
     let mut stats = ReadStats::default();
     let mut layout = None;
     for batch in reader {
-        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                // Name the row: invalid UTF-8 is found by a raw scan of the string columns.
+                if let Some((row, what)) = crate::sources::parquet::first_invalid_utf8_in(path, &[])
+                {
+                    bail!("{} row {row}: {what}", path.display());
+                }
+                return Err(e).with_context(|| format!("decoding {}", path.display()));
+            }
+        };
         let l = match layout {
             Some(l) => l,
             None => {

@@ -201,17 +201,33 @@ fn emit_batch(
 /// The first row whose raw bytes in one of the template's string columns are not UTF-8,
 /// read with the low-level column reader (no validation, dictionary pages included).
 fn first_invalid_utf8(path: &Path, tpl: &Template) -> Option<(u64, String)> {
+    let wanted: Vec<String> = tpl.fields().iter().map(|f| f.join(".")).collect();
+    first_invalid_utf8_in(path, &wanted)
+}
+
+/// [`first_invalid_utf8`] over the named leaf columns (`a.b` for nested fields; all string
+/// leaf columns when `wanted` is empty): (row, what).
+pub fn first_invalid_utf8_in(path: &Path, wanted: &[String]) -> Option<(u64, String)> {
     use parquet::column::reader::ColumnReader;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let r = SerializedFileReader::new(File::open(path).ok()?).ok()?;
-    let wanted: Vec<String> = tpl.fields().iter().map(|f| f.join(".")).collect();
     let mut base = 0u64;
     for g in 0..r.num_row_groups() {
         let rg = r.get_row_group(g).ok()?;
         let rows = rg.metadata().num_rows() as u64;
         for (ci, col) in rg.metadata().schema_descr().columns().iter().enumerate() {
             let cpath = col.path().string();
-            if !wanted.contains(&cpath) || col.max_rep_level() > 0 {
+            let is_text = col.converted_type() == parquet::basic::ConvertedType::UTF8
+                || matches!(
+                    col.logical_type_ref(),
+                    Some(parquet::basic::LogicalType::String)
+                );
+            let skip = if wanted.is_empty() {
+                !is_text
+            } else {
+                !wanted.contains(&cpath)
+            };
+            if skip || col.max_rep_level() > 0 {
                 continue;
             }
             let Ok(ColumnReader::ByteArrayColumnReader(mut cr)) = rg.get_column_reader(ci) else {

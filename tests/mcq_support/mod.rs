@@ -284,6 +284,11 @@ pub fn set_cell(batch: &RecordBatch, name: &str, row: usize, value: &str) -> Rec
 
 /// The world with this sciq train batch (see [`sciq_batch`]).
 pub fn world_with_sciq(sciq_train: RecordBatch) -> World {
+    world_with_sciq_file(parquet_bytes(sciq_train))
+}
+
+/// The world with these bytes as the sciq train parquet file.
+pub fn world_with_sciq_file(sciq_train: Vec<u8>) -> World {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let cache = root.join("cache");
@@ -296,7 +301,7 @@ pub fn world_with_sciq(sciq_train: RecordBatch) -> World {
         "allenai/sciq",
         SCIQ_COMMIT,
         SCIQ_TRAIN,
-        &parquet_bytes(sciq_train),
+        &sciq_train,
     );
     let aux_q = questions(22, MMLU_ROWS, 14);
     let aux = cache_put(
