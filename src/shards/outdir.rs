@@ -154,20 +154,20 @@ pub fn shard_files(format: &str, n: usize) -> Vec<String> {
     }
 }
 
-/// A temp file this tool writes: `.NAME.tmp` (shard writers) or `.NAME.tmp-PID`.
+/// A temp file this tool writes for one of its own outputs: `.NAME.tmp` (shard writers) or
+/// `.NAME.tmp-PID` (atomic writes), NAME being one of [`is_own_format`]'s names.
 pub fn is_own_temp(name: &str) -> bool {
-    if !name.starts_with('.') {
+    let Some(rest) = name.strip_prefix('.') else {
         return false;
-    }
-    if name.ends_with(".tmp") && name.len() > 5 {
-        return true;
-    }
-    match name.rsplit_once(".tmp-") {
-        Some((base, pid)) => {
-            base.len() > 1 && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
-        }
-        None => false,
-    }
+    };
+    let base = match rest.strip_suffix(".tmp") {
+        Some(b) => b,
+        None => match rest.rsplit_once(".tmp-") {
+            Some((b, pid)) if !pid.is_empty() && pid.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => return false,
+        },
+    };
+    is_own_format(base)
 }
 
 /// A file name of dlm-data's own output formats (what `--force` may clear).
@@ -201,6 +201,11 @@ mod tests {
         assert!(!is_own_temp(".tmp"));
         assert!(!is_own_temp("x.tmp"));
         assert!(!is_own_temp(".notes.tmp-abc"));
+        assert!(
+            !is_own_temp(".notes.txt.tmp"),
+            "only temps of our own output names"
+        );
+        assert!(is_own_temp(".prompts.jsonl.tmp-9"));
         assert!(is_own_format("part-00003.parquet"));
         assert!(is_own_format("part-00003.rows.jsonl"));
         assert!(is_own_format("shard.00001.mds.zstd"));
