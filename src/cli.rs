@@ -1,6 +1,7 @@
 //! The command line: one subcommand per stage, each stage owning its own `Args`.
 
 use anyhow::Result;
+use clap::builder::RangedU64ValueParser;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -68,4 +69,125 @@ fn init_logging() {
         .with_writer(crate::secret::Redacted(std::io::stderr))
         .with_target(false)
         .try_init();
+}
+
+/// Sizes every command accepts, checked while parsing (outside the range: exit 2, naming the
+/// flag and the range), so no size reaches an allocation or a division unchecked.
+pub mod sizes {
+    use super::RangedU64ValueParser;
+
+    /// Longest row / generation in tokens (`--seq-len`, `--gen-length`, `--block-length`).
+    pub const MAX_TOKENS: u64 = 1 << 20;
+    /// Largest batch of sequences (`--batch-size`).
+    pub const MAX_BATCH: u64 = 1 << 16;
+    /// Most workers of one array job (`--num-shards`).
+    pub const MAX_WORKERS: u64 = 1 << 16;
+    /// Most rows of one shard file (`--rows-per-shard`).
+    pub const MAX_ROWS_PER_SHARD: u64 = 1 << 24;
+    /// Most denoising steps (`--steps`).
+    pub const MAX_STEPS: u64 = 1 << 20;
+    /// Most retries of one request (`--retries`).
+    pub const MAX_RETRIES: u64 = 1000;
+    /// Longest first retry backoff in milliseconds (`--retry-base-ms`): 10 minutes.
+    pub const MAX_RETRY_BASE_MS: u64 = 600_000;
+    /// Most parallel downloads (`--jobs`).
+    pub const MAX_JOBS: u64 = 1024;
+    /// Largest download chunk in MiB (`--chunk-mb`).
+    pub const MAX_CHUNK_MB: u64 = 4096;
+    /// Largest byte size flag (`--shard-bytes`, `--max-doc-bytes`): 64 GiB.
+    pub const MAX_BYTES: u64 = 64 << 30;
+
+    /// `usize` in `lo..=hi`.
+    pub fn usize_in(lo: u64, hi: u64) -> RangedU64ValueParser<usize> {
+        RangedU64ValueParser::new().range(lo..=hi)
+    }
+    /// `u64` in `lo..=hi`.
+    pub fn u64_in(lo: u64, hi: u64) -> RangedU64ValueParser<u64> {
+        RangedU64ValueParser::new().range(lo..=hi)
+    }
+    /// `u32` in `lo..=hi`.
+    pub fn u32_in(lo: u64, hi: u64) -> RangedU64ValueParser<u32> {
+        RangedU64ValueParser::new().range(lo..=hi)
+    }
+    /// `--seq-len` and other token lengths: 1 ..= 2^20.
+    pub fn tokens() -> RangedU64ValueParser<usize> {
+        usize_in(1, MAX_TOKENS)
+    }
+    /// `--num-shards`: 1 ..= 2^16.
+    pub fn workers() -> RangedU64ValueParser<usize> {
+        usize_in(1, MAX_WORKERS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(args: &[&str]) -> i32 {
+        match Cli::try_parse_from(std::iter::once("dlm-data").chain(args.iter().copied())) {
+            Ok(_) => 0,
+            Err(e) => e.exit_code(),
+        }
+    }
+
+    /// Every size flag refuses absurd values at parse time (exit 2), for every command.
+    #[test]
+    fn absurd_sizes_are_usage_errors() {
+        let pack = [
+            "pack",
+            "--input",
+            "x.parquet",
+            "--tokenizer",
+            "t",
+            "--out",
+            "o",
+        ];
+        let mcq = ["mcq", "--manifest", "m.toml", "--out", "o"];
+        let distill = ["distill", "--teacher", "t", "--prompts", "p", "--out", "o"];
+        let fetch = ["fetch", "--manifest", "m.toml"];
+        let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+            (pack.to_vec(), "--seq-len", "4611686018427387904"),
+            (pack.to_vec(), "--seq-len", "4294967296"),
+            (pack.to_vec(), "--seq-len", "0"),
+            (pack.to_vec(), "--shard-bytes", "1e30"),
+            (pack.to_vec(), "--max-doc-bytes", "100000G"),
+            (pack.to_vec(), "--num-shards", "0"),
+            (pack.to_vec(), "--retries", "99999999999"),
+            (mcq.to_vec(), "--seq-len", "4294967296"),
+            (mcq.to_vec(), "--rows-per-shard", "0"),
+            (mcq.to_vec(), "--rows-per-shard", "1152921504606846976"),
+            (distill.to_vec(), "--batch-size", "1152921504606846976"),
+            (distill.to_vec(), "--batch-size", "0"),
+            (distill.to_vec(), "--gen-length", "1099511627776"),
+            (distill.to_vec(), "--block-length", "0"),
+            (distill.to_vec(), "--steps", "0"),
+            (fetch.to_vec(), "--jobs", "0"),
+            (fetch.to_vec(), "--chunk-mb", "1099511627776"),
+            (fetch.to_vec(), "--retry-base-ms", "18446744073709551615"),
+        ];
+        for (base, flag, v) in cases {
+            let mut a = base.clone();
+            a.extend([flag, v]);
+            assert_eq!(code(&a), 2, "{a:?} should be refused");
+            // The same command with a sane value parses.
+            let mut ok = base.clone();
+            ok.extend([flag, "8"]);
+            assert_eq!(code(&ok), 0, "{ok:?} should parse");
+        }
+    }
+
+    #[test]
+    fn stream_conflicts_with_input() {
+        let a = [
+            "pack",
+            "--input",
+            "x.parquet",
+            "--stream",
+            "--tokenizer",
+            "t",
+            "--out",
+            "o",
+        ];
+        assert_eq!(code(&a), 2);
+    }
 }

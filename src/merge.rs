@@ -33,6 +33,10 @@ pub struct MergeArgs {
     /// fetch only: the cache root given to the workers (default as `fetch`).
     #[arg(long)]
     pub cache: Option<PathBuf>,
+    /// pack only: replace dlm-data's own files in OUT (index.json, shards) that no earlier
+    /// merge's journal lists, instead of refusing; never `parts/`, never any other file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Worker part names `IIIII-of-NNNNN` found (given as stems), checked for one `N` and all of
@@ -88,7 +92,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
                 out.display()
             )));
         }
-        crate::pack::merge::merge_dir(out)?
+        crate::pack::merge::merge_dir(out, args.force)?
     } else if output::parts_dir(out).is_dir() {
         merge_distill(out, args.format)?
     } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {

@@ -25,13 +25,19 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
         }
     }
     let tmp = temp_path(path);
-    {
+    let written = (|| -> Result<()> {
         let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
-        f.sync_all()?;
+        f.sync_all()
+            .with_context(|| format!("fsync {}", tmp.display()))?;
+        commit_rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // Every failure path (a full disk included) leaves no temp file behind.
+        let _ = std::fs::remove_file(&tmp);
     }
-    commit_rename(&tmp, path)
+    written
 }
 
 /// Rename `tmp` onto `path` and fsync the parent directory so the rename is durable.

@@ -322,3 +322,137 @@ fn mds_and_megatron_shards_scan_and_drop() {
         assert_eq!(again.scanned.documents, (recs.len() - 1) as u64);
     }
 }
+
+/// Issue 18: an SFT set made with a relative tokenizer path is scanned from another working
+/// directory (index.json records absolute paths), and `--drop DIR` replaces only what an
+/// earlier drop there journaled: a foreign file refuses it, the scanned directory is never a
+/// target, and a prompts `--drop` never overwrites a file that is not a prompts.jsonl.
+#[test]
+fn relative_paths_and_drop_targets_are_safe() {
+    let w = planted();
+    let out = w.root().join("rel");
+    let rel_tok = w.tokenizer.strip_prefix(w.root()).unwrap().to_path_buf();
+    let o = bin()
+        .current_dir(w.root())
+        .env("RUST_LOG", "warn")
+        .args([
+            "mcq",
+            "--manifest",
+            p(&w.manifest),
+            "--cache",
+            p(&w.cache),
+            "--out",
+            "rel",
+            "--tokenizer",
+            rel_tok.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sft = out.join("sft");
+    // Scanned from a different directory: the recorded tokenizer path still resolves.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let o = bin()
+        .current_dir(elsewhere.path())
+        .args([
+            "decontam",
+            "--against",
+            p(&w.eval_manifest),
+            "--cache",
+            p(&w.cache),
+            "--shards",
+            p(&sft),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // --drop into a directory holding a foreign file: refused, untouched.
+    let clean = w.root().join("clean");
+    std::fs::create_dir(&clean).unwrap();
+    std::fs::write(clean.join("keep.txt"), b"mine").unwrap();
+    let args = |drop: &std::path::Path| {
+        vec![
+            "decontam".to_string(),
+            "--against".into(),
+            p(&w.eval_manifest).into(),
+            "--cache".into(),
+            p(&w.cache).into(),
+            "--shards".into(),
+            p(&sft).into(),
+            "--drop".into(),
+            p(drop).into(),
+        ]
+    };
+    let a = args(&clean);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (code, _, err) = run(&a);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("keep.txt"), "{err}");
+    assert_eq!(std::fs::read(clean.join("keep.txt")).unwrap(), b"mine");
+    std::fs::remove_file(clean.join("keep.txt")).unwrap();
+    // Twice into the same directory: the second run replaces what the first journaled.
+    for _ in 0..2 {
+        let (code, _, err) = run(&a);
+        assert_eq!(code, 0, "{err}");
+    }
+    assert!(shard_index::load_complete(&clean).is_ok());
+
+    // prompts --drop: never onto a foreign file.
+    let pr = out.join("prompts.jsonl");
+    let foreign = w.root().join("notes.jsonl");
+    std::fs::write(&foreign, b"{\"not\": \"a prompt\"}\n").unwrap();
+    let (code, _, err) = run(&[
+        "decontam",
+        "--against",
+        p(&w.eval_manifest),
+        "--cache",
+        p(&w.cache),
+        "--prompts",
+        p(&pr),
+        "--drop",
+        p(&foreign),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        std::fs::read(&foreign).unwrap(),
+        b"{\"not\": \"a prompt\"}\n"
+    );
+}
+
+/// A full disk (RLIMIT_FSIZE) during `--drop`: the error names the file and no hidden temp
+/// file is left behind (decontam never cleaned them up).
+#[test]
+fn drop_on_a_full_disk_leaves_no_temp_files() {
+    let w = planted();
+    let out = w.root().join("out");
+    mcq(&w, &out);
+    let clean = w.root().join("clean");
+    let cmd = format!(
+        "trap '' XFSZ; ulimit -f 2; exec '{}' decontam --against '{}' --cache '{}' --shards '{}' --drop '{}'",
+        env!("CARGO_BIN_EXE_dlm-data"),
+        p(&w.eval_manifest),
+        p(&w.cache),
+        p(&out.join("sft")),
+        p(&clean)
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &cmd])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("File too large") && err.contains("part-00000"),
+        "{err}"
+    );
+    let left: Vec<String> = std::fs::read_dir(&clean)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    assert!(shard_index::load_complete(&clean).is_err());
+}

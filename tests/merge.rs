@@ -234,6 +234,22 @@ fn pack_workers_merge_to_the_single_process_bytes_in_every_format() {
         );
         assert!(!merged.join("index.json").exists());
         std::fs::write(&last, text).unwrap();
+        if c == 0 {
+            // OUT holds a file no merge journal lists: refused by name, untouched, nothing
+            // written (issue 18: never delete or overwrite what this tool did not write).
+            std::fs::write(merged.join("part-00000.parquet"), b"not ours").unwrap();
+            fails(
+                &run(&["merge", merged.to_str().unwrap()]),
+                2,
+                "part-00000.parquet",
+            );
+            assert_eq!(
+                std::fs::read(merged.join("part-00000.parquet")).unwrap(),
+                b"not ours"
+            );
+            assert!(!merged.join("index.json").exists());
+            std::fs::remove_file(merged.join("part-00000.parquet")).unwrap();
+        }
         let out = ok(&run(&["merge", merged.to_str().unwrap(), "--json"]));
         assert!(
             !merged.join("parts").exists(),

@@ -555,3 +555,107 @@ fn a_100_mb_document_fails_by_policy_or_is_skipped_and_counted() {
     assert_eq!(idx["totals"]["skipped_oversize"], 1);
     assert_eq!(idx["totals"]["documents"], 2);
 }
+
+/// A one-column parquet file of `array` named `text`.
+fn write_column(path: &Path, array: arrow::array::ArrayRef) {
+    use arrow::datatypes::{Field, Schema};
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new(
+        "text",
+        array.data_type().clone(),
+        true,
+    )]));
+    let rb = arrow::array::RecordBatch::try_new(schema.clone(), vec![array]).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None)
+            .unwrap();
+    w.write(&rb).unwrap();
+    w.close().unwrap();
+}
+
+/// Only text is packed as text: an int64 or list<string> column is refused naming the column
+/// and its type; a binary column is read as UTF-8 and its first invalid row is named (it was
+/// silently counted as "filtered").
+#[test]
+fn non_text_columns_and_invalid_binary_are_named() {
+    use arrow::array::{ArrayRef, BinaryArray, Int64Array, ListBuilder, StringBuilder};
+    use std::sync::Arc;
+    let d = tempfile::tempdir().unwrap();
+    let ints = d.path().join("ints.parquet");
+    write_column(
+        &ints,
+        Arc::new(Int64Array::from(vec![1i64, 2, 3])) as ArrayRef,
+    );
+    let (o, out) = pack_input(d.path(), &ints, &[]);
+    assert_failed_cleanly(&o, &out, &["ints.parquet", "\"text\"", "Int64", "not text"]);
+
+    let lists = d.path().join("lists.parquet");
+    let mut b = ListBuilder::new(StringBuilder::new());
+    for _ in 0..3 {
+        b.values().append_value("a");
+        b.values().append_value("b");
+        b.append(true);
+    }
+    write_column(&lists, Arc::new(b.finish()) as ArrayRef);
+    let (o, out) = pack_input(d.path(), &lists, &[]);
+    assert_failed_cleanly(&o, &out, &["lists.parquet", "\"text\"", "List", "not text"]);
+
+    // Binary: valid UTF-8 is packed like a string column ...
+    let good: Vec<Vec<u8>> = (0..40)
+        .map(|i| format!("binary document {i}").into_bytes())
+        .collect();
+    let bin_ok = d.path().join("bin-ok.parquet");
+    write_column(
+        &bin_ok,
+        Arc::new(BinaryArray::from_iter_values(good.iter())) as ArrayRef,
+    );
+    let (o, out) = pack_input(d.path(), &bin_ok, &[]);
+    ok(&o);
+    assert_eq!(index(&out)["totals"]["documents"], 40);
+    assert_eq!(index(&out)["totals"]["skipped_filtered"], 0);
+    // ... and an invalid value is named by row, not filtered.
+    let mut bad = good.clone();
+    bad[29] = vec![b'x', 0xff, 0xfe];
+    let bin_bad = d.path().join("bin-bad.parquet");
+    write_column(
+        &bin_bad,
+        Arc::new(BinaryArray::from_iter_values(bad.iter())) as ArrayRef,
+    );
+    let (o, out) = pack_input(d.path(), &bin_bad, &[]);
+    assert_failed_cleanly(&o, &out, &["bin-bad.parquet", "row 29", "invalid UTF-8"]);
+}
+
+/// One huge "word" (no whitespace) is what amplifies the tokenizer's memory (~75x its bytes):
+/// a document with a run longer than --max-word-bytes is oversized — refused naming file and
+/// row, or skipped and counted — while ordinary long text under the limits packs.
+#[test]
+fn a_single_huge_word_is_bounded_by_max_word_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("word.jsonl");
+    let word = "a".repeat(3 << 20);
+    std::fs::write(
+        &p,
+        format!("{{\"text\": \"small one\"}}\n{{\"text\": \"x {word} y\"}}\n{{\"text\": \"small two\"}}\n"),
+    )
+    .unwrap();
+    let (o, out) = pack_input(d.path(), &p, &[]);
+    assert_failed_cleanly(
+        &o,
+        &out,
+        &[
+            "word.jsonl",
+            "row 1",
+            "--max-word-bytes",
+            "3145728-byte run",
+        ],
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+    let (o, out) = pack_input(d.path(), &p, &["--on-oversize", "skip", "--pad-last"]);
+    ok(&o);
+    assert_eq!(index(&out)["totals"]["skipped_oversize"], 1);
+    assert_eq!(index(&out)["totals"]["documents"], 2);
+    // A lower limit applies to ordinary words too; a higher one lets the word through.
+    std::fs::remove_dir_all(&out).unwrap();
+    let (o, _) = pack_input(d.path(), &p, &["--max-word-bytes", "4"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("row 0"), "{}", stderr(&o));
+}

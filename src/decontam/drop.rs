@@ -20,6 +20,7 @@ use parquet::file::properties::WriterProperties;
 
 use super::targets::{Kind, Target};
 use crate::shards::index::{self as shard_index, ShardEntry};
+use crate::shards::outdir::{self, Claim};
 
 /// What a drop removed.
 pub struct Dropped {
@@ -28,9 +29,10 @@ pub struct Dropped {
 }
 
 /// Write the filtered copy of `target` to `out`, leaving out documents in `bad`.
-pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Dropped> {
+pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> Result<Dropped> {
     match &target.kind {
         Kind::Prompts { lines } => {
+            claim_file(out, &target.path, force)?;
             let mut buf = Vec::new();
             for (i, l) in lines.iter().enumerate() {
                 if !bad.contains(&i) {
@@ -50,9 +52,17 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
                     "--drop must name a new directory, not the scanned one",
                 ));
             }
+            // Replace only what an earlier dlm-data run there journaled; never the input.
+            let mut claim = Claim::new("decontam --drop", force)
+                .inputs([dir.as_path()])
+                .inputs(index_tokenizer(index).as_deref());
+            if let Some(old) = outdir::own_index(out) {
+                claim = claim
+                    .remove(outdir::journal_files(&old))
+                    .remove([super::report::REPORT_FILE]);
+            }
+            claim.apply(out)?;
             std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-            // An old index in OUT must not describe the new shards.
-            let _ = std::fs::remove_file(out.join("index.json"));
             let mut drop_rows: Vec<BTreeSet<u64>> = vec![BTreeSet::new(); index.shards.len()];
             for d in bad {
                 let s = spans[*d];
@@ -114,13 +124,60 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path) -> Result<Droppe
     }
 }
 
+/// `--drop FILE` for prompts: never the scanned file; an existing file only when it is a
+/// prompts.jsonl this tool wrote (or with `--force`).
+fn claim_file(out: &Path, input: &Path, force: bool) -> Result<()> {
+    let same = match (std::fs::canonicalize(out), std::fs::canonicalize(input)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        return Err(crate::error::usage(format!(
+            "--drop {}: that is the scanned file; name a new file",
+            out.display()
+        )));
+    }
+    if out.is_dir() {
+        return Err(crate::error::usage(format!(
+            "--drop {}: is a directory; --prompts needs a file",
+            out.display()
+        )));
+    }
+    if out.exists() && !force && !crate::mcq::prompts::is_own_file(out) {
+        return Err(crate::error::refused(format!(
+            "--drop {}: the file exists and is not a prompts.jsonl dlm-data wrote; refusing to overwrite it (name a new file, or --force)",
+            out.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The tokenizer an index names (an input of the scan, never removed).
+fn index_tokenizer(index: &shard_index::Index) -> Option<std::path::PathBuf> {
+    Some(std::path::PathBuf::from(&index.tokenizer.path))
+}
+
 fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEntry, u64)> {
+    let tmp = crate::util::temp_path(dst);
+    let r = filter_shard_to(src, dst, &tmp, drop);
+    if r.is_err() {
+        // A failed write (a full disk...) leaves no hidden temp file behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r.with_context(|| format!("writing {}", dst.display()))
+}
+
+fn filter_shard_to(
+    src: &Path,
+    dst: &Path,
+    tmp: &Path,
+    drop: &BTreeSet<u64>,
+) -> Result<(ShardEntry, u64)> {
     let f = File::open(src).with_context(|| format!("opening {}", src.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
         .build();
-    let tmp = crate::util::temp_path(dst);
     let mut writer: Option<ArrowWriter<File>> = None;
     let mut row = 0u64;
     let (mut rows, mut tokens, mut dropped) = (0u64, 0u64, 0u64);
@@ -152,7 +209,7 @@ fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEn
             Some(w) => w,
             None => {
                 let file =
-                    File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+                    File::create(tmp).with_context(|| format!("creating {}", tmp.display()))?;
                 writer = Some(ArrowWriter::try_new(
                     file,
                     Arc::new(fb.schema().as_ref().clone()),
@@ -167,7 +224,7 @@ fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEn
     let mut file = w.into_inner()?;
     file.flush()?;
     file.sync_all()?;
-    crate::util::commit_rename(&tmp, dst)?;
+    crate::util::commit_rename(tmp, dst)?;
     Ok((
         ShardEntry {
             file: String::new(),

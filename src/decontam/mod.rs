@@ -48,6 +48,10 @@ pub struct DecontamArgs {
     /// for --shards), with its own report.
     #[arg(long)]
     pub drop: Option<PathBuf>,
+    /// With --drop: replace dlm-data's own files there (index.json, shards, prompts.jsonl,
+    /// decontam.json) that no journal accounts for, instead of refusing; never an input.
+    #[arg(long, requires = "drop")]
+    pub force: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -62,7 +66,7 @@ pub struct DecontamArgs {
     pub report: Option<PathBuf>,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::sizes::workers())]
     pub num_shards: Option<usize>,
 }
 
@@ -149,7 +153,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         mb_per_s,
     };
     if let Some(out) = &args.drop {
-        let d = drop::write(&target, &bad, out)?;
+        let d = drop::write(&target, &bad, out, args.force)?;
         // The copy's own report: same benchmarks, no hits, where it came from.
         let copy_sha = if is_shards {
             crate::util::sha256_file(&out.join("index.json"))?

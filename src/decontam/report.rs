@@ -69,9 +69,12 @@ pub struct DecontamReport {
 }
 
 /// Where the report for a scanned prompts file or shard directory lives.
+/// The report's file name inside a scanned (or `--drop`) shard directory.
+pub const REPORT_FILE: &str = "decontam.json";
+
 pub fn default_path(scanned: &Path, is_shards: bool) -> PathBuf {
     if is_shards {
-        scanned.join("decontam.json")
+        scanned.join(REPORT_FILE)
     } else {
         let stem = scanned
             .file_stem()

@@ -80,11 +80,11 @@ pub struct DistillArgs {
     /// cpu, cuda or cuda:N
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::tokens())]
     pub gen_length: usize,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = crate::cli::sizes::tokens())]
     pub block_length: usize,
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_STEPS))]
     pub steps: usize,
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -93,7 +93,7 @@ pub struct DistillArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_BATCH))]
     pub batch_size: Option<usize>,
     #[arg(long)]
     pub mask_id: Option<u32>,
@@ -105,7 +105,7 @@ pub struct DistillArgs {
     pub limit: Option<usize>,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Do not render the tokenizer_config.json chat template.
     #[arg(long)]

@@ -18,6 +18,9 @@ pub struct McqItem {
     pub options: Vec<String>,
     /// Index of the correct option in `options`.
     pub gold: usize,
+    /// Source options left out because they were blank (`distractor2`, `choices[3]`); the
+    /// item keeps its non-blank options when at least two remain.
+    pub blank_options: Vec<String>,
 }
 
 impl McqItem {
@@ -49,6 +52,7 @@ impl McqItem {
             question,
             options,
             gold,
+            blank_options: Vec::new(),
         })
     }
 

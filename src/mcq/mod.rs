@@ -31,6 +31,7 @@ use crate::hub::cache::Cache;
 use crate::manifest::{Lock, LockedSource, Manifest, Role};
 use crate::pack::ShardFormat;
 use crate::shards::index::{Index, Kind, ProvenanceRange, Totals};
+use crate::shards::outdir::{self, Claim};
 use crate::worker::WorkerSlice;
 use item::McqItem;
 use template::Templates;
@@ -67,15 +68,26 @@ pub struct McqArgs {
     #[arg(long)]
     pub eos_token: Option<String>,
     /// Longest SFT row in tokens; longer items are left out of the SFT set and counted.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = crate::cli::sizes::tokens())]
     pub seq_len: usize,
     /// SFT rows per shard file.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_ROWS_PER_SHARD))]
     pub rows_per_shard: usize,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::sizes::workers())]
     pub num_shards: Option<usize>,
+    /// Items larger than this (question plus options, UTF-8 bytes) are skipped and named in the
+    /// log and the `--json` summary.
+    #[arg(long, value_parser = crate::pack::parse_bytes, default_value = "1MiB")]
+    pub max_item_bytes: u64,
+    /// Replace dlm-data's own files in --out (prompts.jsonl, OUT/sft shards and index.json)
+    /// that no journal there accounts for, instead of refusing; never any other file.
+    #[arg(long)]
+    pub force: bool,
+    /// Print a one-line JSON summary on stdout at the end (items, skipped rows with reasons).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Items read from the locked files, with per-file provenance ranges.
@@ -83,7 +95,15 @@ pub struct Loaded {
     pub items: Vec<McqItem>,
     pub ranges: Vec<ProvenanceRange>,
     pub skipped_empty: u64,
+    pub skipped_oversize: u64,
+    /// Items kept without their blank options.
+    pub kept_without_blank: u64,
+    /// Every row that gave no item: file, row, reason.
+    pub skipped: Vec<read::Skipped>,
 }
+
+/// Most skipped rows named one by one in the log (all are in the `--json` summary).
+const LOG_SKIPPED: usize = 20;
 
 /// Refuse anything that is not a training source of a non-eval split (exit 2).
 fn check_policy(m: &Manifest) -> Result<()> {
@@ -109,12 +129,19 @@ fn check_policy(m: &Manifest) -> Result<()> {
 }
 
 /// Read every locked parquet file of every source, verifying sha256 against the lock.
-pub fn load_items(m: &Manifest, lock: &Lock, cache: &Cache, seed: u64) -> Result<Loaded> {
+pub fn load_items(
+    m: &Manifest,
+    lock: &Lock,
+    cache: &Cache,
+    seed: u64,
+    max_item_bytes: u64,
+) -> Result<Loaded> {
     check_policy(m)?;
     let lock_path = m.lock_path();
     let mut items = Vec::new();
     let mut ranges = Vec::new();
-    let mut skipped_empty = 0;
+    let (mut skipped_empty, mut skipped_oversize, mut kept_without_blank) = (0, 0, 0);
+    let mut skipped = Vec::new();
     for s in &m.sources {
         let ls: &LockedSource = lock.source(&s.name).ok_or_else(|| {
             anyhow::anyhow!(
@@ -183,11 +210,14 @@ pub fn load_items(m: &Manifest, lock: &Lock, cache: &Cache, seed: u64) -> Result
                 id_prefix: &id_prefix,
                 row_offset,
                 seed,
+                max_item_bytes,
             };
             let before = items.len();
             let st = read::read_file(&path, &ctx, &mut items)?;
             row_offset += st.rows;
             skipped_empty += st.skipped_empty;
+            skipped_oversize += st.skipped_oversize;
+            kept_without_blank += st.kept_without_blank;
             ranges.push(ProvenanceRange {
                 source: s.name.clone(),
                 repo: ls.repo.clone(),
@@ -201,19 +231,49 @@ pub fn load_items(m: &Manifest, lock: &Lock, cache: &Cache, seed: u64) -> Result
                 out_row_start: None,
                 out_row_end: None,
             });
+            let kept_note = if st.kept_without_blank > 0 {
+                format!(
+                    "; {} kept without their blank options (listed in blank_options)",
+                    st.kept_without_blank
+                )
+            } else {
+                String::new()
+            };
             tracing::info!(
-                "{}: {} rows, {} items from {}",
+                "{}: {} rows, {} items from {} ({} skipped{kept_note})",
                 s.name,
                 st.rows,
                 st.items,
-                f.path
+                f.path,
+                st.skipped.len()
             );
+            for k in &st.skipped[..st.skipped.len().min(LOG_SKIPPED)] {
+                tracing::warn!(
+                    "{}: {} row {}: skipped: {}",
+                    s.name,
+                    k.file,
+                    k.row,
+                    k.reason
+                );
+            }
+            if st.skipped.len() > LOG_SKIPPED {
+                tracing::warn!(
+                    "{}: {}: {} more skipped rows (all listed by --json)",
+                    s.name,
+                    f.path,
+                    st.skipped.len() - LOG_SKIPPED
+                );
+            }
+            skipped.extend(st.skipped);
         }
     }
     Ok(Loaded {
         items,
         ranges,
         skipped_empty,
+        skipped_oversize,
+        kept_without_blank,
+        skipped,
     })
 }
 
@@ -242,7 +302,7 @@ pub fn run(args: McqArgs) -> Result<()> {
         Some(p) => Some(tokenizer::load(p, args.eos_token.as_deref())?),
         None => None,
     };
-    let loaded = load_items(&m, &lock, &cache, args.seed)?;
+    let loaded = load_items(&m, &lock, &cache, args.seed, args.max_item_bytes)?;
     let mut ranges = loaded.ranges;
     // This worker's items: global item k belongs to worker k % N.
     let items: Vec<McqItem> = loaded
@@ -253,11 +313,39 @@ pub fn run(args: McqArgs) -> Result<()> {
         .map(|(_, it)| it)
         .collect();
     let out = out_dir(&args, slice);
+    // Replace only what an earlier mcq run wrote there; never an input.
+    let inputs: Vec<&std::path::Path> = [
+        Some(args.manifest.as_path()),
+        Some(lock_path.as_path()),
+        args.template.as_deref(),
+        args.tokenizer.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let prompts_path = out.join("prompts.jsonl");
+    let mut claim = Claim::new("mcq", args.force)
+        .keep(["sft"])
+        .inputs(inputs.iter().copied());
+    if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
+        claim = claim.remove(["prompts.jsonl"]);
+    }
+    claim.apply(&out)?;
+    let sft_dir = out.join("sft");
+    if args.tokenizer.is_some() {
+        let mut claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
+        if let Some(old) = outdir::own_index(&sft_dir) {
+            // Its shards, and the decontam report about them (stale once they are replaced).
+            claim = claim
+                .remove(outdir::journal_files(&old))
+                .remove([crate::decontam::report::REPORT_FILE]);
+        }
+        claim.apply(&sft_dir)?;
+    }
     let records: Vec<prompts::PromptRecord> = items
         .iter()
         .map(|it| prompts::PromptRecord::from_item(it, &templates))
         .collect();
-    let prompts_path = out.join("prompts.jsonl");
     prompts::write(&prompts_path, &records)?;
     eprintln!(
         "prompts: {} items → {}",
@@ -265,17 +353,46 @@ pub fn run(args: McqArgs) -> Result<()> {
         prompts_path.display()
     );
 
+    let mut sft_summary = serde_json::Value::Null;
     if let Some(tok) = tok {
         let (rows, too_long) = sft::build_rows(&items, &templates, &tok, args.seq_len)?;
         let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
-        let sft_dir = out.join("sft");
-        // A stale index must not describe new shards: remove it first, write it last.
-        let _ = std::fs::remove_file(sft_dir.join("index.json"));
         std::fs::create_dir_all(&sft_dir)
             .with_context(|| format!("creating {}", sft_dir.display()))?;
         let dtype = crate::shards::Dtype::U32;
-        let mut shards = Vec::new();
+        let mut extra = BTreeMap::new();
+        extra.insert(
+            "mcq".into(),
+            serde_json::json!({
+                "seed": args.seed,
+                "prompt_template": templates.prompt_text,
+                "answer_template": templates.answer_text,
+                "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
+                "worker": slice.to_string(),
+                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint32"},
+            }),
+        );
+        // The journal: written incomplete before the first shard and after each one, so a
+        // rerun after a crash may replace exactly the files it lists.
+        let mut index = Index {
+            version: 1,
+            tool: Index::tool_name(),
+            kind: Kind::Sft,
+            format: args.format.name().into(),
+            seq_len: args.seq_len as u64,
+            dtype: "uint32".into(),
+            tokenizer: tok.info.clone(),
+            shards: Vec::new(),
+            totals: Totals::default(),
+            provenance: Vec::new(),
+            manifest: Some(crate::shards::index::abs_path(&m.path)),
+            lock_sha256: Some(crate::util::sha256_file(&lock_path)?),
+            complete: false,
+            extra,
+        };
+        let is_mds = args.format == ShardFormat::Mds;
         let mut mds_entries = Vec::new();
+        crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
         for (k, chunk) in kept.chunks(args.rows_per_shard.max(1)).enumerate() {
             let batch = sft_shards::to_batch(chunk, args.format)?;
             let mut w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
@@ -283,8 +400,9 @@ pub fn run(args: McqArgs) -> Result<()> {
                 let (name, sha) = sft_shards::write_sidecar(&sft_dir, &w.entry.file, chunk)?;
                 w.entry.extra_files.insert(name, sha);
             }
-            shards.push(w.entry);
+            index.shards.push(w.entry);
             mds_entries.extend(w.mds);
+            crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
         }
         // Provenance documents count what reached the SFT set, per file.
         let mut per_file: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -301,7 +419,7 @@ pub fn run(args: McqArgs) -> Result<()> {
                 .copied()
                 .unwrap_or(0);
         }
-        let tokens: u64 = shards.iter().map(|s| s.tokens).sum();
+        let tokens: u64 = index.shards.iter().map(|s| s.tokens).sum();
         let prompt_tokens: u64 = kept.iter().map(|r| r.prompt_len as u64).sum();
         let mut totals = Totals {
             rows: kept.len() as u64,
@@ -315,36 +433,21 @@ pub fn run(args: McqArgs) -> Result<()> {
         totals
             .extra
             .insert("prompt_tokens".into(), prompt_tokens.into());
-        let mut extra = BTreeMap::new();
-        extra.insert(
-            "mcq".into(),
-            serde_json::json!({
-                "seed": args.seed,
-                "prompt_template": templates.prompt_text,
-                "answer_template": templates.answer_text,
-                "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
-                "worker": slice.to_string(),
-                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint32"},
-            }),
-        );
-        let index = Index {
-            version: 1,
-            tool: Index::tool_name(),
-            kind: Kind::Sft,
-            format: args.format.name().into(),
-            seq_len: args.seq_len as u64,
-            dtype: "uint32".into(),
-            tokenizer: tok.info.clone(),
-            shards,
-            totals,
-            provenance: ranges,
-            manifest: Some(m.path.display().to_string()),
-            lock_sha256: Some(crate::util::sha256_file(&lock_path)?),
-            complete: true,
-            extra,
-        };
-        let mds = (args.format == ShardFormat::Mds).then_some(mds_entries.as_slice());
-        crate::shards::index::save(&sft_dir, &index, mds)?;
+        if loaded.skipped_oversize > 0 {
+            totals
+                .extra
+                .insert("skipped_oversize".into(), loaded.skipped_oversize.into());
+        }
+        if loaded.kept_without_blank > 0 {
+            totals.extra.insert(
+                "kept_without_blank_options".into(),
+                loaded.kept_without_blank.into(),
+            );
+        }
+        index.totals = totals;
+        index.provenance = ranges;
+        index.complete = true;
+        crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
         eprintln!(
             "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
             kept.len(),
@@ -352,6 +455,28 @@ pub fn run(args: McqArgs) -> Result<()> {
             too_long,
             args.seq_len,
             sft_dir.display()
+        );
+        sft_summary = serde_json::json!({
+            "dir": sft_dir.display().to_string(),
+            "rows": kept.len(),
+            "tokens": tokens,
+            "shards": index.shards.len(),
+            "too_long": too_long,
+        });
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "out": out.display().to_string(),
+                "prompts": prompts_path.display().to_string(),
+                "items": records.len(),
+                "skipped_empty": loaded.skipped_empty,
+                "skipped_oversize": loaded.skipped_oversize,
+                "kept_without_blank_options": loaded.kept_without_blank,
+                "skipped": loaded.skipped,
+                "sft": sft_summary,
+            })
         );
     }
     Ok(())

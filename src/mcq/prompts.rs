@@ -23,6 +23,9 @@ pub struct PromptRecord {
     pub prompt: String,
     pub options: Vec<String>,
     pub gold: String,
+    /// Source options left out because they were blank (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blank_options: Vec<String>,
 }
 
 impl PromptRecord {
@@ -37,6 +40,7 @@ impl PromptRecord {
             prompt: templates.prompt(item),
             options: item.options.clone(),
             gold: item.gold_letter().to_string(),
+            blank_options: item.blank_options.clone(),
         }
     }
 
@@ -67,19 +71,33 @@ pub fn write(path: &Path, records: &[PromptRecord]) -> Result<()> {
         }
     }
     let tmp = crate::util::temp_path(path);
-    {
+    let written = (|| -> Result<()> {
         let f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut w = BufWriter::new(f);
         for r in records {
-            serde_json::to_writer(&mut w, r)?;
-            w.write_all(b"\n")?;
+            serde_json::to_writer(&mut w, r)
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            w.write_all(b"\n")
+                .with_context(|| format!("writing {}", tmp.display()))?;
         }
         let f = w
             .into_inner()
-            .map_err(|e| anyhow!("writing {}: {e}", tmp.display()))?;
-        f.sync_all()?;
+            .map_err(|e| anyhow!("writing {}: {}", tmp.display(), e.error()))?;
+        f.sync_all()
+            .with_context(|| format!("fsync {}", tmp.display()))?;
+        crate::util::commit_rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // A full disk (or any failure) leaves no hidden temp file behind.
+        let _ = std::fs::remove_file(&tmp);
     }
-    crate::util::commit_rename(&tmp, path)
+    written
+}
+
+/// Whether `path` is a prompts.jsonl this tool wrote: every line a valid prompt record
+/// (contract 5, each carrying its own provenance). Such a file may be replaced by a rerun.
+pub fn is_own_file(path: &Path) -> bool {
+    read(path).is_ok()
 }
 
 /// Read and validate prompts.jsonl; errors name the file and 1-based line.

@@ -25,13 +25,30 @@ pub enum Layout {
     MmluFlat,
 }
 
+/// A row that produced no item, and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Skipped {
+    /// The locked file (repo-relative path).
+    pub file: String,
+    /// Row of that file, 0-based.
+    pub row: u64,
+    pub reason: String,
+}
+
 /// Counts of rows read and skipped, per file.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReadStats {
     pub rows: u64,
     pub items: u64,
-    /// Rows with an empty question or an empty option.
+    /// Rows skipped for blank text: a blank question or correct answer, or fewer than two
+    /// non-blank options.
     pub skipped_empty: u64,
+    /// Rows skipped because question plus options exceed `--max-item-bytes`.
+    pub skipped_oversize: u64,
+    /// Items kept without their blank options (each lists them in `blank_options`).
+    pub kept_without_blank: u64,
+    /// Every skipped row with its reason, in row order.
+    pub skipped: Vec<Skipped>,
 }
 
 fn detect(batch: &RecordBatch) -> Option<Layout> {
@@ -58,6 +75,8 @@ pub struct FileCtx<'a> {
     /// Rows of this source's earlier files, so ids are unique across a source's files.
     pub row_offset: u64,
     pub seed: u64,
+    /// Largest question plus options, in UTF-8 bytes (`--max-item-bytes`).
+    pub max_item_bytes: u64,
 }
 
 /// Read every row of `path` (a parquet file) into `out`.
@@ -71,7 +90,17 @@ pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<R
     let mut stats = ReadStats::default();
     let mut layout = None;
     for batch in reader {
-        let batch = batch.with_context(|| format!("decoding {}", path.display()))?;
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                // Name the row: invalid UTF-8 is found by a raw scan of the string columns.
+                if let Some((row, what)) = crate::sources::parquet::first_invalid_utf8_in(path, &[])
+                {
+                    bail!("{} row {row}: {what}", path.display());
+                }
+                return Err(e).with_context(|| format!("decoding {}", path.display()));
+            }
+        };
         let l = match layout {
             Some(l) => l,
             None => {
@@ -130,19 +159,38 @@ fn read_batch(
                 let question = req(q, i, "question", row)?;
                 let correct = req(c, i, "correct_answer", row)?;
                 let mut distractors = Vec::with_capacity(3);
+                let mut blank = Vec::new();
                 for (k, dc) in d.iter().enumerate() {
-                    distractors.push(req(*dc, i, &format!("distractor{}", k + 1), row)?);
+                    let name = format!("distractor{}", k + 1);
+                    let v = req(*dc, i, &name, row)?;
+                    if v.trim().is_empty() {
+                        blank.push(name);
+                    } else {
+                        distractors.push(v.trim().to_string());
+                    }
                 }
-                if question.trim().is_empty()
-                    || correct.trim().is_empty()
-                    || distractors.iter().any(|x| x.trim().is_empty())
-                {
-                    stats.skipped_empty += 1;
+                let blank_reason = if question.trim().is_empty() {
+                    Some("question is blank".to_string())
+                } else if correct.trim().is_empty() {
+                    Some("correct_answer is blank".to_string())
+                } else if distractors.is_empty() {
+                    Some(format!(
+                        "fewer than two non-blank options ({} blank)",
+                        blank.join(", ")
+                    ))
+                } else {
+                    None
+                };
+                if let Some(reason) = blank_reason {
+                    skip(stats, ctx, row, reason, false);
                     continue;
                 }
                 let id = item_id(ctx, row);
-                let (options, gold) = shuffle_options(ctx.seed, &id, correct, distractors);
-                push(out, stats, ctx, path, row, id, question, options, gold)?;
+                let (options, gold) =
+                    shuffle_options(ctx.seed, &id, correct.trim().to_string(), distractors);
+                push(
+                    out, stats, ctx, path, row, id, question, options, gold, blank,
+                )?;
             }
         }
         Layout::MmluStruct | Layout::MmluFlat => {
@@ -186,18 +234,52 @@ fn read_batch(
                         path.display()
                     )
                 })?;
-                if question.trim().is_empty() || options.iter().any(|x| x.trim().is_empty()) {
-                    stats.skipped_empty += 1;
-                    continue;
-                }
                 let gold = usize::try_from(answer).map_err(|_| {
                     anyhow!(
                         "{} row {row}: negative answer index {answer}",
                         path.display()
                     )
                 })?;
+                if gold >= options.len() {
+                    bail!(
+                        "{} row {row}: answer index {gold} out of range for {} choices",
+                        path.display(),
+                        options.len()
+                    );
+                }
+                // Blank choices are left out; the gold index follows its option.
+                let blank: Vec<String> = (0..options.len())
+                    .filter(|&k| options[k].trim().is_empty())
+                    .map(|k| format!("choices[{k}]"))
+                    .collect();
+                let kept: Vec<String> = options
+                    .iter()
+                    .filter(|o| !o.trim().is_empty())
+                    .map(|o| o.trim().to_string())
+                    .collect();
+                let blank_reason = if question.trim().is_empty() {
+                    Some("question is blank".to_string())
+                } else if options[gold].trim().is_empty() {
+                    Some(format!("the correct choice (choices[{gold}]) is blank"))
+                } else if kept.len() < 2 {
+                    Some(format!(
+                        "fewer than two non-blank options ({} blank)",
+                        blank.join(", ")
+                    ))
+                } else {
+                    None
+                };
+                if let Some(reason) = blank_reason {
+                    skip(stats, ctx, row, reason, false);
+                    continue;
+                }
+                let gold = gold
+                    - options[..gold]
+                        .iter()
+                        .filter(|o| o.trim().is_empty())
+                        .count();
                 let id = item_id(ctx, row);
-                push(out, stats, ctx, path, row, id, question, options, gold)?;
+                push(out, stats, ctx, path, row, id, question, kept, gold, blank)?;
             }
         }
     }
@@ -208,6 +290,22 @@ fn item_id(ctx: &FileCtx, row: u64) -> String {
     format!("{}-{:06}", ctx.id_prefix, ctx.row_offset + row)
 }
 
+/// Count and name a row that gives no item.
+fn skip(stats: &mut ReadStats, ctx: &FileCtx, row: u64, reason: String, oversize: bool) {
+    if oversize {
+        stats.skipped_oversize += 1;
+    } else {
+        stats.skipped_empty += 1;
+    }
+    stats.skipped.push(Skipped {
+        file: ctx.prov.file.clone(),
+        row,
+        reason,
+    });
+}
+
+/// Add an item: text trimmed exactly as the template renders it (so prompts.jsonl's `options`
+/// agree with the prompt), oversized items skipped and named.
 #[allow(clippy::too_many_arguments)]
 fn push(
     out: &mut Vec<McqItem>,
@@ -219,11 +317,28 @@ fn push(
     question: String,
     options: Vec<String>,
     gold: usize,
+    blank_options: Vec<String>,
 ) -> Result<()> {
+    let question = question.trim().to_string();
+    let options: Vec<String> = options.iter().map(|o| o.trim().to_string()).collect();
+    let bytes = question.len() as u64 + options.iter().map(|o| o.len() as u64).sum::<u64>();
+    if bytes > ctx.max_item_bytes {
+        let reason = format!(
+            "question and options are {bytes} bytes, over --max-item-bytes {}",
+            ctx.max_item_bytes
+        );
+        skip(stats, ctx, row, reason, true);
+        return Ok(());
+    }
     let mut prov = ctx.prov.clone();
     prov.row = row;
     let what = format!("{} row {row}", path.display());
-    out.push(McqItem::new(id, prov, question, options, gold, &what)?);
+    let mut item = McqItem::new(id, prov, question, options, gold, &what)?;
+    if !blank_options.is_empty() {
+        stats.kept_without_blank += 1;
+    }
+    item.blank_options = blank_options;
+    out.push(item);
     stats.items += 1;
     Ok(())
 }

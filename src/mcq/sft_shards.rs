@@ -210,16 +210,46 @@ pub fn megatron_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
         b.len() >= 34 && &b[..9] == crate::shards::megatron::MAGIC,
         bad()
     );
-    let s = u64::from_le_bytes(b[18..26].try_into().unwrap()) as usize;
-    let d = u64::from_le_bytes(b[26..34].try_into().unwrap()) as usize;
-    ensure!(b.len() == 34 + 12 * s + 8 * d, bad());
-    let lens = (0..s)
-        .map(|i| i32::from_le_bytes(b[34 + 4 * i..38 + 4 * i].try_into().unwrap()) as u32)
-        .collect();
+    let s = u64::from_le_bytes(b[18..26].try_into().unwrap());
+    let d = u64::from_le_bytes(b[26..34].try_into().unwrap());
+    // Checked: a hostile header must not overflow into a length that matches.
+    let want = 12u64
+        .checked_mul(s)
+        .zip(8u64.checked_mul(d))
+        .and_then(|(a, c)| a.checked_add(c)?.checked_add(34));
+    ensure!(want == Some(b.len() as u64), bad());
+    let (s, d) = (s as usize, d as usize);
+    let lens: Vec<u32> = (0..s)
+        .map(|i| i32::from_le_bytes(b[34 + 4 * i..38 + 4 * i].try_into().unwrap()))
+        .map(|l| {
+            u32::try_from(l)
+                .map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display()))
+        })
+        .collect::<Result<_>>()?;
     let p = 34 + 12 * s;
-    let docs = (0..d)
+    let docs: Vec<u64> = (0..d)
         .map(|i| i64::from_le_bytes(b[p + 8 * i..p + 8 + 8 * i].try_into().unwrap()) as u64)
         .collect();
+    // Document indices must walk the sequences in order, and a document's tokens fit u32.
+    for (k, w) in docs.windows(2).enumerate() {
+        ensure!(
+            w[0] <= w[1] && w[1] <= s as u64,
+            "{}: document index {} ({}..{}) out of order or past the {s} sequences",
+            idx_path.display(),
+            k,
+            w[0],
+            w[1]
+        );
+        let sum: u64 = lens[w[0] as usize..w[1] as usize]
+            .iter()
+            .map(|&l| l as u64)
+            .sum();
+        ensure!(
+            sum <= u32::MAX as u64,
+            "{}: document {k} has {sum} tokens",
+            idx_path.display()
+        );
+    }
     Ok((lens, docs))
 }
 

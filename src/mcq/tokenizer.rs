@@ -60,7 +60,7 @@ pub fn load(path: &Path, eos_override: Option<&str>) -> Result<LoadedTokenizer> 
     Ok(LoadedTokenizer {
         tok,
         info: TokenizerInfo {
-            path: file.display().to_string(),
+            path: crate::shards::index::abs_path(&file),
             sha256,
             eos_token,
             eos_id,

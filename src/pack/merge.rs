@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::packer::{shuffle_rows, Packer};
 use super::ShardFormat;
 use crate::shards::index::{self, Index, ProvenanceRange};
+use crate::shards::outdir::{self, Claim};
 use crate::shards::{Dtype, RowBatch};
 
 /// One row of a part: ids and its `doc_offsets`.
@@ -101,8 +102,10 @@ fn parse_format(s: &str) -> Result<ShardFormat> {
 }
 
 /// Merge `out/parts/*` into `out`. Refuses missing or incomplete parts (by name) and parts of
-/// different runs; writes the index last, then removes `parts/`.
-pub fn merge_dir(out: &Path) -> Result<Value> {
+/// different runs; journals each shard in an incomplete index, marks it complete last, then
+/// removes `parts/`. `OUT` may hold only `parts/` and what an earlier merge's journal lists
+/// (`force`: also dlm-data's own files); anything else is refused before a byte is written.
+pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let parts_root = out.join("parts");
     let mut names: Vec<String> = std::fs::read_dir(&parts_root)
@@ -173,6 +176,14 @@ pub fn merge_dir(out: &Path) -> Result<Value> {
         _ => Dtype::U32,
     };
     let seq_len = first.seq_len as usize;
+    if !(1..=crate::cli::sizes::MAX_TOKENS as usize).contains(&seq_len) {
+        bail!(
+            "{}: seq_len {} out of range (1 to {})",
+            index::index_path(&parts[0].dir).display(),
+            first.seq_len,
+            crate::cli::sizes::MAX_TOKENS
+        );
+    }
     let shard_bytes = args["shard_bytes"].as_u64().context("args.shard_bytes")?;
     let rows_per_shard = (shard_bytes / (seq_len as u64 * 4)).max(1) as usize;
     let shuffle = args["shuffle_seed"].as_u64();
@@ -190,6 +201,14 @@ pub fn merge_dir(out: &Path) -> Result<Value> {
         .and_then(Value::as_array)
         .cloned()
         .context("part index lacks its unit list")?;
+
+    let mut claim = Claim::new("merge", force).keep(["parts"]);
+    if let Some(old) = outdir::own_index(out) {
+        claim = claim
+            .remove(outdir::journal_files(&old))
+            .remove(outdir::shard_files(&old.format, old.shards.len()));
+    }
+    claim.apply(out)?;
 
     let mut packer = Packer::new(seq_len, rows_per_shard);
     let mut n = 0usize;
@@ -222,7 +241,12 @@ pub fn merge_dir(out: &Path) -> Result<Value> {
         if let Some(m) = w.mds {
             mds.push(m);
         }
-        Ok(())
+        // The journal: a rerun after a crash may replace exactly these files.
+        index::save(
+            out,
+            merged,
+            (format == ShardFormat::Mds).then_some(&mds[..]),
+        )
     };
     let mut provenance: Vec<ProvenanceRange> = Vec::new();
     for u in &units {

@@ -38,8 +38,19 @@
 //! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
 //! required.
 
+//!
+//! # The output directory
+//! `--out` is claimed before anything is written ([`crate::shards::outdir`]): a run deletes or
+//! overwrites only files its own journal proves it wrote — on resume, the one shard an
+//! interrupted writer renamed before journaling it, and `.NAME.tmp*` temp files. A fresh run
+//! into a directory holding anything else is refused naming the file (exit 2); `--force`
+//! clears dlm-data's own formats (index.json, part-*/shard.* shards), never an input and never
+//! any other file. On a write failure (a full disk) the error names the file and the OS error,
+//! no temp file is left, and index.json stays `"complete": false`.
+
 pub mod bpe;
 pub mod merge;
+pub mod oversize;
 pub mod packer;
 pub mod pipeline;
 pub mod plan;
@@ -93,7 +104,7 @@ pub enum Oversize {
     Skip,
 }
 
-fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
     let (num, mult) = match t.chars().last() {
         Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
@@ -107,7 +118,14 @@ fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     if !(v.is_finite() && v >= 1.0) {
         return Err(format!("{s:?}: must be at least 1 byte"));
     }
-    Ok((v * mult as f64) as u64)
+    let bytes = v * mult as f64;
+    if bytes > crate::cli::sizes::MAX_BYTES as f64 {
+        return Err(format!(
+            "{s:?}: more than {} GiB",
+            crate::cli::sizes::MAX_BYTES >> 30
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 /// `dlm-data pack (--manifest FILE | --input FILE.parquet [--text-column NAME]) --tokenizer PATH --out DIR ...`
@@ -125,7 +143,8 @@ pub struct PackArgs {
     pub tokenizer: PathBuf,
     #[arg(long)]
     pub out: PathBuf,
-    #[arg(long, default_value_t = 2048)]
+    /// Tokens per row (1 to 2^20).
+    #[arg(long, default_value_t = 2048, value_parser = crate::cli::sizes::tokens())]
     pub seq_len: usize,
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
@@ -148,23 +167,23 @@ pub struct PackArgs {
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
     /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
     pub cache: Option<PathBuf>,
     /// Read straight from the Hub by HTTP Range instead of the cache (manifest parquet/JSON
     /// sources; the lock beside the manifest is used when present).
-    #[arg(long, requires = "manifest")]
+    #[arg(long, requires = "manifest", conflicts_with = "input")]
     pub stream: bool,
     /// With --stream: the download log (default: <cache>/download.log).
     #[arg(long, requires = "stream")]
     pub log: Option<PathBuf>,
     /// With --stream: failed attempts tolerated per request before giving up.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = crate::cli::sizes::u32_in(0, crate::cli::sizes::MAX_RETRIES))]
     pub retries: u32,
     /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = crate::cli::sizes::u64_in(0, crate::cli::sizes::MAX_RETRY_BASE_MS))]
     pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
     #[arg(long)]
@@ -186,12 +205,20 @@ pub struct PackArgs {
     /// Documents larger than this (UTF-8 bytes) are oversized.
     #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
     pub max_doc_bytes: u64,
+    /// Documents holding a run of non-whitespace longer than this (one pre-token, whose BPE
+    /// memory grows ~75x its length) are oversized too.
+    #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
+    pub max_word_bytes: u64,
     /// Policy for oversized documents.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_oversize: Oversize,
     /// Always encode through the `tokenizers` crate (disable the exact fast BPE path).
     #[arg(long)]
     pub no_fast_tokenizer: bool,
+    /// Clear dlm-data's own files (index.json, part-*/shard.* shards) that no matching journal
+    /// in --out accounts for, instead of refusing; never an input, never any other file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(args: PackArgs) -> Result<()> {

@@ -17,6 +17,7 @@ use super::tokenize::{BoundaryFlags, DocTokenizer};
 use super::{DtypeArg, Oversize, PackArgs, ShardFormat};
 use crate::hub::cache::Cache;
 use crate::shards::index::{self, Index, Kind, ProvenanceRange, TokenizerInfo, Totals};
+use crate::shards::outdir::{self, Claim};
 use crate::shards::{Dtype, RowBatch};
 use crate::sources::{Outcome, Stop};
 use crate::worker::WorkerSlice;
@@ -158,7 +159,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         .map(|(_, u)| u.clone())
         .collect();
     let fingerprint = fingerprint(&args, &plan, &tok, dtype, worker);
-    let (prior, cursor) = match resume::inspect(&out_dir, &fingerprint)? {
+    let (prior, cursor) = match resume::inspect(&out_dir, &fingerprint, args.force)? {
         Found::Complete(idx) => {
             eprintln!(
                 "{}: already complete ({} shards, {} rows); nothing to do",
@@ -189,7 +190,16 @@ pub fn run(args: PackArgs) -> Result<()> {
             },
         ),
     };
-    resume::clean_leftovers(&out_dir, prior.as_deref())?;
+    // Delete or overwrite only what the journal proves this tool wrote; never an input.
+    let mut claim = Claim::new("pack", args.force)
+        .inputs(plan.units.iter().map(|u| u.path.as_path()))
+        .inputs(std::iter::once(args.tokenizer.as_path()));
+    if let Some(p) = &prior {
+        claim = claim
+            .keep(outdir::journal_files(p))
+            .remove(outdir::shard_files(&p.format, p.shards.len()));
+    }
+    claim.apply(&out_dir)?;
 
     let base = Index {
         version: 1,
@@ -199,7 +209,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         seq_len: args.seq_len as u64,
         dtype: dtype.name().into(),
         tokenizer: TokenizerInfo {
-            path: tok.json_path.display().to_string(),
+            path: index::abs_path(&tok.json_path),
             sha256: tok.sha256.clone(),
             eos_token: tok.eos.as_ref().map(|e| e.0.clone()).unwrap_or_default(),
             eos_id: tok.eos.as_ref().map(|e| e.1).unwrap_or(u32::MAX),
@@ -208,7 +218,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         shards: prior.as_ref().map(|i| i.shards.clone()).unwrap_or_default(),
         totals: cursor.totals.clone(),
         provenance: cursor.provenance.clone(),
-        manifest: plan.manifest.as_ref().map(|p| p.display().to_string()),
+        manifest: plan.manifest.as_deref().map(index::abs_path),
         lock_sha256: plan.lock_sha256.clone(),
         complete: false,
         extra: {
@@ -330,6 +340,8 @@ pub fn run(args: PackArgs) -> Result<()> {
         .map_err(|_| anyhow!("writer thread panicked"))?;
     let _ = reader.join();
     let final_idx = match (result, wres) {
+        // The writer failed first (a full disk...): its error names the file.
+        (Err(e), Err(we)) if e.is::<WriterStopped>() => return Err(we),
         (Err(e), _) => return Err(e),
         (Ok(()), Err(e)) => return Err(e),
         (Ok(()), Ok(idx)) => idx,
@@ -396,6 +408,7 @@ fn fingerprint(
         "tokens": args.tokens,
         "shard_bytes": args.shard_bytes,
         "max_doc_bytes": args.max_doc_bytes,
+        "max_word_bytes": args.max_word_bytes,
         "on_oversize": format!("{:?}", args.on_oversize),
         "worker": [worker.index, worker.count],
     })
@@ -510,7 +523,7 @@ fn pack_loop(
     let progress = Progress::new(ctx.units, st.unit);
     let send = |batch: RowBatch, cursor: Option<Cursor>| -> Result<()> {
         wtx.send(WriteMsg::Shard { batch, cursor })
-            .map_err(|_| anyhow!("shard writer stopped"))
+            .map_err(|_| anyhow::Error::new(WriterStopped))
     };
     for msg in rx {
         match msg {
@@ -571,14 +584,21 @@ fn pack_loop(
                 let mut texts: Vec<&str> = Vec::new();
                 let mut keep: Vec<bool> = Vec::with_capacity(items.len());
                 for (row, o) in &items {
+                    let too_big = match o {
+                        Outcome::Text(t) => super::oversize::reason(
+                            t,
+                            ctx.args.max_doc_bytes,
+                            ctx.args.max_word_bytes,
+                        ),
+                        _ => None,
+                    };
                     match o {
-                        Outcome::Text(t) if t.len() as u64 > ctx.args.max_doc_bytes => {
+                        Outcome::Text(_) if too_big.is_some() => {
                             if ctx.args.on_oversize == Oversize::Fail {
                                 return Err(anyhow!(
-                                    "{}: row {row}: document of {} bytes exceeds --max-doc-bytes {} (policy: fail; use --on-oversize skip to skip and count such documents)",
+                                    "{}: row {row}: {} (policy: fail; use --on-oversize skip to skip and count such documents)",
                                     u.file,
-                                    t.len(),
-                                    ctx.args.max_doc_bytes
+                                    too_big.unwrap_or_default()
                                 ));
                             }
                             keep.push(false);
@@ -686,9 +706,20 @@ fn pack_loop(
         totals: st.totals,
         provenance: st.provenance,
     })
-    .map_err(|_| anyhow!("shard writer stopped"))?;
+    .map_err(|_| anyhow::Error::new(WriterStopped))?;
     Ok(())
 }
+
+/// The writer thread is gone (its own error, naming the file, is the one to report).
+#[derive(Debug)]
+struct WriterStopped;
+
+impl std::fmt::Display for WriterStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "shard writer stopped")
+    }
+}
+impl std::error::Error for WriterStopped {}
 
 /// The writer thread: write each shard durably, then journal it in the index.
 #[allow(clippy::too_many_arguments)]

@@ -5,8 +5,11 @@
 //! remaining shards byte-identically to an uninterrupted run.
 //!
 //! A rerun refuses an output directory written with different arguments (the `args`
-//! fingerprint), re-verifies the recorded shards (size of each, sha256 of the last), and
-//! deletes leftovers of the interrupted write (temp files, shards not yet recorded).
+//! fingerprint), re-verifies the recorded shards (size of each, sha256 of the last); the
+//! caller's [`crate::shards::outdir::Claim`] then removes the leftovers of the interrupted
+//! write (temp files, the one shard renamed before it was journaled) and refuses anything else.
+//! With `--force` a foreign or unreadable index counts as no index (a fresh start whose claim
+//! may clear dlm-data's own files).
 
 use std::path::Path;
 
@@ -47,16 +50,23 @@ pub enum Found {
 }
 
 /// Inspect `dir` for a previous run with fingerprint `args`.
-pub fn inspect(dir: &Path, args: &serde_json::Value) -> Result<Found> {
+pub fn inspect(dir: &Path, args: &serde_json::Value, force: bool) -> Result<Found> {
     let p = crate::shards::index::index_path(dir);
     if !p.exists() {
         return Ok(Found::Fresh);
     }
-    let idx = crate::shards::index::load(dir)?;
+    let idx = match crate::shards::index::load(dir) {
+        Ok(i) => i,
+        Err(_) if force => return Ok(Found::Fresh),
+        Err(e) => return Err(e),
+    };
     let prev = idx.extra.get("args");
+    if prev != Some(args) && force {
+        return Ok(Found::Fresh);
+    }
     if prev != Some(args) {
         return Err(crate::error::usage(format!(
-            "{} was written by a different pack command (arguments, inputs or tokenizer differ); use a new --out or remove it",
+            "{} was written by a different pack command (arguments, inputs or tokenizer differ); use a new --out, or --force to replace dlm-data's own files there",
             p.display()
         )));
     }
@@ -95,32 +105,4 @@ pub fn inspect(dir: &Path, args: &serde_json::Value) -> Result<Found> {
         }
     }
     Ok(Found::Resume(Box::new(idx), cursor))
-}
-
-/// Remove temp files and shard files that the index does not list (an interrupted write).
-pub fn clean_leftovers(dir: &Path, idx: Option<&Index>) -> Result<()> {
-    let keep: std::collections::HashSet<String> = idx
-        .map(|i| {
-            i.shards
-                .iter()
-                .flat_map(|s| std::iter::once(s.file.clone()).chain(s.extra_files.keys().cloned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let ours = (name.starts_with('.') && name.contains(".tmp"))
-            || ((name.starts_with("part-") || name.starts_with("shard."))
-                && (name.ends_with(".parquet")
-                    || name.ends_with(".bin")
-                    || name.ends_with(".idx")
-                    || name.ends_with(".mds.zstd")));
-        if ours && !keep.contains(&name) {
-            std::fs::remove_file(e.path())?;
-        }
-    }
-    Ok(())
 }

@@ -31,7 +31,7 @@ pub enum Kind {
 /// The tokenizer the ids came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenizerInfo {
-    /// Path of the tokenizer.json as given.
+    /// Absolute path of the tokenizer.json (see [`abs_path`]).
     pub path: String,
     /// sha256 of tokenizer.json.
     pub sha256: String,
@@ -125,6 +125,16 @@ impl Index {
     pub fn tool_name() -> String {
         format!("dlm-data {}", env!("CARGO_PKG_VERSION"))
     }
+}
+
+/// A path as index.json records it: absolute (symlinks resolved when it exists), so a reader
+/// started from another working directory finds it.
+pub fn abs_path(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// Path of the index file in `dir`.

@@ -10,6 +10,7 @@ pub mod index;
 pub mod mds;
 pub mod mds_read;
 pub mod megatron;
+pub mod outdir;
 pub mod parquet;
 
 use std::collections::BTreeMap;
@@ -110,15 +111,20 @@ pub struct WrittenShard {
 pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(String, u64)> {
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
-    {
+    let written = (|| -> Result<()> {
         let mut f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         f.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
         f.sync_all()
             .with_context(|| format!("fsync {}", tmp.display()))?;
+        crate::util::commit_rename(&tmp, &path)
+    })();
+    if let Err(e) = written {
+        // A full disk (or any failure) leaves no temp file behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.context(format!("writing {}", path.display())));
     }
-    crate::util::commit_rename(&tmp, &path)?;
     Ok((crate::util::sha256_hex(bytes), bytes.len() as u64))
 }
 

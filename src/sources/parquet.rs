@@ -5,6 +5,11 @@
 //!
 //! A decode error (e.g. invalid UTF-8) is located exactly: the failing batch is re-read one
 //! row at a time so the message names the row.
+//!
+//! Only text is packed as text: a template field must be a string column (utf8, large_utf8,
+//! utf8_view, a dictionary of those) or a binary column holding UTF-8 (each value checked; the
+//! first invalid one is named by row). Any other type (int64, list<string>, struct, ...) is
+//! refused naming the column and its type, never stringified.
 
 use std::fs::File;
 use std::path::Path;
@@ -64,7 +69,13 @@ fn projection(
 }
 
 /// Resolve a field path in a batch to a Utf8 array plus the arrays whose nulls also null it.
-fn resolve(batch: &RecordBatch, path: &[String], name: &str) -> Result<(Vec<ArrayRef>, ArrayRef)> {
+/// `first_row` is the file row of the batch's first row (for errors).
+fn resolve(
+    batch: &RecordBatch,
+    path: &[String],
+    name: &str,
+    first_row: u64,
+) -> Result<(Vec<ArrayRef>, ArrayRef)> {
     let mut chain: Vec<ArrayRef> = Vec::new();
     let mut cur: ArrayRef = batch
         .column_by_name(&path[0])
@@ -85,17 +96,79 @@ fn resolve(batch: &RecordBatch, path: &[String], name: &str) -> Result<(Vec<Arra
         chain.push(cur);
         cur = child;
     }
+    let field = path.join(".");
+    if !is_text_type(cur.data_type()) {
+        return Err(anyhow!(
+            "{name}: column {field:?} has type {}, not text (utf8, large_utf8, utf8_view or binary holding UTF-8); name a string column",
+            cur.data_type()
+        ));
+    }
+    if let Some((i, e)) = first_invalid_binary(cur.as_ref()) {
+        return Err(anyhow!(
+            "{name}: row {}: column {field:?} ({}): invalid UTF-8 ({e})",
+            first_row + i as u64,
+            cur.data_type()
+        ));
+    }
     let text = match cur.data_type() {
         DataType::Utf8 => cur,
         _ => arrow::compute::cast(&cur, &DataType::Utf8).map_err(|e| {
             anyhow!(
-                "{name}: field {} ({}) cannot be read as text: {e}",
-                path.join("."),
+                "{name}: rows from {first_row}: column {field:?} ({}) cannot be read as text: {e}",
                 cur.data_type()
             )
         })?,
     };
     Ok((chain, text))
+}
+
+/// String types, binary types (checked for UTF-8), and dictionaries of them.
+fn is_text_type(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView => true,
+        DataType::Dictionary(_, v) => is_text_type(v),
+        _ => false,
+    }
+}
+
+/// The first non-null value of a binary array that is not UTF-8: (index, error).
+fn first_invalid_binary(a: &dyn Array) -> Option<(usize, std::str::Utf8Error)> {
+    fn check<'a>(
+        a: &dyn Array,
+        get: impl Fn(usize) -> &'a [u8],
+    ) -> Option<(usize, std::str::Utf8Error)> {
+        (0..a.len()).find_map(|i| {
+            if a.is_null(i) {
+                return None;
+            }
+            std::str::from_utf8(get(i)).err().map(|e| (i, e))
+        })
+    }
+    match a.data_type() {
+        DataType::Binary => {
+            let b = a.as_binary::<i32>();
+            check(a, |i| b.value(i))
+        }
+        DataType::LargeBinary => {
+            let b = a.as_binary::<i64>();
+            check(a, |i| b.value(i))
+        }
+        DataType::BinaryView => {
+            let b = a.as_binary_view();
+            check(a, |i| b.value(i))
+        }
+        DataType::Dictionary(_, v) if matches!(**v, DataType::Binary | DataType::LargeBinary) => {
+            // Check the dictionary's values once; name the first row that uses a bad one.
+            let values = arrow::compute::cast(a, v).ok()?;
+            first_invalid_binary(values.as_ref())
+        }
+        _ => None,
+    }
 }
 
 fn emit_batch(
@@ -107,7 +180,7 @@ fn emit_batch(
 ) -> Result<()> {
     let mut cols = Vec::new();
     for f in tpl.fields() {
-        cols.push(resolve(batch, f, name)?);
+        cols.push(resolve(batch, f, name, first_row)?);
     }
     let mut vals: Vec<Option<&str>> = vec![None; cols.len()];
     for i in 0..batch.num_rows() {
@@ -128,17 +201,33 @@ fn emit_batch(
 /// The first row whose raw bytes in one of the template's string columns are not UTF-8,
 /// read with the low-level column reader (no validation, dictionary pages included).
 fn first_invalid_utf8(path: &Path, tpl: &Template) -> Option<(u64, String)> {
+    let wanted: Vec<String> = tpl.fields().iter().map(|f| f.join(".")).collect();
+    first_invalid_utf8_in(path, &wanted)
+}
+
+/// [`first_invalid_utf8`] over the named leaf columns (`a.b` for nested fields; all string
+/// leaf columns when `wanted` is empty): (row, what).
+pub fn first_invalid_utf8_in(path: &Path, wanted: &[String]) -> Option<(u64, String)> {
     use parquet::column::reader::ColumnReader;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let r = SerializedFileReader::new(File::open(path).ok()?).ok()?;
-    let wanted: Vec<String> = tpl.fields().iter().map(|f| f.join(".")).collect();
     let mut base = 0u64;
     for g in 0..r.num_row_groups() {
         let rg = r.get_row_group(g).ok()?;
         let rows = rg.metadata().num_rows() as u64;
         for (ci, col) in rg.metadata().schema_descr().columns().iter().enumerate() {
             let cpath = col.path().string();
-            if !wanted.contains(&cpath) || col.max_rep_level() > 0 {
+            let is_text = col.converted_type() == parquet::basic::ConvertedType::UTF8
+                || matches!(
+                    col.logical_type_ref(),
+                    Some(parquet::basic::LogicalType::String)
+                );
+            let skip = if wanted.is_empty() {
+                !is_text
+            } else {
+                !wanted.contains(&cpath)
+            };
+            if skip || col.max_rep_level() > 0 {
                 continue;
             }
             let Ok(ColumnReader::ByteArrayColumnReader(mut cr)) = rg.get_column_reader(ci) else {

@@ -260,6 +260,35 @@ pub fn log_line(src: &str, role: &str, repo: &str, commit: &str, f: &LockedFile)
 /// Build the world. `sciq_override` lets a test replace sciq train questions (e.g. plant
 /// a benchmark question).
 pub fn world_with(sciq_train: Vec<String>) -> World {
+    world_with_sciq(sciq_batch(&sciq_train, 11))
+}
+
+/// `batch` with string column `name`'s row `row` replaced by `value`.
+pub fn set_cell(batch: &RecordBatch, name: &str, row: usize, value: &str) -> RecordBatch {
+    use arrow::array::AsArray;
+    let i = batch.schema().index_of(name).unwrap();
+    let old = batch.column(i).as_string::<i32>();
+    let vals: Vec<String> = (0..old.len())
+        .map(|k| {
+            if k == row {
+                value.to_string()
+            } else {
+                old.value(k).to_string()
+            }
+        })
+        .collect();
+    let mut cols = batch.columns().to_vec();
+    cols[i] = strings(&vals);
+    RecordBatch::try_new(batch.schema(), cols).unwrap()
+}
+
+/// The world with this sciq train batch (see [`sciq_batch`]).
+pub fn world_with_sciq(sciq_train: RecordBatch) -> World {
+    world_with_sciq_file(parquet_bytes(sciq_train))
+}
+
+/// The world with these bytes as the sciq train parquet file.
+pub fn world_with_sciq_file(sciq_train: Vec<u8>) -> World {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let cache = root.join("cache");
@@ -272,7 +301,7 @@ pub fn world_with(sciq_train: Vec<String>) -> World {
         "allenai/sciq",
         SCIQ_COMMIT,
         SCIQ_TRAIN,
-        &parquet_bytes(sciq_batch(&sciq_train, 11)),
+        &sciq_train,
     );
     let aux_q = questions(22, MMLU_ROWS, 14);
     let aux = cache_put(

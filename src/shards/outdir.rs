@@ -1,0 +1,255 @@
+//! Claiming an output directory: a command deletes or overwrites only files its own journal
+//! proves it wrote, and never an input.
+//!
+//! Before `pack`, `merge`, `mcq` or `decontam --drop` write into a directory they *claim* it
+//! ([`Claim::apply`]). Every entry already there is one of:
+//! - **kept**: files this run continues from (a resumed pack's recorded shards) and the
+//!   subdirectories the command owns (`parts/`, `sft/`);
+//! - **removable**: files a dlm-data journal there proves this tool wrote ([`journal_files`]:
+//!   the shards an `index.json` lists, the index itself, and the one shard an interrupted
+//!   writer may have renamed before journaling it), and this tool's own temp files
+//!   (`.NAME.tmp`, `.NAME.tmp-PID`);
+//! - **anything else**: refused, naming the file (exit 2) — before anything is removed. With
+//!   `--force`, files of dlm-data's own formats ([`is_own_format`]) are removable too.
+//!
+//! An input of the run is never removed: a claim that would remove one is refused naming it,
+//! `--force` or not.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use super::index::Index;
+
+/// What a command may do with the entries of its output directory.
+#[derive(Debug, Default, Clone)]
+pub struct Claim {
+    keep: BTreeSet<String>,
+    remove: BTreeSet<String>,
+    force: bool,
+    inputs: Vec<PathBuf>,
+    what: String,
+}
+
+impl Claim {
+    /// A claim for `what` (the command, for messages), `--force` as given.
+    pub fn new(what: &str, force: bool) -> Claim {
+        Claim {
+            force,
+            what: what.to_string(),
+            ..Default::default()
+        }
+    }
+    /// Entries left untouched (files this run continues from, owned subdirectories).
+    pub fn keep<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Claim {
+        self.keep.extend(names.into_iter().map(Into::into));
+        self
+    }
+    /// Entries the journal proves this tool wrote: removed.
+    pub fn remove<I: IntoIterator<Item = S>, S: Into<String>>(mut self, names: I) -> Claim {
+        self.remove.extend(names.into_iter().map(Into::into));
+        self
+    }
+    /// Inputs of the run: never removed.
+    pub fn inputs<'a, I: IntoIterator<Item = &'a Path>>(mut self, paths: I) -> Claim {
+        self.inputs.extend(
+            paths
+                .into_iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok()),
+        );
+        self
+    }
+
+    fn is_input(&self, path: &Path) -> bool {
+        let Ok(c) = std::fs::canonicalize(path) else {
+            return false;
+        };
+        self.inputs.iter().any(|i| i == &c || i.starts_with(&c))
+    }
+
+    /// Check every entry of `dir` (missing is fine), then remove the removable ones. Nothing
+    /// is removed when any entry is refused.
+    pub fn apply(&self, dir: &Path) -> Result<()> {
+        let rd = match std::fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+        };
+        let mut doomed = Vec::new();
+        for e in rd {
+            let e = e.with_context(|| format!("listing {}", dir.display()))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            if self.keep.contains(&name) {
+                continue;
+            }
+            let is_file = e.file_type().map(|t| !t.is_dir()).unwrap_or(false);
+            let removable = is_file
+                && (self.remove.contains(&name)
+                    || is_own_temp(&name)
+                    || (self.force && is_own_format(&name)));
+            if removable && self.is_input(&path) {
+                return Err(crate::error::refused(format!(
+                    "{}: {} is an input of this {} run; it is never deleted or overwritten: choose another --out",
+                    dir.display(),
+                    name,
+                    self.what
+                )));
+            }
+            if !removable {
+                let hint = if self.force || !is_file {
+                    "move it away or choose an empty or new --out"
+                } else if is_own_format(&name) {
+                    "choose an empty or new --out, or pass --force to clear dlm-data's own files"
+                } else {
+                    "choose an empty or new --out (--force clears only dlm-data's own shard and index files)"
+                };
+                return Err(crate::error::refused(format!(
+                    "{}: holds {name}, which no dlm-data journal there says this tool wrote; {} refuses to delete or overwrite it: {hint}",
+                    dir.display(),
+                    self.what
+                )));
+            }
+            doomed.push(path);
+        }
+        for p in doomed {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The files an index lists (shards and their extra files) plus `index.json` itself.
+pub fn journal_files(idx: &Index) -> Vec<String> {
+    idx.shards
+        .iter()
+        .flat_map(|s| std::iter::once(s.file.clone()).chain(s.extra_files.keys().cloned()))
+        .chain(std::iter::once(super::index::INDEX_FILE.to_string()))
+        .collect()
+}
+
+/// The dlm-data index in `dir`, if there is one this tool wrote. An unreadable or foreign
+/// `index.json` proves nothing (`None`).
+pub fn own_index(dir: &Path) -> Option<Index> {
+    let idx = super::index::load(dir).ok()?;
+    idx.tool.starts_with("dlm-data").then_some(idx)
+}
+
+/// The files shard number `n` of `format` is written as (what an interrupted writer may have
+/// renamed into place before journaling it).
+pub fn shard_files(format: &str, n: usize) -> Vec<String> {
+    match format {
+        "parquet" => vec![super::parquet::shard_name(n)],
+        "mds" => vec![format!("{}.zstd", super::mds::raw_name(n))],
+        "megatron" => {
+            let p = super::megatron::prefix(n);
+            vec![
+                format!("{p}.bin"),
+                format!("{p}.idx"),
+                format!("{p}.rows.jsonl"),
+            ]
+        }
+        _ => vec![],
+    }
+}
+
+/// A temp file this tool writes for one of its own outputs: `.NAME.tmp` (shard writers) or
+/// `.NAME.tmp-PID` (atomic writes), NAME being one of [`is_own_format`]'s names.
+pub fn is_own_temp(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.') else {
+        return false;
+    };
+    let base = match rest.strip_suffix(".tmp") {
+        Some(b) => b,
+        None => match rest.rsplit_once(".tmp-") {
+            Some((b, pid)) if !pid.is_empty() && pid.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => return false,
+        },
+    };
+    is_own_format(base)
+}
+
+/// A file name of dlm-data's own output formats (what `--force` may clear).
+pub fn is_own_format(name: &str) -> bool {
+    if name == super::index::INDEX_FILE || name == "prompts.jsonl" || name == "decontam.json" {
+        return true;
+    }
+    let numbered = |rest: &str, suffixes: &[&str]| {
+        suffixes.iter().any(|s| {
+            rest.strip_suffix(s)
+                .is_some_and(|d| d.len() >= 5 && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+    };
+    if let Some(rest) = name.strip_prefix("part-") {
+        return numbered(rest, &[".parquet", ".bin", ".idx", ".rows.jsonl"]);
+    }
+    if let Some(rest) = name.strip_prefix("shard.") {
+        return numbered(rest, &[".mds.zstd", ".mds"]);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_own_temp(".part-00000.parquet.tmp"));
+        assert!(is_own_temp(".index.json.tmp-1234"));
+        assert!(!is_own_temp(".tmp"));
+        assert!(!is_own_temp("x.tmp"));
+        assert!(!is_own_temp(".notes.tmp-abc"));
+        assert!(
+            !is_own_temp(".notes.txt.tmp"),
+            "only temps of our own output names"
+        );
+        assert!(is_own_temp(".prompts.jsonl.tmp-9"));
+        assert!(is_own_format("part-00003.parquet"));
+        assert!(is_own_format("part-00003.rows.jsonl"));
+        assert!(is_own_format("shard.00001.mds.zstd"));
+        assert!(is_own_format("index.json"));
+        assert!(!is_own_format("part-x.parquet"));
+        assert!(!is_own_format("data.parquet"));
+        assert!(!is_own_format("part-1.parquet"));
+    }
+
+    #[test]
+    fn refuses_unproven_and_removes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("part-00000.parquet"), b"x").unwrap();
+        std::fs::write(d.path().join(".index.json.tmp-7"), b"x").unwrap();
+        let e = Claim::new("pack", false).apply(d.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("part-00000.parquet"), "{e:#}");
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(d.path().join(".index.json.tmp-7").exists());
+        // Proven: removed, with the temp file.
+        Claim::new("pack", false)
+            .remove(["part-00000.parquet"])
+            .apply(d.path())
+            .unwrap();
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn force_clears_own_formats_only_and_never_an_input() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("part-00000.parquet");
+        std::fs::write(&input, b"x").unwrap();
+        std::fs::write(d.path().join("part-00001.parquet"), b"x").unwrap();
+        let e = Claim::new("pack", true)
+            .inputs([input.as_path()])
+            .apply(d.path())
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("is an input"), "{e:#}");
+        assert!(input.exists() && d.path().join("part-00001.parquet").exists());
+        std::fs::write(d.path().join("notes.txt"), b"x").unwrap();
+        std::fs::remove_file(&input).unwrap();
+        let e = Claim::new("pack", true).apply(d.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("notes.txt"), "{e:#}");
+        std::fs::remove_file(d.path().join("notes.txt")).unwrap();
+        Claim::new("pack", true).apply(d.path()).unwrap();
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+}
