@@ -38,7 +38,6 @@
 //! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
 //! required.
 
-pub mod bpe;
 pub mod merge;
 pub mod packer;
 pub mod pipeline;
