@@ -286,6 +286,11 @@ impl Bpe {
         }
     }
 
+    /// True for a char-level alphabet with `<0xNN>` byte fallback.
+    pub fn has_byte_fallback(&self) -> bool {
+        matches!(&self.alphabet, Alphabet::Chars { fallback: Some(_), .. })
+    }
+
     /// `ignore_merges`: the whole word's id when it is a vocabulary token.
     #[inline]
     pub fn whole_word(&self, word: &[u8]) -> Option<u32> {

@@ -286,6 +286,7 @@ impl FastTokenizer {
             PreTok::None => Some('\u{2581}'),
             _ => None,
         }
+        .filter(|rep| bpe.char_id(*rep).is_some())
         .map(|rep| {
             let mut left = FxSet::default();
             for s in &bpe.merged_strings {
@@ -469,7 +470,16 @@ impl FastTokenizer {
         for (i, c) in w.char_indices() {
             if c == *rep && i > start {
                 if let Some(p) = prev {
-                    if p != *rep && !left.contains(&p) && self.bpe.char_id(p).is_some() {
+                    // The last char of the symbol left of the boundary: the char itself, or
+                    // '>' of its `<0xNN>` byte-fallback token; unk / dropped chars: no split.
+                    let last = if self.bpe.char_id(p).is_some() {
+                        Some(p)
+                    } else if self.bpe.has_byte_fallback() {
+                        Some('>')
+                    } else {
+                        None
+                    };
+                    if p != *rep && last.is_some_and(|l| !left.contains(&l)) {
                         self.bpe.encode_plain(&w[start..i], out);
                         start = i;
                     }
