@@ -111,7 +111,20 @@ pub struct Bpe {
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-struct ThreadCache {
+/// Output ids plus this thread's word cache, threaded through one document's encoding.
+pub struct Sink<'a> {
+    pub ids: Vec<u32>,
+    cache: &'a mut ThreadCache,
+}
+
+impl Sink<'_> {
+    #[inline]
+    pub fn push(&mut self, id: u32) {
+        self.ids.push(id);
+    }
+}
+
+pub struct ThreadCache {
     owner: u64,
     words: FxMap<Vec<u8>, Vec<u32>>,
     /// Scratch for the heap merge.
@@ -297,40 +310,51 @@ impl Bpe {
         self.whole.as_ref().and_then(|w| w.get(word).copied())
     }
 
-    /// Ids of one model input `word` (with the ignore_merges shortcut).
-    pub fn encode_word(&self, word: &str, out: &mut Vec<u32>) {
-        if let Some(id) = self.whole_word(word.as_bytes()) {
-            out.push(id);
-            return;
-        }
-        self.encode_plain(word, out);
-    }
-
-    /// Plain BPE of `word` (no ignore_merges), cached for short words.
-    pub fn encode_plain(&self, word: &str, out: &mut Vec<u32>) {
+    /// Run `f` with this thread's word cache (one cache borrow per document, not per word).
+    pub fn with_sink<R>(&self, capacity: usize, f: impl FnOnce(&mut Sink<'_>) -> R) -> R {
         CACHE.with(|c| {
             let mut c = c.borrow_mut();
             if c.owner != self.id {
                 c.owner = self.id;
                 c.words.clear();
             }
-            let key = word.as_bytes();
-            if let Some(ids) = c.words.get(key) {
-                out.extend_from_slice(ids);
-                return;
-            }
-            let start = out.len();
-            let mut syms = std::mem::take(&mut c.syms);
-            self.symbols(word, &mut syms);
-            self.merge(&mut syms, out);
-            c.syms = syms;
-            if key.len() <= MAX_CACHED_WORD_LEN {
-                if c.words.len() >= MAX_CACHED_WORDS {
-                    c.words.clear();
-                }
-                c.words.insert(key.to_vec(), out[start..].to_vec());
-            }
+            let mut sink = Sink {
+                ids: Vec::with_capacity(capacity),
+                cache: &mut c,
+            };
+            f(&mut sink)
         })
+    }
+
+    /// Ids of one model input `word` (with the ignore_merges shortcut).
+    #[inline]
+    pub fn encode_word(&self, word: &str, out: &mut Sink<'_>) {
+        if let Some(id) = self.whole_word(word.as_bytes()) {
+            out.ids.push(id);
+            return;
+        }
+        self.encode_plain(word, out);
+    }
+
+    /// Plain BPE of `word` (no ignore_merges), cached for short words.
+    pub fn encode_plain(&self, word: &str, out: &mut Sink<'_>) {
+        let c = &mut *out.cache;
+        let key = word.as_bytes();
+        if let Some(ids) = c.words.get(key) {
+            out.ids.extend_from_slice(ids);
+            return;
+        }
+        let start = out.ids.len();
+        let mut syms = std::mem::take(&mut c.syms);
+        self.symbols(word, &mut syms);
+        self.merge(&mut syms, &mut out.ids);
+        c.syms = syms;
+        if key.len() <= MAX_CACHED_WORD_LEN {
+            if c.words.len() >= MAX_CACHED_WORDS {
+                c.words.clear();
+            }
+            c.words.insert(key.to_vec(), out.ids[start..].to_vec());
+        }
     }
 
     /// Initial symbols of `word`, exactly as the crate's `merge_word` builds them.

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedInfo, Piece, Trie};
-use super::bpe::{Bpe, FxSet};
+use super::bpe::{Bpe, FxSet, Sink};
 use super::gpt2;
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
@@ -364,7 +364,13 @@ impl FastTokenizer {
 
     /// Ids of `text` (Python: `encode(text, add_special_tokens=False)`).
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        self.bpe.with_sink(text.len() / 3 + 1, |out| {
+            self.encode_into(text, out);
+            std::mem::take(&mut out.ids)
+        })
+    }
+
+    fn encode_into(&self, text: &str, out: &mut Sink<'_>) {
         match &self.raw_added {
             Some(t) if t.any(text) => {
                 let mut pieces = Vec::new();
@@ -372,16 +378,15 @@ impl FastTokenizer {
                 for p in pieces {
                     match p {
                         Piece::Token(id) => out.push(id),
-                        Piece::Text(a, b) => self.normalized_piece(&text[a..b], a == 0, &mut out),
+                        Piece::Text(a, b) => self.normalized_piece(&text[a..b], a == 0, out),
                     }
                 }
             }
-            _ => self.normalized_piece(text, true, &mut out),
+            _ => self.normalized_piece(text, true, out),
         }
-        out
     }
 
-    fn normalized_piece(&self, s: &str, at_origin: bool, out: &mut Vec<u32>) {
+    fn normalized_piece(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
         let n = apply_norm(&self.norm, s);
         match &self.norm_added {
             Some(t) if t.any(&n) => {
@@ -398,7 +403,7 @@ impl FastTokenizer {
         }
     }
 
-    fn pre_tokenize(&self, s: &str, at_origin: bool, out: &mut Vec<u32>) {
+    fn pre_tokenize(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
         if s.is_empty() {
             return;
         }
@@ -446,7 +451,7 @@ impl FastTokenizer {
         }
     }
 
-    fn split_rec(&self, regexes: &[Regex], table: &ClassTable, s: &str, out: &mut Vec<u32>) {
+    fn split_rec(&self, regexes: &[Regex], table: &ClassTable, s: &str, out: &mut Sink<'_>) {
         let Some((re, rest)) = regexes.split_first() else {
             self.bpe.encode_word(s, out);
             return;
@@ -456,7 +461,7 @@ impl FastTokenizer {
 
     /// One SentencePiece model word (a whole normalized piece): the ignore_merges lookup on the
     /// whole word, then plain BPE on the segments no merge can cross (cached per segment).
-    fn sp_word(&self, w: &str, out: &mut Vec<u32>) {
+    fn sp_word(&self, w: &str, out: &mut Sink<'_>) {
         if let Some(id) = self.bpe.whole_word(w.as_bytes()) {
             out.push(id);
             return;
