@@ -25,3 +25,11 @@ $(VENV_MDS)/.stamp: mk/pack.mk
 .PHONY: check-mds-streaming
 check-mds-streaming: $(VENV_MDS)/.stamp
 	DLM_REQUIRE_STREAMING=1 DLM_PYTHON=$(abspath $(VENV_MDS)/bin/python) $(CARGO) test --test pack mds_and_megatron -- --nocapture
+
+# Tokenizer families (issue #15): pack vs the Python pipeline per family, same corpus, one run;
+# real tokenizer.json files read in place from ../shared/tokenizers, byte-level shapes trained here.
+.PHONY: bench-tokenizers
+BENCH_TOK_MB ?= 8
+bench-tokenizers: $(VENV)/.stamp
+	$(CARGO) build --release --bins
+	$(PY) bench/tokenizers/bench.py target/release/dlm-data target/bench-tokenizers --mb $(BENCH_TOK_MB)

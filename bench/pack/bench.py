@@ -10,11 +10,13 @@ with Python `tokenizers`.
 
 usage: bench.py BIN WORKDIR [--mb N]   (N = corpus size in MB, default 40)
 """
-import ast, glob, gzip, json, os, subprocess, sys, sysconfig, time
+import glob, json, os, subprocess, sys, time
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus import corpus as _corpus, natural_docs  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 MB = int(sys.argv[sys.argv.index("--mb") + 1]) if "--mb" in sys.argv else 40
@@ -23,49 +25,6 @@ if not os.path.exists(REF):
     REF = "/work/shared/bench/py_pack_ref.py"
 SEQ = 2048
 os.makedirs(WORK, exist_ok=True)
-
-
-def natural_docs():
-    docs = []
-    stdlib = sysconfig.get_paths()["stdlib"]
-    for path in sorted(glob.glob(os.path.join(stdlib, "**", "*.py"), recursive=True)):
-        if "site-packages" in path or "/test" in path:
-            continue
-        try:
-            tree = ast.parse(open(path, encoding="utf-8").read())
-        except Exception:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                d = ast.get_docstring(node)
-                if d and len(d) > 200:
-                    docs.append(d)
-    for path in sorted(glob.glob("/usr/share/common-licenses/*")):
-        if os.path.isfile(path):
-            docs.append(open(path, encoding="utf-8", errors="replace").read())
-    for path in sorted(glob.glob("/usr/share/doc/*/copyright")) + sorted(glob.glob("/usr/share/doc/*/changelog*.gz")):
-        try:
-            t = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
-            docs.append(t.decode("utf-8", "replace")[:200_000])
-        except Exception:
-            pass
-    return docs
-
-
-def corpus(n_mb, name, base=None):
-    """At least n_mb MB of text: the natural documents in order, cycled (or `base` cycled)."""
-    path = os.path.join(WORK, name)
-    if os.path.exists(path):
-        return path
-    base = base or natural_docs()
-    out, size, k = [], 0, 0
-    while size < n_mb * 1_000_000:
-        d = base[k % len(base)]
-        out.append(d)
-        size += len(d.encode())
-        k += 1
-    pq.write_table(pa.table({"id": list(range(len(out))), "text": out}), path, compression="zstd", row_group_size=4096)
-    return path
 
 
 def tokenizer():
@@ -109,6 +68,7 @@ def ids(files):
 
 
 tok = tokenizer()
+corpus = lambda *a, **k: _corpus(WORK, *a, **k)
 c1 = corpus(MB, f"corpus-{MB}mb.parquet")
 text_mb = sum(len(t.encode()) for t in pq.read_table(c1, columns=["text"]).column(0).to_pylist()) / 1e6
 print("command: " + " ".join(sys.argv))

@@ -37,7 +37,6 @@
 //! A transport error that corrupts bytes without failing the request cannot be detected for a
 //! streamed range (no checksum covers a range); use `fetch` where byte-level verification is
 //! required.
-
 //!
 //! # The output directory
 //! `--out` is claimed before anything is written ([`crate::shards::outdir`]): a run deletes or
@@ -48,7 +47,6 @@
 //! any other file. On a write failure (a full disk) the error names the file and the OS error,
 //! no temp file is left, and index.json stays `"complete": false`.
 
-pub mod bpe;
 pub mod merge;
 pub mod oversize;
 pub mod packer;

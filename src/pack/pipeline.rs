@@ -113,13 +113,9 @@ pub fn run(args: PackArgs) -> Result<()> {
         None => "none".into(),
     };
     tracing::info!(
-        "tokenizer {} ({} path), EOS {eos_desc}",
+        "tokenizer {} (path: {}), EOS {eos_desc}",
         tok.json_path.display(),
-        if tok.is_fast() {
-            "exact fast byte-level BPE"
-        } else {
-            "tokenizers crate"
-        }
+        tok.path()
     );
     let dtype = match (args.format, args.dtype) {
         (ShardFormat::Parquet, DtypeArg::Uint16) => {
@@ -225,6 +221,13 @@ pub fn run(args: PackArgs) -> Result<()> {
             let mut m = std::collections::BTreeMap::new();
             m.insert("args".into(), fingerprint.clone());
             m.insert("eos_choice".into(), serde_json::json!(tok.eos_choice));
+            // Which encoder the ids came from, and the share of documents that went through the
+            // `tokenizers` crate instead of the exact fast path (per tokenizer: 0 or 1).
+            m.insert("tokenizer_encoder".into(), serde_json::json!(tok.path()));
+            m.insert(
+                "tokenizer_crate_share".into(),
+                serde_json::json!(if tok.is_fast() { 0.0 } else { 1.0 }),
+            );
             m.insert(
                 "bos_token".into(),
                 serde_json::json!(tok.bos.as_ref().map(|b| &b.0)),

@@ -2,18 +2,30 @@
 //! and encode documents in parallel with ids identical to Python `tokenizers`
 //! (`encode(text, add_special_tokens=False)`).
 //!
-//! Encoding goes through [`super::bpe::FastBpe`] when the tokenizer is a plain byte-level BPE
-//! it reproduces exactly (GPT-2 style: no normalizer, ByteLevel pre-tokenizer with its regex,
-//! no dropout/prefixes); otherwise, and for any text containing an added token's content,
-//! through the `tokenizers` crate's `encode_fast` (no offsets).
+//! Encoding goes through [`fast::FastTokenizer`] when it reproduces the tokenizer exactly
+//! (byte-level BPE of the GPT-2 / Llama-3 / Qwen / o200k / DeepSeek shapes, SentencePiece BPE of
+//! the Llama-2 / Mistral / Phi-3 / Gemma shapes, with their added tokens); any other shape goes
+//! through the `tokenizers` crate's `encode_fast` (no offsets). [`DocTokenizer::path`] says
+//! which, and why, for the log and index.json.
+//!
+//! Layout, in pipeline order as in the crate: [`added`] (added-token split) → normalizer (in
+//! [`fast`]) → pre-tokenizers [`gpt2`] / [`regex`] (over [`unicode`] classes) → [`bpe`].
+
+pub mod added;
+pub mod bpe;
+pub mod fast;
+pub mod gpt2;
+pub mod regex;
+pub mod unicode;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
-use super::bpe::FastBpe;
+use fast::FastTokenizer;
 
 /// Special tokens tried, in order, when neither `--eos-token` nor tokenizer_config.json names one.
 pub const EOS_CANDIDATES: &[&str] = &["<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"];
@@ -28,7 +40,12 @@ pub struct DocTokenizer {
     /// Where the EOS came from, for the log and the index.
     pub eos_choice: String,
     pub vocab_size: u32,
-    fast: Option<FastBpe>,
+    fast: Option<FastTokenizer>,
+    /// Why the fast path does not apply (None when it does).
+    pub fast_refusal: Option<String>,
+    /// Documents encoded by the fast path / by the crate.
+    docs_fast: AtomicU64,
+    docs_crate: AtomicU64,
 }
 
 /// `tokenizer.json` for a file or directory argument.
@@ -123,12 +140,15 @@ impl DocTokenizer {
             None
         };
         let vocab_size = inner.get_vocab_size(true) as u32;
-        let fast = if flags.no_fast {
-            None
+        let (fast, fast_refusal) = if flags.no_fast {
+            (None, Some("--no-fast-tokenizer".to_string()))
         } else {
             let text = std::fs::read_to_string(&json_path)
                 .with_context(|| format!("reading {}", json_path.display()))?;
-            FastBpe::from_tokenizer_json(&text).ok()
+            match FastTokenizer::from_json(&text, &inner) {
+                Ok(f) => (Some(f), None),
+                Err(e) => (None, Some(format!("{e:#}"))),
+            }
         };
         Ok(DocTokenizer {
             inner,
@@ -139,21 +159,41 @@ impl DocTokenizer {
             eos_choice,
             vocab_size,
             fast,
+            fast_refusal,
+            docs_fast: AtomicU64::new(0),
+            docs_crate: AtomicU64::new(0),
         })
     }
 
-    /// True when the exact fast byte-level BPE path is in use.
+    /// True when the exact fast path is in use.
     pub fn is_fast(&self) -> bool {
         self.fast.is_some()
+    }
+
+    /// The path this tokenizer takes: "exact fast …: shape" or "tokenizers crate (reason)".
+    pub fn path(&self) -> String {
+        match (&self.fast, &self.fast_refusal) {
+            (Some(f), _) => f.describe.clone(),
+            (None, Some(r)) => format!("tokenizers crate ({r})"),
+            (None, None) => "tokenizers crate".to_string(),
+        }
+    }
+
+    /// (documents encoded by the fast path, by the crate) so far.
+    pub fn doc_counts(&self) -> (u64, u64) {
+        (
+            self.docs_fast.load(Ordering::Relaxed),
+            self.docs_crate.load(Ordering::Relaxed),
+        )
     }
 
     /// Ids of `text` without special tokens (Python: `encode(text, add_special_tokens=False)`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         if let Some(f) = &self.fast {
-            if let Some(ids) = f.encode(text) {
-                return Ok(ids);
-            }
+            self.docs_fast.fetch_add(1, Ordering::Relaxed);
+            return Ok(f.encode(text));
         }
+        self.docs_crate.fetch_add(1, Ordering::Relaxed);
         self.encode_crate(text)
     }
 

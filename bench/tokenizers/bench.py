@@ -1,0 +1,160 @@
+"""`make bench-tokenizers`: `dlm-data pack` vs the Python pipeline (../shared/bench/py_pack_ref.py:
+pyarrow + `tokenizers` encode_batch on all cores + numpy + parquet) on the same corpus, for every
+tokenizer family, in one run. Per family: ids identical, the ratio, Mtok/s on all cores and on
+one thread (RAYON_NUM_THREADS=1), and the path `pack` took (index.json `tokenizer_encoder`).
+
+Families: every real tokenizer.json in ../shared/tokenizers/ (read in place), plus Llama-3-,
+Qwen2-, o200k-, DeepSeek-V3- and MiniCPM5-shaped byte-level BPEs trained here on the corpus with
+the real files' pre-tokenizer/normalizer settings (tests/py/tokenizer_shapes.py), 32k vocab.
+Corpus: natural English from this machine's files (bench/pack/corpus.py), --mb MB (default 8).
+
+usage: bench.py BIN WORKDIR [--mb N] [--only a,b]
+"""
+import glob, json, math, os, subprocess, sys, time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "pack"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "py"))
+from corpus import corpus, natural_docs  # noqa: E402
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+MB = int(sys.argv[sys.argv.index("--mb") + 1]) if "--mb" in sys.argv else 8
+ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+SHARED = os.environ.get("DLM_SHARED_TOKENIZERS", os.path.join(ROOT, "..", "shared", "tokenizers"))
+REF = os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py")
+SEQ = 2048
+os.makedirs(WORK, exist_ok=True)
+
+# EOS per family (py_pack_ref.py hard-codes "<|endoftext|>"; the wrapper below maps it).
+EOS = {"mistral-7b-v0.1": "</s>", "phi-3-mini": "<|endoftext|>", "t5-small": "</s>", "falcon-7b": "<|endoftext|>",
+       "bert-base-uncased": "[SEP]", "bert-base-chinese": "[SEP]", "roberta-base": "</s>", "clip": "<|endoftext|>"}
+KIND = {"bert-base-uncased": "WordPiece", "bert-base-chinese": "WordPiece", "t5-small": "Unigram"}
+
+# Runs the reference program unchanged, with token_to_id("<|endoftext|>") answered by the family's EOS.
+WRAP = """import runpy, sys, tokenizers
+eos, ref = sys.argv.pop(1), sys.argv.pop(1)   # argv: wrap.py EOS REF CORPUS TOKENIZER OUT SEQ
+_Real = tokenizers.Tokenizer
+class Tokenizer:
+    def __init__(self, t):
+        self._t, self._eos = t, t.token_to_id(eos)
+    @staticmethod
+    def from_file(p):
+        return Tokenizer(_Real.from_file(p))
+    def token_to_id(self, x):
+        return self._eos if x == "<|endoftext|>" else self._t.token_to_id(x)
+    def __getattr__(self, k):
+        return getattr(self._t, k)
+tokenizers.Tokenizer = Tokenizer
+runpy.run_path(ref, run_name="__main__")
+"""
+
+
+def trained(docs):
+    """The byte-level shapes, trained on the corpus (32k vocab), with their real special tokens."""
+    import tokenizer_shapes as ts
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)
+    split = lambda p: pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False)
+    shapes = {
+        "llama3-shaped": (pre_tokenizers.Sequence([split(ts.LLAMA3), bl]), None, True),
+        "qwen2-shaped": (pre_tokenizers.Sequence([split(ts.QWEN2), bl]), normalizers.NFC(), False),
+        "o200k-shaped": (pre_tokenizers.Sequence([split(ts.O200K), bl]), None, False),
+        "deepseek3-shaped": (pre_tokenizers.Sequence([split(p) for p in ts.DEEPSEEK3] + [bl]), None, False),
+        "minicpm5-shaped": (pre_tokenizers.Sequence([split(ts.LLAMA3), bl]), None, False),
+    }
+    out = {}
+    for name, (pre, norm, ignore) in shapes.items():
+        if ONLY and name not in ONLY:
+            continue
+        d = os.path.join(WORK, "tok", name)
+        p = os.path.join(d, "tokenizer.json")
+        if not os.path.exists(p):
+            t = Tokenizer(models.BPE(ignore_merges=ignore))
+            t.normalizer, t.pre_tokenizer, t.decoder = norm, pre, decoders.ByteLevel()
+            specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|mask|>"]
+            tr = trainers.BpeTrainer(vocab_size=32000, special_tokens=specials, show_progress=False,
+                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+            t.train_from_iterator(docs, trainer=tr)
+            os.makedirs(d, exist_ok=True)
+            t.save(p)
+        out[name] = p
+    return out
+
+
+def timed(cmd, env=None):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return dt, p.stdout
+
+
+def ids(files):
+    return np.concatenate([np.concatenate(pq.read_table(f, columns=["input_ids"]).column(0).to_numpy(zero_copy_only=False)) for f in files])
+
+
+def ours(c, tokp, eos, out, threads=None):
+    subprocess.run(["rm", "-rf", out])
+    env = dict(os.environ)
+    if threads:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    dt, _ = timed([BIN, "pack", "--input", c, "--text-column", "text", "--tokenizer", tokp, "--eos-token", eos,
+                   "--out", out, "--seq-len", str(SEQ), "--json"], env)
+    idx = json.load(open(os.path.join(out, "index.json")))
+    return dt, idx
+
+
+def main():
+    docs = natural_docs()
+    c = corpus(WORK, MB, f"corpus-{MB}mb.parquet")
+    texts = pq.read_table(c, columns=["text"]).column(0).to_pylist()
+    text_mb = sum(len(t.encode()) for t in texts) / 1e6
+    fams = {}
+    if os.path.isdir(SHARED):
+        for f in sorted(os.listdir(SHARED)):
+            p = os.path.join(SHARED, f, "tokenizer.json")
+            if os.path.isfile(p) and (not ONLY or f in ONLY):
+                fams[f] = p
+    else:
+        print(f"note: {SHARED} not found: trained shapes only")
+    fams.update(trained(docs))
+    wrap = os.path.join(WORK, "ref_wrap.py")
+    open(wrap, "w").write(WRAP)
+    print("command: " + " ".join(sys.argv))
+    print(f"corpus: {c} ({text_mb:.1f} MB of English text), {os.cpu_count()} cores, seq_len {SEQ}")
+    print(f"{'family':28} {'kind':10} {'ids':>5} {'python s':>9} {'ours s':>7} {'ratio':>7} {'Mtok/s':>7} {'1-thr':>6}  path")
+    rows = []
+    for name, p in fams.items():
+        eos = EOS.get(name, "<|endoftext|>")
+        refout = os.path.join(WORK, f"ref-{name}.parquet")
+        dt_py, _ = timed([sys.executable, wrap, eos, REF, c, p, refout, str(SEQ)])
+        out = os.path.join(WORK, f"out-{name}")
+        dt_rs, idx = ours(c, p, eos, out)
+        mine = ids(sorted(glob.glob(os.path.join(out, "*.parquet"))))
+        ref = ids([refout])
+        same = mine.shape == ref.shape and bool((mine == ref).all())
+        dt_1, _ = ours(c, p, eos, out + "-1t", threads=1)
+        tokens = len(mine)
+        enc = idx.get("tokenizer_encoder", "?")
+        kind = KIND.get(name, "SP BPE" if "SentencePiece" in enc or name.startswith(("mistral", "phi-3")) else "BPE")
+        r = dt_py / dt_rs
+        rows.append((name, kind, same, r, enc))
+        print(f"{name:28} {kind:10} {str(same):>5} {dt_py:9.2f} {dt_rs:7.2f} {r:6.2f}x {tokens / dt_rs / 1e6:7.2f} {tokens / dt_1 / 1e6:6.2f}  {enc}",
+              flush=True)
+    bpe = [r for r in rows if r[1] != "WordPiece" and r[1] != "Unigram"]
+    fast_bpe = [r for r in bpe if r[4].startswith("exact fast")]
+    for label, sel in [("all families", rows), ("BPE families (fast path)", fast_bpe)]:
+        if sel:
+            g = math.exp(sum(math.log(r[3]) for r in sel) / len(sel))
+            w = min(sel, key=lambda r: r[3])
+            print(f"{label}: geo-mean {g:.2f}x, worst {w[3]:.2f}x ({w[0]})")
+    if not all(r[2] for r in rows):
+        sys.exit("ids differ: " + ", ".join(r[0] for r in rows if not r[2]))
+
+
+main()

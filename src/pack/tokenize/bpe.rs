@@ -1,0 +1,498 @@
+//! The BPE model of the fast path: symbols → merges by rank → ids, identical to the
+//! `tokenizers` crate's `BPE` (no dropout, no subword prefix/suffix).
+//!
+//! Two symbol alphabets: byte-level (each UTF-8 byte is a symbol, GPT-2/Llama-3/Qwen) and
+//! character-level (SentencePiece-style: each char is a symbol, `<0xNN>` byte fallback, unk with
+//! optional fusing). Merging: the lowest-ranked adjacent pair first, leftmost among equals — a
+//! quadratic scan for short words (cheaper than a heap below ~24 symbols) and the crate's own
+//! heap-over-linked-list algorithm, O(n log n), above that, so one long "word" (a SentencePiece
+//! document is one) is never quadratic. Results of short words are cached per thread.
+//!
+//! Why not the `bpe` crate's linear-time encoder: it is exact for vocabularies whose token ids
+//! follow merge order (tiktoken), which HF files do not promise, and the per-word cache already
+//! removes merging from the profile on natural text (see bench/results/tokenizers.md).
+
+use std::cell::RefCell;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use anyhow::{bail, Context, Result};
+
+/// rustc's Fx hash: a multiply-rotate hash, much cheaper than SipHash for short keys.
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.add(x);
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.add(x as u64);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.add(x as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<FxHasher>>;
+
+/// GPT-2's byte → unicode map (bytes_to_unicode).
+pub fn byte_to_char() -> [char; 256] {
+    let mut out = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..256u32 {
+        let keep = (b'!' as u32..=b'~' as u32).contains(&b)
+            || (0xA1..=0xAC).contains(&b)
+            || (0xAE..=0xFF).contains(&b);
+        out[b as usize] = if keep {
+            char::from_u32(b).expect("latin-1")
+        } else {
+            let c = char::from_u32(256 + n).expect("valid");
+            n += 1;
+            c
+        };
+    }
+    out
+}
+
+/// How text becomes initial symbols.
+pub enum Alphabet {
+    /// Every byte is a symbol: the id of its GPT-2 byte-level character.
+    Bytes([u32; 256]),
+    /// Every char is a symbol when in the vocabulary; else `<0xNN>` tokens (byte fallback) or unk.
+    Chars {
+        ascii: [u32; 128],
+        other: FxMap<char, u32>,
+        /// `<0xNN>` ids, when byte_fallback is on (all 256 present).
+        fallback: Option<Box<[u32; 256]>>,
+        unk: Option<u32>,
+        fuse_unk: bool,
+    },
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Merge table, alphabet and the ignore_merges whole-word table.
+pub struct Bpe {
+    pub alphabet: Alphabet,
+    /// (left << 32 | right) → (rank << 32 | merged id).
+    merges: FxMap<u64, u64>,
+    /// With `ignore_merges`: whole words found in the vocabulary (the word's text as the
+    /// pipeline hands it over: raw bytes for byte-level, the normalized string otherwise).
+    whole: Option<FxMap<Vec<u8>, u32>>,
+    /// Merged-token strings (for the SentencePiece segmentation proof).
+    pub merged_strings: Vec<String>,
+    /// Cache generation: thread-local caches never mix tokenizers.
+    id: u64,
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Output ids plus this thread's word cache, threaded through one document's encoding.
+pub struct Sink<'a> {
+    pub ids: Vec<u32>,
+    cache: &'a mut ThreadCache,
+}
+
+impl Sink<'_> {
+    #[inline]
+    pub fn push(&mut self, id: u32) {
+        self.ids.push(id);
+    }
+}
+
+pub struct ThreadCache {
+    owner: u64,
+    words: FxMap<Vec<u8>, Vec<u32>>,
+    /// Scratch for the heap merge.
+    syms: Vec<Sym>,
+}
+
+thread_local! {
+    static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache {
+        owner: 0,
+        words: FxMap::default(),
+        syms: Vec::new(),
+    });
+}
+
+/// Bound on cached words per thread (cleared when reached).
+const MAX_CACHED_WORDS: usize = 1 << 18;
+/// Words longer than this (bytes) are not cached.
+const MAX_CACHED_WORD_LEN: usize = 96;
+/// Above this many symbols the heap merge is used.
+const HEAP_ABOVE: usize = 24;
+
+fn get<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
+    v.get(k).filter(|x| !x.is_null())
+}
+
+/// `(a, b)` of one `merges` entry ("a b" or ["a", "b"]).
+fn merge_pair(e: &serde_json::Value) -> Result<(String, String)> {
+    Ok(match e {
+        serde_json::Value::String(s) => {
+            let (a, b) = s.split_once(' ').context("bad merge")?;
+            (a.to_string(), b.to_string())
+        }
+        serde_json::Value::Array(p) if p.len() == 2 => (
+            p[0].as_str().context("bad merge")?.to_string(),
+            p[1].as_str().context("bad merge")?.to_string(),
+        ),
+        _ => bail!("bad merge entry"),
+    })
+}
+
+impl Bpe {
+    /// The model of a tokenizer.json `model` object, or why it is not supported exactly.
+    /// `byte_level`: the pre-tokenizer maps bytes to GPT-2 characters.
+    pub fn from_model_json(m: &serde_json::Value, byte_level: bool) -> Result<Bpe> {
+        if m.get("type").and_then(|t| t.as_str()).is_some_and(|t| t != "BPE") {
+            bail!("model is not BPE");
+        }
+        if get(m, "dropout")
+            .and_then(|d| d.as_f64())
+            .is_some_and(|d| d > 0.0)
+        {
+            bail!("BPE dropout");
+        }
+        for k in ["continuing_subword_prefix", "end_of_word_suffix"] {
+            if get(m, k)
+                .and_then(|s| s.as_str())
+                .is_some_and(|s| !s.is_empty())
+            {
+                bail!("{k}");
+            }
+        }
+        let flag = |k: &str| get(m, k).and_then(|b| b.as_bool()) == Some(true);
+        let vocab: HashMap<String, u32> =
+            serde_json::from_value(m.get("vocab").context("vocab")?.clone())?;
+        let unk = match get(m, "unk_token").and_then(|u| u.as_str()) {
+            Some(u) => Some(*vocab.get(u).context("unk_token not in the vocabulary")?),
+            None => None,
+        };
+        let b2c = byte_to_char();
+        let alphabet = if byte_level {
+            if flag("byte_fallback") {
+                bail!("byte_fallback with a byte-level pre-tokenizer");
+            }
+            let mut ids = [0u32; 256];
+            for b in 0..256 {
+                ids[b] = *vocab
+                    .get(&b2c[b].to_string())
+                    .with_context(|| format!("byte {b} has no symbol"))?;
+            }
+            Alphabet::Bytes(ids)
+        } else {
+            let mut ascii = [NONE; 128];
+            let mut other = FxMap::default();
+            for (t, &id) in &vocab {
+                let mut cs = t.chars();
+                if let (Some(c), None) = (cs.next(), cs.next()) {
+                    if (c as u32) < 128 {
+                        ascii[c as usize] = id;
+                    } else {
+                        other.insert(c, id);
+                    }
+                }
+            }
+            let fallback = if flag("byte_fallback") {
+                let mut f = Box::new([0u32; 256]);
+                for b in 0..256 {
+                    f[b] = *vocab
+                        .get(&format!("<0x{b:02X}>"))
+                        .with_context(|| format!("byte_fallback without <0x{b:02X}>"))?;
+                }
+                Some(f)
+            } else {
+                None
+            };
+            Alphabet::Chars {
+                ascii,
+                other,
+                fallback,
+                unk,
+                fuse_unk: flag("fuse_unk"),
+            }
+        };
+        let mut merges: FxMap<u64, u64> = FxMap::default();
+        let mut merged_strings = Vec::new();
+        let list = m
+            .get("merges")
+            .and_then(|x| x.as_array())
+            .context("merges")?;
+        for (rank, e) in list.iter().enumerate() {
+            let (a, b) = merge_pair(e)?;
+            let ia = *vocab.get(&a).context("merge token not in vocab")?;
+            let ib = *vocab.get(&b).context("merge token not in vocab")?;
+            let merged = format!("{a}{b}");
+            let im = *vocab.get(&merged).context("merged token not in vocab")?;
+            // The crate collects into a map: a later duplicate overwrites an earlier one.
+            merges.insert((ia as u64) << 32 | ib as u64, (rank as u64) << 32 | im as u64);
+            merged_strings.push(merged);
+        }
+        let whole = if flag("ignore_merges") {
+            let mut w = FxMap::default();
+            if byte_level {
+                let mut c2b: HashMap<char, u8> = HashMap::new();
+                for (b, c) in b2c.iter().enumerate() {
+                    c2b.insert(*c, b as u8);
+                }
+                for (tok, id) in &vocab {
+                    let bytes: Option<Vec<u8>> =
+                        tok.chars().map(|c| c2b.get(&c).copied()).collect();
+                    if let Some(bytes) = bytes {
+                        w.insert(bytes, *id);
+                    }
+                }
+            } else {
+                for (tok, id) in &vocab {
+                    w.insert(tok.as_bytes().to_vec(), *id);
+                }
+            }
+            Some(w)
+        } else {
+            None
+        };
+        Ok(Bpe {
+            alphabet,
+            merges,
+            whole,
+            merged_strings,
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+
+    /// Ids of the char-level symbol of `c` (in the vocabulary), if any.
+    pub fn char_id(&self, c: char) -> Option<u32> {
+        match &self.alphabet {
+            Alphabet::Chars { ascii, other, .. } => {
+                if (c as u32) < 128 {
+                    Some(ascii[c as usize]).filter(|&i| i != NONE)
+                } else {
+                    other.get(&c).copied()
+                }
+            }
+            Alphabet::Bytes(_) => None,
+        }
+    }
+
+    /// True for a char-level alphabet with `<0xNN>` byte fallback.
+    pub fn has_byte_fallback(&self) -> bool {
+        matches!(&self.alphabet, Alphabet::Chars { fallback: Some(_), .. })
+    }
+
+    /// `ignore_merges`: the whole word's id when it is a vocabulary token.
+    #[inline]
+    pub fn whole_word(&self, word: &[u8]) -> Option<u32> {
+        self.whole.as_ref().and_then(|w| w.get(word).copied())
+    }
+
+    /// Run `f` with this thread's word cache (one cache borrow per document, not per word).
+    pub fn with_sink<R>(&self, capacity: usize, f: impl FnOnce(&mut Sink<'_>) -> R) -> R {
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.owner != self.id {
+                c.owner = self.id;
+                c.words.clear();
+            }
+            let mut sink = Sink {
+                ids: Vec::with_capacity(capacity),
+                cache: &mut c,
+            };
+            f(&mut sink)
+        })
+    }
+
+    /// Ids of one model input `word` (with the ignore_merges shortcut).
+    #[inline]
+    pub fn encode_word(&self, word: &str, out: &mut Sink<'_>) {
+        if let Some(id) = self.whole_word(word.as_bytes()) {
+            out.ids.push(id);
+            return;
+        }
+        self.encode_plain(word, out);
+    }
+
+    /// Plain BPE of `word` (no ignore_merges), cached for short words.
+    pub fn encode_plain(&self, word: &str, out: &mut Sink<'_>) {
+        let c = &mut *out.cache;
+        let key = word.as_bytes();
+        if let Some(ids) = c.words.get(key) {
+            out.ids.extend_from_slice(ids);
+            return;
+        }
+        let start = out.ids.len();
+        let mut syms = std::mem::take(&mut c.syms);
+        self.symbols(word, &mut syms);
+        self.merge(&mut syms, &mut out.ids);
+        c.syms = syms;
+        if key.len() <= MAX_CACHED_WORD_LEN {
+            if c.words.len() >= MAX_CACHED_WORDS {
+                c.words.clear();
+            }
+            c.words.insert(key.to_vec(), out.ids[start..].to_vec());
+        }
+    }
+
+    /// Initial symbols of `word`, exactly as the crate's `merge_word` builds them.
+    fn symbols(&self, word: &str, syms: &mut Vec<Sym>) {
+        syms.clear();
+        match &self.alphabet {
+            Alphabet::Bytes(ids) => {
+                syms.extend(word.bytes().map(|b| Sym::new(ids[b as usize])));
+            }
+            Alphabet::Chars {
+                fallback,
+                unk,
+                fuse_unk,
+                ..
+            } => {
+                let mut pending: Option<u32> = None;
+                for c in word.chars() {
+                    if let Some(id) = self.char_id(c) {
+                        if let Some(u) = pending.take() {
+                            syms.push(Sym::new(u));
+                        }
+                        syms.push(Sym::new(id));
+                        continue;
+                    }
+                    if let Some(f) = fallback {
+                        let mut buf = [0u8; 4];
+                        for b in c.encode_utf8(&mut buf).bytes() {
+                            syms.push(Sym::new(f[b as usize]));
+                        }
+                        continue;
+                    }
+                    if let Some(u) = unk {
+                        match (pending, fuse_unk) {
+                            (Some(_), true) => {}
+                            (Some(p), false) => {
+                                syms.push(Sym::new(p));
+                                pending = Some(*u);
+                            }
+                            (None, _) => pending = Some(*u),
+                        }
+                    }
+                }
+                if let Some(u) = pending {
+                    syms.push(Sym::new(u));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn lookup(&self, a: u32, b: u32) -> Option<u64> {
+        self.merges.get(&((a as u64) << 32 | b as u64)).copied()
+    }
+
+    /// Merge `syms` and append the ids to `out`.
+    fn merge(&self, syms: &mut Vec<Sym>, out: &mut Vec<u32>) {
+        if syms.len() <= HEAP_ABOVE {
+            let mut ids: Vec<u32> = syms.iter().map(|s| s.id).collect();
+            loop {
+                let mut best: Option<(u64, usize)> = None;
+                for i in 0..ids.len().saturating_sub(1) {
+                    if let Some(v) = self.lookup(ids[i], ids[i + 1]) {
+                        if best.is_none_or(|b| v < b.0) {
+                            best = Some((v, i));
+                        }
+                    }
+                }
+                let Some((v, i)) = best else { break };
+                ids[i] = v as u32;
+                ids.remove(i + 1);
+            }
+            out.extend_from_slice(&ids);
+            return;
+        }
+        self.merge_heap(syms, out);
+    }
+
+    /// The crate's `Word::merge_all`: a min-heap of (rank, position) over a linked list.
+    fn merge_heap(&self, s: &mut [Sym], out: &mut Vec<u32>) {
+        let n = s.len();
+        for i in 0..n {
+            s[i].prev = if i == 0 { NONE } else { i as u32 - 1 };
+            s[i].next = if i + 1 == n { NONE } else { i as u32 + 1 };
+        }
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>> = BinaryHeap::new();
+        for i in 0..n.saturating_sub(1) {
+            if let Some(v) = self.lookup(s[i].id, s[i + 1].id) {
+                heap.push(std::cmp::Reverse(((v >> 32) as u32, i as u32, v as u32)));
+            }
+        }
+        while let Some(std::cmp::Reverse((_rank, pos, new_id))) = heap.pop() {
+            let p = pos as usize;
+            if s[p].dead || s[p].next == NONE {
+                continue;
+            }
+            let q = s[p].next as usize;
+            // Expired entry: the pair at `p` is no longer the one that produces `new_id`.
+            if self.lookup(s[p].id, s[q].id).is_none_or(|v| v as u32 != new_id) {
+                continue;
+            }
+            s[p].id = new_id;
+            s[p].next = s[q].next;
+            s[q].dead = true;
+            if s[q].next != NONE {
+                s[s[q].next as usize].prev = pos;
+            }
+            if s[p].prev != NONE {
+                let l = s[p].prev as usize;
+                if let Some(v) = self.lookup(s[l].id, s[p].id) {
+                    heap.push(std::cmp::Reverse(((v >> 32) as u32, l as u32, v as u32)));
+                }
+            }
+            if s[p].next != NONE {
+                let r = s[p].next as usize;
+                if let Some(v) = self.lookup(s[p].id, s[r].id) {
+                    heap.push(std::cmp::Reverse(((v >> 32) as u32, pos, v as u32)));
+                }
+            }
+        }
+        out.extend(s.iter().filter(|x| !x.dead).map(|x| x.id));
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Sym {
+    id: u32,
+    prev: u32,
+    next: u32,
+    dead: bool,
+}
+
+impl Sym {
+    fn new(id: u32) -> Sym {
+        Sym {
+            id,
+            prev: NONE,
+            next: NONE,
+            dead: false,
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The exact fast tokenizer: the `tokenizers` crate's pipeline (added tokens → normalizer →
+//! pre-tokenizer → BPE) for the shapes every modern LLM uses, without offsets, alignment
+//! tracking or per-call allocation, so `pack` runs several times faster than the crate with
+//! ids identical to `encode(text, add_special_tokens=False)`.
+//!
+//! Shapes taken (anything else is refused by [`FastTokenizer::from_json`] with the reason, and
+//! the caller keeps the crate):
+//! - byte-level BPE: `ByteLevel(use_regex=true)` (GPT-2, hand-coded regex), or a `Sequence` of
+//!   one or more `Split(Regex, Isolated)` followed by `ByteLevel(use_regex=false)` (Llama-3,
+//!   Qwen2, o200k, DeepSeek-V3; the regexes run on [`super::regex`]); `ignore_merges`;
+//! - SentencePiece-style BPE: `Metaspace` (any prepend_scheme, split or not) or the legacy
+//!   `Prepend("▁")` + `Replace(" ", "▁")` normalizer; `byte_fallback`, `unk`, `fuse_unk`;
+//! - normalizer none, NFC, or a sequence of NFC / Prepend / Replace(String);
+//! - added tokens of every kind (see [`super::added`]).
+
+use std::borrow::Cow;
+
+use anyhow::{bail, Context, Result};
+use unicode_normalization_alignments::UnicodeNormalization;
+
+use super::added::{AddedInfo, Piece, Trie};
+use super::bpe::{Bpe, FxSet, Sink};
+use super::gpt2;
+use super::regex::{self, Regex};
+use super::unicode::ClassTable;
+
+#[derive(Clone, Debug)]
+enum NormStep {
+    Nfc,
+    Prepend(String),
+    Replace(String, String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PrependScheme {
+    First,
+    Always,
+    Never,
+}
+
+enum PreTok {
+    /// No pre-tokenizer: the normalized piece is one model word.
+    None,
+    /// `ByteLevel(use_regex=true)`, the GPT-2 regex hand-coded.
+    Gpt2 { add_prefix_space: bool },
+    /// `Split`s (Isolated) then `ByteLevel(use_regex=false, add_prefix_space=false)`.
+    Splits { regexes: Vec<Regex>, table: ClassTable },
+    Metaspace {
+        rep: char,
+        prepend: PrependScheme,
+        split: bool,
+    },
+}
+
+/// A tokenizer.json the fast path reproduces exactly.
+pub struct FastTokenizer {
+    norm: Vec<NormStep>,
+    pre: PreTok,
+    pub bpe: Bpe,
+    raw_added: Option<Trie>,
+    norm_added: Option<Trie>,
+    /// SentencePiece whole-piece words: split before `rep` unless the preceding char is here
+    /// (`None`: never split — no proof the merges cannot cross such a boundary).
+    sp_segment: Option<(char, FxSet<char>)>,
+    gpt2: Option<gpt2::Gpt2Classes>,
+    /// What this tokenizer's path is, for the log and index.json.
+    pub describe: String,
+}
+
+fn get<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
+    v.get(k).filter(|x| !x.is_null())
+}
+
+fn ty(v: &serde_json::Value) -> &str {
+    v.get("type").and_then(|t| t.as_str()).unwrap_or("")
+}
+
+fn parse_norm(v: Option<&serde_json::Value>, out: &mut Vec<NormStep>) -> Result<()> {
+    let Some(v) = v else { return Ok(()) };
+    match ty(v) {
+        "Sequence" => {
+            for n in v
+                .get("normalizers")
+                .and_then(|x| x.as_array())
+                .context("normalizer Sequence")?
+            {
+                parse_norm(Some(n), out)?;
+            }
+        }
+        "NFC" => out.push(NormStep::Nfc),
+        "Prepend" => out.push(NormStep::Prepend(
+            v.get("prepend")
+                .and_then(|x| x.as_str())
+                .context("Prepend")?
+                .to_string(),
+        )),
+        "Replace" => {
+            let Some(p) = v.get("pattern").and_then(|p| p.get("String")).and_then(|s| s.as_str())
+            else {
+                bail!("Replace with a regex pattern");
+            };
+            if p.is_empty() {
+                bail!("Replace of an empty string");
+            }
+            let c = v.get("content").and_then(|x| x.as_str()).context("Replace")?;
+            out.push(NormStep::Replace(p.to_string(), c.to_string()));
+        }
+        t => bail!("normalizer {t}"),
+    }
+    Ok(())
+}
+
+/// NFC, exactly as the crate computes it (same tables), over the chunks that can change:
+/// a boundary before an ASCII character is never crossed by canonical reordering or
+/// composition (ASCII chars are starters that never compose with what precedes them).
+fn nfc(s: &str) -> Cow<'_, str> {
+    if s.is_ascii() {
+        return Cow::Borrowed(s);
+    }
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] < 0x80 {
+            i += 1;
+            continue;
+        }
+        let start = if i > 0 { i - 1 } else { 0 };
+        let mut end = i;
+        while end < b.len() && b[end] >= 0x80 {
+            end += 1;
+        }
+        let chunk = &s[start..end];
+        let normed: String = chunk.nfc().map(|(c, _)| c).collect();
+        if normed != chunk {
+            let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+            o.push_str(&s[copied..start]);
+            o.push_str(&normed);
+            copied = end;
+        }
+        i = end;
+    }
+    match out {
+        None => Cow::Borrowed(s),
+        Some(mut o) => {
+            o.push_str(&s[copied..]);
+            Cow::Owned(o)
+        }
+    }
+}
+
+fn apply_norm<'a>(steps: &[NormStep], s: &'a str) -> Cow<'a, str> {
+    let mut cur = Cow::Borrowed(s);
+    for st in steps {
+        cur = match st {
+            NormStep::Nfc => match nfc(&cur) {
+                Cow::Borrowed(_) => cur,
+                Cow::Owned(o) => Cow::Owned(o),
+            },
+            NormStep::Prepend(p) => {
+                if cur.is_empty() {
+                    cur
+                } else {
+                    Cow::Owned(format!("{p}{cur}"))
+                }
+            }
+            NormStep::Replace(p, c) => {
+                if cur.contains(p.as_str()) {
+                    Cow::Owned(cur.replace(p.as_str(), c))
+                } else {
+                    cur
+                }
+            }
+        };
+    }
+    cur
+}
+
+impl FastTokenizer {
+    /// Build from a tokenizer.json (text) and the crate's loaded tokenizer (for the added
+    /// tokens' normalized forms), or say why the fast path does not apply.
+    pub fn from_json(text: &str, crate_tok: &tokenizers::Tokenizer) -> Result<FastTokenizer> {
+        let v: serde_json::Value = serde_json::from_str(text).context("tokenizer.json")?;
+        let mut norm = Vec::new();
+        parse_norm(get(&v, "normalizer"), &mut norm)?;
+        let mut desc: Vec<String> = Vec::new();
+        let m = v.get("model").context("no model")?;
+        if m.get("type").is_none() && m.get("merges").is_none() {
+            bail!("model is not BPE");
+        }
+        // Pre-tokenizer.
+        let pt = get(&v, "pre_tokenizer");
+        let list: Vec<&serde_json::Value> = match pt {
+            None => vec![],
+            Some(p) if ty(p) == "Sequence" => p
+                .get("pretokenizers")
+                .and_then(|x| x.as_array())
+                .context("pre_tokenizer Sequence")?
+                .iter()
+                .collect(),
+            Some(p) => vec![p],
+        };
+        let (pre, byte_level) = match list.as_slice() {
+            [] => (PreTok::None, false),
+            [b] if ty(b) == "ByteLevel" && b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) => {
+                let aps = b.get("add_prefix_space").and_then(|x| x.as_bool()).unwrap_or(true);
+                desc.push("ByteLevel regex (GPT-2)".into());
+                (PreTok::Gpt2 { add_prefix_space: aps }, true)
+            }
+            [splits @ .., b] if !splits.is_empty() && ty(b) == "ByteLevel" => {
+                if b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) {
+                    bail!("Split followed by ByteLevel with its own regex");
+                }
+                if b.get("add_prefix_space").and_then(|x| x.as_bool()).unwrap_or(true) {
+                    bail!("ByteLevel add_prefix_space after Split");
+                }
+                let mut atoms = Vec::new();
+                let mut parsed = Vec::new();
+                for s in splits {
+                    if ty(s) != "Split" {
+                        bail!("pre-tokenizer {} before ByteLevel", ty(s));
+                    }
+                    if s.get("behavior").and_then(|x| x.as_str()) != Some("Isolated") {
+                        bail!("Split behavior other than Isolated");
+                    }
+                    if s.get("invert").and_then(|x| x.as_bool()) == Some(true) {
+                        bail!("inverted Split");
+                    }
+                    let pat = s.get("pattern").context("Split pattern")?;
+                    let re = if let Some(r) = pat.get("Regex").and_then(|x| x.as_str()) {
+                        r.to_string()
+                    } else if let Some(st) = pat.get("String").and_then(|x| x.as_str()) {
+                        st.chars()
+                            .map(|c| if c.is_ascii_punctuation() { format!("\\{c}") } else { c.to_string() })
+                            .collect()
+                    } else {
+                        bail!("Split pattern");
+                    };
+                    parsed.push(regex::parse(&re, &mut atoms).with_context(|| format!("Split regex {re:?}"))?);
+                }
+                let table = ClassTable::new(&atoms)?;
+                let regexes = parsed.into_iter().map(|p| Regex::compile(p, &table)).collect();
+                desc.push(format!("{} Split regex + ByteLevel", splits.len()));
+                (PreTok::Splits { regexes, table }, true)
+            }
+            [ms] if ty(ms) == "Metaspace" => {
+                let rep = ms
+                    .get("replacement")
+                    .and_then(|x| x.as_str())
+                    .and_then(|s| {
+                        let mut c = s.chars();
+                        c.next().filter(|_| c.next().is_none())
+                    })
+                    .context("Metaspace replacement")?;
+                let mut prepend = match ms.get("prepend_scheme").and_then(|x| x.as_str()) {
+                    None | Some("always") => PrependScheme::Always,
+                    Some("first") => PrependScheme::First,
+                    Some("never") => PrependScheme::Never,
+                    Some(o) => bail!("prepend_scheme {o}"),
+                };
+                if ms.get("add_prefix_space").and_then(|x| x.as_bool()) == Some(false) {
+                    prepend = PrependScheme::Never;
+                }
+                let split = ms.get("split").and_then(|x| x.as_bool()).unwrap_or(true);
+                desc.push(format!("Metaspace(prepend {prepend:?}, split {split})"));
+                (PreTok::Metaspace { rep, prepend, split }, false)
+            }
+            _ => bail!("pre-tokenizer shape not supported"),
+        };
+        if byte_level && !norm.iter().all(|n| matches!(n, NormStep::Nfc)) {
+            bail!("byte-level BPE with a non-NFC normalizer");
+        }
+        if matches!(pre, PreTok::Metaspace { .. })
+            && norm.iter().any(|n| matches!(n, NormStep::Prepend(_)))
+        {
+            bail!("Metaspace together with a Prepend normalizer");
+        }
+        if !byte_level && matches!(pre, PreTok::None) && norm.is_empty() {
+            bail!("no pre-tokenizer and no SentencePiece normalizer");
+        }
+        let bpe = Bpe::from_model_json(m, byte_level)?;
+        // SentencePiece whole-piece words: prove where merges cannot cross.
+        let sp_segment = match &pre {
+            PreTok::Metaspace { rep, split: false, .. } => Some(*rep),
+            PreTok::None => Some('\u{2581}'),
+            _ => None,
+        }
+        .filter(|rep| bpe.char_id(*rep).is_some())
+        .map(|rep| {
+            let mut left = FxSet::default();
+            for s in &bpe.merged_strings {
+                let mut prev: Option<char> = None;
+                for c in s.chars() {
+                    if c == rep {
+                        if let Some(p) = prev {
+                            left.insert(p);
+                        }
+                    }
+                    prev = Some(c);
+                }
+            }
+            (rep, left)
+        });
+        // Added tokens, from the crate's own loaded vocabulary.
+        let mut raw = Vec::new();
+        let mut normd = Vec::new();
+        let mut decoder: Vec<_> = crate_tok.get_added_tokens_decoder().into_iter().collect();
+        decoder.sort_by_key(|(id, _)| *id);
+        let crate_norm = crate_tok.get_normalizer();
+        for (id, t) in decoder {
+            if t.content.is_empty() {
+                continue;
+            }
+            let info = AddedInfo {
+                id,
+                single_word: t.single_word,
+                lstrip: t.lstrip,
+                rstrip: t.rstrip,
+            };
+            if t.normalized {
+                let pat = match crate_norm {
+                    Some(n) => {
+                        use tokenizers::Normalizer;
+                        let mut ns = tokenizers::NormalizedString::from(t.content.as_str());
+                        n.normalize(&mut ns).map_err(|e| anyhow::anyhow!("{e}"))?;
+                        ns.get().to_string()
+                    }
+                    None => t.content.clone(),
+                };
+                normd.push((pat, info));
+            } else {
+                raw.push((t.content.clone(), info));
+            }
+        }
+        let n_added = raw.len() + normd.len();
+        if n_added > 0 {
+            desc.push(format!("{n_added} added tokens split"));
+        }
+        if !norm.is_empty() {
+            desc.insert(0, format!("normalizer {:?}", norm.iter().map(|n| match n {
+                NormStep::Nfc => "NFC",
+                NormStep::Prepend(_) => "Prepend",
+                NormStep::Replace(..) => "Replace",
+            }).collect::<Vec<_>>()));
+        }
+        let gpt2 = if matches!(pre, PreTok::Gpt2 { .. }) {
+            Some(gpt2::Gpt2Classes::new()?)
+        } else {
+            None
+        };
+        let kind = if byte_level { "byte-level BPE" } else { "SentencePiece BPE" };
+        Ok(FastTokenizer {
+            norm,
+            pre,
+            bpe,
+            raw_added: Trie::new(raw)?,
+            norm_added: Trie::new(normd)?,
+            sp_segment,
+            gpt2,
+            describe: format!("exact fast {kind}: {}", desc.join(", ")),
+        })
+    }
+
+    /// Ids of `text` (Python: `encode(text, add_special_tokens=False)`).
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.bpe.with_sink(text.len() / 3 + 1, |out| {
+            self.encode_into(text, out);
+            std::mem::take(&mut out.ids)
+        })
+    }
+
+    fn encode_into(&self, text: &str, out: &mut Sink<'_>) {
+        match &self.raw_added {
+            Some(t) if t.any(text) => {
+                let mut pieces = Vec::new();
+                t.split(text, &mut pieces);
+                for p in pieces {
+                    match p {
+                        Piece::Token(id) => out.push(id),
+                        Piece::Text(a, b) => self.normalized_piece(&text[a..b], a == 0, out),
+                    }
+                }
+            }
+            _ => self.normalized_piece(text, true, out),
+        }
+    }
+
+    fn normalized_piece(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
+        let n = apply_norm(&self.norm, s);
+        match &self.norm_added {
+            Some(t) if t.any(&n) => {
+                let mut pieces = Vec::new();
+                t.split(&n, &mut pieces);
+                for p in pieces {
+                    match p {
+                        Piece::Token(id) => out.push(id),
+                        Piece::Text(a, b) => self.pre_tokenize(&n[a..b], at_origin && a == 0, out),
+                    }
+                }
+            }
+            _ => self.pre_tokenize(&n, at_origin, out),
+        }
+    }
+
+    fn pre_tokenize(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
+        if s.is_empty() {
+            return;
+        }
+        match &self.pre {
+            PreTok::Gpt2 { add_prefix_space } => {
+                let owned;
+                let s = if *add_prefix_space && !s.starts_with(' ') {
+                    owned = format!(" {s}");
+                    owned.as_str()
+                } else {
+                    s
+                };
+                let cls = self.gpt2.as_ref().expect("gpt2 classes");
+                cls.pieces(s, &mut |w| self.bpe.encode_word(w, out));
+            }
+            PreTok::Splits { regexes, table } => self.split_rec(regexes, table, s, out),
+            PreTok::None => self.sp_word(s, out),
+            PreTok::Metaspace { rep, prepend, split } => {
+                let mut buf = [0u8; 4];
+                let reps: &str = rep.encode_utf8(&mut buf);
+                let mut w: String = if s.contains(' ') { s.replace(' ', reps) } else { s.to_string() };
+                let pre = match prepend {
+                    PrependScheme::Always => true,
+                    PrependScheme::First => at_origin,
+                    PrependScheme::Never => false,
+                };
+                if pre && !w.starts_with(*rep) {
+                    w.insert(0, *rep);
+                }
+                if *split {
+                    let mut start = 0;
+                    for (i, c) in w.char_indices() {
+                        if c == *rep && i > start {
+                            self.bpe.encode_word(&w[start..i], out);
+                            start = i;
+                        }
+                    }
+                    if start < w.len() {
+                        self.bpe.encode_word(&w[start..], out);
+                    }
+                } else {
+                    self.sp_word(&w, out);
+                }
+            }
+        }
+    }
+
+    fn split_rec(&self, regexes: &[Regex], table: &ClassTable, s: &str, out: &mut Sink<'_>) {
+        let Some((re, rest)) = regexes.split_first() else {
+            self.bpe.encode_word(s, out);
+            return;
+        };
+        re.split(s, table, &mut |a, b| self.split_rec(rest, table, &s[a..b], out));
+    }
+
+    /// One SentencePiece model word (a whole normalized piece): the ignore_merges lookup on the
+    /// whole word, then plain BPE on the segments no merge can cross (cached per segment).
+    fn sp_word(&self, w: &str, out: &mut Sink<'_>) {
+        if let Some(id) = self.bpe.whole_word(w.as_bytes()) {
+            out.push(id);
+            return;
+        }
+        let Some((rep, left)) = &self.sp_segment else {
+            self.bpe.encode_plain(w, out);
+            return;
+        };
+        let mut start = 0;
+        let mut prev: Option<char> = None;
+        for (i, c) in w.char_indices() {
+            if c == *rep && i > start {
+                if let Some(p) = prev {
+                    // The last char of the symbol left of the boundary: the char itself, or
+                    // '>' of its `<0xNN>` byte-fallback token; unk / dropped chars: no split.
+                    let last = if self.bpe.char_id(p).is_some() {
+                        Some(p)
+                    } else if self.bpe.has_byte_fallback() {
+                        Some('>')
+                    } else {
+                        None
+                    };
+                    if p != *rep && last.is_some_and(|l| !left.contains(&l)) {
+                        self.bpe.encode_plain(&w[start..i], out);
+                        start = i;
+                    }
+                }
+            }
+            prev = Some(c);
+        }
+        if start < w.len() {
+            self.bpe.encode_plain(&w[start..], out);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The fast tokenizer path gives ids identical to Python `tokenizers`
+//! (`encode(text, add_special_tokens=False)`) for every tokenizer family: the real files in
+//! ../shared/tokenizers/ (read in place), Llama-3-, Qwen2-, o200k-, DeepSeek-V3- and
+//! MiniCPM5-shaped tokenizers trained by tests/py/tokenizer_shapes.py, and SentencePiece
+//! variants of the real Mistral file — on a multilingual corpus plus every added token's
+//! content inside and around words. It also pins which families take the fast path.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
+
+fn shared_tokenizers() -> Option<PathBuf> {
+    let p = std::env::var_os("DLM_SHARED_TOKENIZERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tokenizers"));
+    p.is_dir().then_some(p)
+}
+
+/// Families that must take the fast path (the rest must go through the crate).
+fn must_be_fast(name: &str) -> bool {
+    !matches!(
+        name,
+        "falcon-7b" | "clip" | "t5-small" | "bert-base-chinese" | "bert-base-uncased"
+    )
+}
+
+#[test]
+fn fast_path_ids_identical_to_python_on_every_family() {
+    let Ok(py) = std::env::var("DLM_PYTHON") else {
+        panic!("DLM_PYTHON is not set: run through `make test` (it installs the venv with tokenizers)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(py);
+    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/tokenizer_shapes.py"))
+        .arg(dir.path());
+    let shared = shared_tokenizers();
+    match &shared {
+        Some(s) => {
+            cmd.arg(s);
+        }
+        None => eprintln!(
+            "\n*** ../shared/tokenizers not found: only the trained shapes are checked (set DLM_SHARED_TOKENIZERS) ***\n"
+        ),
+    }
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "tokenizer_shapes.py failed");
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    for must in ["llama3-shaped", "qwen2-shaped", "o200k-shaped", "deepseek3-shaped", "minicpm5-shaped"] {
+        assert!(names.iter().any(|n| n == must), "{must} missing");
+    }
+    if shared.is_some() {
+        for must in ["mistral-7b-v0.1", "phi-3-mini", "phi-2", "gemma-shaped-mistral-vocab"] {
+            assert!(names.iter().any(|n| n == must), "{must} missing");
+        }
+    }
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for name in &names {
+        let d = dir.path().join(name);
+        let tok = DocTokenizer::load(
+            &d,
+            &BoundaryFlags {
+                no_eos: true,
+                ..BoundaryFlags::default()
+            },
+        )
+        .unwrap();
+        let exp: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap()).unwrap();
+        let texts = exp["texts"].as_array().unwrap();
+        let ids = exp["ids"].as_array().unwrap();
+        let mut bad = 0;
+        for (k, (t, want)) in texts.iter().zip(ids).enumerate() {
+            let t = t.as_str().unwrap();
+            let want: Vec<u32> = want.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            let got = tok.encode(t).unwrap();
+            if got != want {
+                bad += 1;
+                if bad <= 3 {
+                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+                    failures.push(format!(
+                        "{name} text #{k} {:?}: first difference at id {at}: got {:?} want {:?}",
+                        t.chars().take(80).collect::<String>(),
+                        &got[at.saturating_sub(2)..(at + 4).min(got.len())],
+                        &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                    ));
+                }
+            }
+        }
+        if must_be_fast(name) != tok.is_fast() {
+            failures.push(format!("{name}: path {} (fast expected: {})", tok.path(), must_be_fast(name)));
+        }
+        report.push(format!("{name}: {} texts, {bad} differ, {}", texts.len(), tok.path()));
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
