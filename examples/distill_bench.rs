@@ -63,6 +63,7 @@ fn main() -> Result<()> {
         eot_ids: vec![],
         threshold: None,
         cache: dlm_data::distill::Cache::None,
+        cache_refresh: None,
     };
     // Warm-up (allocator, rayon pool).
     generate(&mut be, &p, &refs[..1], &keys[..1], t.pad_id, 0, None)?;
