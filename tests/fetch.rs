@@ -660,7 +660,15 @@ fn kill9_resume(jobs: &str) {
                     if jobs == "1" {
                         n.ends_with(".incomplete") && len > 0
                     } else {
-                        n.ends_with(".incomplete.parts") && len > 0
+                        // The journal exists from the start (all zeros): wait until it records
+                        // bytes of some chunk, or a starved client resumes nothing.
+                        n.ends_with(".incomplete.parts")
+                            && len > 0
+                            && std::fs::read(e.path())
+                                .ok()
+                                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                                .and_then(|v| v["done"].as_array().cloned())
+                                .is_some_and(|d| d.iter().any(|x| x.as_u64() > Some(0)))
                     }
                 })
             })
