@@ -114,7 +114,8 @@ fn parent(test_name: &str) {
     };
     let so = t_out.join().unwrap_or_default();
     let se = t_err.join().unwrap_or_default();
-    for l in so.lines().filter(|l| l.starts_with("fuzz ")) {
+    // (The child's harness may print "test NAME ... " on the same line.)
+    for l in so.lines().filter_map(|l| l.find("fuzz ").map(|i| &l[i..])) {
         println!("{l}");
     }
     if status.success() {
@@ -183,7 +184,12 @@ fn child<T: Target>(name: &str, default_cases: u64) {
     let current = std::fs::File::create(out.join("current.bin")).expect("current.bin");
     let mut ch = Child { out: out.clone(), current };
     std::panic::set_hook(Box::new(|info| {
-        *PANIC_MSG.lock().unwrap_or_else(|e| e.into_inner()) = info.to_string();
+        let msg = info.to_string();
+        if CASE_START.load(Ordering::SeqCst) == 0 {
+            // Outside a case: the driver or a mutator itself.
+            eprintln!("fuzz driver panic (outside a case): {msg}");
+        }
+        *PANIC_MSG.lock().unwrap_or_else(|e| e.into_inner()) = msg;
     }));
     let case_ms = env_u64("DLM_FUZZ_CASE_MS").unwrap_or(10_000);
     let epoch = Instant::now();

@@ -73,7 +73,8 @@ fn interesting_int(rng: &mut Rng) -> u64 {
 /// A few stacked byte-level edits of `input`; `other` is a splice partner.
 pub fn havoc(rng: &mut Rng, input: &[u8], other: &[u8], dict: &[&[u8]]) -> Vec<u8> {
     let mut b = input.to_vec();
-    let n = 1 + rng.below(if rng.chance(4) { 16 } else { 4 });
+    let max = if rng.chance(4) { 16 } else { 4 };
+    let n = 1 + rng.below(max);
     for _ in 0..n {
         let len = b.len();
         match rng.below(11) {
@@ -154,7 +155,8 @@ pub fn havoc(rng: &mut Rng, input: &[u8], other: &[u8], dict: &[&[u8]]) -> Vec<u
 
 /// Random bytes of a random length (up to 4 KiB).
 pub fn random_bytes(rng: &mut Rng) -> Vec<u8> {
-    let n = rng.below(if rng.chance(8) { 4096 } else { 64 });
+    let max = if rng.chance(8) { 4096 } else { 64 };
+    let n = rng.below(max);
     (0..n).map(|_| rng.next() as u8).collect()
 }
 
@@ -164,7 +166,7 @@ fn interesting_value(rng: &mut Rng) -> Value {
         0 => Value::Null,
         1 => Value::Bool(rng.chance(2)),
         2 => json!(interesting_int(rng)),
-        3 => json!(-(interesting_int(rng) as i64)),
+        3 => json!((interesting_int(rng) as i64).wrapping_neg()),
         4 => json!(*rng.pick(&[0.0, -0.0, 0.5, -1.0, 1e-30, 1e30, -1e30, 1e308, f64::MIN_POSITIVE, -1e-9])),
         5 => json!(""),
         6 => json!("A".repeat(1 << rng.below(16))),
@@ -237,7 +239,8 @@ fn edit(rng: &mut Rng, node: &mut Value, donor: Value) {
         3 => match node {
             Value::Array(a) if !a.is_empty() => {
                 let x = a[rng.below(a.len())].clone();
-                let times = 1 + rng.below(if rng.chance(4) { 2000 } else { 4 });
+                let max = if rng.chance(4) { 2000 } else { 4 };
+                let times = 1 + rng.below(max);
                 for _ in 0..times {
                     a.push(x.clone());
                 }

@@ -129,7 +129,7 @@ impl Target for ChatTemplate {
     }
     fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
         let mut v: serde_json::Value = serde_json::from_slice(input).ok()?;
-        if rng.chance(3) {
+        if rng.chance(3) || !v.is_object() {
             mutate::json_tree(rng, &mut v);
         } else {
             // Edit the template text: insert fragments, cut, duplicate.
@@ -141,7 +141,7 @@ impl Target for ChatTemplate {
                         let end = (at..=t.len()).filter(|&i| t.is_char_boundary(i)).nth(rng.below(16)).unwrap_or(at);
                         t.replace_range(at..end, "");
                     }
-                    _ => t.insert_str(at, rng.pick(JINJA)),
+                    _ => t.insert_str(at, JINJA[rng.below(JINJA.len())]),
                 }
             }
             v["chat_template"] = serde_json::Value::String(t);
