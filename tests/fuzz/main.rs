@@ -18,7 +18,7 @@ use targets::{hub, inputs, shards, teacher};
 
 #[test]
 fn hub_headers() {
-    fuzz::<hub::HubHeaders>("hub_headers", 20_000);
+    fuzz::<hub::HubHeaders>("hub_headers", 50_000);
 }
 
 #[test]
@@ -28,7 +28,7 @@ fn hub_tree() {
 
 #[test]
 fn hub_readme() {
-    fuzz::<hub::HubReadme>("hub_readme", 3_000);
+    fuzz::<hub::HubReadme>("hub_readme", 30_000);
 }
 
 #[test]
@@ -43,40 +43,40 @@ fn safetensors_header() {
 
 #[test]
 fn chat_template() {
-    fuzz::<teacher::ChatTemplate>("chat_template", 500);
+    fuzz::<teacher::ChatTemplate>("chat_template", 300);
 }
 
 #[test]
 fn manifest_toml() {
-    fuzz::<inputs::ManifestToml>("manifest_toml", 3_000);
+    fuzz::<inputs::ManifestToml>("manifest_toml", 600);
 }
 
 #[test]
 fn prompts_jsonl() {
-    fuzz::<inputs::PromptsJsonl>("prompts_jsonl", 3_000);
+    fuzz::<inputs::PromptsJsonl>("prompts_jsonl", 2_000);
 }
 
 #[test]
 fn distill_part() {
-    fuzz::<inputs::DistillPart>("distill_part", 1_000);
+    fuzz::<inputs::DistillPart>("distill_part", 400);
 }
 
 #[test]
 fn parquet_footer() {
-    fuzz::<shards::Parquet>("parquet_footer", 1_000);
+    fuzz::<shards::Parquet>("parquet_footer", 800);
 }
 
 #[test]
 fn mds_index() {
-    fuzz::<shards::MdsIndex>("mds_index", 3_000);
+    fuzz::<shards::MdsIndex>("mds_index", 600);
 }
 
 #[test]
 fn mds_shard() {
-    fuzz::<shards::MdsShard>("mds_shard", 3_000);
+    fuzz::<shards::MdsShard>("mds_shard", 1_500);
 }
 
 #[test]
 fn megatron_idx() {
-    fuzz::<shards::MegatronIdx>("megatron_idx", 3_000);
+    fuzz::<shards::MegatronIdx>("megatron_idx", 1_000);
 }

@@ -136,7 +136,12 @@ impl Target for ChatTemplate {
             let mut t = v.get("chat_template").and_then(|t| t.as_str()).unwrap_or("").to_string();
             for _ in 0..1 + rng.below(3) {
                 let at = (0..=t.len()).filter(|&i| t.is_char_boundary(i)).nth(rng.below(t.len() + 1)).unwrap_or(0);
-                match rng.below(3) {
+                match rng.below(4) {
+                    // Wrap everything in a loop (nested loops multiply: a template hang).
+                    3 => {
+                        let n = [2, 100, 10000, 100000][rng.below(4)];
+                        t = format!("{{% for i{k} in range({n}) %}}{t}{{% endfor %}}", k = rng.below(1000));
+                    }
                     0 => {
                         let end = (at..=t.len()).filter(|&i| t.is_char_boundary(i)).nth(rng.below(16)).unwrap_or(at);
                         t.replace_range(at..end, "");
