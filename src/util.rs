@@ -192,6 +192,8 @@ pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let msg = (p.downcast_ref::<&str>().map(|s| s.to_string()))
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        Err(anyhow::anyhow!("{what}: corrupt file (the decoder failed: {msg})"))
+        Err(anyhow::anyhow!(
+            "{what}: corrupt file (the decoder failed: {msg})"
+        ))
     })
 }

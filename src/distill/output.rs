@@ -410,7 +410,10 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
     // The header's counts are outside input: nothing is sized or iterated by them unchecked.
     let done = batches.keys().filter(|&&k| k < nb).count();
     if done < nb {
-        let first: Vec<usize> = (0..nb).filter(|k| !batches.contains_key(k)).take(8).collect();
+        let first: Vec<usize> = (0..nb)
+            .filter(|k| !batches.contains_key(k))
+            .take(8)
+            .collect();
         anyhow::bail!(
             "{} of {nb} batches are not done yet (first: {first:?}); run the missing workers or rerun distill",
             nb - done

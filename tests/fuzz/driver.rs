@@ -75,8 +75,17 @@ fn fnv(b: &[u8]) -> u64 {
 
 /// A printable summary of an input: its length and an escaped prefix.
 pub fn summary(b: &[u8]) -> String {
-    let head: String = b.iter().take(300).flat_map(|&c| std::ascii::escape_default(c)).map(char::from).collect();
-    format!("{} bytes: b\"{head}{}\"", b.len(), if b.len() > 300 { "…" } else { "" })
+    let head: String = b
+        .iter()
+        .take(300)
+        .flat_map(|&c| std::ascii::escape_default(c))
+        .map(char::from)
+        .collect();
+    format!(
+        "{} bytes: b\"{head}{}\"",
+        b.len(),
+        if b.len() > 300 { "…" } else { "" }
+    )
 }
 
 fn parent(test_name: &str) {
@@ -115,6 +124,7 @@ fn parent(test_name: &str) {
     let so = t_out.join().unwrap_or_default();
     let se = t_err.join().unwrap_or_default();
     // (The child's harness may print "test NAME ... " on the same line.)
+    println!();
     for l in so.lines().filter_map(|l| l.find("fuzz ").map(|i| &l[i..])) {
         println!("{l}");
     }
@@ -124,7 +134,9 @@ fn parent(test_name: &str) {
     let why = std::fs::read_to_string(out.path().join("failure.txt")).unwrap_or_else(|_| {
         use std::os::unix::process::ExitStatusExt;
         match status.signal() {
-            Some(6) => "aborted (SIGABRT): an allocation over the memory limit, or a Rust abort".into(),
+            Some(6) => {
+                "aborted (SIGABRT): an allocation over the memory limit, or a Rust abort".into()
+            }
             Some(s) => format!("killed by signal {s}"),
             None => format!("exited with {status}"),
         }
@@ -134,7 +146,14 @@ fn parent(test_name: &str) {
     let _ = std::fs::create_dir_all(&dir);
     let saved = dir.join(format!("{test_name}-{:016x}.bin", fnv(&input)));
     let _ = std::fs::write(&saved, &input);
-    let tail: String = se.chars().rev().take(3000).collect::<Vec<_>>().into_iter().rev().collect();
+    let tail: String = se
+        .chars()
+        .rev()
+        .take(3000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     panic!(
         "fuzz target {test_name} failed after {:.1}s: {why}\ninput ({}) saved to {}\n\
          replay: DLM_FUZZ_REPLAY={} cargo test --test fuzz -- {test_name} --exact\n\
@@ -154,7 +173,10 @@ static CASE_NO: AtomicU64 = AtomicU64::new(0);
 fn limit_memory() {
     let mb = env_u64("DLM_FUZZ_MEM_MB").unwrap_or(4096);
     let bytes = mb.saturating_mul(1 << 20) as libc::rlim_t;
-    let lim = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
     // SAFETY: plain syscall on this (child) process with a valid struct.
     unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
 }
@@ -182,7 +204,10 @@ fn child<T: Target>(name: &str, default_cases: u64) {
     limit_memory();
     let out = PathBuf::from(std::env::var(OUT_ENV).unwrap_or_else(|_| ".".into()));
     let current = std::fs::File::create(out.join("current.bin")).expect("current.bin");
-    let mut ch = Child { out: out.clone(), current };
+    let mut ch = Child {
+        out: out.clone(),
+        current,
+    };
     std::panic::set_hook(Box::new(|info| {
         let msg = info.to_string();
         if CASE_START.load(Ordering::SeqCst) == 0 {
@@ -230,11 +255,18 @@ fn child<T: Target>(name: &str, default_cases: u64) {
         return;
     }
     // 1. The regression corpus: every input that once crashed, run as is.
-    let corpus_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/corpus").join(name);
+    let corpus_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz/corpus")
+        .join(name);
     let mut regress: Vec<(String, Vec<u8>)> = std::fs::read_dir(&corpus_dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
-                .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap_or_default()))
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        std::fs::read(e.path()).unwrap_or_default(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -315,7 +347,8 @@ fn child<T: Target>(name: &str, default_cases: u64) {
                 let _ = std::fs::write(&f, &input);
                 let dir = crash_dir();
                 let _ = std::fs::create_dir_all(&dir);
-                let _ = std::fs::write(dir.join(format!("{name}-{:016x}.bin", fnv(&input))), &input);
+                let _ =
+                    std::fs::write(dir.join(format!("{name}-{:016x}.bin", fnv(&input))), &input);
                 println!("fuzz {name}: {why}");
             }
         }
@@ -327,6 +360,9 @@ fn child<T: Target>(name: &str, default_cases: u64) {
         seeds.len()
     );
     if panics > 0 {
-        ch.fail(&format!("{panics} panics (inputs saved in {})", crash_dir().display()));
+        ch.fail(&format!(
+            "{panics} panics (inputs saved in {})",
+            crash_dir().display()
+        ));
     }
 }

@@ -32,34 +32,133 @@ impl Rng {
 
 /// Integers that break size arithmetic.
 pub const INTERESTING: &[u64] = &[
-    0, 1, 2, 7, 8, 16, 127, 128, 255, 256, 0x7fff, 0x8000, 0xffff, 0x1_0000, 0x7fff_ffff,
-    0x8000_0000, 0xffff_ffff, 0x1_0000_0000, 0x1_0000_0005, 1 << 40, 1 << 53, 1 << 62,
-    0x7fff_ffff_ffff_ffff, 0x8000_0000_0000_0000, u64::MAX - 7, u64::MAX,
+    0,
+    1,
+    2,
+    7,
+    8,
+    16,
+    127,
+    128,
+    255,
+    256,
+    0x7fff,
+    0x8000,
+    0xffff,
+    0x1_0000,
+    0x7fff_ffff,
+    0x8000_0000,
+    0xffff_ffff,
+    0x1_0000_0000,
+    0x1_0000_0005,
+    1 << 40,
+    1 << 53,
+    1 << 62,
+    0x7fff_ffff_ffff_ffff,
+    0x8000_0000_0000_0000,
+    u64::MAX - 7,
+    u64::MAX,
 ];
 
 /// JSON tokens and numbers at the edges of what serde/our casts accept.
 pub const JSON_DICT: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b",", b":", b"\"", b"null", b"true", b"false", b"-1", b"0", b"1e30",
-    b"1e309", b"-1e309", b"1e-400", b"NaN", b"Infinity", b"4294967296", b"4294967301",
-    b"18446744073709551615", b"18446744073709551616", b"9223372036854775808",
-    b"-9223372036854775809", b"1000000000", b"10000000", b"0.5", b"\\u0000", b"\\ud800",
-    b"../", b"/etc/passwd", b"\xff\xfe", b"\xc3\x28", b"\n",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"\"",
+    b"null",
+    b"true",
+    b"false",
+    b"-1",
+    b"0",
+    b"1e30",
+    b"1e309",
+    b"-1e309",
+    b"1e-400",
+    b"NaN",
+    b"Infinity",
+    b"4294967296",
+    b"4294967301",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"9223372036854775808",
+    b"-9223372036854775809",
+    b"1000000000",
+    b"10000000",
+    b"0.5",
+    b"\\u0000",
+    b"\\ud800",
+    b"../",
+    b"/etc/passwd",
+    b"\xff\xfe",
+    b"\xc3\x28",
+    b"\n",
 ];
 
 /// TOML tokens.
 pub const TOML_DICT: &[&[u8]] = &[
-    b"[[source]]\n", b"[source]\n", b"=", b"\"", b"'''", b"\"\"\"", b"[", b"]", b"{", b"}",
-    b",", b"\n", b"#", b"-1", b"1e30", b"inf", b"nan", b"18446744073709551616",
-    b"9223372036854775807", b"true", b"1979-05-27T07:32:00Z", b"../", b"/etc", b"\\u0000",
-    b"files = [\"**\"]\n", b"split = \"test\"\n", b"role = \"eval-reference\"\n",
+    b"[[source]]\n",
+    b"[source]\n",
+    b"=",
+    b"\"",
+    b"'''",
+    b"\"\"\"",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b",",
+    b"\n",
+    b"#",
+    b"-1",
+    b"1e30",
+    b"inf",
+    b"nan",
+    b"18446744073709551616",
+    b"9223372036854775807",
+    b"true",
+    b"1979-05-27T07:32:00Z",
+    b"../",
+    b"/etc",
+    b"\\u0000",
+    b"files = [\"**\"]\n",
+    b"split = \"test\"\n",
+    b"role = \"eval-reference\"\n",
 ];
 
 /// Header tokens (Retry-After, RateLimit, Link).
 pub const HEADER_DICT: &[&[u8]] = &[
-    b"retry-after: ", b"ratelimit: ", b"link: ", b"\n", b";", b",", b"t=", b"r=", b"<", b">",
-    b"rel=\"next\"", b"rel=next", b"1e30", b"inf", b"-inf", b"NaN", b"-1", b"0", b"1e308",
-    b"18446744073709551616", b"4294967296", b"0.0000001", b"http://", b"//", b"\"",
-    b"x-linked-size: ", b"etag: ", b"x-repo-commit: ",
+    b"retry-after: ",
+    b"ratelimit: ",
+    b"link: ",
+    b"\n",
+    b";",
+    b",",
+    b"t=",
+    b"r=",
+    b"<",
+    b">",
+    b"rel=\"next\"",
+    b"rel=next",
+    b"1e30",
+    b"inf",
+    b"-inf",
+    b"NaN",
+    b"-1",
+    b"0",
+    b"1e308",
+    b"18446744073709551616",
+    b"4294967296",
+    b"0.0000001",
+    b"http://",
+    b"//",
+    b"\"",
+    b"x-linked-size: ",
+    b"etag: ",
+    b"x-repo-commit: ",
 ];
 
 fn interesting_int(rng: &mut Rng) -> u64 {
@@ -90,7 +189,11 @@ pub fn havoc(rng: &mut Rng, input: &[u8], other: &[u8], dict: &[&[u8]]) -> Vec<u
                 // An interesting integer, LE or BE, 1/2/4/8 bytes.
                 let w = 1usize << rng.below(4);
                 let v = interesting_int(rng);
-                let bytes = if rng.chance(2) { v.to_le_bytes() } else { v.to_be_bytes() };
+                let bytes = if rng.chance(2) {
+                    v.to_le_bytes()
+                } else {
+                    v.to_be_bytes()
+                };
                 let at = rng.below(len);
                 for k in 0..w.min(len - at) {
                     b[at + k] = bytes[if rng.chance(2) { k } else { 8 - w + k }];
@@ -135,7 +238,10 @@ pub fn havoc(rng: &mut Rng, input: &[u8], other: &[u8], dict: &[&[u8]]) -> Vec<u
             }
             _ => {
                 // Replace a run of ASCII digits by an interesting number.
-                if let Some(start) = (0..8).map(|_| rng.below(len.max(1))).find(|&i| i < len && b[i].is_ascii_digit()) {
+                if let Some(start) = (0..8)
+                    .map(|_| rng.below(len.max(1)))
+                    .find(|&i| i < len && b[i].is_ascii_digit())
+                {
                     let mut s = start;
                     while s > 0 && b[s - 1].is_ascii_digit() {
                         s -= 1;
@@ -167,10 +273,34 @@ fn interesting_value(rng: &mut Rng) -> Value {
         1 => Value::Bool(rng.chance(2)),
         2 => json!(interesting_int(rng)),
         3 => json!((interesting_int(rng) as i64).wrapping_neg()),
-        4 => json!(*rng.pick(&[0.0, -0.0, 0.5, -1.0, 1e-30, 1e30, -1e30, 1e308, f64::MIN_POSITIVE, -1e-9])),
+        4 => json!(*rng.pick(&[
+            0.0,
+            -0.0,
+            0.5,
+            -1.0,
+            1e-30,
+            1e30,
+            -1e30,
+            1e308,
+            f64::MIN_POSITIVE,
+            -1e-9
+        ])),
         5 => json!(""),
         6 => json!("A".repeat(1 << rng.below(16))),
-        7 => json!(*rng.pick(&["../../x", "/etc/passwd", "a/../b", "\u{0}", "é", "\u{FEFF}", "test", "validation", "-", "{{", "{%", "nan"])),
+        7 => json!(*rng.pick(&[
+            "../../x",
+            "/etc/passwd",
+            "a/../b",
+            "\u{0}",
+            "é",
+            "\u{FEFF}",
+            "test",
+            "validation",
+            "-",
+            "{{",
+            "{%",
+            "nan"
+        ])),
         8 => json!([]),
         9 => json!({}),
         10 => {
@@ -347,7 +477,35 @@ pub fn lines(rng: &mut Rng, input: &[u8], dict: &[&[u8]]) -> Vec<u8> {
 
 /// YAML tokens (dataset card front matter).
 pub const YAML_DICT: &[&[u8]] = &[
-    b"---\n", b"configs:\n", b"- config_name: ", b"  data_files:\n", b"  - split: ", b"    path: ",
-    b"&a ", b"*a", b"<<: *a\n", b"!!binary ", b"!!map ", b"? ", b": ", b"- ", b"[", b"]", b"{", b"}",
-    b"|\n", b">\n", b"\"", b"'", b"\t", b"\n", b"  ", b"~", b"**", b"*", b"../", b"test", b"1e309",
+    b"---\n",
+    b"configs:\n",
+    b"- config_name: ",
+    b"  data_files:\n",
+    b"  - split: ",
+    b"    path: ",
+    b"&a ",
+    b"*a",
+    b"<<: *a\n",
+    b"!!binary ",
+    b"!!map ",
+    b"? ",
+    b": ",
+    b"- ",
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b"|\n",
+    b">\n",
+    b"\"",
+    b"'",
+    b"\t",
+    b"\n",
+    b"  ",
+    b"~",
+    b"**",
+    b"*",
+    b"../",
+    b"test",
+    b"1e309",
 ];

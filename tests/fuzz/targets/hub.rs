@@ -18,14 +18,20 @@ use crate::mutate::{self, Rng};
 fn get(endpoint: &str, path: &str) -> Result<(String, Vec<u8>)> {
     let addr = endpoint.trim_start_matches("http://");
     let mut s = std::net::TcpStream::connect(addr)?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let at = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .ok_or_else(|| anyhow::anyhow!("no header end"))?;
-    Ok((String::from_utf8_lossy(&buf[..at]).into_owned(), buf[at + 4..].to_vec()))
+    Ok((
+        String::from_utf8_lossy(&buf[..at]).into_owned(),
+        buf[at + 4..].to_vec(),
+    ))
 }
 
 /// Every fixture repo's tree pages, with their response heads, plus its README.
@@ -47,9 +53,17 @@ fn hub_seeds(work: &Path) -> Result<HubSeeds> {
     };
     let emu = dlm_data::hub::emulator::Emulator::start(&root, opts)?;
     let ep = emu.endpoint().to_string();
-    let mut out = HubSeeds { heads: vec![], pages: vec![], readmes: vec![], listing: vec![] };
+    let mut out = HubSeeds {
+        heads: vec![],
+        pages: vec![],
+        readmes: vec![],
+        listing: vec![],
+    };
     for r in repos.iter().take(4) {
-        let mut url = format!("/api/datasets/{}/tree/{}?recursive=true&expand=false", r.id, r.commit);
+        let mut url = format!(
+            "/api/datasets/{}/tree/{}?recursive=true&expand=false",
+            r.id, r.commit
+        );
         for _ in 0..4 {
             let (head, body) = get(&ep, &url)?;
             out.heads.push(head.clone());
@@ -58,12 +72,20 @@ fn hub_seeds(work: &Path) -> Result<HubSeeds> {
             }
             out.pages.push(body.clone());
             let page: Vec<TreeEntry> = serde_json::from_slice(&body)?;
-            out.listing.extend(page.into_iter().filter(|e| e.kind == "file").map(|e| e.path));
+            out.listing.extend(
+                page.into_iter()
+                    .filter(|e| e.kind == "file")
+                    .map(|e| e.path),
+            );
             let next = head.lines().find_map(|l| {
                 let (k, v) = l.split_once(':')?;
                 k.eq_ignore_ascii_case("link").then(|| v.trim().to_string())
             });
-            match next.and_then(|v| v.split('>').next().map(|u| u.trim_start_matches('<').to_string())) {
+            match next.and_then(|v| {
+                v.split('>')
+                    .next()
+                    .map(|u| u.trim_start_matches('<').to_string())
+            }) {
                 Some(u) => url = u.trim_start_matches(&ep).to_string(),
                 None => break,
             }
@@ -72,7 +94,10 @@ fn hub_seeds(work: &Path) -> Result<HubSeeds> {
             out.readmes.push(text);
         }
     }
-    anyhow::ensure!(!out.pages.is_empty() && !out.readmes.is_empty(), "emulator gave no seeds");
+    anyhow::ensure!(
+        !out.pages.is_empty() && !out.readmes.is_empty(),
+        "emulator gave no seeds"
+    );
     Ok(out)
 }
 
@@ -83,7 +108,9 @@ fn header_map(input: &[u8]) -> HeaderMap {
     let mut h = HeaderMap::new();
     for line in input.split(|&c| c == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(i) = line.iter().position(|&c| c == b':') else { continue };
+        let Some(i) = line.iter().position(|&c| c == b':') else {
+            continue;
+        };
         let (Ok(k), Ok(v)) = (
             HeaderName::from_bytes(&line[..i]),
             HeaderValue::from_bytes(line[i + 1..].trim_ascii()),
@@ -98,7 +125,9 @@ fn header_map(input: &[u8]) -> HeaderMap {
 impl Target for HubHeaders {
     fn setup(work: &Path) -> Result<Self> {
         let s = hub_seeds(work)?;
-        Ok(HubHeaders(s.heads.into_iter().map(String::into_bytes).collect()))
+        Ok(HubHeaders(
+            s.heads.into_iter().map(String::into_bytes).collect(),
+        ))
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
@@ -115,7 +144,11 @@ impl Target for HubHeaders {
         let wait = server_wait(&h);
         for attempt in [1, 2, 30, u32::MAX] {
             let d = p.delay(attempt, wait);
-            assert!(d <= p.max, "delay {d:?} beyond the policy's cap {:?}", p.max);
+            assert!(
+                d <= p.max,
+                "delay {d:?} beyond the policy's cap {:?}",
+                p.max
+            );
         }
         if let Some(u) = next_link(&h) {
             let _ = u.len();
@@ -147,7 +180,9 @@ impl Target for HubTree {
             let p = cache.snapshot_path(Default::default(), "o/r", &"0".repeat(40), &e.path);
             assert!(
                 p.starts_with("/cache-root")
-                    && !p.components().any(|c| matches!(c, std::path::Component::ParentDir)),
+                    && !p
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir)),
                 "accepted path {:?} leaves the cache: {}",
                 e.path,
                 p.display()
@@ -174,7 +209,10 @@ pub struct HubReadme {
 impl Target for HubReadme {
     fn setup(work: &Path) -> Result<Self> {
         let s = hub_seeds(work)?;
-        Ok(HubReadme { readmes: s.readmes, listing: s.listing })
+        Ok(HubReadme {
+            readmes: s.readmes,
+            listing: s.listing,
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.readmes.clone()
@@ -187,7 +225,9 @@ impl Target for HubReadme {
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(input)?;
-        let Some(configs) = parse_readme_configs(text)? else { return Ok(()) };
+        let Some(configs) = parse_readme_configs(text)? else {
+            return Ok(());
+        };
         for c in configs.iter().take(8) {
             for (split, _) in c.splits.iter().take(8) {
                 let _ = files_for(&self.listing, Some(text), &c.name, split, None);

@@ -44,7 +44,10 @@ impl Target for ManifestToml {
         let lp = work.join("seed.lock");
         lock.save(&lp)?;
         seeds.push(std::fs::read(&lp)?);
-        Ok(ManifestToml { seeds, path: work.join("in.toml") })
+        Ok(ManifestToml {
+            seeds,
+            path: work.join("in.toml"),
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
@@ -66,7 +69,10 @@ impl Target for ManifestToml {
         let l = Lock::load(&self.path);
         if let Ok(m) = &m {
             let _ = m.lock_path();
-            let listing = vec!["data/train-00000-of-00001.parquet".to_string(), "README.md".into()];
+            let listing = vec![
+                "data/train-00000-of-00001.parquet".to_string(),
+                "README.md".into(),
+            ];
             for s in m.train_sources() {
                 if let Some(globs) = &s.files {
                     let _ = dlm_data::hub::configs::select(&listing, globs);
@@ -92,7 +98,10 @@ impl Target for PromptsJsonl {
     fn setup(work: &Path) -> Result<Self> {
         let p = work.join("seed.jsonl");
         dlm_data::fixtures::teacher::write_demo_prompts(&p)?;
-        Ok(PromptsJsonl { seed: std::fs::read(&p)?, path: work.join("prompts.jsonl") })
+        Ok(PromptsJsonl {
+            seed: std::fs::read(&p)?,
+            path: work.join("prompts.jsonl"),
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
@@ -126,19 +135,42 @@ impl Target for DistillPart {
         std::fs::create_dir_all(out.parent().unwrap())?;
         use clap::Parser;
         let cli = dlm_data::cli::Cli::try_parse_from([
-            "dlm-data", "distill", "--teacher", teacher.to_str().unwrap(), "--prompts",
-            prompts.to_str().unwrap(), "--out", out.to_str().unwrap(), "--gen-length", "8",
-            "--block-length", "4", "--steps", "4", "--batch-size", "2",
+            "dlm-data",
+            "distill",
+            "--teacher",
+            teacher.to_str().unwrap(),
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--gen-length",
+            "8",
+            "--block-length",
+            "4",
+            "--steps",
+            "4",
+            "--batch-size",
+            "2",
         ])?;
-        let dlm_data::cli::Command::Distill(a) = cli.command else { unreachable!() };
+        let dlm_data::cli::Command::Distill(a) = cli.command else {
+            unreachable!()
+        };
         dlm_data::distill::run(a)?;
-        let parts = dlm_data::distill::output::list_parts(&dlm_data::distill::output::parts_dir(&out))?;
-        let seeds = parts.iter().map(std::fs::read).collect::<std::io::Result<Vec<_>>>()?;
+        let parts =
+            dlm_data::distill::output::list_parts(&dlm_data::distill::output::parts_dir(&out))?;
+        let seeds = parts
+            .iter()
+            .map(std::fs::read)
+            .collect::<std::io::Result<Vec<_>>>()?;
         anyhow::ensure!(!seeds.is_empty(), "distill left no parts");
         let fz = work.join("fz/distilled.json");
         let part = dlm_data::distill::output::parts_dir(&fz).join(parts[0].file_name().unwrap());
         std::fs::create_dir_all(part.parent().unwrap())?;
-        Ok(DistillPart { seeds, part, out: fz })
+        Ok(DistillPart {
+            seeds,
+            part,
+            out: fz,
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
@@ -150,7 +182,11 @@ impl Target for DistillPart {
         std::fs::write(&self.part, input)?;
         let p = dlm_data::distill::output::read_part(&self.part)?;
         let _ = p.batches.len();
-        dlm_data::distill::output::finalize(&[self.part.clone()], &self.out, dlm_data::distill::OutFormat::Json)?;
+        dlm_data::distill::output::finalize(
+            &[self.part.clone()],
+            &self.out,
+            dlm_data::distill::OutFormat::Json,
+        )?;
         Ok(())
     }
 }

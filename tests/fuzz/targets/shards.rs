@@ -59,7 +59,10 @@ impl Target for Parquet {
                 }
             }
         }
-        Ok(Parquet { seeds, path: work.join("in.parquet") })
+        Ok(Parquet {
+            seeds,
+            path: work.join("in.parquet"),
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
@@ -72,12 +75,20 @@ impl Target for Parquet {
         }
         let flen = u32::from_le_bytes(input[n - 8..n - 4].try_into().ok()?) as usize;
         let start = n.saturating_sub(8 + flen);
-        let (from, keep_len) = if rng.chance(4) { (0, false) } else { (start, rng.chance(2)) };
+        let (from, keep_len) = if rng.chance(4) {
+            (0, false)
+        } else {
+            (start, rng.chance(2))
+        };
         let region = &input[from..n - 8];
         let mut m = mutate::havoc(rng, region, region, &[]);
         let mut out = input[..from].to_vec();
         out.append(&mut m);
-        let new_len = if keep_len { flen as u32 } else { (out.len() - start.min(out.len())) as u32 };
+        let new_len = if keep_len {
+            flen as u32
+        } else {
+            (out.len() - start.min(out.len())) as u32
+        };
         out.extend_from_slice(&new_len.to_le_bytes());
         out.extend_from_slice(b"PAR1");
         Some(out)
@@ -144,7 +155,12 @@ fn sample_index(format: &str, mds_shards: Option<&[serde_json::Value]>) -> Resul
             tokens: 80,
             extra_files: Default::default(),
         }],
-        totals: index::Totals { rows: 5, tokens: 80, documents: 5, ..Default::default() },
+        totals: index::Totals {
+            rows: 5,
+            tokens: 80,
+            documents: 5,
+            ..Default::default()
+        },
         provenance: vec![index::ProvenanceRange {
             source: "sciq".into(),
             repo: "allenai/sciq".into(),
@@ -205,7 +221,10 @@ impl Target for MdsShard {
             let (raw, _) = mds::encode(&sft_batch(ShardFormat::Mds)?, dt)?;
             seeds.push(zstd::encode_all(&raw[..], 3)?);
         }
-        Ok(MdsShard { seeds, path: work.join(mds::raw_name(0) + ".zstd") })
+        Ok(MdsShard {
+            seeds,
+            path: work.join(mds::raw_name(0) + ".zstd"),
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
@@ -237,7 +256,10 @@ impl Target for MegatronIdx {
         let bin_path = work.join(megatron::prefix(0) + ".bin");
         std::fs::write(&bin_path, bin)?;
         let (_, idx16) = megatron::encode(&batch, Dtype::U16)?;
-        Ok(MegatronIdx { seeds: vec![idx, idx16], bin: bin_path })
+        Ok(MegatronIdx {
+            seeds: vec![idx, idx16],
+            bin: bin_path,
+        })
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()

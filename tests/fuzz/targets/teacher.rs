@@ -88,7 +88,11 @@ impl Target for Safetensors {
         let mut v: serde_json::Value = serde_json::from_slice(header).ok()?;
         mutate::json_tree(rng, &mut v);
         let h = serde_json::to_vec(&v).ok()?;
-        let len = if rng.chance(8) { h.len() as u64 ^ (1 << rng.below(64)) } else { h.len() as u64 };
+        let len = if rng.chance(8) {
+            h.len() as u64 ^ (1 << rng.below(64))
+        } else {
+            h.len() as u64
+        };
         let mut out = len.to_le_bytes().to_vec();
         out.extend_from_slice(&h);
         if rng.chance(8) {
@@ -111,13 +115,35 @@ pub struct ChatTemplate(TeacherFile);
 
 /// Jinja fragments for the template edits.
 const JINJA: &[&str] = &[
-    "{% for m in messages %}", "{% endfor %}", "{% if add_generation_prompt %}", "{% endif %}",
-    "{{ messages[0]['content'] }}", "{{ m['content'].strip() }}", "{{ bos_token }}",
-    "{{ raise_exception('x') }}", "{% for i in range(10000) %}", "{% for j in range(10000) %}",
-    "{% set x = messages[0]['content'] * 1000 %}", "{{ x }}", "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
-    "{{ 1/0 }}", "{{ messages[99] }}", "{{ m.content.split('x') }}", "{{ (messages|length) ** 999 }}",
-    "{%", "%}", "{{", "}}", "{#", "#}", "{% raw %}", "{% endraw %}", "{{ '%s' % 1 }}",
-    "{{ messages[0]['content'][::-1] }}", "{{ 9999999999999999999999 }}", "{{ -1e309 }}",
+    "{% for m in messages %}",
+    "{% endfor %}",
+    "{% if add_generation_prompt %}",
+    "{% endif %}",
+    "{{ messages[0]['content'] }}",
+    "{{ m['content'].strip() }}",
+    "{{ bos_token }}",
+    "{{ raise_exception('x') }}",
+    "{% for i in range(10000) %}",
+    "{% for j in range(10000) %}",
+    "{% set x = messages[0]['content'] * 1000 %}",
+    "{{ x }}",
+    "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "{{ 1/0 }}",
+    "{{ messages[99] }}",
+    "{{ m.content.split('x') }}",
+    "{{ (messages|length) ** 999 }}",
+    "{%",
+    "%}",
+    "{{",
+    "}}",
+    "{#",
+    "#}",
+    "{% raw %}",
+    "{% endraw %}",
+    "{{ '%s' % 1 }}",
+    "{{ messages[0]['content'][::-1] }}",
+    "{{ 9999999999999999999999 }}",
+    "{{ -1e309 }}",
 ];
 
 impl Target for ChatTemplate {
@@ -133,17 +159,30 @@ impl Target for ChatTemplate {
             mutate::json_tree(rng, &mut v);
         } else {
             // Edit the template text: insert fragments, cut, duplicate.
-            let mut t = v.get("chat_template").and_then(|t| t.as_str()).unwrap_or("").to_string();
+            let mut t = v
+                .get("chat_template")
+                .and_then(|t| t.as_str())
+                .unwrap_or("")
+                .to_string();
             for _ in 0..1 + rng.below(3) {
-                let at = (0..=t.len()).filter(|&i| t.is_char_boundary(i)).nth(rng.below(t.len() + 1)).unwrap_or(0);
+                let at = (0..=t.len())
+                    .filter(|&i| t.is_char_boundary(i))
+                    .nth(rng.below(t.len() + 1))
+                    .unwrap_or(0);
                 match rng.below(4) {
                     // Wrap everything in a loop (nested loops multiply: a template hang).
                     3 => {
                         let n = [2, 100, 10000, 100000][rng.below(4)];
-                        t = format!("{{% for i{k} in range({n}) %}}{t}{{% endfor %}}", k = rng.below(1000));
+                        t = format!(
+                            "{{% for i{k} in range({n}) %}}{t}{{% endfor %}}",
+                            k = rng.below(1000)
+                        );
                     }
                     0 => {
-                        let end = (at..=t.len()).filter(|&i| t.is_char_boundary(i)).nth(rng.below(16)).unwrap_or(at);
+                        let end = (at..=t.len())
+                            .filter(|&i| t.is_char_boundary(i))
+                            .nth(rng.below(16))
+                            .unwrap_or(at);
                         t.replace_range(at..end, "");
                     }
                     _ => t.insert_str(at, JINJA[rng.below(JINJA.len())]),
