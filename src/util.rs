@@ -184,3 +184,16 @@ mod tests {
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }
 }
+
+/// Run a third-party decoder over outside bytes, turning a panic inside it (parquet-rs 60
+/// still divides by zero on some corrupt pages) into an error naming `what`.
+pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = (p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(anyhow::anyhow!(
+            "{what}: corrupt file (the decoder failed: {msg})"
+        ))
+    })
+}

@@ -28,7 +28,9 @@ fn must_be_fast(name: &str) -> bool {
 #[test]
 fn fast_path_ids_identical_to_python_on_every_family() {
     let Ok(py) = std::env::var("DLM_PYTHON") else {
-        panic!("DLM_PYTHON is not set: run through `make test` (it installs the venv with tokenizers)");
+        panic!(
+            "DLM_PYTHON is not set: run through `make test` (it installs the venv with tokenizers)"
+        );
     };
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(py);
@@ -50,11 +52,22 @@ fn fast_path_ids_identical_to_python_on_every_family() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    for must in ["llama3-shaped", "qwen2-shaped", "o200k-shaped", "deepseek3-shaped", "minicpm5-shaped"] {
+    for must in [
+        "llama3-shaped",
+        "qwen2-shaped",
+        "o200k-shaped",
+        "deepseek3-shaped",
+        "minicpm5-shaped",
+    ] {
         assert!(names.iter().any(|n| n == must), "{must} missing");
     }
     if shared.is_some() {
-        for must in ["mistral-7b-v0.1", "phi-3-mini", "phi-2", "gemma-shaped-mistral-vocab"] {
+        for must in [
+            "mistral-7b-v0.1",
+            "phi-3-mini",
+            "phi-2",
+            "gemma-shaped-mistral-vocab",
+        ] {
             assert!(names.iter().any(|n| n == must), "{must} missing");
         }
     }
@@ -71,18 +84,28 @@ fn fast_path_ids_identical_to_python_on_every_family() {
         )
         .unwrap();
         let exp: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap())
+                .unwrap();
         let texts = exp["texts"].as_array().unwrap();
         let ids = exp["ids"].as_array().unwrap();
         let mut bad = 0;
         for (k, (t, want)) in texts.iter().zip(ids).enumerate() {
             let t = t.as_str().unwrap();
-            let want: Vec<u32> = want.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            let want: Vec<u32> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
             let got = tok.encode(t).unwrap();
             if got != want {
                 bad += 1;
                 if bad <= 3 {
-                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+                    let at = got
+                        .iter()
+                        .zip(&want)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(got.len().min(want.len()));
                     failures.push(format!(
                         "{name} text #{k} {:?}: first difference at id {at}: got {:?} want {:?}",
                         t.chars().take(80).collect::<String>(),
@@ -93,9 +116,17 @@ fn fast_path_ids_identical_to_python_on_every_family() {
             }
         }
         if must_be_fast(name) != tok.is_fast() {
-            failures.push(format!("{name}: path {} (fast expected: {})", tok.path(), must_be_fast(name)));
+            failures.push(format!(
+                "{name}: path {} (fast expected: {})",
+                tok.path(),
+                must_be_fast(name)
+            ));
         }
-        report.push(format!("{name}: {} texts, {bad} differ, {}", texts.len(), tok.path()));
+        report.push(format!(
+            "{name}: {} texts, {bad} differ, {}",
+            texts.len(),
+            tok.path()
+        ));
     }
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -66,15 +66,18 @@ pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
     let mut out = Vec::new();
     if name.ends_with(".parquet") {
         let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        let r = ParquetRecordBatchReaderBuilder::try_new(f)
-            .with_context(|| format!("{}: not a readable parquet file", path.display()))?
-            .build()?;
-        for b in r {
-            batch_rows(
-                &b.with_context(|| format!("decoding {}", path.display()))?,
-                &mut out,
-            );
-        }
+        crate::util::no_panic(&path.display().to_string(), || {
+            let r = ParquetRecordBatchReaderBuilder::try_new(f)
+                .with_context(|| format!("{}: not a readable parquet file", path.display()))?
+                .build()?;
+            for b in r {
+                batch_rows(
+                    &b.with_context(|| format!("decoding {}", path.display()))?,
+                    &mut out,
+                );
+            }
+            Ok(())
+        })?;
     } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
         let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         for (i, line) in BufReader::new(f).lines().enumerate() {

@@ -407,14 +407,23 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
     let (id, _) = identity.expect("non-empty");
     let nb = id["batches"].as_u64().context("header.batches")? as usize;
     let np = id["prompts"].as_u64().context("header.prompts")? as usize;
-    let missing: Vec<usize> = (0..nb).filter(|k| !batches.contains_key(k)).collect();
-    if !missing.is_empty() {
+    // The header's counts are outside input: nothing is sized or iterated by them unchecked.
+    let done = batches.keys().filter(|&&k| k < nb).count();
+    if done < nb {
+        let first: Vec<usize> = (0..nb)
+            .filter(|k| !batches.contains_key(k))
+            .take(8)
+            .collect();
         anyhow::bail!(
-            "{} of {nb} batches are not done yet (first: {:?}); run the missing workers or rerun distill",
-            missing.len(),
-            &missing[..missing.len().min(8)]
+            "{} of {nb} batches are not done yet (first: {first:?}); run the missing workers or rerun distill",
+            nb - done
         );
     }
+    let held: usize = batches.values().map(|b| b.index.len()).sum();
+    anyhow::ensure!(
+        np <= held,
+        "the header says {np} prompts but the parts hold {held} records"
+    );
     let mut by_index: Vec<Option<&str>> = vec![None; np];
     for b in batches.values() {
         for (i, r) in b.index.iter().zip(&b.records) {

@@ -37,7 +37,7 @@ fn decode_ndarray(b: &[u8], dtype: &str) -> Result<Vec<u32>> {
     match dtype {
         "uint32" => {
             ensure!(
-                body.len() == 4 * n,
+                n.checked_mul(4) == Some(body.len()),
                 "ndarray of {n} uint32 has {} bytes",
                 body.len()
             );
@@ -48,7 +48,7 @@ fn decode_ndarray(b: &[u8], dtype: &str) -> Result<Vec<u32>> {
         }
         "uint16" => {
             ensure!(
-                body.len() == 2 * n,
+                n.checked_mul(2) == Some(body.len()),
                 "ndarray of {n} uint16 has {} bytes",
                 body.len()
             );
@@ -69,7 +69,7 @@ pub fn decode(raw: &[u8]) -> Result<Vec<Sample>> {
         .collect::<Result<_>>()?;
     let cfg_start = 4 + 4 * (n + 1);
     ensure!(
-        off[0] >= cfg_start && off[n] <= raw.len(),
+        off[0] >= cfg_start && off[n] <= raw.len() && off.windows(2).all(|w| w[0] <= w[1]),
         "bad sample offsets"
     );
     let cfg: serde_json::Value =
@@ -117,8 +117,9 @@ pub fn decode(raw: &[u8]) -> Result<Vec<Sample>> {
                     lens[vi - 1]
                 }
             };
-            let b = s
-                .get(at..at + len)
+            let b = at
+                .checked_add(len)
+                .and_then(|end| s.get(at..end))
                 .ok_or_else(|| anyhow!("sample {i}: column {name} runs past the sample"))?;
             at += len;
             let v = if let Some(dt) = enc.strip_prefix("ndarray:") {

@@ -292,6 +292,16 @@ pub fn read(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
+    crate::util::no_panic(name, || read_inner(path, name, tpl, start_row, sink))
+}
+
+fn read_inner(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
     let mut row = start_row;
     for b in open(path, name, tpl, start_row, BATCH_ROWS)? {
         let batch = match b {

@@ -261,6 +261,27 @@ fn template_env() -> Environment<'static> {
     env
 }
 
+/// A writer that refuses to grow past `max` bytes.
+struct Bounded {
+    buf: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len().saturating_add(b.len()) > self.max {
+            self.over = true;
+            return Err(std::io::Error::other("rendered text over the limit"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Render a single-turn chat (one user message, generation prompt on). A template that runs
 /// out of fuel ([`TEMPLATE_FUEL`]) or writes more than [`MAX_RENDERED_EXTRA`] bytes beyond
 /// the prompt is an error.
@@ -277,7 +298,30 @@ pub fn render_chat(
         bos_token => bos.unwrap_or(""),
         eos_token => eos.unwrap_or(""),
     };
-    let out = env.render_str(template, ctx).map_err(|e| {
+    let max = prompt
+        .len()
+        .saturating_mul(4)
+        .saturating_add(MAX_RENDERED_EXTRA);
+    let too_long = || {
+        anyhow::anyhow!(
+            "the chat template of tokenizer_config.json renders more than {max} bytes for a {}-byte prompt",
+            prompt.len()
+        )
+    };
+    // Rendered into a bounded buffer: the limit holds while the template runs (fuel alone
+    // lets a loop emit a long literal millions of times).
+    let mut w = Bounded {
+        buf: Vec::new(),
+        max,
+        over: false,
+    };
+    let rendered = env
+        .template_from_str(template)
+        .and_then(|t| t.render_captured_to(ctx, &mut w).map(|_| ()));
+    if let Err(e) = rendered {
+        if w.over {
+            return Err(too_long());
+        }
         let why = if e.kind() == ErrorKind::OutOfFuel {
             format!(
                 " (the template ran more than {TEMPLATE_FUEL} instructions for one message: \
@@ -286,18 +330,10 @@ pub fn render_chat(
         } else {
             String::new()
         };
-        anyhow::anyhow!("rendering the chat template of tokenizer_config.json{why}: {e:#}")
-    })?;
-    anyhow::ensure!(
-        out.len()
-            <= prompt
-                .len()
-                .saturating_mul(4)
-                .saturating_add(MAX_RENDERED_EXTRA),
-        "the chat template of tokenizer_config.json renders {} bytes for a {}-byte prompt",
-        out.len(),
-        prompt.len()
-    );
+        anyhow::bail!("rendering the chat template of tokenizer_config.json{why}: {e:#}");
+    }
+    let out = String::from_utf8(w.buf)
+        .map_err(|e| anyhow::anyhow!("the chat template rendered invalid UTF-8: {e}"))?;
     Ok(out)
 }
 

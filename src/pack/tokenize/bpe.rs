@@ -169,7 +169,10 @@ impl Bpe {
     /// The model of a tokenizer.json `model` object, or why it is not supported exactly.
     /// `byte_level`: the pre-tokenizer maps bytes to GPT-2 characters.
     pub fn from_model_json(m: &serde_json::Value, byte_level: bool) -> Result<Bpe> {
-        if m.get("type").and_then(|t| t.as_str()).is_some_and(|t| t != "BPE") {
+        if m.get("type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t != "BPE")
+        {
             bail!("model is not BPE");
         }
         if get(m, "dropout")
@@ -250,7 +253,10 @@ impl Bpe {
             let merged = format!("{a}{b}");
             let im = *vocab.get(&merged).context("merged token not in vocab")?;
             // The crate collects into a map: a later duplicate overwrites an earlier one.
-            merges.insert((ia as u64) << 32 | ib as u64, (rank as u64) << 32 | im as u64);
+            merges.insert(
+                (ia as u64) << 32 | ib as u64,
+                (rank as u64) << 32 | im as u64,
+            );
             merged_strings.push(merged);
         }
         let whole = if flag("ignore_merges") {
@@ -301,7 +307,13 @@ impl Bpe {
 
     /// True for a char-level alphabet with `<0xNN>` byte fallback.
     pub fn has_byte_fallback(&self) -> bool {
-        matches!(&self.alphabet, Alphabet::Chars { fallback: Some(_), .. })
+        matches!(
+            &self.alphabet,
+            Alphabet::Chars {
+                fallback: Some(_),
+                ..
+            }
+        )
     }
 
     /// `ignore_merges`: the whole word's id when it is a vocabulary token.
@@ -452,7 +464,10 @@ impl Bpe {
             }
             let q = s[p].next as usize;
             // Expired entry: the pair at `p` is no longer the one that produces `new_id`.
-            if self.lookup(s[p].id, s[q].id).is_none_or(|v| v as u32 != new_id) {
+            if self
+                .lookup(s[p].id, s[q].id)
+                .is_none_or(|v| v as u32 != new_id)
+            {
                 continue;
             }
             s[p].id = new_id;

@@ -44,7 +44,10 @@ enum PreTok {
     /// `ByteLevel(use_regex=true)`, the GPT-2 regex hand-coded.
     Gpt2 { add_prefix_space: bool },
     /// `Split`s (Isolated) then `ByteLevel(use_regex=false, add_prefix_space=false)`.
-    Splits { regexes: Vec<Regex>, table: ClassTable },
+    Splits {
+        regexes: Vec<Regex>,
+        table: ClassTable,
+    },
     Metaspace {
         rep: char,
         prepend: PrependScheme,
@@ -95,14 +98,20 @@ fn parse_norm(v: Option<&serde_json::Value>, out: &mut Vec<NormStep>) -> Result<
                 .to_string(),
         )),
         "Replace" => {
-            let Some(p) = v.get("pattern").and_then(|p| p.get("String")).and_then(|s| s.as_str())
+            let Some(p) = v
+                .get("pattern")
+                .and_then(|p| p.get("String"))
+                .and_then(|s| s.as_str())
             else {
                 bail!("Replace with a regex pattern");
             };
             if p.is_empty() {
                 bail!("Replace of an empty string");
             }
-            let c = v.get("content").and_then(|x| x.as_str()).context("Replace")?;
+            let c = v
+                .get("content")
+                .and_then(|x| x.as_str())
+                .context("Replace")?;
             out.push(NormStep::Replace(p.to_string(), c.to_string()));
         }
         t => bail!("normalizer {t}"),
@@ -203,16 +212,29 @@ impl FastTokenizer {
         };
         let (pre, byte_level) = match list.as_slice() {
             [] => (PreTok::None, false),
-            [b] if ty(b) == "ByteLevel" && b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) => {
-                let aps = b.get("add_prefix_space").and_then(|x| x.as_bool()).unwrap_or(true);
+            [b] if ty(b) == "ByteLevel"
+                && b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) =>
+            {
+                let aps = b
+                    .get("add_prefix_space")
+                    .and_then(|x| x.as_bool())
+                    .unwrap_or(true);
                 desc.push("ByteLevel regex (GPT-2)".into());
-                (PreTok::Gpt2 { add_prefix_space: aps }, true)
+                (
+                    PreTok::Gpt2 {
+                        add_prefix_space: aps,
+                    },
+                    true,
+                )
             }
             [splits @ .., b] if !splits.is_empty() && ty(b) == "ByteLevel" => {
                 if b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) {
                     bail!("Split followed by ByteLevel with its own regex");
                 }
-                if b.get("add_prefix_space").and_then(|x| x.as_bool()).unwrap_or(true) {
+                if b.get("add_prefix_space")
+                    .and_then(|x| x.as_bool())
+                    .unwrap_or(true)
+                {
                     bail!("ByteLevel add_prefix_space after Split");
                 }
                 let mut atoms = Vec::new();
@@ -232,15 +254,27 @@ impl FastTokenizer {
                         r.to_string()
                     } else if let Some(st) = pat.get("String").and_then(|x| x.as_str()) {
                         st.chars()
-                            .map(|c| if c.is_ascii_punctuation() { format!("\\{c}") } else { c.to_string() })
+                            .map(|c| {
+                                if c.is_ascii_punctuation() {
+                                    format!("\\{c}")
+                                } else {
+                                    c.to_string()
+                                }
+                            })
                             .collect()
                     } else {
                         bail!("Split pattern");
                     };
-                    parsed.push(regex::parse(&re, &mut atoms).with_context(|| format!("Split regex {re:?}"))?);
+                    parsed.push(
+                        regex::parse(&re, &mut atoms)
+                            .with_context(|| format!("Split regex {re:?}"))?,
+                    );
                 }
                 let table = ClassTable::new(&atoms)?;
-                let regexes = parsed.into_iter().map(|p| Regex::compile(p, &table)).collect();
+                let regexes = parsed
+                    .into_iter()
+                    .map(|p| Regex::compile(p, &table))
+                    .collect();
                 desc.push(format!("{} Split regex + ByteLevel", splits.len()));
                 (PreTok::Splits { regexes, table }, true)
             }
@@ -264,7 +298,14 @@ impl FastTokenizer {
                 }
                 let split = ms.get("split").and_then(|x| x.as_bool()).unwrap_or(true);
                 desc.push(format!("Metaspace(prepend {prepend:?}, split {split})"));
-                (PreTok::Metaspace { rep, prepend, split }, false)
+                (
+                    PreTok::Metaspace {
+                        rep,
+                        prepend,
+                        split,
+                    },
+                    false,
+                )
             }
             _ => bail!("pre-tokenizer shape not supported"),
         };
@@ -282,7 +323,9 @@ impl FastTokenizer {
         let bpe = Bpe::from_model_json(m, byte_level)?;
         // SentencePiece whole-piece words: prove where merges cannot cross.
         let sp_segment = match &pre {
-            PreTok::Metaspace { rep, split: false, .. } => Some(*rep),
+            PreTok::Metaspace {
+                rep, split: false, ..
+            } => Some(*rep),
             PreTok::None => Some('\u{2581}'),
             _ => None,
         }
@@ -338,18 +381,30 @@ impl FastTokenizer {
             desc.push(format!("{n_added} added tokens split"));
         }
         if !norm.is_empty() {
-            desc.insert(0, format!("normalizer {:?}", norm.iter().map(|n| match n {
-                NormStep::Nfc => "NFC",
-                NormStep::Prepend(_) => "Prepend",
-                NormStep::Replace(..) => "Replace",
-            }).collect::<Vec<_>>()));
+            desc.insert(
+                0,
+                format!(
+                    "normalizer {:?}",
+                    norm.iter()
+                        .map(|n| match n {
+                            NormStep::Nfc => "NFC",
+                            NormStep::Prepend(_) => "Prepend",
+                            NormStep::Replace(..) => "Replace",
+                        })
+                        .collect::<Vec<_>>()
+                ),
+            );
         }
         let gpt2 = if matches!(pre, PreTok::Gpt2 { .. }) {
             Some(gpt2::Gpt2Classes::new()?)
         } else {
             None
         };
-        let kind = if byte_level { "byte-level BPE" } else { "SentencePiece BPE" };
+        let kind = if byte_level {
+            "byte-level BPE"
+        } else {
+            "SentencePiece BPE"
+        };
         Ok(FastTokenizer {
             norm,
             pre,
@@ -421,10 +476,18 @@ impl FastTokenizer {
             }
             PreTok::Splits { regexes, table } => self.split_rec(regexes, table, s, out),
             PreTok::None => self.sp_word(s, out),
-            PreTok::Metaspace { rep, prepend, split } => {
+            PreTok::Metaspace {
+                rep,
+                prepend,
+                split,
+            } => {
                 let mut buf = [0u8; 4];
                 let reps: &str = rep.encode_utf8(&mut buf);
-                let mut w: String = if s.contains(' ') { s.replace(' ', reps) } else { s.to_string() };
+                let mut w: String = if s.contains(' ') {
+                    s.replace(' ', reps)
+                } else {
+                    s.to_string()
+                };
                 let pre = match prepend {
                     PrependScheme::Always => true,
                     PrependScheme::First => at_origin,
@@ -456,7 +519,9 @@ impl FastTokenizer {
             self.bpe.encode_word(s, out);
             return;
         };
-        re.split(s, table, &mut |a, b| self.split_rec(rest, table, &s[a..b], out));
+        re.split(s, table, &mut |a, b| {
+            self.split_rec(rest, table, &s[a..b], out)
+        });
     }
 
     /// One SentencePiece model word (a whole normalized piece): the ignore_merges lookup on the

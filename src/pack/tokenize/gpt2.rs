@@ -147,7 +147,15 @@ mod tests {
             let c = b as char;
             let slow = {
                 let bits = cls.table.bits(c);
-                if bits & 1 != 0 { Class::Letter } else if bits & 2 != 0 { Class::Number } else if bits & 4 != 0 { Class::Space } else { Class::Other }
+                if bits & 1 != 0 {
+                    Class::Letter
+                } else if bits & 2 != 0 {
+                    Class::Number
+                } else if bits & 4 != 0 {
+                    Class::Space
+                } else {
+                    Class::Other
+                }
             };
             assert_eq!(ascii_class(b), slow, "{c:?}");
         }

@@ -135,7 +135,9 @@ impl Parser<'_> {
         }
     }
     fn next(&mut self) -> Result<char> {
-        let c = self.peek().ok_or_else(|| anyhow::anyhow!("unexpected end"))?;
+        let c = self
+            .peek()
+            .ok_or_else(|| anyhow::anyhow!("unexpected end"))?;
         self.i += 1;
         Ok(c)
     }
@@ -451,7 +453,12 @@ pub fn parse(pattern: &str, atoms: &mut Vec<String>) -> Result<Parsed> {
         bail!("unbalanced ')' at {}", p.i);
     }
     for s in &p.sets {
-        if s.chars.is_empty() && s.ranges.is_empty() && s.pos_atoms.is_empty() && s.neg_atoms.is_empty() && !s.negated {
+        if s.chars.is_empty()
+            && s.ranges.is_empty()
+            && s.pos_atoms.is_empty()
+            && s.neg_atoms.is_empty()
+            && !s.negated
+        {
             bail!("unsupported case-insensitive literal");
         }
     }
@@ -516,7 +523,9 @@ impl Regex {
             let can = if (c as u32) < 128 {
                 self.first_ascii >> (c as u32) & 1 == 1
             } else {
-                self.first_sets.iter().any(|&k| self.sets[k].contains(c, table))
+                self.first_sets
+                    .iter()
+                    .any(|&k| self.sets[k].contains(c, table))
             };
             if can {
                 if let Some(e) = self.match_at(b, p, table) {
@@ -681,7 +690,9 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_model() {
         let mut a = Vec::new();
-        for bad in ["a*", "^a", "a+?", "a.b", r"(a)\1", "(?i)a", "(ab)+", "[[a]]", "x|"] {
+        for bad in [
+            "a*", "^a", "a+?", "a.b", r"(a)\1", "(?i)a", "(ab)+", "[[a]]", "x|",
+        ] {
             assert!(parse(bad, &mut a).is_err(), "{bad}");
         }
     }

@@ -100,7 +100,8 @@ mod tests {
             .iter()
             .map(|a| SysRegex::new(&format!(r"\A{a}\z")).unwrap())
             .collect();
-        for c in "aZ9 \t\n\u{85}\u{a0}é中١٢Ⅻ½\u{301}\u{2003}\u{3000}😀،.-_\u{200d}ſK".chars() {
+        for c in "aZ9 \t\n\u{85}\u{a0}é中١٢Ⅻ½\u{301}\u{2003}\u{3000}😀،.-_\u{200d}ſK".chars()
+        {
             let mut want = 0u32;
             let mut buf = [0u8; 4];
             for (k, re) in res.iter().enumerate() {

@@ -1,0 +1,192 @@
+//! Files users and other stages hand us: the manifest TOML and its lock, `prompts.jsonl`
+//! (mcq → distill) and distill's committed part files (`OUT.parts/*.jsonl`), which a resume,
+//! `merge` and the final `distilled.json` are built from.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use dlm_data::manifest::{Lock, LockedFile, LockedSource, Manifest, Role};
+
+use crate::driver::Target;
+use crate::mutate::{self, Rng};
+
+/// `manifests/*.toml` (the shipped manifests) and a lock written by [`Lock::save`].
+pub struct ManifestToml {
+    seeds: Vec<Vec<u8>>,
+    path: PathBuf,
+}
+
+impl Target for ManifestToml {
+    fn setup(work: &Path) -> Result<Self> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        let mut seeds = Vec::new();
+        for name in ["stage1.toml", "mcq.toml", "eval-reference.toml"] {
+            seeds.push(std::fs::read(root.join(name))?);
+        }
+        let lock = Lock {
+            version: 1,
+            sources: vec![LockedSource {
+                name: "sciq".into(),
+                repo: "allenai/sciq".into(),
+                revision: "main".into(),
+                commit: "2c94ad3e1aafab77146f384e23536f97a4849815".into(),
+                config: "default".into(),
+                split: "train".into(),
+                role: Role::Train,
+                files: vec![LockedFile {
+                    path: "data/train-00000-of-00001.parquet".into(),
+                    size: 3_993_099,
+                    sha256: "ab".repeat(32),
+                    git_oid: Some("cd".repeat(20)),
+                }],
+            }],
+        };
+        let lp = work.join("seed.lock");
+        lock.save(&lp)?;
+        seeds.push(std::fs::read(&lp)?);
+        Ok(ManifestToml {
+            seeds,
+            path: work.join("in.toml"),
+        })
+    }
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        self.seeds.clone()
+    }
+    fn dictionary(&self) -> &'static [&'static [u8]] {
+        mutate::TOML_DICT
+    }
+    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        if rng.chance(2) {
+            mutate::toml(rng, input)
+        } else {
+            Some(mutate::lines(rng, input, mutate::TOML_DICT))
+        }
+    }
+    fn run(&self, input: &[u8]) -> Result<()> {
+        std::fs::write(&self.path, input)?;
+        // Either layout may come in; the seeds must parse as one of them.
+        let m = Manifest::load(&self.path);
+        let l = Lock::load(&self.path);
+        if let Ok(m) = &m {
+            let _ = m.lock_path();
+            let listing = vec![
+                "data/train-00000-of-00001.parquet".to_string(),
+                "README.md".into(),
+            ];
+            for s in m.train_sources() {
+                if let Some(globs) = &s.files {
+                    let _ = dlm_data::hub::configs::select(&listing, globs);
+                }
+                let _ = dlm_data::hub::plan::policy_check(s, &listing);
+                let _ = dlm_data::sources::Template::parse(&s.text);
+            }
+        }
+        match (m, l) {
+            (Err(e), Err(_)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `prompts.jsonl`: the fixture's demo prompts (two MCQ items, two free-form).
+pub struct PromptsJsonl {
+    seed: Vec<u8>,
+    path: PathBuf,
+}
+
+impl Target for PromptsJsonl {
+    fn setup(work: &Path) -> Result<Self> {
+        let p = work.join("seed.jsonl");
+        dlm_data::fixtures::teacher::write_demo_prompts(&p)?;
+        Ok(PromptsJsonl {
+            seed: std::fs::read(&p)?,
+            path: work.join("prompts.jsonl"),
+        })
+    }
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        vec![self.seed.clone()]
+    }
+    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        Some(mutate::lines(rng, input, mutate::JSON_DICT))
+    }
+    fn run(&self, input: &[u8]) -> Result<()> {
+        std::fs::write(&self.path, input)?;
+        let items = dlm_data::distill::prompts::read_prompts(&self.path)?;
+        let _ = items.len();
+        Ok(())
+    }
+}
+
+/// A distill part file (`OUT.parts/00000-of-00001.jsonl`): header line, records, commit
+/// lines. Seeds: the parts of a real distill run of the tiny fixture teacher.
+pub struct DistillPart {
+    seeds: Vec<Vec<u8>>,
+    part: PathBuf,
+    out: PathBuf,
+}
+
+impl Target for DistillPart {
+    fn setup(work: &Path) -> Result<Self> {
+        let teacher = work.join("teacher");
+        dlm_data::fixtures::teacher::write_teacher(&teacher, &Default::default())?;
+        let prompts = work.join("prompts.jsonl");
+        dlm_data::fixtures::teacher::write_demo_prompts(&prompts)?;
+        let out = work.join("seed/distilled.json");
+        std::fs::create_dir_all(out.parent().unwrap())?;
+        use clap::Parser;
+        let cli = dlm_data::cli::Cli::try_parse_from([
+            "dlm-data",
+            "distill",
+            "--teacher",
+            teacher.to_str().unwrap(),
+            "--prompts",
+            prompts.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--gen-length",
+            "8",
+            "--block-length",
+            "4",
+            "--steps",
+            "4",
+            "--batch-size",
+            "2",
+        ])?;
+        let dlm_data::cli::Command::Distill(a) = cli.command else {
+            unreachable!()
+        };
+        dlm_data::distill::run(a)?;
+        let parts =
+            dlm_data::distill::output::list_parts(&dlm_data::distill::output::parts_dir(&out))?;
+        let seeds = parts
+            .iter()
+            .map(std::fs::read)
+            .collect::<std::io::Result<Vec<_>>>()?;
+        anyhow::ensure!(!seeds.is_empty(), "distill left no parts");
+        let fz = work.join("fz/distilled.json");
+        let part = dlm_data::distill::output::parts_dir(&fz).join(parts[0].file_name().unwrap());
+        std::fs::create_dir_all(part.parent().unwrap())?;
+        Ok(DistillPart {
+            seeds,
+            part,
+            out: fz,
+        })
+    }
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        self.seeds.clone()
+    }
+    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        Some(mutate::lines(rng, input, mutate::JSON_DICT))
+    }
+    fn run(&self, input: &[u8]) -> Result<()> {
+        std::fs::write(&self.part, input)?;
+        let p = dlm_data::distill::output::read_part(&self.part)?;
+        let _ = p.batches.len();
+        dlm_data::distill::output::finalize(
+            &[self.part.clone()],
+            &self.out,
+            dlm_data::distill::OutFormat::Json,
+        )?;
+        Ok(())
+    }
+}
