@@ -404,14 +404,12 @@ fn absurd_sizes_exit_2_without_allocating() {
     fails(&o, 2, &["--steps"], &out);
     let o = distill(teacher_dir(), &prompts, &out, &["--max-batch-memory", "0"]);
     fails(&o, 2, &["--max-batch-memory"], &out);
-    // An absurd batch size is only an upper bound: the memory budget closes the batch.
+    // An absurd batch size is bad usage (clap's range), refused before any work.
     let b = (1u64 << 60).to_string();
-    ok(&distill(
-        teacher_dir(),
-        &prompts,
-        &out,
-        &["--batch-size", &b],
-    ));
+    let o = distill(teacher_dir(), &prompts, &out, &["--batch-size", &b]);
+    fails(&o, 2, &["--batch-size"], &out);
+    // The largest accepted batch size is only an upper bound: the memory budget closes the batch.
+    ok(&distill(teacher_dir(), &prompts, &out, &["--batch-size", "65536"]));
     assert_eq!(records(&out).len(), 3);
     // --out naming a directory is refused before any work.
     let dir_out = d.path().join("outdir");
