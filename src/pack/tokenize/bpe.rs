@@ -45,7 +45,10 @@ impl Hasher for FxHasher {
         self.add(x as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply mixes input bits only upwards; hashbrown takes the bucket from the low
+        // bits, so without this rotation keys sharing a prefix (every SentencePiece word starts
+        // with "▁") collide in long probe chains.
+        self.0.rotate_left(26)
     }
 }
 
@@ -151,15 +154,12 @@ fn get<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
 }
 
 /// `(a, b)` of one `merges` entry ("a b" or ["a", "b"]).
-fn merge_pair(e: &serde_json::Value) -> Result<(String, String)> {
+fn merge_pair(e: &serde_json::Value) -> Result<(&str, &str)> {
     Ok(match e {
-        serde_json::Value::String(s) => {
-            let (a, b) = s.split_once(' ').context("bad merge")?;
-            (a.to_string(), b.to_string())
-        }
+        serde_json::Value::String(s) => s.split_once(' ').context("bad merge")?,
         serde_json::Value::Array(p) if p.len() == 2 => (
-            p[0].as_str().context("bad merge")?.to_string(),
-            p[1].as_str().context("bad merge")?.to_string(),
+            p[0].as_str().context("bad merge")?,
+            p[1].as_str().context("bad merge")?,
         ),
         _ => bail!("bad merge entry"),
     })
@@ -190,8 +190,19 @@ impl Bpe {
             }
         }
         let flag = |k: &str| get(m, k).and_then(|b| b.as_bool()) == Some(true);
-        let vocab: HashMap<String, u32> =
-            serde_json::from_value(m.get("vocab").context("vocab")?.clone())?;
+        // Borrowed from the parsed JSON (no copy of a 100k-entry map).
+        let mut vocab: FxMap<&str, u32> = FxMap::default();
+        for (k, v) in m
+            .get("vocab")
+            .and_then(|v| v.as_object())
+            .context("vocab")?
+        {
+            let id = v
+                .as_u64()
+                .and_then(|i| u32::try_from(i).ok())
+                .context("vocab id")?;
+            vocab.insert(k.as_str(), id);
+        }
         let unk = match get(m, "unk_token").and_then(|u| u.as_str()) {
             Some(u) => Some(*vocab.get(u).context("unk_token not in the vocabulary")?),
             None => None,
@@ -204,7 +215,7 @@ impl Bpe {
             let mut ids = [0u32; 256];
             for b in 0..256 {
                 ids[b] = *vocab
-                    .get(&b2c[b].to_string())
+                    .get(b2c[b].to_string().as_str())
                     .with_context(|| format!("byte {b} has no symbol"))?;
             }
             Alphabet::Bytes(ids)
@@ -225,7 +236,7 @@ impl Bpe {
                 let mut f = Box::new([0u32; 256]);
                 for b in 0..256 {
                     f[b] = *vocab
-                        .get(&format!("<0x{b:02X}>"))
+                        .get(format!("<0x{b:02X}>").as_str())
                         .with_context(|| format!("byte_fallback without <0x{b:02X}>"))?;
                 }
                 Some(f)
@@ -246,18 +257,23 @@ impl Bpe {
             .get("merges")
             .and_then(|x| x.as_array())
             .context("merges")?;
+        let mut merged = String::new();
         for (rank, e) in list.iter().enumerate() {
             let (a, b) = merge_pair(e)?;
-            let ia = *vocab.get(&a).context("merge token not in vocab")?;
-            let ib = *vocab.get(&b).context("merge token not in vocab")?;
-            let merged = format!("{a}{b}");
-            let im = *vocab.get(&merged).context("merged token not in vocab")?;
+            let ia = *vocab.get(a).context("merge token not in vocab")?;
+            let ib = *vocab.get(b).context("merge token not in vocab")?;
+            merged.clear();
+            merged.push_str(a);
+            merged.push_str(b);
+            let im = *vocab
+                .get(merged.as_str())
+                .context("merged token not in vocab")?;
             // The crate collects into a map: a later duplicate overwrites an earlier one.
             merges.insert(
                 (ia as u64) << 32 | ib as u64,
                 (rank as u64) << 32 | im as u64,
             );
-            merged_strings.push(merged);
+            merged_strings.push(merged.clone());
         }
         let whole = if flag("ignore_merges") {
             let mut w = FxMap::default();

@@ -190,6 +190,14 @@ impl FastTokenizer {
     /// Build from a tokenizer.json (text) and the crate's loaded tokenizer (for the added
     /// tokens' normalized forms), or say why the fast path does not apply.
     pub fn from_json(text: &str, crate_tok: &tokenizers::Tokenizer) -> Result<FastTokenizer> {
+        let mut f = FastTokenizer::from_json_without_added(text)?;
+        f.attach_added(crate_tok)?;
+        Ok(f)
+    }
+
+    /// Everything but the added tokens, which need the crate's loaded tokenizer: lets the
+    /// caller build this while the crate loads the same file (`rayon::join`).
+    pub fn from_json_without_added(text: &str) -> Result<FastTokenizer> {
         let v: serde_json::Value = serde_json::from_str(text).context("tokenizer.json")?;
         let mut norm = Vec::new();
         parse_norm(get(&v, "normalizer"), &mut norm)?;
@@ -345,6 +353,46 @@ impl FastTokenizer {
             }
             (rep, left)
         });
+        if !norm.is_empty() {
+            desc.insert(
+                0,
+                format!(
+                    "normalizer {:?}",
+                    norm.iter()
+                        .map(|n| match n {
+                            NormStep::Nfc => "NFC",
+                            NormStep::Prepend(_) => "Prepend",
+                            NormStep::Replace(..) => "Replace",
+                        })
+                        .collect::<Vec<_>>()
+                ),
+            );
+        }
+        let gpt2 = if matches!(pre, PreTok::Gpt2 { .. }) {
+            Some(gpt2::Gpt2Classes::new()?)
+        } else {
+            None
+        };
+        let kind = if byte_level {
+            "byte-level BPE"
+        } else {
+            "SentencePiece BPE"
+        };
+        Ok(FastTokenizer {
+            norm,
+            pre,
+            bpe,
+            raw_added: None,
+            norm_added: None,
+            sp_segment,
+            gpt2,
+            describe: format!("exact fast {kind}: {}", desc.join(", ")),
+        })
+    }
+
+    /// Split the crate's added tokens exactly as it does (their normalized forms by its own
+    /// normalizer).
+    pub fn attach_added(&mut self, crate_tok: &tokenizers::Tokenizer) -> Result<()> {
         // Added tokens, from the crate's own loaded vocabulary.
         let mut raw = Vec::new();
         let mut normd = Vec::new();
@@ -378,43 +426,12 @@ impl FastTokenizer {
         }
         let n_added = raw.len() + normd.len();
         if n_added > 0 {
-            desc.push(format!("{n_added} added tokens split"));
+            self.describe
+                .push_str(&format!(", {n_added} added tokens split"));
         }
-        if !norm.is_empty() {
-            desc.insert(
-                0,
-                format!(
-                    "normalizer {:?}",
-                    norm.iter()
-                        .map(|n| match n {
-                            NormStep::Nfc => "NFC",
-                            NormStep::Prepend(_) => "Prepend",
-                            NormStep::Replace(..) => "Replace",
-                        })
-                        .collect::<Vec<_>>()
-                ),
-            );
-        }
-        let gpt2 = if matches!(pre, PreTok::Gpt2 { .. }) {
-            Some(gpt2::Gpt2Classes::new()?)
-        } else {
-            None
-        };
-        let kind = if byte_level {
-            "byte-level BPE"
-        } else {
-            "SentencePiece BPE"
-        };
-        Ok(FastTokenizer {
-            norm,
-            pre,
-            bpe,
-            raw_added: Trie::new(raw)?,
-            norm_added: Trie::new(normd)?,
-            sp_segment,
-            gpt2,
-            describe: format!("exact fast {kind}: {}", desc.join(", ")),
-        })
+        self.raw_added = Trie::new(raw)?;
+        self.norm_added = Trie::new(normd)?;
+        Ok(())
     }
 
     /// Ids of `text` (Python: `encode(text, add_special_tokens=False)`).

@@ -19,6 +19,7 @@ pub mod regex;
 pub mod unicode;
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, Context, Result};
@@ -88,8 +89,15 @@ impl DocTokenizer {
                 arg.display()
             )));
         }
-        let inner = Tokenizer::from_file(&json_path)
-            .map_err(|e| anyhow!("{}: cannot load tokenizer: {e}", json_path.display()))?;
+        // The crate's load and the fast path's build read the same file: run them together.
+        let text = std::fs::read_to_string(&json_path)
+            .with_context(|| format!("reading {}", json_path.display()))?;
+        let (inner, fast_pre) = rayon::join(
+            || Tokenizer::from_str(&text),
+            || (!flags.no_fast).then(|| FastTokenizer::from_json_without_added(&text)),
+        );
+        let inner =
+            inner.map_err(|e| anyhow!("{}: cannot load tokenizer: {e}", json_path.display()))?;
         let sha256 = crate::util::sha256_file(&json_path)?;
         let dir = json_path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let id = |t: &str, what: &str| -> Result<u32> {
@@ -140,15 +148,12 @@ impl DocTokenizer {
             None
         };
         let vocab_size = inner.get_vocab_size(true) as u32;
-        let (fast, fast_refusal) = if flags.no_fast {
-            (None, Some("--no-fast-tokenizer".to_string()))
-        } else {
-            let text = std::fs::read_to_string(&json_path)
-                .with_context(|| format!("reading {}", json_path.display()))?;
-            match FastTokenizer::from_json(&text, &inner) {
+        let (fast, fast_refusal) = match fast_pre {
+            None => (None, Some("--no-fast-tokenizer".to_string())),
+            Some(pre) => match pre.and_then(|mut f| f.attach_added(&inner).map(|_| f)) {
                 Ok(f) => (Some(f), None),
                 Err(e) => (None, Some(format!("{e:#}"))),
-            }
+            },
         };
         Ok(DocTokenizer {
             inner,
