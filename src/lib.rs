@@ -12,6 +12,7 @@
 //!    benchmark eval sets; [`audit`] proves the provenance chain.
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
 //!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
+//!    [`sampling`] holds what the three share (the sampler's settings and randomness).
 //! 6. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
 //!    merging their outputs into exactly what one process would have written.
 //!
@@ -33,6 +34,7 @@ pub mod merge;
 pub mod pack;
 pub mod policy;
 pub mod provenance;
+pub mod sampling;
 pub mod secret;
 pub mod shards;
 pub mod sources;

@@ -16,7 +16,6 @@ pub mod mcq;
 pub mod output;
 pub mod plan;
 pub mod prompts;
-pub mod rng;
 pub mod run;
 pub mod sampler;
 
@@ -24,44 +23,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use crate::sampling::{rng, Cache, Remasking};
 use crate::worker::WorkerSlice;
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Remasking {
-    LowConfidence,
-    Random,
-}
-
-impl Remasking {
-    /// The flag spelling, as recorded in distilled.json's `gen.remasking`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Remasking::LowConfidence => "low-confidence",
-            Remasking::Random => "random",
-        }
-    }
-}
-
-/// Approximate KV caching across a block's steps (Fast-dLLM; `--device cuda` only).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cache {
-    /// Exact: every step is a full forward.
-    None,
-    /// A block's later steps recompute the block and everything after it.
-    Prefix,
-    /// A block's later steps recompute the block only.
-    Dual,
-}
-
-impl Cache {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Cache::None => "none",
-            Cache::Prefix => "prefix",
-            Cache::Dual => "dual",
-        }
-    }
-}
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutFormat {

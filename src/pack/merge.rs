@@ -115,7 +115,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    let workers = crate::merge::check_worker_set(&parts_root, &names)?;
+    let workers = crate::worker::check_worker_set(&parts_root, &names)?;
     if names
         .iter()
         .any(|n| parts_root.join(n).join("prompts.jsonl").exists())

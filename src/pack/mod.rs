@@ -61,28 +61,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+pub use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
-
-/// Output shard format.
-#[derive(
-    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ShardFormat {
-    Parquet,
-    Mds,
-    Megatron,
-}
-
-impl ShardFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            ShardFormat::Parquet => "parquet",
-            ShardFormat::Mds => "mds",
-            ShardFormat::Megatron => "megatron",
-        }
-    }
-}
 
 /// Token id width for MDS/Megatron shards (parquet is always uint32).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
