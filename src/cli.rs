@@ -55,7 +55,18 @@ pub fn main() -> Result<()> {
         Command::Audit(a) => crate::audit::run(a),
         Command::Distill(a) => crate::distill::run(a),
         Command::Merge(a) => crate::merge::run(a),
-        Command::HubEmulator(a) => crate::hub::emulator::run(a),
+        Command::HubEmulator(a) => {
+            if a.fixtures {
+                std::fs::create_dir_all(&a.root)?;
+                crate::fixtures::datasets::write_hub_fixtures_with(
+                    &a.root,
+                    &crate::fixtures::datasets::HubFixtureOptions {
+                        large_mb: a.large_mb,
+                    },
+                )?;
+            }
+            crate::hub::emulator::run(a)
+        }
         Command::Fixtures(a) => crate::fixtures::run(a),
     }
 }

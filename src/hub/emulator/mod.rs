@@ -304,16 +304,9 @@ pub struct EmulatorArgs {
     pub large_mb: Option<u64>,
 }
 
+/// Serve `--root` until killed. `--fixtures` was handled by the caller ([`crate::cli`] writes
+/// [`crate::fixtures`]' repos first), so the emulator never depends on the fixture generator.
 pub fn run(args: EmulatorArgs) -> Result<()> {
-    if args.fixtures {
-        std::fs::create_dir_all(&args.root)?;
-        crate::fixtures::datasets::write_hub_fixtures_with(
-            &args.root,
-            &crate::fixtures::datasets::HubFixtureOptions {
-                large_mb: args.large_mb,
-            },
-        )?;
-    }
     let opts = Options {
         page_size: args.page_size.max(1),
         faults: Fault::parse_list(&args.faults)?,
