@@ -129,6 +129,20 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every `.rs` file under `root`, as (path relative to `root`, text).
+fn src_files(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut paths = Vec::new();
+    rust_files(root, &mut paths);
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| {
+            let rel = p.strip_prefix(root).unwrap().to_path_buf();
+            (rel, std::fs::read_to_string(p).unwrap())
+        })
+        .collect()
+}
+
 /// The module graph of a set of `(path relative to src/, text)` files.
 fn graph(files: &[(PathBuf, String)], modules: &BTreeSet<String>) -> Graph {
     let mut g = Graph::new();
@@ -237,21 +251,68 @@ fn no_import_circles_between_top_level_modules() {
     ] {
         assert!(modules.contains(m), "lib.rs no longer declares `{m}`");
     }
-    let mut paths = Vec::new();
-    rust_files(&root, &mut paths);
-    let files: Vec<(PathBuf, String)> = paths
-        .iter()
-        .map(|p| {
-            let rel = p.strip_prefix(&root).unwrap().to_path_buf();
-            (rel, std::fs::read_to_string(p).unwrap())
-        })
-        .collect();
+    let files = src_files(&root);
     let g = graph(&files, &modules);
     // The checker sees the edges it must (so an empty result means something).
     assert!(g["pack"].contains_key("shards"), "{g:?}");
     assert!(g["distill"].contains_key("teacher"), "{g:?}");
     let found = circles(&g);
     assert!(found.is_empty(), "{}", report(&g, &found));
+}
+
+/// The layers docs/architecture.md draws under "## Who depends on whom": one line per layer,
+/// its modules before the first run of two spaces, the root first.
+fn documented_layers(md: &str) -> Vec<Vec<String>> {
+    let section = md
+        .split("## Who depends on whom")
+        .nth(1)
+        .expect("docs/architecture.md: no \"## Who depends on whom\" section");
+    let block = section
+        .split("```")
+        .nth(1)
+        .expect("docs/architecture.md: the layer drawing is not a code block");
+    block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let names = l.split("  ").next().unwrap();
+            names.split(',').map(|n| n.trim().to_string()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_documented_layers_hold() {
+    let root = src();
+    let modules = top_modules(&std::fs::read_to_string(root.join("lib.rs")).unwrap());
+    let md = std::fs::read_to_string(root.join("../docs/architecture.md")).unwrap();
+    let layers = documented_layers(&md);
+    let mut layer_of = BTreeMap::new();
+    for (i, l) in layers.iter().enumerate() {
+        for m in l {
+            assert!(
+                modules.contains(m),
+                "docs/architecture.md draws `{m}`, which lib.rs does not declare"
+            );
+            layer_of.insert(m.clone(), i);
+        }
+    }
+    let missing: Vec<_> = modules.iter().filter(|m| !layer_of.contains_key(*m)).collect();
+    assert!(missing.is_empty(), "docs/architecture.md's layers lack {missing:?}");
+    let files = src_files(&root);
+    let mut upward = Vec::new();
+    for (a, tos) in graph(&files, &modules) {
+        for (b, at) in tos {
+            if layer_of[&b] <= layer_of[&a] {
+                upward.push(format!("{a} -> {b} ({at})"));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "edges docs/architecture.md's layers do not allow (a module may use only lower lines):\n{}",
+        upward.join("\n")
+    );
 }
 
 #[test]
