@@ -37,6 +37,7 @@ pub mod provenance;
 pub mod sampling;
 pub mod secret;
 pub mod shards;
+pub mod sizes;
 pub mod sources;
 pub mod teacher;
 pub mod util;

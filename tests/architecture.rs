@@ -297,8 +297,14 @@ fn the_documented_layers_hold() {
             layer_of.insert(m.clone(), i);
         }
     }
-    let missing: Vec<_> = modules.iter().filter(|m| !layer_of.contains_key(*m)).collect();
-    assert!(missing.is_empty(), "docs/architecture.md's layers lack {missing:?}");
+    let missing: Vec<_> = modules
+        .iter()
+        .filter(|m| !layer_of.contains_key(*m))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's layers lack {missing:?}"
+    );
     let files = src_files(&root);
     let mut upward = Vec::new();
     for (a, tos) in graph(&files, &modules) {

@@ -43,11 +43,11 @@ pub struct DistillArgs {
     /// cpu, cuda or cuda:N
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 256, value_parser = crate::sizes::tokens())]
     pub gen_length: usize,
-    #[arg(long, default_value_t = 32, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 32, value_parser = crate::sizes::tokens())]
     pub block_length: usize,
-    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_STEPS))]
+    #[arg(long, default_value_t = 256, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_STEPS))]
     pub steps: usize,
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -56,7 +56,7 @@ pub struct DistillArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
-    #[arg(long, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_BATCH))]
+    #[arg(long, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_BATCH))]
     pub batch_size: Option<usize>,
     #[arg(long)]
     pub mask_id: Option<u32>,
@@ -68,7 +68,7 @@ pub struct DistillArgs {
     pub limit: Option<usize>,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Do not render the tokenizer_config.json chat template.
     #[arg(long)]

@@ -288,7 +288,7 @@ pub struct EmulatorArgs {
     #[arg(long, default_value = "")]
     pub faults: String,
     /// Tree entries per page.
-    #[arg(long, default_value_t = 5, value_parser = crate::cli::sizes::usize_in(1, 10_000))]
+    #[arg(long, default_value_t = 5, value_parser = crate::sizes::usize_in(1, 10_000))]
     pub page_size: usize,
     /// Per-connection body rate limit, MB/s (a throttled CDN).
     #[arg(long)]
