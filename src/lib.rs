@@ -17,7 +17,9 @@
 //!    merging their outputs into exactly what one process would have written.
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
-//! the hub emulator, a trained tokenizer, a tiny random teacher.
+//! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
+//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage. No two top-level
+//! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
 pub mod audit;
 pub mod cli;
