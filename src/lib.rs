@@ -12,11 +12,14 @@
 //!    benchmark eval sets; [`audit`] proves the provenance chain.
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
 //!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
+//!    [`sampling`] holds what the three share (the sampler's settings and randomness).
 //! 6. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
 //!    merging their outputs into exactly what one process would have written.
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
-//! the hub emulator, a trained tokenizer, a tiny random teacher.
+//! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
+//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage. No two top-level
+//! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
 pub mod audit;
 pub mod cli;
@@ -33,8 +36,10 @@ pub mod merge;
 pub mod pack;
 pub mod policy;
 pub mod provenance;
+pub mod sampling;
 pub mod secret;
 pub mod shards;
+pub mod sizes;
 pub mod sources;
 pub mod teacher;
 pub mod util;

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::distill::{output, OutFormat};
+use crate::worker::check_worker_set;
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
@@ -37,50 +38,6 @@ pub struct MergeArgs {
     /// merge's journal lists, instead of refusing; never `parts/`, never any other file.
     #[arg(long)]
     pub force: bool,
-}
-
-/// Worker part names `IIIII-of-NNNNN` found (given as stems), checked for one `N` and all of
-/// `0..N` present. Returns `N`.
-pub fn check_worker_set(what: &Path, stems: &[String]) -> Result<usize> {
-    let mut seen: Vec<(usize, usize)> = Vec::new();
-    for s in stems {
-        let parsed = s
-            .split_once("-of-")
-            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
-        match parsed {
-            Some(p) => seen.push(p),
-            None => {
-                return Err(crate::error::refused(format!(
-                    "{}: unexpected part {s:?} (expected IIIII-of-NNNNN)",
-                    what.display()
-                )))
-            }
-        }
-    }
-    let Some(&(_, n)) = seen.first() else {
-        return Err(crate::error::refused(format!(
-            "{}: no worker parts found",
-            what.display()
-        )));
-    };
-    if let Some((i, m)) = seen.iter().find(|(_, m)| *m != n) {
-        return Err(crate::error::refused(format!(
-            "{}: parts of different worker counts ({i}-of-{m} vs -of-{n}); remove the stale ones",
-            what.display()
-        )));
-    }
-    let missing: Vec<String> = (0..n)
-        .filter(|i| !seen.iter().any(|(j, _)| j == i))
-        .map(|i| format!("{i:05}-of-{n:05}"))
-        .collect();
-    if !missing.is_empty() {
-        return Err(crate::error::refused(format!(
-            "{}: missing worker parts {} (run those array tasks first)",
-            what.display(),
-            missing.join(", ")
-        )));
-    }
-    Ok(n)
 }
 
 pub fn run(args: MergeArgs) -> Result<()> {

@@ -135,6 +135,24 @@ pub fn git_blob_sha1(bytes: &[u8]) -> String {
     hex::encode(h.finalize())
 }
 
+/// A tiny deterministic PRNG (splitmix64): fixtures are identical on every machine, and
+/// `pack --shuffle-seed` permutes rows with it, so it lives here rather than in a stage.
+#[derive(Debug, Clone)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,7 +66,7 @@ pub struct DecontamArgs {
     pub report: Option<PathBuf>,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
 }
 

@@ -16,7 +16,6 @@ pub mod mcq;
 pub mod output;
 pub mod plan;
 pub mod prompts;
-pub mod rng;
 pub mod run;
 pub mod sampler;
 
@@ -24,44 +23,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+pub use crate::sampling::{rng, Cache, Remasking};
 use crate::worker::WorkerSlice;
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Remasking {
-    LowConfidence,
-    Random,
-}
-
-impl Remasking {
-    /// The flag spelling, as recorded in distilled.json's `gen.remasking`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Remasking::LowConfidence => "low-confidence",
-            Remasking::Random => "random",
-        }
-    }
-}
-
-/// Approximate KV caching across a block's steps (Fast-dLLM; `--device cuda` only).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cache {
-    /// Exact: every step is a full forward.
-    None,
-    /// A block's later steps recompute the block and everything after it.
-    Prefix,
-    /// A block's later steps recompute the block only.
-    Dual,
-}
-
-impl Cache {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Cache::None => "none",
-            Cache::Prefix => "prefix",
-            Cache::Dual => "dual",
-        }
-    }
-}
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutFormat {
@@ -80,11 +43,11 @@ pub struct DistillArgs {
     /// cpu, cuda or cuda:N
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 256, value_parser = crate::sizes::tokens())]
     pub gen_length: usize,
-    #[arg(long, default_value_t = 32, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 32, value_parser = crate::sizes::tokens())]
     pub block_length: usize,
-    #[arg(long, default_value_t = 256, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_STEPS))]
+    #[arg(long, default_value_t = 256, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_STEPS))]
     pub steps: usize,
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
@@ -93,7 +56,7 @@ pub struct DistillArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
-    #[arg(long, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_BATCH))]
+    #[arg(long, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_BATCH))]
     pub batch_size: Option<usize>,
     #[arg(long)]
     pub mask_id: Option<u32>,
@@ -105,7 +68,7 @@ pub struct DistillArgs {
     pub limit: Option<usize>,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Do not render the tokenizer_config.json chat template.
     #[arg(long)]

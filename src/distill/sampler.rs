@@ -33,86 +33,8 @@ use anyhow::Result;
 
 use super::rng;
 use super::Remasking;
+pub use crate::sampling::GenParams;
 use crate::teacher::TeacherBackend;
-
-/// The sampler's settings (one generation run).
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenParams {
-    pub gen_length: usize,
-    pub block_length: usize,
-    /// Total steps over all blocks (LLaDA's `steps`).
-    pub steps: usize,
-    pub temperature: f64,
-    pub remasking: Remasking,
-    pub seed: u64,
-    pub mask_id: u32,
-    pub logits_eos_inf: bool,
-    pub confidence_eos_eot_inf: bool,
-    pub eos_ids: Vec<u32>,
-    pub eot_ids: Vec<u32>,
-    /// Approximate: confidence-threshold parallel decoding.
-    pub threshold: Option<f64>,
-    /// Approximate: KV cache across a block's steps (backends that run the loop only).
-    pub cache: super::Cache,
-    /// With a cache: every K-th step of a block is a full pass that refreshes it (None: only
-    /// the block's first).
-    pub cache_refresh: Option<usize>,
-}
-
-impl GenParams {
-    /// LLaDA's asserts, as usage errors.
-    pub fn validate(&self) -> Result<()> {
-        let u = |m: String| Err(crate::error::usage(m));
-        if self.gen_length == 0 || self.block_length == 0 || self.steps == 0 {
-            return u("--gen-length, --block-length and --steps must be > 0".into());
-        }
-        if self.gen_length % self.block_length != 0 {
-            return u(format!(
-                "--gen-length {} is not a multiple of --block-length {}",
-                self.gen_length, self.block_length
-            ));
-        }
-        let blocks = self.num_blocks();
-        if self.steps % blocks != 0 {
-            return u(format!(
-                "--steps {} is not a multiple of the number of blocks {blocks}",
-                self.steps
-            ));
-        }
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return u(format!("--temperature {} must be ≥ 0", self.temperature));
-        }
-        if let Some(t) = self.threshold {
-            if !(t > 0.0 && t <= 1.0) {
-                return u(format!("--threshold {t} must be in (0, 1]"));
-            }
-            if self.remasking == Remasking::Random {
-                return u("--threshold needs --remasking low-confidence".into());
-            }
-        }
-        match (self.cache_refresh, self.cache) {
-            (Some(0), _) => return u("--cache-refresh must be ≥ 1".into()),
-            (Some(_), super::Cache::None) => {
-                return u("--cache-refresh needs --cache prefix or --cache dual".into())
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// True when the output is not LLaDA's exact sampler (threshold or KV cache).
-    pub fn approximate(&self) -> bool {
-        self.threshold.is_some() || self.cache != super::Cache::None
-    }
-
-    pub fn num_blocks(&self) -> usize {
-        self.gen_length / self.block_length
-    }
-
-    pub fn steps_per_block(&self) -> usize {
-        self.steps / self.num_blocks()
-    }
-}
 
 /// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
 pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {

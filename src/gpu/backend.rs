@@ -12,12 +12,12 @@ use std::ops::Range;
 use anyhow::{bail, Context, Result};
 
 use super::engine::{CacheMode, Engine, GenParams, Residual};
-use crate::distill::{sampler, Cache, Remasking};
+use crate::sampling::{self, Cache, Remasking};
 use crate::teacher::{Teacher, TeacherBackend};
 
 /// The engine's sampler settings for the distill sampler's: the same exclusions (the engine
 /// adds the mask token itself), threshold and cache.
-pub fn engine_params(p: &sampler::GenParams, pad_id: u32, logits_shift: u8) -> GenParams {
+pub fn engine_params(p: &sampling::GenParams, pad_id: u32, logits_shift: u8) -> GenParams {
     let ban_choice: Vec<u32> = if p.logits_eos_inf {
         dedup(p.eos_ids.iter().copied().filter(|&t| t != p.mask_id))
     } else {
@@ -149,7 +149,7 @@ impl TeacherBackend for GpuBackend {
 
     fn generate(
         &mut self,
-        p: &sampler::GenParams,
+        p: &sampling::GenParams,
         prompts: &[&[u32]],
         keys: &[u64],
         pad_id: u32,

@@ -11,7 +11,7 @@ use half::bf16;
 use rayon::prelude::*;
 
 use super::weights::LlamaConfig;
-use crate::distill::rng;
+use crate::sampling::rng;
 
 fn r(x: f32) -> f32 {
     bf16::from_f32(x).to_f32()

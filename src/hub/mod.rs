@@ -52,7 +52,7 @@ pub struct FetchArgs {
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// Parallel downloads (files and ranged chunks).
-    #[arg(long, default_value_t = 4, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_JOBS))]
+    #[arg(long, default_value_t = 4, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_JOBS))]
     pub jobs: usize,
     /// Fetch exactly the commits and files of the lock; fail if the Hub's listing differs.
     #[arg(long)]
@@ -61,21 +61,21 @@ pub struct FetchArgs {
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
     /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Failed attempts tolerated per request/file before giving up.
-    #[arg(long, default_value_t = 8, value_parser = crate::cli::sizes::u32_in(0, crate::cli::sizes::MAX_RETRIES))]
+    #[arg(long, default_value_t = 8, value_parser = crate::sizes::u32_in(0, crate::sizes::MAX_RETRIES))]
     pub retries: u32,
     /// First retry backoff in milliseconds (doubles each retry, with jitter; capped at
     /// --retry-max-ms).
-    #[arg(long, default_value_t = 500, value_parser = crate::cli::sizes::u64_in(0, crate::cli::sizes::MAX_RETRY_BASE_MS))]
+    #[arg(long, default_value_t = 500, value_parser = crate::sizes::u64_in(0, crate::sizes::MAX_RETRY_BASE_MS))]
     pub retry_base_ms: u64,
     /// Longest wait before one retry, in milliseconds: caps the backoff and any wait a server
     /// asks for (`Retry-After`, `RateLimit: ...;t=`), however large.
     #[arg(long, default_value_t = 60_000)]
     pub retry_max_ms: u64,
     /// Files at least twice this size (MiB) are fetched as parallel ranged chunks.
-    #[arg(long, default_value_t = 16, value_parser = crate::cli::sizes::u64_in(1, crate::cli::sizes::MAX_CHUNK_MB))]
+    #[arg(long, default_value_t = 16, value_parser = crate::sizes::u64_in(1, crate::sizes::MAX_CHUNK_MB))]
     pub chunk_mb: u64,
 }
 

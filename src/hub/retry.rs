@@ -51,7 +51,7 @@ fn jitter(n: u64) -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut r = crate::fixtures::text::SplitMix(t ^ CTR.fetch_add(0x6A09_E667, Ordering::Relaxed));
+    let mut r = crate::util::SplitMix(t ^ CTR.fetch_add(0x6A09_E667, Ordering::Relaxed));
     if n == 0 {
         0
     } else {

@@ -68,14 +68,14 @@ pub struct McqArgs {
     #[arg(long)]
     pub eos_token: Option<String>,
     /// Longest SFT row in tokens; longer items are left out of the SFT set and counted.
-    #[arg(long, default_value_t = 2048, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 2048, value_parser = crate::sizes::tokens())]
     pub seq_len: usize,
     /// SFT rows per shard file.
-    #[arg(long, default_value_t = 100_000, value_parser = crate::cli::sizes::usize_in(1, crate::cli::sizes::MAX_ROWS_PER_SHARD))]
+    #[arg(long, default_value_t = 100_000, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_ROWS_PER_SHARD))]
     pub rows_per_shard: usize,
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Items larger than this (question plus options, UTF-8 bytes) are skipped and named in the
     /// log and the `--json` summary.
@@ -338,7 +338,7 @@ pub fn run(args: McqArgs) -> Result<()> {
             // Its shards, and the decontam report about them (stale once they are replaced).
             claim = claim
                 .remove(outdir::journal_files(&old))
-                .remove([crate::decontam::report::REPORT_FILE]);
+                .remove([outdir::DECONTAM_REPORT]);
         }
         claim.apply(&sft_dir)?;
     }

@@ -115,7 +115,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    let workers = crate::merge::check_worker_set(&parts_root, &names)?;
+    let workers = crate::worker::check_worker_set(&parts_root, &names)?;
     if names
         .iter()
         .any(|n| parts_root.join(n).join("prompts.jsonl").exists())
@@ -176,12 +176,12 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         _ => Dtype::U32,
     };
     let seq_len = first.seq_len as usize;
-    if !(1..=crate::cli::sizes::MAX_TOKENS as usize).contains(&seq_len) {
+    if !(1..=crate::sizes::MAX_TOKENS as usize).contains(&seq_len) {
         bail!(
             "{}: seq_len {} out of range (1 to {})",
             index::index_path(&parts[0].dir).display(),
             first.seq_len,
-            crate::cli::sizes::MAX_TOKENS
+            crate::sizes::MAX_TOKENS
         );
     }
     let shard_bytes = args["shard_bytes"].as_u64().context("args.shard_bytes")?;

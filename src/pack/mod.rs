@@ -61,28 +61,8 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+pub use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
-
-/// Output shard format.
-#[derive(
-    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum ShardFormat {
-    Parquet,
-    Mds,
-    Megatron,
-}
-
-impl ShardFormat {
-    pub fn name(self) -> &'static str {
-        match self {
-            ShardFormat::Parquet => "parquet",
-            ShardFormat::Mds => "mds",
-            ShardFormat::Megatron => "megatron",
-        }
-    }
-}
 
 /// Token id width for MDS/Megatron shards (parquet is always uint32).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,10 +97,10 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
         return Err(format!("{s:?}: must be at least 1 byte"));
     }
     let bytes = v * mult as f64;
-    if bytes > crate::cli::sizes::MAX_BYTES as f64 {
+    if bytes > crate::sizes::MAX_BYTES as f64 {
         return Err(format!(
             "{s:?}: more than {} GiB",
-            crate::cli::sizes::MAX_BYTES >> 30
+            crate::sizes::MAX_BYTES >> 30
         ));
     }
     Ok(bytes as u64)
@@ -142,7 +122,7 @@ pub struct PackArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// Tokens per row (1 to 2^20).
-    #[arg(long, default_value_t = 2048, value_parser = crate::cli::sizes::tokens())]
+    #[arg(long, default_value_t = 2048, value_parser = crate::sizes::tokens())]
     pub seq_len: usize,
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
@@ -165,7 +145,7 @@ pub struct PackArgs {
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
     /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
-    #[arg(long, value_parser = crate::cli::sizes::workers())]
+    #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
@@ -178,10 +158,10 @@ pub struct PackArgs {
     #[arg(long, requires = "stream")]
     pub log: Option<PathBuf>,
     /// With --stream: failed attempts tolerated per request before giving up.
-    #[arg(long, default_value_t = 8, value_parser = crate::cli::sizes::u32_in(0, crate::cli::sizes::MAX_RETRIES))]
+    #[arg(long, default_value_t = 8, value_parser = crate::sizes::u32_in(0, crate::sizes::MAX_RETRIES))]
     pub retries: u32,
     /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
-    #[arg(long, default_value_t = 500, value_parser = crate::cli::sizes::u64_in(0, crate::cli::sizes::MAX_RETRY_BASE_MS))]
+    #[arg(long, default_value_t = 500, value_parser = crate::sizes::u64_in(0, crate::sizes::MAX_RETRY_BASE_MS))]
     pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
     #[arg(long)]

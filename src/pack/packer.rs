@@ -179,8 +179,7 @@ impl Packer {
 /// Shuffle a shard's rows in place with a permutation seeded by (seed, shard number).
 pub fn shuffle_rows(batch: &mut RowBatch, seed: u64, shard: usize) {
     let n = batch.rows();
-    let mut rng =
-        crate::fixtures::text::SplitMix(seed ^ (shard as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = crate::util::SplitMix(seed ^ (shard as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut perm: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         let j = rng.below(i as u64 + 1) as usize;

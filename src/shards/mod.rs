@@ -21,6 +21,27 @@ use anyhow::{Context, Result};
 
 pub use index::ShardEntry;
 
+/// Output shard format.
+#[derive(
+    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardFormat {
+    Parquet,
+    Mds,
+    Megatron,
+}
+
+impl ShardFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardFormat::Parquet => "parquet",
+            ShardFormat::Mds => "mds",
+            ShardFormat::Megatron => "megatron",
+        }
+    }
+}
+
 /// One metadata column of a [`RowBatch`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Column {
@@ -130,14 +151,14 @@ pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(Str
 
 /// Write shard number `n` of `batch` in `format` into `dir`.
 pub fn write_shard(
-    format: crate::pack::ShardFormat,
+    format: ShardFormat,
     dir: &Path,
     n: usize,
     batch: &RowBatch,
     dtype: Dtype,
 ) -> Result<WrittenShard> {
     batch.check()?;
-    use crate::pack::ShardFormat as F;
+    use ShardFormat as F;
     match format {
         F::Parquet => {
             let name = parquet::shard_name(n);

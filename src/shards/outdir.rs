@@ -170,9 +170,13 @@ pub fn is_own_temp(name: &str) -> bool {
     is_own_format(base)
 }
 
+/// The report `decontam` writes inside a scanned (or `--drop`) shard directory, one of
+/// dlm-data's own files there (`mcq` removes a stale one when it replaces the shards).
+pub const DECONTAM_REPORT: &str = "decontam.json";
+
 /// A file name of dlm-data's own output formats (what `--force` may clear).
 pub fn is_own_format(name: &str) -> bool {
-    if name == super::index::INDEX_FILE || name == "prompts.jsonl" || name == "decontam.json" {
+    if name == super::index::INDEX_FILE || name == "prompts.jsonl" || name == DECONTAM_REPORT {
         return true;
     }
     let numbered = |rest: &str, suffixes: &[&str]| {

@@ -44,7 +44,7 @@ pub trait TeacherBackend {
     /// device. `None`: use the host loop.
     fn generate(
         &mut self,
-        _p: &crate::distill::sampler::GenParams,
+        _p: &crate::sampling::GenParams,
         _prompts: &[&[u32]],
         _keys: &[u64],
         _pad_id: u32,

@@ -288,7 +288,7 @@ pub struct EmulatorArgs {
     #[arg(long, default_value = "")]
     pub faults: String,
     /// Tree entries per page.
-    #[arg(long, default_value_t = 5, value_parser = crate::cli::sizes::usize_in(1, 10_000))]
+    #[arg(long, default_value_t = 5, value_parser = crate::sizes::usize_in(1, 10_000))]
     pub page_size: usize,
     /// Per-connection body rate limit, MB/s (a throttled CDN).
     #[arg(long)]
@@ -304,16 +304,9 @@ pub struct EmulatorArgs {
     pub large_mb: Option<u64>,
 }
 
+/// Serve `--root` until killed. `--fixtures` was handled by the caller ([`crate::cli`] writes
+/// [`crate::fixtures`]' repos first), so the emulator never depends on the fixture generator.
 pub fn run(args: EmulatorArgs) -> Result<()> {
-    if args.fixtures {
-        std::fs::create_dir_all(&args.root)?;
-        crate::fixtures::datasets::write_hub_fixtures_with(
-            &args.root,
-            &crate::fixtures::datasets::HubFixtureOptions {
-                large_mb: args.large_mb,
-            },
-        )?;
-    }
     let opts = Options {
         page_size: args.page_size.max(1),
         faults: Fault::parse_list(&args.faults)?,

@@ -1,0 +1,334 @@
+//! Step 3 of a pack run, on the main thread: take the reader's batches in unit order, apply
+//! the oversize policy, tokenize each batch (rayon inside), feed the documents to the
+//! [`Packer`] in document order and hand every finished shard to the writer with the cursor a
+//! resumed run would start from. Source budgets (`--tokens`) and provenance ranges are kept
+//! here.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+
+use anyhow::{anyhow, Result};
+
+use super::progress::Progress;
+use super::read::ReadMsg;
+use super::write::{WriteMsg, WriterStopped};
+use crate::pack::packer::Packer;
+use crate::pack::plan::Unit;
+use crate::pack::resume::Cursor;
+use crate::pack::tokenize::DocTokenizer;
+use crate::pack::{Oversize, PackArgs};
+use crate::shards::index::{ProvenanceRange, Totals};
+use crate::shards::RowBatch;
+use crate::sources::Outcome;
+
+/// What the packing step reads but never changes.
+pub(super) struct PackCtx<'a> {
+    pub args: &'a PackArgs,
+    pub tok: &'a DocTokenizer,
+    pub units: &'a [Unit],
+    /// Per source: its `--tokens` budget is spent (shared with the reader, which stops early).
+    pub exhausted: &'a [AtomicBool],
+    /// A worker: each unit is packed as its own segment (see the `pack` module doc).
+    pub segment_mode: bool,
+    /// `--pad-last`'s pad id.
+    pub pad: Option<u32>,
+}
+
+/// Tokenize and pack in document order; hand full shards to the writer.
+pub(super) fn pack_loop(
+    ctx: &PackCtx,
+    start: Cursor,
+    rows_per_shard: usize,
+    rx: Receiver<ReadMsg>,
+    wtx: &SyncSender<WriteMsg>,
+) -> Result<()> {
+    let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
+    for msg in rx {
+        match msg {
+            ReadMsg::Failed(e) => return Err(e),
+            ReadMsg::UnitStart { unit, first_row } => feed.unit_start(unit, first_row),
+            ReadMsg::UnitEnd { unit } => feed.unit_end(unit)?,
+            ReadMsg::Rows { unit, items } => feed.rows(unit, &items)?,
+        }
+    }
+    feed.finish()
+}
+
+/// The packing state: the packer, the cursor (`st`, what a resumed run restores) and where
+/// this run resumed from.
+struct Feed<'a> {
+    ctx: &'a PackCtx<'a>,
+    packer: Packer,
+    st: Cursor,
+    /// (unit, row, tokens already packed) of the document the run resumed in.
+    resume_at: (usize, u64, u64),
+    resuming: bool,
+    progress: Progress,
+    wtx: &'a SyncSender<WriteMsg>,
+}
+
+/// Whether to go on with a batch's documents after one.
+enum Next {
+    Go,
+    /// The source's `--tokens` budget is spent: the rest of the batch is not taken.
+    SourceExhausted,
+}
+
+impl<'a> Feed<'a> {
+    fn new(
+        ctx: &'a PackCtx<'a>,
+        start: Cursor,
+        rows_per_shard: usize,
+        wtx: &'a SyncSender<WriteMsg>,
+    ) -> Feed<'a> {
+        let mut packer =
+            Packer::new(ctx.args.seq_len, rows_per_shard).with_rows_closed(start.rows_emitted);
+        if ctx.segment_mode {
+            packer = packer.marking_row_start_docs();
+        }
+        Feed {
+            ctx,
+            packer,
+            resume_at: (start.unit, start.row, start.skip_tokens),
+            resuming: start.shards > 0 || start.unit > 0 || start.row > 0,
+            progress: Progress::new(ctx.units, start.unit),
+            st: start,
+            wtx,
+        }
+    }
+
+    fn send(&self, batch: RowBatch, cursor: Option<Cursor>) -> Result<()> {
+        self.wtx
+            .send(WriteMsg::Shard { batch, cursor })
+            .map_err(|_| anyhow::Error::new(WriterStopped))
+    }
+
+    /// Count a finished shard in the cursor.
+    fn count_shard(&mut self, batch: &RowBatch) {
+        self.st.rows_emitted += batch.rows() as u64;
+        self.st.totals.rows += batch.rows() as u64;
+        self.st.totals.tokens += batch.tokens();
+        self.st.shards += 1;
+    }
+
+    /// A unit begins: open its provenance range (unless the resumed cursor has it open).
+    fn unit_start(&mut self, unit: usize, first_row: u64) {
+        let u = &self.ctx.units[unit];
+        let reopen = self.resuming && unit == self.resume_at.0 && self.st.unit_open;
+        if !reopen {
+            self.st.provenance.push(ProvenanceRange {
+                source: u.source.name.to_string(),
+                repo: u.source.repo.clone(),
+                commit: u.source.commit.clone(),
+                file: u.file.clone(),
+                split: u.source.split.clone(),
+                role: u.source.role.clone(),
+                row_start: first_row,
+                row_end: first_row,
+                documents: 0,
+                out_row_start: self.ctx.segment_mode.then_some(self.packer.rows_closed()),
+                out_row_end: None,
+            });
+        }
+        self.st.unit = unit;
+        self.st.unit_open = true;
+    }
+
+    /// A unit ends: a worker closes its segment (the short last row) and its output rows.
+    fn unit_end(&mut self, unit: usize) -> Result<()> {
+        if self.ctx.segment_mode {
+            for s in self.packer.end_segment() {
+                self.count_shard(&s.batch);
+                let st = &mut self.st;
+                st.unit = unit + 1;
+                st.row = 0;
+                st.skip_tokens = 0;
+                st.unit_open = false;
+                let mut c = st.clone();
+                if let Some(p) = c.provenance.last_mut() {
+                    p.out_row_end = Some(self.packer.rows_closed());
+                }
+                self.send(s.batch, Some(c))?;
+            }
+            if let Some(p) = self.st.provenance.last_mut() {
+                p.out_row_end = Some(self.packer.rows_closed());
+            }
+        }
+        self.st.unit_open = false;
+        self.progress.unit_done(unit);
+        Ok(())
+    }
+
+    /// A batch of rows of `unit`: screen, tokenize, pack.
+    fn rows(&mut self, unit: usize, items: &[(u64, Outcome)]) -> Result<()> {
+        let ctx = self.ctx;
+        let u = &ctx.units[unit];
+        let src = u.source.index;
+        if ctx.exhausted[src].load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let (texts, keep) = screen(ctx.args, u, items)?;
+        let encoded = ctx.tok.encode_docs(&texts).map_err(|e| {
+            anyhow!(
+                "{}: rows {}..: {e}",
+                u.file,
+                items.first().map_or(0, |i| i.0)
+            )
+        })?;
+        let mut enc = encoded.into_iter();
+        for ((row, o), kept) in items.iter().zip(keep) {
+            let row = *row;
+            match o {
+                Outcome::Empty => self.st.totals.skipped_empty += 1,
+                Outcome::Filtered => self.st.totals.skipped_filtered += 1,
+                Outcome::Text(_) if !kept => bump(&mut self.st.totals, "skipped_oversize"),
+                Outcome::Text(_) => {
+                    let ids = enc.next().expect("one encoding per kept text");
+                    match self.document(unit, row, &ids)? {
+                        Next::Go => continue,
+                        Next::SourceExhausted => break,
+                    }
+                }
+            }
+            if let Some(p) = self.st.provenance.last_mut() {
+                p.row_end = row + 1;
+            }
+        }
+        self.progress
+            .rows(unit, items.last().map_or(0, |i| i.0 + 1));
+        Ok(())
+    }
+
+    /// One tokenized document at `row` of `unit`: budget, provenance, then the packer.
+    fn document(&mut self, unit: usize, row: u64, ids: &[u32]) -> Result<Next> {
+        let ctx = self.ctx;
+        let u = &ctx.units[unit];
+        let src = u.source.index;
+        // A cursor's document has at least one token packed (skip > 0); a cursor with
+        // skip 0 (segment end) points at a document not started yet.
+        let is_resume_doc = self.resuming
+            && self.resume_at.2 > 0
+            && (unit, row) == (self.resume_at.0, self.resume_at.1);
+        let skip = if is_resume_doc {
+            self.resume_at.2 as usize
+        } else {
+            0
+        };
+        let st = &mut self.st;
+        if !is_resume_doc {
+            if let Some(b) = u.source.budget {
+                if st.source_tokens[src] >= b {
+                    ctx.exhausted[src].store(true, Ordering::Relaxed);
+                    return Ok(Next::SourceExhausted);
+                }
+            }
+            st.totals.documents += 1;
+            st.source_tokens[src] += ids.len() as u64;
+            if let Some(p) = st.provenance.last_mut() {
+                p.documents += 1;
+            }
+        }
+        if let Some(p) = st.provenance.last_mut() {
+            p.row_end = row + 1;
+        }
+        for s in self.packer.push_doc(ids, &u.source.name, skip) {
+            self.count_shard(&s.batch);
+            let st = &mut self.st;
+            st.unit = unit;
+            st.row = row;
+            st.skip_tokens = s.doc_tokens_done as u64;
+            self.send(s.batch, Some(self.st.clone()))?;
+        }
+        self.progress.tokens(ids.len().saturating_sub(skip) as u64);
+        Ok(Next::Go)
+    }
+
+    /// The input is done: the last (short, dropped or padded) row, the per-source token
+    /// counts, and the writer's `Finish`.
+    fn finish(mut self) -> Result<()> {
+        let ctx = self.ctx;
+        self.progress.finish();
+        let pad = if ctx.segment_mode { None } else { ctx.pad };
+        let (last, dropped, padded) = self.packer.finish(pad);
+        if ctx.segment_mode {
+            debug_assert_eq!(dropped, 0);
+        }
+        let st = &mut self.st;
+        st.totals.dropped_tail_tokens += dropped;
+        if padded > 0 {
+            st.totals
+                .extra
+                .insert("padded_tokens".into(), serde_json::json!(padded));
+        }
+        if let Some(b) = last {
+            st.totals.rows += b.rows() as u64;
+            st.totals.tokens += b.tokens();
+            self.send(b, None)?;
+        }
+        let st = &mut self.st;
+        let mut by_source = serde_json::Map::new();
+        for u in ctx.units {
+            by_source.insert(
+                u.source.name.to_string(),
+                serde_json::json!(st.source_tokens[u.source.index]),
+            );
+        }
+        st.totals.extra.insert(
+            "tokens_by_source".into(),
+            serde_json::Value::Object(by_source),
+        );
+        self.wtx
+            .send(WriteMsg::Finish {
+                totals: self.st.totals,
+                provenance: self.st.provenance,
+            })
+            .map_err(|_| anyhow::Error::new(WriterStopped))?;
+        Ok(())
+    }
+}
+
+/// The oversize policy, before any tokenization: the texts to encode, and per row whether it
+/// is kept. `--on-oversize fail` stops at the first oversized document, naming file and row.
+fn screen<'i>(
+    args: &PackArgs,
+    u: &Unit,
+    items: &'i [(u64, Outcome)],
+) -> Result<(Vec<&'i str>, Vec<bool>)> {
+    let mut texts: Vec<&str> = Vec::new();
+    let mut keep: Vec<bool> = Vec::with_capacity(items.len());
+    for (row, o) in items {
+        let too_big = match o {
+            Outcome::Text(t) => {
+                crate::pack::oversize::reason(t, args.max_doc_bytes, args.max_word_bytes)
+            }
+            _ => None,
+        };
+        match o {
+            Outcome::Text(_) if too_big.is_some() => {
+                if args.on_oversize == Oversize::Fail {
+                    return Err(anyhow!(
+                        "{}: row {row}: {} (policy: fail; use --on-oversize skip to skip and count such documents)",
+                        u.file,
+                        too_big.unwrap_or_default()
+                    ));
+                }
+                keep.push(false);
+            }
+            Outcome::Text(t) => {
+                texts.push(t);
+                keep.push(true);
+            }
+            _ => keep.push(false),
+        }
+    }
+    Ok((texts, keep))
+}
+
+/// Add one to a counter of `totals.extra` (e.g. `skipped_oversize`).
+fn bump(totals: &mut Totals, key: &str) {
+    let v = totals
+        .extra
+        .entry(key.to_string())
+        .or_insert(serde_json::json!(0));
+    *v = serde_json::json!(v.as_u64().unwrap_or(0) + 1);
+}

@@ -1,0 +1,179 @@
+//! Step 2 of a pack run: the output's journal (`index.json`). Decide from the resume
+//! fingerprint whether the run is fresh, resumes at a cursor, or is already complete; claim the
+//! output directory; write the incomplete index every later shard is journaled into.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use super::setup::{pad_id, Setup};
+use crate::pack::resume::{self, Cursor, Found};
+use crate::pack::PackArgs;
+use crate::shards::index::{self, Index, Kind, TokenizerInfo};
+use crate::shards::outdir::{self, Claim};
+use crate::shards::ShardFormat;
+
+/// What the journal says about `--out`.
+pub(super) enum Opened {
+    /// Finished already with the same arguments: nothing to do.
+    Complete(Box<Index>),
+    /// Fresh or resumed: the run continues from `cursor`.
+    Run(Journal),
+}
+
+/// The incomplete index of a run that goes on, and where it goes on from.
+pub(super) struct Journal {
+    pub cursor: Cursor,
+    /// The index as saved now (recorded shards, the cursor's totals and provenance).
+    pub base: Index,
+    /// MDS: the recorded shards' raw index entries, kept as the writer appends to them.
+    pub prior_mds: Vec<Value>,
+}
+
+/// Inspect, claim and initialise `s.out_dir`'s journal.
+pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
+    let out_dir = &s.out_dir;
+    let fingerprint = fingerprint(args, s);
+    let (prior, cursor) = match resume::inspect(out_dir, &fingerprint, args.force)? {
+        Found::Complete(idx) => return Ok(Opened::Complete(idx)),
+        Found::Resume(idx, c) => {
+            eprintln!(
+                "{}: resuming after {} recorded shards (input unit {}, row {})",
+                out_dir.display(),
+                c.shards,
+                c.unit,
+                c.row
+            );
+            (Some(idx), c)
+        }
+        Found::Fresh => (
+            None,
+            Cursor {
+                source_tokens: vec![0; s.plan.sources.len()],
+                ..Default::default()
+            },
+        ),
+    };
+    // Delete or overwrite only what the journal proves this tool wrote; never an input.
+    let mut claim = Claim::new("pack", args.force)
+        .inputs(s.plan.units.iter().map(|u| u.path.as_path()))
+        .inputs(std::iter::once(args.tokenizer.as_path()));
+    if let Some(p) = &prior {
+        claim = claim
+            .keep(outdir::journal_files(p))
+            .remove(outdir::shard_files(&p.format, p.shards.len()));
+    }
+    claim.apply(out_dir)?;
+
+    let base = base_index(args, s, prior.as_deref(), &cursor, fingerprint)?;
+    let is_mds = s.part_format == ShardFormat::Mds;
+    let prior_mds: Vec<Value> = if is_mds && prior.is_some() {
+        let raw: Value =
+            serde_json::from_str(&std::fs::read_to_string(index::index_path(out_dir))?)?;
+        raw.get("shards")
+            .and_then(|s| s.as_array())
+            .cloned()
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    index::save(out_dir, &base, is_mds.then_some(&prior_mds[..]))?;
+    Ok(Opened::Run(Journal {
+        cursor,
+        base,
+        prior_mds,
+    }))
+}
+
+/// The incomplete index: the recorded shards, the cursor's totals and provenance, and in
+/// `extra` the fingerprint (`args`), the tokenizer's choices, a worker's unit list and the
+/// cursor (`resume`).
+fn base_index(
+    args: &PackArgs,
+    s: &Setup,
+    prior: Option<&Index>,
+    cursor: &Cursor,
+    fingerprint: Value,
+) -> Result<Index> {
+    let (tok, worker, plan) = (&s.tok, s.worker, &s.plan);
+    Ok(Index {
+        version: 1,
+        tool: Index::tool_name(),
+        kind: Kind::Pretrain,
+        format: s.part_format.name().into(),
+        seq_len: args.seq_len as u64,
+        dtype: s.dtype.name().into(),
+        tokenizer: TokenizerInfo {
+            path: index::abs_path(&tok.json_path),
+            sha256: tok.sha256.clone(),
+            eos_token: tok.eos.as_ref().map(|e| e.0.clone()).unwrap_or_default(),
+            eos_id: tok.eos.as_ref().map(|e| e.1).unwrap_or(u32::MAX),
+            vocab_size: tok.vocab_size,
+        },
+        shards: prior.map(|i| i.shards.clone()).unwrap_or_default(),
+        totals: cursor.totals.clone(),
+        provenance: cursor.provenance.clone(),
+        manifest: plan.manifest.as_deref().map(index::abs_path),
+        lock_sha256: plan.lock_sha256.clone(),
+        complete: false,
+        extra: {
+            let mut m = BTreeMap::new();
+            m.insert("args".into(), fingerprint);
+            m.insert("eos_choice".into(), json!(tok.eos_choice));
+            // Which encoder the ids came from, and the share of documents that went through the
+            // `tokenizers` crate instead of the exact fast path (per tokenizer: 0 or 1).
+            m.insert("tokenizer_encoder".into(), json!(tok.path()));
+            m.insert(
+                "tokenizer_crate_share".into(),
+                json!(if tok.is_fast() { 0.0 } else { 1.0 }),
+            );
+            m.insert("bos_token".into(), json!(tok.bos.as_ref().map(|b| &b.0)));
+            if !worker.is_whole() {
+                m.insert(
+                    "worker".into(),
+                    json!({"index": worker.index, "count": worker.count}),
+                );
+                let all: Vec<_> = plan
+                    .units
+                    .iter()
+                    .enumerate()
+                    .map(|(k, u)| json!({"source": &*u.source.name, "file": u.file, "owner": k % worker.count}))
+                    .collect();
+                m.insert("units".into(), json!(all));
+                // What `merge` pads the final row with (`--pad-last`).
+                m.insert(
+                    "pad_id".into(),
+                    json!(if args.pad_last { pad_id(tok) } else { None }),
+                );
+            }
+            m.insert("resume".into(), serde_json::to_value(cursor)?);
+            m
+        },
+    })
+}
+
+/// The resume fingerprint: every argument and input that changes the output bytes. A rerun
+/// with a different one is refused (or, with `--force`, starts fresh).
+fn fingerprint(args: &PackArgs, s: &Setup) -> Value {
+    let (plan, tok, worker) = (&s.plan, &s.tok, s.worker);
+    json!({
+        "units": plan.units.iter().map(|u| json!([&*u.source.name, u.file, u.bytes])).collect::<Vec<_>>(),
+        "lock_sha256": plan.lock_sha256,
+        "text_column": args.input.as_ref().map(|_| &args.text_column),
+        "tokenizer_sha256": tok.sha256,
+        "eos": tok.eos.as_ref().map(|e| e.1),
+        "bos": tok.bos.as_ref().map(|b| b.1),
+        "seq_len": args.seq_len,
+        "format": args.format.name(),
+        "dtype": s.dtype.name(),
+        "shuffle_seed": args.shuffle_seed,
+        "pad_last": args.pad_last,
+        "tokens": args.tokens,
+        "shard_bytes": args.shard_bytes,
+        "max_doc_bytes": args.max_doc_bytes,
+        "max_word_bytes": args.max_word_bytes,
+        "on_oversize": format!("{:?}", args.on_oversize),
+        "worker": [worker.index, worker.count],
+    })
+}

@@ -1,0 +1,205 @@
+//! The pack run as a sequence of named steps, each in its own file:
+//!
+//! 1. [`setup`] — flags, worker slice, the plan of input units, tokenizer, dtype, the output
+//!    directory;
+//! 2. [`journal`] — `index.json`: fresh, resume at a cursor, or already complete; claim the
+//!    directory; save the incomplete index;
+//! 3. three stages connected by bounded channels: the reader thread ([`read`]) → tokenize +
+//!    pack on the main thread ([`feed`], rayon inside) → the writer thread ([`write`]), which
+//!    journals every shard; [`progress`] draws the bar;
+//! 4. the summary (stderr, and one JSON line on stdout with `--json`).
+
+mod feed;
+mod journal;
+mod progress;
+mod read;
+mod setup;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::{anyhow, Result};
+
+use super::resume::Cursor;
+use super::PackArgs;
+use crate::shards::index::Index;
+use crate::worker::WorkerSlice;
+use journal::{Journal, Opened};
+use read::ReadMsg;
+use setup::Setup;
+use write::{WriteMsg, WriterStopped};
+
+pub fn run(args: PackArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let mut s = setup::prepare(&args)?;
+    let Journal {
+        cursor,
+        base,
+        prior_mds,
+    } = match journal::open(&args, &s)? {
+        Opened::Complete(idx) => {
+            eprintln!(
+                "{}: already complete ({} shards, {} rows); nothing to do",
+                s.out_dir.display(),
+                idx.shards.len(),
+                idx.totals.rows
+            );
+            if args.json {
+                println!("{}", summary(&idx, &s.out_dir, 0.0, true));
+            }
+            return Ok(());
+        }
+        Opened::Run(j) => j,
+    };
+
+    let pad = if args.pad_last {
+        setup::pad_id(&s.tok)
+    } else {
+        None
+    };
+    if args.pad_last && pad.is_none() {
+        return Err(crate::error::usage(
+            "--pad-last: no pad token and no EOS to pad with",
+        ));
+    }
+    let rows_per_shard = ((args.shard_bytes / (args.seq_len as u64 * 4)).max(1)) as usize;
+    let exhausted: Arc<Vec<AtomicBool>> = Arc::new(
+        s.plan
+            .sources
+            .iter()
+            .map(|_| AtomicBool::new(false))
+            .collect(),
+    );
+
+    let (rtx, rrx) = sync_channel::<ReadMsg>(3);
+    let (wtx, wrx) = sync_channel::<WriteMsg>(1);
+    let reader = spawn_reader(&mut s, &cursor, &exhausted, rtx)?;
+    let writer = {
+        let dir = s.out_dir.clone();
+        let (format, dtype) = (s.part_format, s.dtype);
+        // Workers never shuffle: the merge does (see the `pack` module doc).
+        let shuffle = if s.worker.is_whole() {
+            args.shuffle_seed
+        } else {
+            None
+        };
+        let first_shard = cursor.shards;
+        std::thread::Builder::new()
+            .name("pack-writer".into())
+            .spawn(move || {
+                write::write_shards(
+                    &dir,
+                    format,
+                    dtype,
+                    shuffle,
+                    base,
+                    prior_mds,
+                    first_shard,
+                    wrx,
+                )
+            })?
+    };
+
+    let ctx = feed::PackCtx {
+        args: &args,
+        tok: &s.tok,
+        units: &s.units,
+        exhausted: &exhausted,
+        segment_mode: !s.worker.is_whole(),
+        pad,
+    };
+    let result = feed::pack_loop(&ctx, cursor, rows_per_shard, rrx, &wtx);
+    drop(wtx);
+    let wres = writer
+        .join()
+        .map_err(|_| anyhow!("writer thread panicked"))?;
+    let _ = reader.join();
+    let final_idx = match (result, wres) {
+        // The writer failed first (a full disk...): its error names the file.
+        (Err(e), Err(we)) if e.is::<WriterStopped>() => return Err(we),
+        (Err(e), _) => return Err(e),
+        (Ok(()), Err(e)) => return Err(e),
+        (Ok(()), Ok(idx)) => idx,
+    };
+    report(&args, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The reader thread, from the cursor's unit and row (it takes the `--stream` client).
+fn spawn_reader(
+    s: &mut Setup,
+    cursor: &Cursor,
+    exhausted: &Arc<Vec<AtomicBool>>,
+    tx: SyncSender<ReadMsg>,
+) -> Result<JoinHandle<()>> {
+    let units = s.units.clone();
+    let exhausted = exhausted.clone();
+    let streaming = s.streaming.take();
+    let (start_unit, start_row) = (cursor.unit, cursor.row);
+    Ok(std::thread::Builder::new()
+        .name("pack-reader".into())
+        .spawn(move || {
+            read::read_units(
+                &units,
+                start_unit,
+                start_row,
+                &exhausted,
+                streaming.as_deref(),
+                &tx,
+            )
+        })?)
+}
+
+/// The end-of-run line on stderr, and the `--json` summary on stdout.
+fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
+    let t = &idx.totals;
+    eprintln!(
+        "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
+        t.rows,
+        t.tokens,
+        t.documents,
+        idx.shards.len(),
+        out_dir.display(),
+        secs,
+        t.tokens as f64 / secs.max(1e-9) / 1e6,
+        t.dropped_tail_tokens,
+        t.skipped_empty,
+        t.skipped_filtered
+    );
+    if args.json {
+        println!("{}", summary(idx, out_dir, secs, false));
+    }
+}
+
+fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
+    serde_json::json!({
+        "out": dir.display().to_string(),
+        "format": idx.format,
+        "shards": idx.shards.len(),
+        "rows": idx.totals.rows,
+        "tokens": idx.totals.tokens,
+        "documents": idx.totals.documents,
+        "dropped_tail_tokens": idx.totals.dropped_tail_tokens,
+        "skipped_empty": idx.totals.skipped_empty,
+        "skipped_filtered": idx.totals.skipped_filtered,
+        "eos_token": idx.tokenizer.eos_token,
+        "seconds": (secs * 1000.0).round() / 1000.0,
+        "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },
+        "already_complete": already,
+    })
+    .to_string()
+}
+
+/// Where a run writes for this worker (exposed for tests and merge).
+pub fn part_dir(out: &Path, worker: WorkerSlice) -> PathBuf {
+    if worker.is_whole() {
+        out.to_path_buf()
+    } else {
+        out.join("parts").join(worker.part_dir_name())
+    }
+}

@@ -1,0 +1,90 @@
+//! The progress bar of a pack run on a TTY: documents and tokens per second, input bytes read,
+//! ETA by input bytes. Nothing is drawn when stderr is not a terminal.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use crate::pack::plan::Unit;
+
+/// Progress on a TTY: documents and tokens per second, input bytes, ETA by input bytes.
+pub(super) struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    unit_bytes: Vec<u64>,
+    done_before: u64,
+    start: Instant,
+    tokens: std::cell::Cell<u64>,
+    docs: std::cell::Cell<u64>,
+    rows_total: std::cell::RefCell<Vec<Option<u64>>>,
+}
+
+impl Progress {
+    pub(super) fn new(units: &[Unit], start_unit: usize) -> Progress {
+        let unit_bytes: Vec<u64> = units.iter().map(|u| u.bytes).collect();
+        let total: u64 = unit_bytes.iter().sum();
+        let done_before: u64 = unit_bytes[..start_unit.min(units.len())].iter().sum();
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {bytes}/{total_bytes} read, {msg}, ETA {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.set_position(done_before);
+            b
+        });
+        let rows_total = units
+            .iter()
+            .map(|u| {
+                (u.source.format == crate::manifest::Format::Parquet && bar.is_some())
+                    .then(|| {
+                        crate::sources::parquet::row_counts(&u.path, &u.file)
+                            .ok()
+                            .map(|v| v.iter().sum())
+                    })
+                    .flatten()
+            })
+            .collect();
+        Progress {
+            bar,
+            unit_bytes,
+            done_before,
+            start: Instant::now(),
+            tokens: 0.into(),
+            docs: 0.into(),
+            rows_total: std::cell::RefCell::new(rows_total),
+        }
+    }
+    pub(super) fn tokens(&self, n: u64) {
+        self.tokens.set(self.tokens.get() + n);
+        self.docs.set(self.docs.get() + 1);
+    }
+    pub(super) fn rows(&self, unit: usize, rows_done: u64) {
+        let Some(b) = &self.bar else { return };
+        let before: u64 = self.unit_bytes[..unit]
+            .iter()
+            .sum::<u64>()
+            .max(self.done_before);
+        let frac = match self.rows_total.borrow()[unit] {
+            Some(t) if t > 0 => rows_done as f64 / t as f64,
+            _ => 0.0,
+        };
+        b.set_position(before + (frac * self.unit_bytes[unit] as f64) as u64);
+        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
+        b.set_message(format!(
+            "{:.0} docs/s, {:.2} Mtok/s",
+            self.docs.get() as f64 / secs,
+            self.tokens.get() as f64 / secs / 1e6
+        ));
+    }
+    pub(super) fn unit_done(&self, unit: usize) {
+        if let Some(b) = &self.bar {
+            b.set_position(self.unit_bytes[..=unit].iter().sum());
+        }
+    }
+    pub(super) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The reader thread of a pack run: streams this worker's units from the resume cursor (from
+//! the cache, or from the Hub with `--stream`) and hands their rows to the packing thread in
+//! batches of about 4 MiB of text, framed by unit start / end messages.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
+
+use anyhow::Result;
+
+use crate::pack::plan::Unit;
+use crate::pack::remote::Streaming;
+use crate::sources::{Outcome, Stop};
+
+/// Text bytes per tokenization batch.
+const BATCH_TEXT_BYTES: usize = 4 << 20;
+const BATCH_MAX_ROWS: usize = 16_384;
+
+/// What the reader hands the packing thread, in unit order.
+pub(super) enum ReadMsg {
+    Rows {
+        unit: usize,
+        items: Vec<(u64, Outcome)>,
+    },
+    UnitStart {
+        unit: usize,
+        first_row: u64,
+    },
+    UnitEnd {
+        unit: usize,
+    },
+    Failed(anyhow::Error),
+}
+
+/// The reader thread: stream units from the cursor, batching rows.
+pub(super) fn read_units(
+    units: &[Unit],
+    start_unit: usize,
+    start_row: u64,
+    exhausted: &[AtomicBool],
+    streaming: Option<&Streaming>,
+    tx: &SyncSender<ReadMsg>,
+) {
+    for (k, u) in units.iter().enumerate().skip(start_unit) {
+        let first = if k == start_unit { start_row } else { 0 };
+        if tx
+            .send(ReadMsg::UnitStart {
+                unit: k,
+                first_row: first,
+            })
+            .is_err()
+        {
+            return;
+        }
+        let src = u.source.index;
+        if !exhausted[src].load(Ordering::Relaxed) {
+            let mut items: Vec<(u64, Outcome)> = Vec::new();
+            let mut bytes = 0usize;
+            let mut sink = |row: u64, o: Outcome| -> Result<()> {
+                if let Outcome::Text(t) = &o {
+                    bytes += t.len();
+                }
+                items.push((row, o));
+                if bytes >= BATCH_TEXT_BYTES || items.len() >= BATCH_MAX_ROWS {
+                    bytes = 0;
+                    let batch = std::mem::take(&mut items);
+                    if tx
+                        .send(ReadMsg::Rows {
+                            unit: k,
+                            items: batch,
+                        })
+                        .is_err()
+                        || exhausted[src].load(Ordering::Relaxed)
+                    {
+                        return Err(Stop.into());
+                    }
+                }
+                Ok(())
+            };
+            let r = match (&u.remote, streaming) {
+                (Some(spec), Some(st)) => st.read(u, spec, first, &mut sink),
+                _ => crate::sources::read_rows(
+                    &u.path,
+                    &u.file,
+                    u.source.format,
+                    &u.source.tpl,
+                    first,
+                    &mut sink,
+                ),
+            };
+            if let Err(e) = r {
+                let _ = tx.send(ReadMsg::Failed(
+                    e.context(format!("source {:?}", &*u.source.name)),
+                ));
+                return;
+            }
+            if !items.is_empty() && tx.send(ReadMsg::Rows { unit: k, items }).is_err() {
+                return;
+            }
+        }
+        if tx.send(ReadMsg::UnitEnd { unit: k }).is_err() {
+            return;
+        }
+    }
+}

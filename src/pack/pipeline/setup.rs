@@ -1,0 +1,158 @@
+//! Step 1 of a pack run, before anything is written: which worker this is, the plan of input
+//! units, the tokenizer, the token dtype, the part format and the output directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::hub::cache::Cache;
+use crate::pack::plan::{Plan, Unit};
+use crate::pack::remote::Streaming;
+use crate::pack::tokenize::{BoundaryFlags, DocTokenizer};
+use crate::pack::{DtypeArg, PackArgs};
+use crate::shards::{Dtype, ShardFormat};
+use crate::worker::WorkerSlice;
+
+/// Everything the later steps need, fixed before the output directory is touched.
+pub(super) struct Setup {
+    pub worker: WorkerSlice,
+    /// `--stream`: the Hub reader shared with the reader thread.
+    pub streaming: Option<Arc<Streaming>>,
+    pub plan: Plan,
+    pub tok: DocTokenizer,
+    pub dtype: Dtype,
+    /// The format this process writes: `--format`, or parquet for a worker's part.
+    pub part_format: ShardFormat,
+    /// `--out`, or `--out/parts/IIIII-of-NNNNN` for a worker (created).
+    pub out_dir: PathBuf,
+    /// The units of the plan this worker owns, in global order.
+    pub units: Vec<Unit>,
+}
+
+/// Check the flags, plan the units, load the tokenizer, pick the dtype; create the output
+/// directory.
+pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
+    if args.seq_len == 0 {
+        return Err(crate::error::usage("--seq-len must be at least 1"));
+    }
+    let worker = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let streaming = if args.stream {
+        Some(Arc::new(Streaming::new(args, worker)?))
+    } else {
+        None
+    };
+    if !worker.is_whole() && args.tokens.is_some() {
+        return Err(crate::error::usage(
+            "--tokens cannot be combined with --shard I/N: budgets depend on the tokens of files other workers own; apply the budget in one process",
+        ));
+    }
+    let plan = match (&args.manifest, &args.input) {
+        (Some(m), None) => match &streaming {
+            Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
+            None => Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?,
+        },
+        (None, Some(i)) => Plan::from_input(i, &args.text_column, args.tokens)?,
+        _ => {
+            return Err(crate::error::usage(
+                "give exactly one of --manifest or --input",
+            ))
+        }
+    };
+    let tok = load_tokenizer(args)?;
+    let dtype = choose_dtype(args, &tok)?;
+    // Worker parts are an intermediate: always parquet (exact ids and document boundaries),
+    // whatever --format says; `merge` writes the requested format.
+    let part_format = if worker.is_whole() {
+        args.format
+    } else {
+        ShardFormat::Parquet
+    };
+    let out_dir = if worker.is_whole() {
+        args.out.clone()
+    } else {
+        args.out.join("parts").join(worker.part_dir_name())
+    };
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+
+    let units: Vec<Unit> = plan
+        .units
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| worker.owns(*k))
+        .map(|(_, u)| u.clone())
+        .collect();
+    Ok(Setup {
+        worker,
+        streaming,
+        plan,
+        tok,
+        dtype,
+        part_format,
+        out_dir,
+        units,
+    })
+}
+
+/// The tokenizer with the document-boundary flags (`--eos-token`, `--no-eos`, `--bos`, …).
+fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
+    let tok = DocTokenizer::load(
+        &args.tokenizer,
+        &BoundaryFlags {
+            eos_token: args.eos_token.clone(),
+            no_eos: args.no_eos,
+            bos: args.bos,
+            bos_token: args.bos_token.clone(),
+            no_fast: args.no_fast_tokenizer,
+        },
+    )?;
+    let eos_desc = match &tok.eos {
+        Some((t, i)) => format!("{t:?} (id {i}, from {})", tok.eos_choice),
+        None => "none".into(),
+    };
+    tracing::info!(
+        "tokenizer {} (path: {}), EOS {eos_desc}",
+        tok.json_path.display(),
+        tok.path()
+    );
+    Ok(tok)
+}
+
+/// `--dtype` against the format and the vocabulary (parquet is always uint32).
+fn choose_dtype(args: &PackArgs, tok: &DocTokenizer) -> Result<Dtype> {
+    Ok(match (args.format, args.dtype) {
+        (ShardFormat::Parquet, DtypeArg::Uint16) => {
+            return Err(crate::error::usage(
+                "--dtype uint16: parquet shards are always list<uint32>",
+            ))
+        }
+        (ShardFormat::Parquet, _) | (_, DtypeArg::Uint32) => Dtype::U32,
+        (_, DtypeArg::Uint16) | (_, DtypeArg::Auto) if tok.vocab_size <= 1 << 16 => Dtype::U16,
+        (_, DtypeArg::Uint16) => {
+            return Err(crate::error::usage(format!(
+                "--dtype uint16: the vocabulary has {} ids, more than uint16 holds",
+                tok.vocab_size
+            )))
+        }
+        (_, DtypeArg::Auto) => Dtype::U32,
+    })
+}
+
+/// The id `--pad-last` pads with: tokenizer_config.json's `pad_token`, else `<|pad|>`, else EOS.
+pub(super) fn pad_id(tok: &DocTokenizer) -> Option<u32> {
+    let dir = tok
+        .json_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let cfg = std::fs::read_to_string(dir.join("tokenizer_config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| {
+            v.get("pad_token")
+                .and_then(|p| p.as_str().map(str::to_string))
+        });
+    cfg.and_then(|t| tok.inner.token_to_id(&t))
+        .or_else(|| tok.inner.token_to_id("<|pad|>"))
+        .or_else(|| tok.eos.as_ref().map(|e| e.1))
+}
