@@ -409,7 +409,12 @@ fn absurd_sizes_exit_2_without_allocating() {
     let o = distill(teacher_dir(), &prompts, &out, &["--batch-size", &b]);
     fails(&o, 2, &["--batch-size"], &out);
     // The largest accepted batch size is only an upper bound: the memory budget closes the batch.
-    ok(&distill(teacher_dir(), &prompts, &out, &["--batch-size", "65536"]));
+    ok(&distill(
+        teacher_dir(),
+        &prompts,
+        &out,
+        &["--batch-size", "65536"],
+    ));
     assert_eq!(records(&out).len(), 3);
     // --out naming a directory is refused before any work.
     let dir_out = d.path().join("outdir");

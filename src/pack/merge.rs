@@ -219,7 +219,12 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     };
     merged.format = format.name().into();
     merged.extra = BTreeMap::new();
-    for k in ["eos_choice", "bos_token", "tokenizer_encoder", "tokenizer_crate_share"] {
+    for k in [
+        "eos_choice",
+        "bos_token",
+        "tokenizer_encoder",
+        "tokenizer_crate_share",
+    ] {
         if let Some(v) = first.extra.get(k) {
             merged.extra.insert(k.into(), v.clone());
         }
