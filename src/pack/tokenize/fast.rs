@@ -3,7 +3,7 @@
 //! tracking or per-call allocation, so `pack` runs several times faster than the crate with
 //! ids identical to `encode(text, add_special_tokens=False)`.
 //!
-//! Shapes taken (anything else is refused by [`FastTokenizer::from_json`] with the reason, and
+//! Shapes taken (anything else is refused by [`FastTokenizer::from_json_without_added`] with the reason, and
 //! the caller keeps the crate):
 //! - byte-level BPE: `ByteLevel(use_regex=true)` (GPT-2, hand-coded regex), or a `Sequence` of
 //!   one or more `Split(Regex, Isolated)` followed by `ByteLevel(use_regex=false)` (Llama-3,
@@ -187,14 +187,6 @@ fn apply_norm<'a>(steps: &[NormStep], s: &'a str) -> Cow<'a, str> {
 }
 
 impl FastTokenizer {
-    /// Build from a tokenizer.json (text) and the crate's loaded tokenizer (for the added
-    /// tokens' normalized forms), or say why the fast path does not apply.
-    pub fn from_json(text: &str, crate_tok: &tokenizers::Tokenizer) -> Result<FastTokenizer> {
-        let mut f = FastTokenizer::from_json_without_added(text)?;
-        f.attach_added(crate_tok)?;
-        Ok(f)
-    }
-
     /// Everything but the added tokens, which need the crate's loaded tokenizer: lets the
     /// caller build this while the crate loads the same file (`rayon::join`).
     pub fn from_json_without_added(text: &str) -> Result<FastTokenizer> {

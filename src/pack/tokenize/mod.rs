@@ -98,7 +98,7 @@ impl DocTokenizer {
         );
         let inner =
             inner.map_err(|e| anyhow!("{}: cannot load tokenizer: {e}", json_path.display()))?;
-        let sha256 = crate::util::sha256_file(&json_path)?;
+        let sha256 = crate::util::sha256_hex(text.as_bytes());
         let dir = json_path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let id = |t: &str, what: &str| -> Result<u32> {
             inner.token_to_id(t).ok_or_else(|| {
