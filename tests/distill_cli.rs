@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use dlm_data::distill::output::{finalize, list_parts, parts_dir};
 use dlm_data::distill::OutFormat;
 use serde_json::Value;
-use teacher_support::{bin, copy_teacher, patch_json, teacher_dir};
+use teacher_support::{bin, copy_teacher, patch_json, small_sampler_args, teacher_dir};
 
 /// `n` prompts: every third one plain, the others MCQ with 2..=5 options.
 fn write_prompts(path: &Path, n: usize) {
@@ -61,18 +61,7 @@ fn distill(teacher: &Path, prompts: &Path, out: &Path, extra: &[&str]) -> Output
 
 /// Small sampler settings unless `extra` sets them.
 fn with_defaults(extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    for (k, d) in [
-        ("--gen-length", "8"),
-        ("--block-length", "4"),
-        ("--steps", "4"),
-        ("--batch-size", "3"),
-    ] {
-        if !extra.contains(&k) {
-            v.extend([k.to_string(), d.to_string()]);
-        }
-    }
-    v
+    small_sampler_args(extra, "3")
 }
 
 fn ok(o: &Output) {

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use dlm_data::fixtures::teacher::rewrite_tensor;
-use teacher_support::{bin, copy_teacher, patch_json, teacher_dir};
+use teacher_support::{bin, copy_teacher, patch_json, small_sampler_args, teacher_dir};
 
 fn write_prompts(path: &Path, prompts: &[(&str, String)]) {
     let mut s = String::new();
@@ -30,17 +30,7 @@ fn small_prompts(path: &Path) {
 
 /// Run distill with small sampler settings (unless `extra` sets them), at most 120 s.
 fn distill(teacher: &Path, prompts: &Path, out: &Path, extra: &[&str]) -> Output {
-    let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    for (k, d) in [
-        ("--gen-length", "8"),
-        ("--block-length", "4"),
-        ("--steps", "4"),
-        ("--batch-size", "2"),
-    ] {
-        if !extra.contains(&k) {
-            args.extend([k.to_string(), d.to_string()]);
-        }
-    }
+    let args = small_sampler_args(extra, "2");
     let mut child = Command::new(bin())
         .args(["distill", "--teacher"])
         .arg(teacher)

@@ -44,3 +44,19 @@ pub fn patch_json(path: &Path, patch: serde_json::Value) {
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_dlm-data"))
 }
+
+/// `extra` plus small sampler settings for the flags it does not set (`--batch-size batch`).
+pub fn small_sampler_args(extra: &[&str], batch: &str) -> Vec<String> {
+    let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    for (k, d) in [
+        ("--gen-length", "8"),
+        ("--block-length", "4"),
+        ("--steps", "4"),
+        ("--batch-size", batch),
+    ] {
+        if !extra.contains(&k) {
+            v.extend([k.to_string(), d.to_string()]);
+        }
+    }
+    v
+}
