@@ -20,7 +20,6 @@ pub mod unicode;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 use rayon::prelude::*;
@@ -44,9 +43,6 @@ pub struct DocTokenizer {
     fast: Option<FastTokenizer>,
     /// Why the fast path does not apply (None when it does).
     pub fast_refusal: Option<String>,
-    /// Documents encoded by the fast path / by the crate.
-    docs_fast: AtomicU64,
-    docs_crate: AtomicU64,
 }
 
 /// `tokenizer.json` for a file or directory argument.
@@ -165,8 +161,6 @@ impl DocTokenizer {
             vocab_size,
             fast,
             fast_refusal,
-            docs_fast: AtomicU64::new(0),
-            docs_crate: AtomicU64::new(0),
         })
     }
 
@@ -184,21 +178,11 @@ impl DocTokenizer {
         }
     }
 
-    /// (documents encoded by the fast path, by the crate) so far.
-    pub fn doc_counts(&self) -> (u64, u64) {
-        (
-            self.docs_fast.load(Ordering::Relaxed),
-            self.docs_crate.load(Ordering::Relaxed),
-        )
-    }
-
     /// Ids of `text` without special tokens (Python: `encode(text, add_special_tokens=False)`).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         if let Some(f) = &self.fast {
-            self.docs_fast.fetch_add(1, Ordering::Relaxed);
             return Ok(f.encode(text));
         }
-        self.docs_crate.fetch_add(1, Ordering::Relaxed);
         self.encode_crate(text)
     }
 
