@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 TEST_DEPS :=
 # Integration tests find helper tools through these.
 export DLM_PYTHON := $(abspath $(PY))
+# pip's wheel cache would hold a second copy of every wheel on CI's disk; nothing reuses it.
+export PIP_NO_CACHE_DIR := 1
 
 -include mk/*.mk
 

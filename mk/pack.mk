@@ -10,16 +10,27 @@ bench-pack: $(VENV)/.stamp
 	$(CARGO) build --release --bins
 	$(PY) bench/pack/bench.py target/release/dlm-data target/bench-pack --mb $(BENCH_PACK_MB)
 
-# The real MosaicML reader: mosaicml-streaming hard-requires torch (+ transformers<5, cloud
-# SDKs), GBs of wheels on x86_64 PyPI, so it gets its own venv (about 5 GB, ~9 min on a fresh
-# machine) and one test run with DLM_REQUIRE_STREAMING=1: the MDS shards must be read by
+# The real MosaicML reader: mosaicml-streaming hard-requires torch, and PyPI's x86_64 torch
+# is the CUDA build (~6 GB with its nvidia-* wheels; a CI run once died of ENOSPC here). CPU
+# torch and torchvision come from Debian instead (python3-torch 1.13, ~150 MB of .debs), seen
+# by a --system-site-packages venv of Debian's python3; streaming itself goes in with
+# --no-deps plus what its import needs (its cloud SDKs are imported only for remote paths).
+# One test run with DLM_REQUIRE_STREAMING=1: the MDS shards must be read by
 # streaming.StreamingDataset itself, never by the numpy fallback. Part of `make test`.
 VENV_MDS := .venv-mds
-MDS_PKGS := mosaicml-streaming==0.13.0 pyarrow==22.0.0 tokenizers==0.22.1
+MDS_DEBS := python3-torch python3-torchvision python3-pil python3-venv
+MDS_PKG := mosaicml-streaming==0.13.0
+MDS_IMPORT_DEPS := "transformers>=4.21.3,<5" "Brotli>=1.0.9" "python-snappy>=0.6.1,<1" \
+	"xxhash>=3,<4" "zstd>=1.5.2.5,<2" "catalogue>=2,<3" "tqdm>=4.64,<5" pyarrow==22.0.0 tokenizers==0.22.1
 $(VENV_MDS)/.stamp: mk/pack.mk
-	test -x $(VENV_MDS)/bin/python || $(PYTHON) -m venv $(VENV_MDS)
-	$(VENV_MDS)/bin/pip install -q --upgrade pip
-	$(VENV_MDS)/bin/pip install -q $(MDS_PKGS)
+	@dpkg -s $(MDS_DEBS) >/dev/null 2>&1 || { echo "installing $(MDS_DEBS) (Debian)"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(MDS_DEBS); }
+	rm -rf $(VENV_MDS)
+	/usr/bin/python3 -m venv --system-site-packages $(VENV_MDS)
+	$(VENV_MDS)/bin/pip install -q --no-cache-dir --no-deps $(MDS_PKG)
+	$(VENV_MDS)/bin/pip install -q --no-cache-dir $(MDS_IMPORT_DEPS)
+	$(VENV_MDS)/bin/python -c "import torch, streaming; from streaming import StreamingDataset; \
+	  assert torch.__file__.startswith('/usr/lib/python3/'), torch.__file__; print('streaming', streaming.__version__, 'torch', torch.__version__)"
 	touch $@
 
 .PHONY: check-mds-streaming
