@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::str::FromStr;
+
 use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
 
 fn shared_tokenizers() -> Option<PathBuf> {
@@ -113,6 +115,35 @@ fn fast_path_ids_identical_to_python_on_every_family() {
                         &want[at.saturating_sub(2)..(at + 4).min(want.len())]
                     ));
                 }
+            }
+        }
+        // Without the crate loaded, the fast path must still answer vocabulary questions as
+        // the crate does: vocab size with added tokens, and the id of every added token and
+        // of a spread of model tokens (EOS/BOS/pad are looked up this way).
+        let text = std::fs::read_to_string(d.join("tokenizer.json")).unwrap();
+        let krate = tokenizers::Tokenizer::from_str(&text).unwrap();
+        if tok.vocab_size as usize != krate.get_vocab_size(true) {
+            failures.push(format!(
+                "{name}: vocab_size {} vs the crate's {}",
+                tok.vocab_size,
+                krate.get_vocab_size(true)
+            ));
+        }
+        let mut probes: Vec<String> = krate
+            .get_added_tokens_decoder()
+            .values()
+            .map(|t| t.content.clone())
+            .collect();
+        let vocab = krate.get_vocab(false);
+        probes.extend(vocab.keys().step_by(97).cloned());
+        probes.push("no such token \u{1}".to_string());
+        for p in &probes {
+            if tok.token_to_id(p) != krate.token_to_id(p) {
+                failures.push(format!(
+                    "{name}: token_to_id({p:?}) = {:?}, the crate's {:?}",
+                    tok.token_to_id(p),
+                    krate.token_to_id(p)
+                ));
             }
         }
         if must_be_fast(name) != tok.is_fast() {

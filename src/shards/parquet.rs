@@ -65,8 +65,11 @@ pub fn to_record_batch(batch: &RowBatch) -> Result<RecordBatch> {
 /// Encode the batch as a complete parquet file in memory (deterministic bytes).
 pub fn encode(batch: &RowBatch) -> Result<Vec<u8>> {
     let rb = to_record_batch(batch)?;
+    // No dictionary pages: interning every token id cost ~11% of a pack's instructions
+    // (callgrind, Mistral, 8 MB), and zstd over plain ids gives smaller files (-28% there).
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
+        .set_dictionary_enabled(false)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .build();
     let mut out = Vec::with_capacity(batch.tokens() as usize * 2);

@@ -152,7 +152,7 @@ pub(super) fn pad_id(tok: &DocTokenizer) -> Option<u32> {
             v.get("pad_token")
                 .and_then(|p| p.as_str().map(str::to_string))
         });
-    cfg.and_then(|t| tok.inner.token_to_id(&t))
-        .or_else(|| tok.inner.token_to_id("<|pad|>"))
+    cfg.and_then(|t| tok.token_to_id(&t))
+        .or_else(|| tok.token_to_id("<|pad|>"))
         .or_else(|| tok.eos.as_ref().map(|e| e.1))
 }

@@ -18,6 +18,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use anyhow::{bail, Context, Result};
 
+use super::json::ModelJson;
+
 /// rustc's Fx hash: a multiply-rotate hash, much cheaper than SipHash for short keys.
 #[derive(Default, Clone, Copy)]
 pub struct FxHasher(u64);
@@ -60,6 +62,8 @@ impl FxHasher {
 }
 
 pub type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// Maps keyed by token strings (load time only): foldhash, which mixes string bytes well.
+pub type StrMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 pub type FxSet<K> = std::collections::HashSet<K, BuildHasherDefault<FxHasher>>;
 
 /// GPT-2's byte → unicode map (bytes_to_unicode).
@@ -106,8 +110,12 @@ pub struct Bpe {
     /// With `ignore_merges`: whole words found in the vocabulary (the word's text as the
     /// pipeline hands it over: raw bytes for byte-level, the normalized string otherwise).
     whole: Option<FxMap<Vec<u8>, u32>>,
-    /// Merged-token strings (for the SentencePiece segmentation proof).
-    pub merged_strings: Vec<String>,
+    /// The chars that precede `seg_rep` inside some merge result (when asked for).
+    pub seg_left: Option<FxSet<char>>,
+    /// Distinct tokens in the model vocabulary (the crate's `get_vocab_size`).
+    pub vocab_len: usize,
+    /// Token → id of the model vocabulary.
+    pub vocab: StrMap<Box<str>, u32>,
     /// Cache generation: thread-local caches never mix tokenizers.
     id: u64,
 }
@@ -129,6 +137,9 @@ impl Sink<'_> {
 
 pub struct ThreadCache {
     owner: u64,
+    /// First level: direct-mapped, one 64-byte line per slot holding the word and its ids
+    /// inline, so a hit costs one memory access (the map below chases two heap pointers).
+    l1: Vec<Slot>,
     words: FxMap<Vec<u8>, Vec<u32>>,
     /// Scratch for the heap merge.
     syms: Vec<Sym>,
@@ -137,9 +148,48 @@ pub struct ThreadCache {
 thread_local! {
     static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache {
         owner: 0,
+        l1: Vec::new(),
         words: FxMap::default(),
         syms: Vec::new(),
     });
+}
+
+/// A first-level cache slot: a word of at most [`SLOT_KEY`] bytes and at most [`SLOT_IDS`] ids.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Slot {
+    key_len: u8,
+    n_ids: u8,
+    key: [u8; SLOT_KEY],
+    ids: [u32; SLOT_IDS],
+}
+
+const SLOT_KEY: usize = 30;
+const SLOT_IDS: usize = 8;
+/// log2 of the first-level slots per thread (2^15 × 64 B = 2 MiB).
+const L1_BITS: u32 = 15;
+const EMPTY_SLOT: Slot = Slot {
+    key_len: u8::MAX,
+    n_ids: 0,
+    key: [0; SLOT_KEY],
+    ids: [0; SLOT_IDS],
+};
+
+/// The slot index of `key`: Fx over 8-byte words, top bits (the multiply mixes upwards).
+#[inline]
+fn slot_of(key: &[u8]) -> usize {
+    let mut h = FxHasher(key.len() as u64);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        h.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        h.add(u64::from_le_bytes(b));
+    }
+    (h.0 >> (64 - L1_BITS)) as usize
 }
 
 /// Bound on cached words per thread (cleared when reached).
@@ -149,73 +199,48 @@ const MAX_CACHED_WORD_LEN: usize = 96;
 /// Above this many symbols the heap merge is used.
 const HEAP_ABOVE: usize = 24;
 
-fn get<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
-    v.get(k).filter(|x| !x.is_null())
-}
-
-/// `(a, b)` of one `merges` entry ("a b" or ["a", "b"]).
-fn merge_pair(e: &serde_json::Value) -> Result<(&str, &str)> {
-    Ok(match e {
-        serde_json::Value::String(s) => s.split_once(' ').context("bad merge")?,
-        serde_json::Value::Array(p) if p.len() == 2 => (
-            p[0].as_str().context("bad merge")?,
-            p[1].as_str().context("bad merge")?,
-        ),
-        _ => bail!("bad merge entry"),
-    })
-}
-
 impl Bpe {
     /// The model of a tokenizer.json `model` object, or why it is not supported exactly.
-    /// `byte_level`: the pre-tokenizer maps bytes to GPT-2 characters.
-    pub fn from_model_json(m: &serde_json::Value, byte_level: bool) -> Result<Bpe> {
-        if m.get("type")
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| t != "BPE")
-        {
+    /// `byte_level`: the pre-tokenizer maps bytes to GPT-2 characters. `seg_rep`: collect the
+    /// chars that precede this char inside some merge result (for the SentencePiece
+    /// segmentation proof in [`super::fast`]).
+    pub fn from_model(m: &ModelJson<'_>, byte_level: bool, seg_rep: Option<char>) -> Result<Bpe> {
+        if m.ty.as_deref().is_some_and(|t| t != "BPE") {
             bail!("model is not BPE");
         }
-        if get(m, "dropout")
-            .and_then(|d| d.as_f64())
-            .is_some_and(|d| d > 0.0)
-        {
+        if m.dropout.is_some_and(|d| d > 0.0) {
             bail!("BPE dropout");
         }
-        for k in ["continuing_subword_prefix", "end_of_word_suffix"] {
-            if get(m, k)
-                .and_then(|s| s.as_str())
-                .is_some_and(|s| !s.is_empty())
-            {
+        for (k, v) in [
+            ("continuing_subword_prefix", &m.continuing_subword_prefix),
+            ("end_of_word_suffix", &m.end_of_word_suffix),
+        ] {
+            if v.as_deref().is_some_and(|s| !s.is_empty()) {
                 bail!("{k}");
             }
         }
-        let flag = |k: &str| get(m, k).and_then(|b| b.as_bool()) == Some(true);
-        // Borrowed from the parsed JSON (no copy of a 100k-entry map).
-        let mut vocab: FxMap<&str, u32> = FxMap::default();
-        for (k, v) in m
-            .get("vocab")
-            .and_then(|v| v.as_object())
-            .context("vocab")?
-        {
-            let id = v
-                .as_u64()
-                .and_then(|i| u32::try_from(i).ok())
-                .context("vocab id")?;
-            vocab.insert(k.as_str(), id);
+        let vocab_list = &m.vocab.as_ref().context("vocab")?.0;
+        let merge_list = &m.merges.as_ref().context("merges")?.0;
+        let mut vocab: StrMap<&str, u32> = StrMap::default();
+        vocab.reserve(vocab_list.len());
+        for (k, id) in vocab_list {
+            vocab.insert(k.as_ref(), *id);
         }
-        let unk = match get(m, "unk_token").and_then(|u| u.as_str()) {
+        let unk = match m.unk_token.as_deref() {
             Some(u) => Some(*vocab.get(u).context("unk_token not in the vocabulary")?),
             None => None,
         };
+        let byte_fallback = m.byte_fallback == Some(true);
         let b2c = byte_to_char();
         let alphabet = if byte_level {
-            if flag("byte_fallback") {
+            if byte_fallback {
                 bail!("byte_fallback with a byte-level pre-tokenizer");
             }
             let mut ids = [0u32; 256];
             for b in 0..256 {
+                let mut buf = [0u8; 4];
                 ids[b] = *vocab
-                    .get(b2c[b].to_string().as_str())
+                    .get(&*b2c[b].encode_utf8(&mut buf))
                     .with_context(|| format!("byte {b} has no symbol"))?;
             }
             Alphabet::Bytes(ids)
@@ -232,7 +257,7 @@ impl Bpe {
                     }
                 }
             }
-            let fallback = if flag("byte_fallback") {
+            let fallback = if byte_fallback {
                 let mut f = Box::new([0u32; 256]);
                 for b in 0..256 {
                     f[b] = *vocab
@@ -248,20 +273,16 @@ impl Bpe {
                 other,
                 fallback,
                 unk,
-                fuse_unk: flag("fuse_unk"),
+                fuse_unk: m.fuse_unk == Some(true),
             }
         };
         let mut merges: FxMap<u64, u64> = FxMap::default();
-        let mut merged_strings = Vec::new();
-        let list = m
-            .get("merges")
-            .and_then(|x| x.as_array())
-            .context("merges")?;
+        merges.reserve(merge_list.len());
+        let mut seg_left: FxSet<char> = FxSet::default();
         let mut merged = String::new();
-        for (rank, e) in list.iter().enumerate() {
-            let (a, b) = merge_pair(e)?;
-            let ia = *vocab.get(a).context("merge token not in vocab")?;
-            let ib = *vocab.get(b).context("merge token not in vocab")?;
+        for (rank, (a, b)) in merge_list.iter().enumerate() {
+            let ia = *vocab.get(a.as_ref()).context("merge token not in vocab")?;
+            let ib = *vocab.get(b.as_ref()).context("merge token not in vocab")?;
             merged.clear();
             merged.push_str(a);
             merged.push_str(b);
@@ -273,9 +294,19 @@ impl Bpe {
                 (ia as u64) << 32 | ib as u64,
                 (rank as u64) << 32 | im as u64,
             );
-            merged_strings.push(merged.clone());
+            if let Some(rep) = seg_rep {
+                let mut prev: Option<char> = None;
+                for c in merged.chars() {
+                    if c == rep {
+                        if let Some(p) = prev {
+                            seg_left.insert(p);
+                        }
+                    }
+                    prev = Some(c);
+                }
+            }
         }
-        let whole = if flag("ignore_merges") {
+        let whole = if m.ignore_merges == Some(true) {
             let mut w = FxMap::default();
             if byte_level {
                 let mut c2b: HashMap<char, u8> = HashMap::new();
@@ -302,7 +333,12 @@ impl Bpe {
             alphabet,
             merges,
             whole,
-            merged_strings,
+            seg_left: seg_rep.map(|_| seg_left),
+            vocab_len: vocab.len(),
+            vocab: vocab
+                .iter()
+                .map(|(k, v)| (Box::<str>::from(*k), *v))
+                .collect(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -332,6 +368,11 @@ impl Bpe {
         )
     }
 
+    /// True with `ignore_merges` (whole words are looked up first).
+    pub fn has_whole(&self) -> bool {
+        self.whole.is_some()
+    }
+
     /// `ignore_merges`: the whole word's id when it is a vocabulary token.
     #[inline]
     pub fn whole_word(&self, word: &[u8]) -> Option<u32> {
@@ -345,6 +386,8 @@ impl Bpe {
             if c.owner != self.id {
                 c.owner = self.id;
                 c.words.clear();
+                c.l1.clear();
+                c.l1.resize(1 << L1_BITS, EMPTY_SLOT);
             }
             let mut sink = Sink {
                 ids: Vec::with_capacity(capacity),
@@ -368,20 +411,41 @@ impl Bpe {
     pub fn encode_plain(&self, word: &str, out: &mut Sink<'_>) {
         let c = &mut *out.cache;
         let key = word.as_bytes();
-        if let Some(ids) = c.words.get(key) {
-            out.ids.extend_from_slice(ids);
-            return;
+        let slot = (key.len() <= SLOT_KEY).then(|| slot_of(key));
+        if let Some(i) = slot {
+            let sl = &c.l1[i];
+            if sl.key_len as usize == key.len() && &sl.key[..key.len()] == key {
+                out.ids.extend_from_slice(&sl.ids[..sl.n_ids as usize]);
+                return;
+            }
         }
         let start = out.ids.len();
-        let mut syms = std::mem::take(&mut c.syms);
-        self.symbols(word, &mut syms);
-        self.merge(&mut syms, &mut out.ids);
-        c.syms = syms;
-        if key.len() <= MAX_CACHED_WORD_LEN {
+        let in_map = match c.words.get(key) {
+            Some(ids) => {
+                out.ids.extend_from_slice(ids);
+                true
+            }
+            None => {
+                let mut syms = std::mem::take(&mut c.syms);
+                self.symbols(word, &mut syms);
+                self.merge(&mut syms, &mut out.ids);
+                c.syms = syms;
+                false
+            }
+        };
+        let ids = &out.ids[start..];
+        if let Some(i) = slot.filter(|_| ids.len() <= SLOT_IDS) {
+            let sl = &mut c.l1[i];
+            sl.key_len = key.len() as u8;
+            sl.n_ids = ids.len() as u8;
+            sl.key[..key.len()].copy_from_slice(key);
+            sl.ids[..ids.len()].copy_from_slice(ids);
+        }
+        if !in_map && key.len() <= MAX_CACHED_WORD_LEN {
             if c.words.len() >= MAX_CACHED_WORDS {
                 c.words.clear();
             }
-            c.words.insert(key.to_vec(), out.ids[start..].to_vec());
+            c.words.insert(key.to_vec(), ids.to_vec());
         }
     }
 
@@ -439,22 +503,47 @@ impl Bpe {
 
     /// Merge `syms` and append the ids to `out`.
     fn merge(&self, syms: &mut Vec<Sym>, out: &mut Vec<u32>) {
-        if syms.len() <= HEAP_ABOVE {
-            let mut ids: Vec<u32> = syms.iter().map(|s| s.id).collect();
+        let n = syms.len();
+        if n <= HEAP_ABOVE {
+            // Pair values (rank << 32 | merged id; MAX = no merge) kept per position, so each
+            // merge looks up only the two pairs it changes: O(n) lookups, not O(n^2).
+            let mut ids = [0u32; HEAP_ABOVE];
+            let mut val = [u64::MAX; HEAP_ABOVE];
+            for (i, s) in syms.iter().enumerate() {
+                ids[i] = s.id;
+            }
+            let mut n = n;
+            for i in 0..n.saturating_sub(1) {
+                val[i] = self.lookup(ids[i], ids[i + 1]).unwrap_or(u64::MAX);
+            }
             loop {
-                let mut best: Option<(u64, usize)> = None;
-                for i in 0..ids.len().saturating_sub(1) {
-                    if let Some(v) = self.lookup(ids[i], ids[i + 1]) {
-                        if best.is_none_or(|b| v < b.0) {
-                            best = Some((v, i));
-                        }
+                // The lowest value, leftmost among equals (as the crate's heap pops it).
+                let mut best = u64::MAX;
+                let mut at = 0;
+                for (i, &v) in val[..n.saturating_sub(1)].iter().enumerate() {
+                    if v < best {
+                        best = v;
+                        at = i;
                     }
                 }
-                let Some((v, i)) = best else { break };
-                ids[i] = v as u32;
-                ids.remove(i + 1);
+                if best == u64::MAX {
+                    break;
+                }
+                ids[at] = best as u32;
+                ids.copy_within(at + 2..n, at + 1);
+                val.copy_within(at + 2..n, at + 1);
+                n -= 1;
+                val[n - 1] = u64::MAX;
+                if at + 1 < n {
+                    val[at] = self.lookup(ids[at], ids[at + 1]).unwrap_or(u64::MAX);
+                } else {
+                    val[at] = u64::MAX;
+                }
+                if at > 0 {
+                    val[at - 1] = self.lookup(ids[at - 1], ids[at]).unwrap_or(u64::MAX);
+                }
             }
-            out.extend_from_slice(&ids);
+            out.extend_from_slice(&ids[..n]);
             return;
         }
         self.merge_heap(syms, out);

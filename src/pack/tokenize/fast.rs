@@ -19,8 +19,9 @@ use anyhow::{bail, Context, Result};
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::added::{AddedInfo, Piece, Trie};
-use super::bpe::{Bpe, FxSet, Sink};
+use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
+use super::json::TokJson;
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
 
@@ -65,13 +66,54 @@ pub struct FastTokenizer {
     /// SentencePiece whole-piece words: split before `rep` unless the preceding char is here
     /// (`None`: never split — no proof the merges cannot cross such a boundary).
     sp_segment: Option<(char, FxSet<char>)>,
+    /// The SentencePiece normalizer is exactly `[Prepend(rep)?, Replace(" ", rep)]` with no
+    /// normalized added token and no ignore_merges: pieces are segmented as they are read
+    /// (`Some(prepend)`), never copied whole.
+    stream_norm: Option<bool>,
     gpt2: Option<gpt2::Gpt2Classes>,
     /// What this tokenizer's path is, for the log and index.json.
     pub describe: String,
+    /// The crate's `get_vocab_size(true)`.
+    pub vocab_size: usize,
+    /// Added token → id, as the crate assigned them.
+    added: StrMap<String, u32>,
 }
 
-fn get<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
-    v.get(k).filter(|x| !x.is_null())
+/// The model vocabulary as the crate's `Model` trait, for `AddedVocabulary::add_tokens` (which
+/// reads only `token_to_id` and `get_vocab_size`).
+struct VocabModel<'a>(&'a Bpe);
+
+impl tokenizers::Model for VocabModel<'_> {
+    type Trainer = tokenizers::models::bpe::BpeTrainer;
+    fn tokenize(&self, _: &str) -> tokenizers::Result<Vec<tokenizers::Token>> {
+        Err("VocabModel only answers vocabulary lookups".into())
+    }
+    fn token_to_id(&self, t: &str) -> Option<u32> {
+        self.0.vocab.get(t).copied()
+    }
+    fn id_to_token(&self, _: u32) -> Option<String> {
+        None
+    }
+    fn get_vocab(&self) -> std::collections::HashMap<String, u32> {
+        self.0
+            .vocab
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect()
+    }
+    fn get_vocab_size(&self) -> usize {
+        self.0.vocab_len
+    }
+    fn save(
+        &self,
+        _: &std::path::Path,
+        _: Option<&str>,
+    ) -> tokenizers::Result<Vec<std::path::PathBuf>> {
+        Err("VocabModel is not saved".into())
+    }
+    fn get_trainer(&self) -> Self::Trainer {
+        tokenizers::models::bpe::BpeTrainer::default()
+    }
 }
 
 fn ty(v: &serde_json::Value) -> &str {
@@ -187,19 +229,22 @@ fn apply_norm<'a>(steps: &[NormStep], s: &'a str) -> Cow<'a, str> {
 }
 
 impl FastTokenizer {
-    /// Everything but the added tokens, which need the crate's loaded tokenizer: lets the
-    /// caller build this while the crate loads the same file (`rayon::join`).
-    pub fn from_json_without_added(text: &str) -> Result<FastTokenizer> {
-        let v: serde_json::Value = serde_json::from_str(text).context("tokenizer.json")?;
+    /// The fast tokenizer of a tokenizer.json's text, or why its shape is not taken (the
+    /// caller then loads the crate). Added tokens get their ids and normalized forms from the
+    /// crate's own `AddedVocabulary` over this model's vocabulary, as `Tokenizer::from_str`.
+    pub fn from_json(text: &str) -> Result<FastTokenizer> {
+        let j = TokJson::parse(text)?;
         let mut norm = Vec::new();
-        parse_norm(get(&v, "normalizer"), &mut norm)?;
+        let norm_v = TokJson::value(j.normalizer)?;
+        parse_norm(Some(&norm_v).filter(|v| !v.is_null()), &mut norm)?;
         let mut desc: Vec<String> = Vec::new();
-        let m = v.get("model").context("no model")?;
-        if m.get("type").is_none() && m.get("merges").is_none() {
+        let m = &j.model;
+        if m.ty.is_none() && m.merges.is_none() {
             bail!("model is not BPE");
         }
         // Pre-tokenizer.
-        let pt = get(&v, "pre_tokenizer");
+        let pt_v = TokJson::value(j.pre_tokenizer)?;
+        let pt = Some(&pt_v).filter(|v| !v.is_null());
         let list: Vec<&serde_json::Value> = match pt {
             None => vec![],
             Some(p) if ty(p) == "Sequence" => p
@@ -320,31 +365,18 @@ impl FastTokenizer {
         if !byte_level && matches!(pre, PreTok::None) && norm.is_empty() {
             bail!("no pre-tokenizer and no SentencePiece normalizer");
         }
-        let bpe = Bpe::from_model_json(m, byte_level)?;
         // SentencePiece whole-piece words: prove where merges cannot cross.
-        let sp_segment = match &pre {
+        let seg_rep = match &pre {
             PreTok::Metaspace {
                 rep, split: false, ..
             } => Some(*rep),
             PreTok::None => Some('\u{2581}'),
             _ => None,
-        }
-        .filter(|rep| bpe.char_id(*rep).is_some())
-        .map(|rep| {
-            let mut left = FxSet::default();
-            for s in &bpe.merged_strings {
-                let mut prev: Option<char> = None;
-                for c in s.chars() {
-                    if c == rep {
-                        if let Some(p) = prev {
-                            left.insert(p);
-                        }
-                    }
-                    prev = Some(c);
-                }
-            }
-            (rep, left)
-        });
+        };
+        let mut bpe = Bpe::from_model(m, byte_level, seg_rep)?;
+        let sp_segment = seg_rep
+            .filter(|rep| bpe.char_id(*rep).is_some())
+            .and_then(|rep| bpe.seg_left.take().map(|left| (rep, left)));
         if !norm.is_empty() {
             desc.insert(
                 0,
@@ -370,28 +402,40 @@ impl FastTokenizer {
         } else {
             "SentencePiece BPE"
         };
-        Ok(FastTokenizer {
+        let mut f = FastTokenizer {
             norm,
             pre,
             bpe,
             raw_added: None,
             norm_added: None,
             sp_segment,
+            stream_norm: None,
             gpt2,
             describe: format!("exact fast {kind}: {}", desc.join(", ")),
-        })
+            vocab_size: 0,
+            added: StrMap::default(),
+        };
+        f.attach_added(&j)?;
+        Ok(f)
     }
 
-    /// Split the crate's added tokens exactly as it does (their normalized forms by its own
-    /// normalizer).
-    pub fn attach_added(&mut self, crate_tok: &tokenizers::Tokenizer) -> Result<()> {
-        // Added tokens, from the crate's own loaded vocabulary.
+    /// Added tokens, with the ids and normalized forms the crate gives them on load
+    /// (`AddedVocabulary::add_tokens` over this model's vocabulary and the crate's normalizer).
+    fn attach_added(&mut self, j: &TokJson<'_>) -> Result<()> {
+        let crate_norm = j.crate_normalizer()?;
+        let model = VocabModel(&self.bpe);
+        let mut av = tokenizers::AddedVocabulary::new();
+        av.add_tokens(
+            j.added_tokens.iter().map(|t| t.token.clone()),
+            &model,
+            crate_norm.as_ref(),
+        )
+        .map_err(|e| anyhow::anyhow!("added tokens: {e}"))?;
         let mut raw = Vec::new();
         let mut normd = Vec::new();
-        let mut decoder: Vec<_> = crate_tok.get_added_tokens_decoder().into_iter().collect();
-        decoder.sort_by_key(|(id, _)| *id);
-        let crate_norm = crate_tok.get_normalizer();
-        for (id, t) in decoder {
+        let mut decoder: Vec<_> = av.get_added_tokens_decoder().iter().collect();
+        decoder.sort_by_key(|(id, _)| **id);
+        for (&id, t) in decoder {
             if t.content.is_empty() {
                 continue;
             }
@@ -402,7 +446,7 @@ impl FastTokenizer {
                 rstrip: t.rstrip,
             };
             if t.normalized {
-                let pat = match crate_norm {
+                let pat = match &crate_norm {
                     Some(n) => {
                         use tokenizers::Normalizer;
                         let mut ns = tokenizers::NormalizedString::from(t.content.as_str());
@@ -423,7 +467,28 @@ impl FastTokenizer {
         }
         self.raw_added = Trie::new(raw)?;
         self.norm_added = Trie::new(normd)?;
+        // The crate's get_vocab_size(true): model tokens plus added tokens not among them.
+        let overlapping = av
+            .get_vocab()
+            .keys()
+            .filter(|t| self.bpe.vocab.contains_key(t.as_str()))
+            .count();
+        self.vocab_size = self.bpe.vocab_len + av.len() - overlapping;
+        self.added = av
+            .get_vocab()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        self.stream_norm = self.streamable_norm();
         Ok(())
+    }
+
+    /// The crate's `token_to_id`: added tokens first, then the model vocabulary.
+    pub fn token_to_id(&self, t: &str) -> Option<u32> {
+        self.added
+            .get(t)
+            .copied()
+            .or_else(|| self.bpe.vocab.get(t).copied())
     }
 
     /// Ids of `text` (Python: `encode(text, add_special_tokens=False)`).
@@ -450,7 +515,29 @@ impl FastTokenizer {
         }
     }
 
+    /// `Some(prepend)` when the normalizer + `PreTok::None` can be run as [`Self::sp_stream`].
+    fn streamable_norm(&self) -> Option<bool> {
+        let (rep, _) = self.sp_segment.as_ref()?;
+        if !matches!(self.pre, PreTok::None) || self.norm_added.is_some() || self.bpe.has_whole() {
+            return None;
+        }
+        let r = rep.to_string();
+        match self.norm.as_slice() {
+            [NormStep::Prepend(p), NormStep::Replace(a, b)] if *p == r && a == " " && *b == r => {
+                Some(true)
+            }
+            [NormStep::Replace(a, b)] if a == " " && *b == r => Some(false),
+            _ => None,
+        }
+    }
+
     fn normalized_piece(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
+        if let Some(prepend) = self.stream_norm {
+            if !s.is_empty() {
+                self.sp_stream(s, prepend, out);
+            }
+            return;
+        }
         let n = apply_norm(&self.norm, s);
         match &self.norm_added {
             Some(t) if t.any(&n) => {
@@ -492,15 +579,21 @@ impl FastTokenizer {
             } => {
                 let mut buf = [0u8; 4];
                 let reps: &str = rep.encode_utf8(&mut buf);
-                let mut w: String = if s.contains(' ') {
-                    s.replace(' ', reps)
-                } else {
-                    s.to_string()
-                };
                 let pre = match prepend {
                     PrependScheme::Always => true,
                     PrependScheme::First => at_origin,
                     PrependScheme::Never => false,
+                };
+                if !*split && !self.bpe.has_whole() && self.sp_segment.is_some() {
+                    let first = s.chars().next();
+                    let prefix = pre && first != Some(' ') && first != Some(*rep);
+                    self.sp_stream(s, prefix, out);
+                    return;
+                }
+                let mut w: String = if s.contains(' ') {
+                    s.replace(' ', reps)
+                } else {
+                    s.to_string()
                 };
                 if pre && !w.starts_with(*rep) {
                     w.insert(0, *rep);
@@ -531,6 +624,75 @@ impl FastTokenizer {
         re.split(s, table, &mut |a, b| {
             self.split_rec(rest, table, &s[a..b], out)
         });
+    }
+
+    /// [`Self::sp_word`] of `rep? + s.replace(' ', rep)` without building that string: the
+    /// segments (split before `rep` where no merge can cross, as proven at load) are assembled
+    /// one by one from the slices between spaces / `rep`s. Needs `sp_segment` and no
+    /// ignore_merges (the whole-word lookup would need the whole string).
+    fn sp_stream(&self, s: &str, prefix: bool, out: &mut Sink<'_>) {
+        let Some((rep, left)) = &self.sp_segment else {
+            unreachable!("sp_stream without a segmentation proof")
+        };
+        let rep = *rep;
+        let mut buf = [0u8; 4];
+        let reps: &str = rep.encode_utf8(&mut buf);
+        let lead = reps.as_bytes()[0];
+        let splits_after = |p: char| -> bool {
+            if p == rep {
+                return false;
+            }
+            let last = if self.bpe.char_id(p).is_some() {
+                Some(p)
+            } else if self.bpe.has_byte_fallback() {
+                Some('>')
+            } else {
+                None
+            };
+            last.is_some_and(|l| !left.contains(&l))
+        };
+        let mut seg = String::with_capacity(64);
+        let mut prev: Option<char> = None;
+        if prefix {
+            seg.push(rep);
+            prev = Some(rep);
+        }
+        let b = s.as_bytes();
+        let mut pos = 0;
+        loop {
+            // The next space or `rep` at or after pos.
+            let mut next = None;
+            let mut from = pos;
+            while let Some(k) = memchr::memchr2(b' ', lead, &b[from..]) {
+                let i = from + k;
+                if b[i] == b' ' {
+                    next = Some((i, 1));
+                    break;
+                }
+                if s[i..].starts_with(reps) {
+                    next = Some((i, reps.len()));
+                    break;
+                }
+                from = i + 1;
+            }
+            let end = next.map_or(b.len(), |(i, _)| i);
+            if end > pos {
+                let piece = &s[pos..end];
+                seg.push_str(piece);
+                prev = piece.chars().next_back();
+            }
+            let Some((i, len)) = next else { break };
+            if !seg.is_empty() && prev.is_some_and(splits_after) {
+                self.bpe.encode_plain(&seg, out);
+                seg.clear();
+            }
+            seg.push_str(reps);
+            prev = Some(rep);
+            pos = i + len;
+        }
+        if !seg.is_empty() {
+            self.bpe.encode_plain(&seg, out);
+        }
     }
 
     /// One SentencePiece model word (a whole normalized piece): the ignore_merges lookup on the

@@ -1,0 +1,238 @@
+//! A borrowed, typed view of `tokenizer.json` for the fast path: the vocabulary and merges
+//! (nearly all of a 2–10 MB file) are read as slices of the file's text, with no `Value` tree
+//! and no copy, and the small sections the fast path does not interpret (decoder,
+//! post-processor, padding, truncation) are still checked by the `tokenizers` crate's own
+//! deserializers, so a file the crate would refuse is refused here too.
+//!
+//! Loading this way instead of `Tokenizer::from_str` took `pack`'s start-up on Mistral's
+//! 1.9 MB file from ~95 ms to ~15 ms (bench/results/tokenizers.md).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use anyhow::{bail, Context, Result};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// The top level of tokenizer.json.
+#[derive(Deserialize)]
+pub struct TokJson<'a> {
+    #[serde(borrow, default)]
+    pub version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub normalizer: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub pre_tokenizer: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub post_processor: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub decoder: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub truncation: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub padding: Option<&'a RawValue>,
+    #[serde(default)]
+    pub added_tokens: Vec<AddedJson>,
+    #[serde(borrow)]
+    pub model: ModelJson<'a>,
+}
+
+/// One `added_tokens` entry (the crate's `AddedTokenWithId`, which it does not export).
+#[derive(Deserialize)]
+pub struct AddedJson {
+    #[allow(dead_code)]
+    pub id: u32,
+    #[serde(flatten)]
+    pub token: tokenizers::AddedToken,
+}
+
+/// The `model` object, as far as a BPE needs it.
+#[derive(Deserialize)]
+pub struct ModelJson<'a> {
+    #[serde(rename = "type", borrow, default)]
+    pub ty: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub dropout: Option<f64>,
+    #[serde(borrow, default)]
+    pub unk_token: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub continuing_subword_prefix: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub end_of_word_suffix: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub fuse_unk: Option<bool>,
+    #[serde(default)]
+    pub byte_fallback: Option<bool>,
+    #[serde(default)]
+    pub ignore_merges: Option<bool>,
+    #[serde(borrow, default)]
+    pub vocab: Option<Vocab<'a>>,
+    #[serde(borrow, default)]
+    pub merges: Option<Merges<'a>>,
+}
+
+/// `vocab` in file order (a later duplicate key wins, as in the crate's map).
+pub struct Vocab<'a>(pub Vec<(Cow<'a, str>, u32)>);
+
+/// `merges` as (left, right) pairs: "a b" strings or ["a", "b"] arrays.
+pub struct Merges<'a>(pub Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+/// A string borrowed from the input when it has no escapes.
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Str<'a>, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Vocab<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Vocab<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of token to id")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Vocab<'a>, A::Error> {
+                let mut out = Vec::with_capacity(m.size_hint().unwrap_or(0));
+                while let Some((k, v)) = m.next_entry::<Str<'a>, u32>()? {
+                    out.push((k.0, v));
+                }
+                Ok(Vocab(out))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+/// One merges entry.
+enum MergeEntry<'a> {
+    Joined(Cow<'a, str>),
+    Pair(Cow<'a, str>, Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MergeEntry<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = MergeEntry<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("\"a b\" or [\"a\", \"b\"]")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(MergeEntry::Joined(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(MergeEntry::Joined(Cow::Owned(v.to_string())))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                let a: Str<'a> = s
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let b: Str<'a> = s
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                if s.next_element::<de::IgnoredAny>()?.is_some() {
+                    return Err(de::Error::invalid_length(3, &self));
+                }
+                Ok(MergeEntry::Pair(a.0, b.0))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Merges<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Merges<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of merges")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Merges<'a>, A::Error> {
+                let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0));
+                while let Some(e) = s.next_element::<MergeEntry<'a>>()? {
+                    out.push(match e {
+                        MergeEntry::Pair(a, b) => (a, b),
+                        MergeEntry::Joined(Cow::Borrowed(j)) => {
+                            let (a, b) = j
+                                .split_once(' ')
+                                .ok_or_else(|| de::Error::custom(format!("merge {j:?}")))?;
+                            (Cow::Borrowed(a), Cow::Borrowed(b))
+                        }
+                        MergeEntry::Joined(Cow::Owned(j)) => {
+                            let (a, b) = j
+                                .split_once(' ')
+                                .ok_or_else(|| de::Error::custom(format!("merge {j:?}")))?;
+                            (Cow::Owned(a.to_string()), Cow::Owned(b.to_string()))
+                        }
+                    });
+                }
+                Ok(Merges(out))
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+impl<'a> TokJson<'a> {
+    /// Parse `text`; then have the crate's own types check every section the fast path does
+    /// not read itself (they are small), and the version, as `Tokenizer::from_str` does.
+    pub fn parse(text: &'a str) -> Result<TokJson<'a>> {
+        let t: TokJson<'a> = serde_json::from_str(text).context("tokenizer.json")?;
+        if let Some(v) = &t.version {
+            if v != "1.0" {
+                bail!("unknown tokenizer version {v:?}");
+            }
+        }
+        fn check<T: serde::de::DeserializeOwned>(raw: Option<&RawValue>, what: &str) -> Result<()> {
+            if let Some(r) = raw {
+                serde_json::from_str::<Option<T>>(r.get())
+                    .with_context(|| format!("tokenizer.json {what}"))?;
+            }
+            Ok(())
+        }
+        check::<tokenizers::NormalizerWrapper>(t.normalizer, "normalizer")?;
+        check::<tokenizers::PreTokenizerWrapper>(t.pre_tokenizer, "pre_tokenizer")?;
+        check::<tokenizers::PostProcessorWrapper>(t.post_processor, "post_processor")?;
+        check::<tokenizers::DecoderWrapper>(t.decoder, "decoder")?;
+        check::<tokenizers::TruncationParams>(t.truncation, "truncation")?;
+        check::<tokenizers::PaddingParams>(t.padding, "padding")?;
+        Ok(t)
+    }
+
+    /// A small section as a `Value` (null when absent).
+    pub fn value(raw: Option<&RawValue>) -> Result<serde_json::Value> {
+        match raw {
+            None => Ok(serde_json::Value::Null),
+            Some(r) => Ok(serde_json::from_str(r.get())?),
+        }
+    }
+
+    /// The crate's normalizer, for the normalized forms of added tokens.
+    pub fn crate_normalizer(&self) -> Result<Option<tokenizers::NormalizerWrapper>> {
+        match self.normalizer {
+            None => Ok(None),
+            Some(r) => Ok(serde_json::from_str::<Option<tokenizers::NormalizerWrapper>>(r.get())?),
+        }
+    }
+}
