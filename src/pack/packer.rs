@@ -30,6 +30,8 @@ pub struct Packer {
     offsets: Vec<Vec<u32>>,
     sources: Vec<String>,
     rows_closed: u64,
+    /// Rows of the current shard, including those already taken by [`Packer::take_chunk`].
+    shard_rows: usize,
     /// Segment mode: record a document starting at a row's first token too (as a second `0`
     /// in `doc_offsets`), so `merge` can tell it from a continuation.
     mark_row_start_docs: bool,
@@ -47,6 +49,7 @@ impl Packer {
             offsets: Vec::new(),
             sources: Vec::new(),
             rows_closed: 0,
+            shard_rows: 0,
             mark_row_start_docs: false,
         }
     }
@@ -86,7 +89,8 @@ impl Packer {
                 .unwrap_or_default(),
         );
         self.rows_closed += 1;
-        if self.ids.len() == self.rows_per_shard {
+        self.shard_rows += 1;
+        if self.shard_rows == self.rows_per_shard {
             out.push(ShardOut {
                 batch: self.take_batch(),
                 doc_tokens_done,
@@ -94,7 +98,30 @@ impl Packer {
         }
     }
 
+    /// The first `n` closed rows of the current shard, when that many wait, for a writer that
+    /// encodes the shard while packing goes on; the shard's [`ShardOut`] (or `finish`) then
+    /// holds only the rows not taken.
+    pub fn take_chunk(&mut self, n: usize) -> Option<RowBatch> {
+        if n == 0 || self.ids.len() < n {
+            return None;
+        }
+        Some(RowBatch {
+            input_ids: self.ids.drain(..n).collect(),
+            columns: vec![
+                (
+                    "doc_offsets".into(),
+                    Column::U32List(self.offsets.drain(..n).collect()),
+                ),
+                (
+                    "source".into(),
+                    Column::Str(self.sources.drain(..n).collect()),
+                ),
+            ],
+        })
+    }
+
     fn take_batch(&mut self) -> RowBatch {
+        self.shard_rows = 0;
         RowBatch {
             input_ids: std::mem::take(&mut self.ids),
             columns: vec![
@@ -168,7 +195,7 @@ impl Packer {
                 }
             }
         }
-        if self.ids.is_empty() {
+        if self.shard_rows == 0 {
             (None, dropped, padded)
         } else {
             (Some(self.take_batch()), dropped, padded)

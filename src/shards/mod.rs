@@ -64,6 +64,14 @@ impl Column {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// An empty column of the same kind (a schema without rows).
+    pub fn empty_like(&self) -> Column {
+        match self {
+            Column::U32List(_) => Column::U32List(Vec::new()),
+            Column::U32(_) => Column::U32(Vec::new()),
+            Column::Str(_) => Column::Str(Vec::new()),
+        }
+    }
 }
 
 /// Rows of token ids (`input_ids`) plus named metadata columns, in row order.
@@ -150,6 +158,24 @@ pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(Str
 }
 
 /// Write shard number `n` of `batch` in `format` into `dir`.
+/// Write a parquet shard encoded while its rows arrived ([`parquet::Streaming`]), durably.
+pub fn write_parquet_streamed(dir: &Path, n: usize, s: parquet::Streaming) -> Result<WrittenShard> {
+    let name = parquet::shard_name(n);
+    let (bytes, rows, tokens) = s.finish()?;
+    let (sha, len) = write_durable(dir, &name, &bytes)?;
+    Ok(WrittenShard {
+        entry: ShardEntry {
+            file: name,
+            sha256: sha,
+            bytes: len,
+            rows,
+            tokens,
+            extra_files: BTreeMap::new(),
+        },
+        mds: None,
+    })
+}
+
 pub fn write_shard(
     format: ShardFormat,
     dir: &Path,
@@ -161,20 +187,9 @@ pub fn write_shard(
     use ShardFormat as F;
     match format {
         F::Parquet => {
-            let name = parquet::shard_name(n);
-            let bytes = parquet::encode(batch)?;
-            let (sha, len) = write_durable(dir, &name, &bytes)?;
-            Ok(WrittenShard {
-                entry: ShardEntry {
-                    file: name,
-                    sha256: sha,
-                    bytes: len,
-                    rows: batch.rows() as u64,
-                    tokens: batch.tokens(),
-                    extra_files: BTreeMap::new(),
-                },
-                mds: None,
-            })
+            let mut s = parquet::Streaming::new(batch)?;
+            s.write(batch)?;
+            write_parquet_streamed(dir, n, s)
         }
         F::Mds => mds::write(dir, n, batch, dtype),
         F::Megatron => megatron::write(dir, n, batch, dtype),

@@ -30,6 +30,8 @@ pub(super) struct PackCtx<'a> {
     pub exhausted: &'a [AtomicBool],
     /// A worker: each unit is packed as its own segment (see the `pack` module doc).
     pub segment_mode: bool,
+    /// Hand the writer each parquet shard's rows as they close (see [`WriteMsg::Rows`]).
+    pub stream_rows: bool,
     /// `--pad-last`'s pad id.
     pub pad: Option<u32>,
 }
@@ -65,6 +67,11 @@ struct Feed<'a> {
     resuming: bool,
     progress: Progress,
     wtx: &'a SyncSender<WriteMsg>,
+    /// Send a shard's leading rows to the writer as they close (parquet, not shuffled, not a
+    /// worker's segments), so encoding it overlaps tokenization.
+    stream: bool,
+    /// (rows, tokens) of the current shard already sent that way.
+    streamed: (u64, u64),
 }
 
 /// Whether to go on with a batch's documents after one.
@@ -94,6 +101,8 @@ impl<'a> Feed<'a> {
             progress: Progress::new(ctx.units, start.unit),
             st: start,
             wtx,
+            stream: ctx.stream_rows,
+            streamed: (0, 0),
         }
     }
 
@@ -103,12 +112,28 @@ impl<'a> Feed<'a> {
             .map_err(|_| anyhow::Error::new(WriterStopped))
     }
 
-    /// Count a finished shard in the cursor.
+    /// Count a finished shard (with its rows streamed before) in the cursor.
     fn count_shard(&mut self, batch: &RowBatch) {
-        self.st.rows_emitted += batch.rows() as u64;
-        self.st.totals.rows += batch.rows() as u64;
-        self.st.totals.tokens += batch.tokens();
+        let (rows, tokens) = std::mem::take(&mut self.streamed);
+        self.st.rows_emitted += batch.rows() as u64 + rows;
+        self.st.totals.rows += batch.rows() as u64 + rows;
+        self.st.totals.tokens += batch.tokens() + tokens;
         self.st.shards += 1;
+    }
+
+    /// Hand the writer the current shard's closed rows, a chunk at a time.
+    fn stream_rows(&mut self) -> Result<()> {
+        if !self.stream {
+            return Ok(());
+        }
+        while let Some(batch) = self.packer.take_chunk(crate::shards::parquet::CHUNK_ROWS) {
+            self.streamed.0 += batch.rows() as u64;
+            self.streamed.1 += batch.tokens();
+            self.wtx
+                .send(WriteMsg::Rows { batch })
+                .map_err(|_| anyhow::Error::new(WriterStopped))?;
+        }
+        Ok(())
     }
 
     /// A unit begins: open its provenance range (unless the resumed cursor has it open).
@@ -239,6 +264,7 @@ impl<'a> Feed<'a> {
             st.skip_tokens = s.doc_tokens_done as u64;
             self.send(s.batch, Some(self.st.clone()))?;
         }
+        self.stream_rows()?;
         self.progress.tokens(ids.len().saturating_sub(skip) as u64);
         Ok(Next::Go)
     }
@@ -261,8 +287,9 @@ impl<'a> Feed<'a> {
                 .insert("padded_tokens".into(), serde_json::json!(padded));
         }
         if let Some(b) = last {
-            st.totals.rows += b.rows() as u64;
-            st.totals.tokens += b.tokens();
+            let (rows, tokens) = std::mem::take(&mut self.streamed);
+            st.totals.rows += b.rows() as u64 + rows;
+            st.totals.tokens += b.tokens() + tokens;
             self.send(b, None)?;
         }
         let st = &mut self.st;

@@ -28,6 +28,7 @@ use anyhow::{anyhow, Result};
 use super::resume::Cursor;
 use super::PackArgs;
 use crate::shards::index::Index;
+use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
 use journal::{Journal, Opened};
 use read::ReadMsg;
@@ -77,7 +78,12 @@ pub fn run(args: PackArgs) -> Result<()> {
     );
 
     let (rtx, rrx) = sync_channel::<ReadMsg>(3);
-    let (wtx, wrx) = sync_channel::<WriteMsg>(1);
+    // Parquet shards of a whole run, unshuffled, are encoded while they are packed: the
+    // writer gets them a chunk of rows at a time (a queue of 16 chunks, ~8 MiB at seq-len
+    // 2048); otherwise it gets whole shards, one queued at most.
+    let stream_rows =
+        s.part_format == ShardFormat::Parquet && s.worker.is_whole() && args.shuffle_seed.is_none();
+    let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
     let reader = spawn_reader(&mut s, &cursor, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
@@ -111,6 +117,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         units: &s.units,
         exhausted: &exhausted,
         segment_mode: !s.worker.is_whole(),
+        stream_rows,
         pad,
     };
     let result = feed::pack_loop(&ctx, cursor, rows_per_shard, rrx, &wtx);

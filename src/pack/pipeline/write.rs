@@ -10,10 +10,14 @@ use anyhow::{anyhow, Context, Result};
 use crate::pack::packer::shuffle_rows;
 use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
-use crate::shards::{Dtype, RowBatch, ShardFormat};
+use crate::shards::{parquet, Dtype, RowBatch, ShardFormat};
 
 /// What the packing thread hands the writer.
 pub(super) enum WriteMsg {
+    /// Leading rows of the shard being packed ([`crate::shards::parquet::CHUNK_ROWS`] of
+    /// them), encoded now so the shard's encoding overlaps tokenization.
+    Rows { batch: RowBatch },
+    /// A finished shard (its rows not already sent as `Rows`).
     Shard {
         batch: RowBatch,
         cursor: Option<Cursor>,
@@ -51,14 +55,36 @@ pub(super) fn write_shards(
     let throttle: Option<u64> = std::env::var("DLM_PACK_THROTTLE_MS")
         .ok()
         .and_then(|v| v.parse().ok());
+    // The parquet shard being encoded from `Rows` messages.
+    let mut open: Option<parquet::Streaming> = None;
     for msg in rx {
         match msg {
+            WriteMsg::Rows { batch } => {
+                anyhow::ensure!(
+                    format == ShardFormat::Parquet && shuffle.is_none(),
+                    "streamed rows for a {format:?} shard (shuffled: {})",
+                    shuffle.is_some()
+                );
+                let s = match &mut open {
+                    Some(s) => s,
+                    None => open.insert(parquet::Streaming::new(&batch)?),
+                };
+                s.write(&batch)
+                    .with_context(|| format!("encoding shard {n} in {}", dir.display()))?;
+            }
             WriteMsg::Shard { mut batch, cursor } => {
-                if let Some(seed) = shuffle {
-                    shuffle_rows(&mut batch, seed, n);
+                let w = match open.take() {
+                    Some(mut s) => s
+                        .write(&batch)
+                        .and_then(|_| crate::shards::write_parquet_streamed(dir, n, s)),
+                    None => {
+                        if let Some(seed) = shuffle {
+                            shuffle_rows(&mut batch, seed, n);
+                        }
+                        crate::shards::write_shard(format, dir, n, &batch, dtype)
+                    }
                 }
-                let w = crate::shards::write_shard(format, dir, n, &batch, dtype)
-                    .with_context(|| format!("writing shard {n} in {}", dir.display()))?;
+                .with_context(|| format!("writing shard {n} in {}", dir.display()))?;
                 n += 1;
                 idx.shards.push(w.entry);
                 if let Some(m) = w.mds {

@@ -166,8 +166,8 @@ struct Slot {
 
 const SLOT_KEY: usize = 30;
 const SLOT_IDS: usize = 8;
-/// log2 of the first-level slots per thread (2^15 × 64 B = 2 MiB).
-const L1_BITS: u32 = 15;
+/// log2 of the first-level slots per thread (2^14 × 64 B = 1 MiB, a core's L2).
+const L1_BITS: u32 = 14;
 const EMPTY_SLOT: Slot = Slot {
     key_len: u8::MAX,
     n_ids: 0,
