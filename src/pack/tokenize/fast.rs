@@ -21,7 +21,7 @@ use unicode_normalization_alignments::UnicodeNormalization;
 use super::added::{AddedInfo, Piece, Trie};
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
-use super::json::TokJson;
+use super::json::{ModelJson, TokJson};
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
 
@@ -238,7 +238,8 @@ impl FastTokenizer {
         let norm_v = TokJson::value(j.normalizer)?;
         parse_norm(Some(&norm_v).filter(|v| !v.is_null()), &mut norm)?;
         let mut desc: Vec<String> = Vec::new();
-        let m = &j.model;
+        let model = ModelJson::parse(j.model_raw)?;
+        let m = &model;
         if m.ty.is_none() && m.merges.is_none() {
             bail!("model is not BPE");
         }

@@ -34,8 +34,9 @@ pub struct TokJson<'a> {
     pub padding: Option<&'a RawValue>,
     #[serde(default)]
     pub added_tokens: Vec<AddedJson>,
-    #[serde(borrow)]
-    pub model: ModelJson<'a>,
+    /// Read by [`ModelJson::parse`] once its type is known to be BPE.
+    #[serde(borrow, rename = "model")]
+    pub model_raw: &'a RawValue,
 }
 
 /// One `added_tokens` entry (the crate's `AddedTokenWithId`, which it does not export).
@@ -191,6 +192,23 @@ impl<'de: 'a, 'a> Deserialize<'de> for Merges<'a> {
             }
         }
         d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+impl<'a> ModelJson<'a> {
+    /// The model object, refused by name when it is not a BPE (Unigram's and WordPiece's
+    /// vocabularies have other shapes).
+    pub fn parse(raw: &'a RawValue) -> Result<ModelJson<'a>> {
+        #[derive(Deserialize)]
+        struct Ty<'a> {
+            #[serde(rename = "type", borrow, default)]
+            ty: Option<Cow<'a, str>>,
+        }
+        let t: Ty<'a> = serde_json::from_str(raw.get()).context("tokenizer.json model")?;
+        if let Some(ty) = t.ty.as_deref().filter(|t| *t != "BPE") {
+            bail!("model is {ty}, not BPE");
+        }
+        serde_json::from_str(raw.get()).context("tokenizer.json model")
     }
 }
 
