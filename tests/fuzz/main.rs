@@ -52,6 +52,11 @@ fn manifest_toml() {
 }
 
 #[test]
+fn tokenizer_json() {
+    fuzz::<inputs::TokenizerJson>("tokenizer_json", 300);
+}
+
+#[test]
 fn prompts_jsonl() {
     fuzz::<inputs::PromptsJsonl>("prompts_jsonl", 2_000);
 }

@@ -94,17 +94,23 @@ impl DocTokenizer {
         let (fast, fast_refusal) = if flags.no_fast {
             (None, Some("--no-fast-tokenizer".to_string()))
         } else {
-            match FastTokenizer::from_json(&text) {
+            // The crate's own deserializers (used for the sections the fast path checks) can
+            // panic on a malformed file (e.g. its DecoderWrapper's `expect`): an error instead.
+            let what = json_path.display().to_string();
+            match crate::util::no_panic(&what, || FastTokenizer::from_json(&text)) {
                 Ok(f) => (Some(f), None),
                 Err(e) => (None, Some(format!("{e:#}"))),
             }
         };
         let inner = match fast {
             Some(_) => None,
-            None => Some(
-                Tokenizer::from_str(&text)
-                    .map_err(|e| anyhow!("{}: cannot load tokenizer: {e}", json_path.display()))?,
-            ),
+            None => Some(crate::util::no_panic(
+                &json_path.display().to_string(),
+                || {
+                    Tokenizer::from_str(&text)
+                        .map_err(|e| anyhow!("{}: cannot load tokenizer: {e}", json_path.display()))
+                },
+            )?),
         };
         let sha256 = crate::util::sha256_hex(text.as_bytes());
         let dir = json_path.parent().unwrap_or(Path::new(".")).to_path_buf();

@@ -190,3 +190,54 @@ impl Target for DistillPart {
         Ok(())
     }
 }
+
+/// `tokenizer.json` as `pack` loads it (the fast path's own typed parse, its added-token
+/// table, the crate fallback) and then encodes with it: the fixture tokenizer (byte-level BPE
+/// with added tokens) and a SentencePiece-shaped variant of it (Metaspace, byte_fallback).
+pub struct TokenizerJson {
+    seeds: Vec<Vec<u8>>,
+    dir: PathBuf,
+}
+
+impl Target for TokenizerJson {
+    fn setup(work: &Path) -> Result<Self> {
+        let p = dlm_data::fixtures::tokenizer::write_tokenizer(&work.join("seed"))?;
+        let bytes = std::fs::read(&p)?;
+        let mut sp: serde_json::Value = serde_json::from_slice(&bytes)?;
+        sp["pre_tokenizer"] = serde_json::json!({
+            "type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false
+        });
+        sp["normalizer"] = serde_json::Value::Null;
+        sp["model"]["byte_fallback"] = serde_json::json!(false);
+        sp["model"]["fuse_unk"] = serde_json::json!(true);
+        let dir = work.join("tok");
+        std::fs::create_dir_all(&dir)?;
+        Ok(TokenizerJson {
+            seeds: vec![bytes, serde_json::to_vec(&sp)?],
+            dir,
+        })
+    }
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        self.seeds.clone()
+    }
+    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        mutate::json(rng, input)
+    }
+    fn run(&self, input: &[u8]) -> Result<()> {
+        use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
+        std::fs::write(self.dir.join("tokenizer.json"), input)?;
+        let flags = BoundaryFlags {
+            no_eos: true,
+            ..BoundaryFlags::default()
+        };
+        let tok = DocTokenizer::load(&self.dir, &flags)?;
+        for text in [
+            "Hello world, the <|endoftext|> of a <|pad|>document.",
+            "  indented\n\tcode(x) = 1234567 ▁▁ ünïcödé 日本語 🙂‍↔️",
+            "",
+        ] {
+            tok.encode(text)?;
+        }
+        Ok(())
+    }
+}
