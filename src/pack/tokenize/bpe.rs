@@ -3,10 +3,12 @@
 //!
 //! Two symbol alphabets: byte-level (each UTF-8 byte is a symbol, GPT-2/Llama-3/Qwen) and
 //! character-level (SentencePiece-style: each char is a symbol, `<0xNN>` byte fallback, unk with
-//! optional fusing). Merging: the lowest-ranked adjacent pair first, leftmost among equals — a
-//! quadratic scan for short words (cheaper than a heap below ~24 symbols) and the crate's own
-//! heap-over-linked-list algorithm, O(n log n), above that, so one long "word" (a SentencePiece
-//! document is one) is never quadratic. Results of short words are cached per thread.
+//! optional fusing). Merging: the lowest-ranked adjacent pair first, leftmost among equals — for
+//! short words a scan over per-position pair ranks, each merge looking up only the two pairs it
+//! changes (cheaper than a heap below ~24 symbols), and the crate's own heap-over-linked-list
+//! algorithm, O(n log n), above that, so one long "word" (a SentencePiece document is one) is
+//! never quadratic. Results are cached per thread: a direct-mapped first level (word and ids
+//! inline in one 64-byte line) in front of a map.
 //!
 //! Why not the `bpe` crate's linear-time encoder: it is exact for vocabularies whose token ids
 //! follow merge order (tiktoken), which HF files do not promise, and the per-word cache already
