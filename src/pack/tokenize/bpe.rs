@@ -402,6 +402,12 @@ impl Bpe {
     /// Ids of one model input `word` (with the ignore_merges shortcut).
     #[inline]
     pub fn encode_word(&self, word: &str, out: &mut Sink<'_>) {
+        if self.whole.is_some() && matches!(self.alphabet, Alphabet::Bytes(_)) {
+            // Byte-level words only ever come through here, so the first-level cache may hold
+            // the final (ignore_merges) result: one lookup per word instead of two.
+            self.encode_cached(word, out, true);
+            return;
+        }
         if let Some(id) = self.whole_word(word.as_bytes()) {
             out.ids.push(id);
             return;
@@ -411,6 +417,12 @@ impl Bpe {
 
     /// Plain BPE of `word` (no ignore_merges), cached for short words.
     pub fn encode_plain(&self, word: &str, out: &mut Sink<'_>) {
+        self.encode_cached(word, out, false);
+    }
+
+    /// BPE of `word` through the caches; `whole`: the ignore_merges lookup after a first-level
+    /// miss (its result is cached there too, never in the map of plain results).
+    fn encode_cached(&self, word: &str, out: &mut Sink<'_>, whole: bool) {
         let c = &mut *out.cache;
         let key = word.as_bytes();
         let slot = (key.len() <= SLOT_KEY).then(|| slot_of(key));
@@ -422,6 +434,19 @@ impl Bpe {
             }
         }
         let start = out.ids.len();
+        if whole {
+            if let Some(id) = self.whole_word(key) {
+                out.ids.push(id);
+                if let Some(i) = slot {
+                    let sl = &mut c.l1[i];
+                    sl.key_len = key.len() as u8;
+                    sl.n_ids = 1;
+                    sl.key[..key.len()].copy_from_slice(key);
+                    sl.ids[0] = id;
+                }
+                return;
+            }
+        }
         let in_map = match c.words.get(key) {
             Some(ids) => {
                 out.ids.extend_from_slice(ids);

@@ -93,6 +93,9 @@ pub struct Regex {
     first_ascii: u128,
     /// Sets that can match a match's first char (for non-ASCII).
     first_sets: Vec<usize>,
+    /// Per top-level alternative: the ASCII chars that can start it (no alternative is
+    /// nullable: such patterns are refused), so `match_at` skips those that cannot match.
+    alt_first_ascii: Vec<u128>,
 }
 
 /// Continuation of a match: what must follow the current sequence.
@@ -492,11 +495,21 @@ impl Regex {
         first.sort_unstable();
         first.dedup();
         let first_ascii = first.iter().fold(0u128, |m, &s| m | sets[s].ascii);
+        let alt_first_ascii = p
+            .alts
+            .iter()
+            .map(|a| {
+                let mut f = Vec::new();
+                first_sets(a, &mut f);
+                f.iter().fold(0u128, |m, &s| m | sets[s].ascii)
+            })
+            .collect();
         Regex {
             alts: p.alts,
             sets,
             first_ascii,
             first_sets: first,
+            alt_first_ascii,
         }
     }
 
@@ -535,6 +548,15 @@ impl Regex {
 
     /// End of the leftmost-first match starting exactly at `p`.
     pub fn match_at(&self, b: &[u8], p: usize, table: &ClassTable) -> Option<usize> {
+        if b[p] < 0x80 {
+            let bit = 1u128 << b[p];
+            return self
+                .alts
+                .iter()
+                .zip(&self.alt_first_ascii)
+                .filter(|(_, m)| *m & bit != 0)
+                .find_map(|(a, _)| self.m(b, a, p, &Cont::Done, table));
+        }
         self.alts
             .iter()
             .find_map(|a| self.m(b, a, p, &Cont::Done, table))
