@@ -76,6 +76,9 @@ pub fn install() {
     register_from_env();
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        if crate::util::panic_is_guarded(info.location()) {
+            return;
+        }
         let text = info.to_string();
         if contains_secret(&text) {
             let _ = writeln!(std::io::stderr(), "{}", redact(&text));

@@ -204,14 +204,36 @@ mod tests {
 }
 
 /// Run a third-party decoder over outside bytes, turning a panic inside it (parquet-rs 60
-/// still divides by zero on some corrupt pages) into an error naming `what`.
+/// still divides by zero on some corrupt pages) into an error naming `what`. The panic hook
+/// ([`crate::secret::install`]) stays quiet inside: the message and its location travel in the
+/// error instead of a "thread panicked" line on stderr.
 pub fn no_panic<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    r.unwrap_or_else(|p| {
         let msg = (p.downcast_ref::<&str>().map(|s| s.to_string()))
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_default();
+        let at = LAST_PANIC_AT.with(|l| l.take()).unwrap_or_default();
         Err(anyhow::anyhow!(
-            "{what}: corrupt file (the decoder failed: {msg})"
+            "{what}: corrupt file (the decoder failed: {msg}{at})"
         ))
     })
+}
+
+thread_local! {
+    static GUARDED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static LAST_PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Called by the panic hook: true (and the location kept for the error) when the panic is
+/// inside [`no_panic`] on this thread.
+pub fn panic_is_guarded(location: Option<&std::panic::Location<'_>>) -> bool {
+    let guarded = GUARDED.with(|g| g.get() > 0);
+    if guarded {
+        let at = location.map(|l| format!(" at {}:{}", l.file(), l.line()));
+        LAST_PANIC_AT.with(|l| *l.borrow_mut() = at);
+    }
+    guarded
 }

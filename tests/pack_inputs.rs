@@ -495,6 +495,17 @@ fn bad_parquet_inputs() {
     }
     let (o, out) = pack_input(d.path(), &bad, &[]);
     assert_failed_cleanly(&o, &out, &["utf8.parquet", "row 37"]);
+    // A page parquet-rs panics on (the fuzzer's corpus input): an error naming the file, exit
+    // 1, and no "panicked" line from the hook on stderr.
+    let corrupt = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz/corpus/parquet_footer/byte-array-page-div-by-zero.parquet");
+    let (o, out) = pack_input(d.path(), &corrupt, &[]);
+    assert_failed_cleanly(
+        &o,
+        &out,
+        &["byte-array-page-div-by-zero.parquet", "corrupt file"],
+    );
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
 
 #[test]

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context, Result};
 use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::compute::filter_record_batch;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
@@ -173,8 +172,7 @@ fn filter_shard_to(
     tmp: &Path,
     drop: &BTreeSet<u64>,
 ) -> Result<(ShardEntry, u64)> {
-    let f = File::open(src).with_context(|| format!("opening {}", src.display()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
+    let reader = crate::sources::guarded::open(src)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
         .build();

@@ -10,7 +10,6 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{Map, Value};
 
 use crate::mcq::columns::{int_at, str_at};
@@ -65,19 +64,12 @@ pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
     let name = path.to_string_lossy().to_ascii_lowercase();
     let mut out = Vec::new();
     if name.ends_with(".parquet") {
-        let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        crate::util::no_panic(&path.display().to_string(), || {
-            let r = ParquetRecordBatchReaderBuilder::try_new(f)
-                .with_context(|| format!("{}: not a readable parquet file", path.display()))?
-                .build()?;
-            for b in r {
-                batch_rows(
-                    &b.with_context(|| format!("decoding {}", path.display()))?,
-                    &mut out,
-                );
-            }
-            Ok(())
-        })?;
+        for b in crate::sources::guarded::open(path)? {
+            batch_rows(
+                &b.with_context(|| format!("decoding {}", path.display()))?,
+                &mut out,
+            );
+        }
     } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
         let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
         for (i, line) in BufReader::new(f).lines().enumerate() {

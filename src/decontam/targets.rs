@@ -3,13 +3,11 @@
 //! shards one document per row, pretraining shards split at EOS into their documents, each
 //! remembering the rows it spans so `--drop` can remove exactly those.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int32Type, Int64Type, UInt16Type, UInt32Type, UInt64Type};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -264,12 +262,7 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         };
         let parquet = index.format == "parquet";
         let reader = if parquet {
-            let f = File::open(&path)?;
-            Some(
-                ParquetRecordBatchReaderBuilder::try_new(f)
-                    .with_context(|| format!("{}: not a readable parquet shard", path.display()))?
-                    .build()?,
-            )
+            Some(crate::sources::guarded::open(&path)?)
         } else {
             None
         };

@@ -2,13 +2,11 @@
 //! or mmlu auxiliary_train (struct column `train{question, choices, answer, subject}`, or the
 //! flat `all/auxiliary_train` layout) into [`McqItem`]s with provenance.
 
-use std::fs::File;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::columns::{int_at, str_at, str_list_at};
 use super::item::{shuffle_options, McqItem};
@@ -81,12 +79,8 @@ pub struct FileCtx<'a> {
 
 /// Read every row of `path` (a parquet file) into `out`.
 pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<ReadStats> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-        .with_context(|| format!("{}: not a readable parquet file", path.display()))?
-        .with_batch_size(8192)
-        .build()
-        .with_context(|| format!("reading {}", path.display()))?;
+    use crate::sources::guarded;
+    let reader = guarded::build(guarded::builder(path)?.with_batch_size(8192), path)?;
     let mut stats = ReadStats::default();
     let mut layout = None;
     for batch in reader {

@@ -110,9 +110,7 @@ fn read_parquet(path: &Path) -> Result<Vec<SftRow>> {
     use crate::mcq::columns::{int_at, str_at};
     use arrow::array::AsArray;
     use arrow::datatypes::UInt32Type;
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let reader =
-        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)?.build()?;
+    let reader = crate::sources::guarded::open(path)?;
     let mut out = Vec::new();
     for b in reader {
         let b = b?;

@@ -31,10 +31,7 @@ struct PartRows {
 }
 
 fn read_parquet_rows(path: &Path) -> Result<Vec<Row>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-        .with_context(|| format!("{}: not a parquet shard", path.display()))?
-        .build()?;
+    let reader = crate::sources::guarded::open(path)?;
     let mut rows = Vec::new();
     for rb in reader {
         let rb = rb.with_context(|| format!("reading {}", path.display()))?;

@@ -17,7 +17,6 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
 
 use super::{Sink, Template};
@@ -32,17 +31,13 @@ fn open(
     start_row: u64,
     batch_rows: usize,
 ) -> Result<impl Iterator<Item = std::result::Result<RecordBatch, arrow::error::ArrowError>>> {
-    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
-    let b = ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+    let b = super::guarded::builder(path).with_context(|| name.to_string())?;
     let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
-    let r = b
+    let b = b
         .with_projection(mask)
         .with_batch_size(batch_rows)
-        .with_offset(start_row as usize)
-        .build()
-        .with_context(|| format!("{name}: reading parquet"))?;
-    Ok(r)
+        .with_offset(start_row as usize);
+    super::guarded::build(b, path).with_context(|| name.to_string())
 }
 
 /// Only the template's root columns, found by name.
@@ -208,6 +203,13 @@ fn first_invalid_utf8(path: &Path, tpl: &Template) -> Option<(u64, String)> {
 /// [`first_invalid_utf8`] over the named leaf columns (`a.b` for nested fields; all string
 /// leaf columns when `wanted` is empty): (row, what).
 pub fn first_invalid_utf8_in(path: &Path, wanted: &[String]) -> Option<(u64, String)> {
+    let what = path.display().to_string();
+    crate::util::no_panic(&what, || Ok(scan_utf8(path, wanted)))
+        .ok()
+        .flatten()
+}
+
+fn scan_utf8(path: &Path, wanted: &[String]) -> Option<(u64, String)> {
     use parquet::column::reader::ColumnReader;
     use parquet::file::reader::{FileReader, SerializedFileReader};
     let r = SerializedFileReader::new(File::open(path).ok()?).ok()?;
@@ -316,9 +318,7 @@ fn read_inner(
 
 /// Number of rows and row groups of a parquet file (footer only).
 pub fn row_counts(path: &Path, name: &str) -> Result<Vec<u64>> {
-    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
-    let b = ParquetRecordBatchReaderBuilder::try_new(f)
-        .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+    let b = super::guarded::builder(path).with_context(|| name.to_string())?;
     Ok(b.metadata()
         .row_groups()
         .iter()
@@ -341,7 +341,7 @@ where
     R: parquet::arrow::async_reader::AsyncFileReader + Unpin + Send + 'static,
 {
     use futures::StreamExt;
-    rt.block_on(async {
+    crate::util::no_panic(name, || rt.block_on(async {
         let b = parquet::arrow::ParquetRecordBatchStreamBuilder::new(input)
             .await
             .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
@@ -359,5 +359,5 @@ where
             row += batch.num_rows() as u64;
         }
         Ok(())
-    })
+    }))
 }
