@@ -5,6 +5,10 @@
 //    token's probability under the un-noised softmax (the low-confidence score). Positions that
 //    are not masked get confidence -inf (only masked positions compete).
 //    Excluded tokens (mask, EOS/EoT under the LLaDA flags) follow the CPU sampler exactly.
+//    A non-finite logit of a masked position is reported, not sampled from: the smallest
+//    (step << 32 | row) goes to *nf_key by atomicMin and its row's first non-finite token to
+//    nf_info[row] = gen position << 34 | class << 32 | token (class 0 NaN, 1 +inf, 2 -inf);
+//    the host reads nf_key once after the run and fails naming prompt, step, position, token.
 //  - commit_topk: per batch row, commit the k most confident masked positions of the block
 //    (k from the linear schedule; ties go to the lower position), or, in threshold mode, the
 //    top one and all above the threshold; committed tokens stay.
@@ -44,7 +48,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     const GenState* __restrict__ st, int gen_start, u32 mask_id, double temperature,
     int remask_random, u64 seed, const u64* __restrict__ prompt_keys,
     u32* __restrict__ x0_out, double* __restrict__ conf_out, const u32* __restrict__ ban,
-    int n_choice, int n_all, int nblocks) {
+    int n_choice, int n_all, int nblocks, u64* __restrict__ nf_key, u64* __restrict__ nf_info) {
     if (st->block >= nblocks) return;
     const int r = blockIdx.x, b = r / blk, j = r % blk;
     const int pos = gen_start + st->block * blk + j;
@@ -68,8 +72,10 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     double bs = NEG_INF_D;
     float bl = NEG_INF;
     int bi = 0x7fffffff;
+    int nf = 0x7fffffff;  // this thread's first non-finite logit (token id)
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float l = row[i];
+        if (!isfinite(l) && i < nf) nf = i;
         if (banned(sban, 0, n_choice, i)) continue;
         if (!banned(sban, n_choice, n_all, i)) m = fmaxf(m, l);
         double sc = (double)l;
@@ -89,6 +95,20 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     __shared__ float sm[32], sl[32];
     __shared__ double sb[32], sz[32];
     __shared__ int si[32];
+    __shared__ int snf;
+    if (__syncthreads_or(nf != 0x7fffffff)) {  // uniform: every thread takes the same branch
+        if (threadIdx.x == 0) snf = 0x7fffffff;
+        __syncthreads();
+        if (nf != 0x7fffffff) atomicMin(&snf, nf);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const u64 key = (step << 32) | (u64)r;
+            const float v = row[snf];
+            const u64 cls = isnan(v) ? 0ull : (v > 0.0f ? 1ull : 2ull);
+            if (key < atomicMin((unsigned long long*)nf_key, (unsigned long long)key))
+                nf_info[r] = (gpos << 34) | (cls << 32) | (u64)snf;
+        }
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     if (lane == 0) { sm[warp] = m; sb[warp] = bs; si[warp] = bi; sl[warp] = bl; }
     __syncthreads();

@@ -26,7 +26,7 @@ TEST_DEPS += gpu-check
 # parity, dlm-data distill CPU vs CUDA, kill -9 resume on the GPU, the step profile, dlm-gpu vs torch_sampler_ref.py eager,
 # --compile and dual at batch 1/16/64, the approximate modes). Results: bench/results/raw/gpu-<date>/ (write-up: bench/results/gpu.md).
 # On a GPU box without Rust, run bench/gpu/stage.sh elsewhere and `bash run.sh ...` there.
-GPU_BENCH_STEPS ?= parity e2e resume teacher torch-parity profile bench approx approx-peaked bench-dual bench-prefix torch-dual torch-eager torch-compile table
+GPU_BENCH_STEPS ?= parity e2e resume nonfinite teacher torch-parity profile bench approx approx-peaked bench-dual bench-prefix torch-dual torch-eager torch-compile table
 .PHONY: bench-gpu
 bench-gpu:
 	DLM_STAGE_DIR=$(abspath target/gpu-bench) bash bench/gpu/stage.sh release

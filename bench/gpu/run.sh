@@ -58,6 +58,10 @@ for step in "$@"; do
       [ -f /tmp/tiny/config.json ] || ./dlm-gpu tiny --out /tmp/tiny
       DLM_FOLD_NORM=1 ./dlm-gpu parity-tiny --teacher /tmp/tiny --out "$out/parity_tiny_fold.json"
       [ -f $T/config.json ] && DLM_FOLD_NORM=1 ./dlm-gpu profile --teacher $T --batch ${PROFILE_BATCH:-64} --out "$out/profile_fold.json" ;;
+    nonfinite)
+      # Overflowing logits on the device sampler: exit 1 naming the prompt (issue 18).
+      [ -f /tmp/tt/config.json ] || ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
+      python3 nonfinite_check.py ./dlm-data /tmp/tt /tmp/nonfinite | tee "$out/nonfinite.txt" ;;
     resume)
       [ -f /tmp/tt/config.json ] || ./dlm-gpu teacher-fixture --out /tmp/tt >/dev/null
       python3 resume_check.py ./dlm-data /tmp/tt /tmp/resume | tee "$out/resume.txt" ;;

@@ -85,7 +85,7 @@ pub fn answer_batch(
     let at = lay.l - 1 - logits_shift as usize;
     let logits = backend.logits(&lay.tokens, &lay.keep, lay.b, lay.l, at..at + 1)?;
     let v = backend.vocab_size();
-    super::finite::check_logits(&logits, 1, v, None, 0)?;
+    crate::sampling::finite::check_logits(&logits, 1, v, None, 0)?;
     Ok((0..lay.b)
         .map(|r| letter_distribution(&logits[r * v..(r + 1) * v], letter_ids, n_options[r]))
         .collect())

@@ -10,7 +10,6 @@
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
-pub mod finite;
 pub mod limits;
 pub mod mcq;
 pub mod output;

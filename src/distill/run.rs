@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 
-use super::finite::NonFiniteLogit;
+use crate::sampling::finite::NonFiniteLogit;
 use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};

@@ -314,7 +314,7 @@ fn step_batch(
     let s0 = lay.lp + nb * bl;
     let vocab = backend.vocab_size();
     let logits = backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
-    super::finite::check_logits(&logits, bl, vocab, Some(global_step), nb * bl)?;
+    crate::sampling::finite::check_logits(&logits, bl, vocab, Some(global_step), nb * bl)?;
     for r in 0..b {
         let ctx = RowCtx {
             prompt_key: keys[r],

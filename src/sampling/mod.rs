@@ -1,9 +1,10 @@
 //! The sampler's contract, shared by the host loop ([`crate::distill::sampler`]) and the
 //! backends that can run it themselves ([`crate::teacher::TeacherBackend::generate`], the CUDA
-//! engine): its settings ([`GenParams`], [`Remasking`], [`Cache`]) and its randomness
-//! ([`rng`]). Kept apart from both so that `distill`, `teacher` and `gpu` depend on it and
-//! never on each other in a circle.
+//! engine): its settings ([`GenParams`], [`Remasking`], [`Cache`]), its randomness ([`rng`])
+//! and the non-finite-logit check every backend applies ([`finite`]). Kept apart from both so
+//! that `distill`, `teacher` and `gpu` depend on it and never on each other in a circle.
 
+pub mod finite;
 pub mod rng;
 
 use anyhow::Result;

@@ -164,6 +164,10 @@ struct Workspace {
     conf: DevBuf,
     rows: DevBuf,
     state: DevBuf,
+    /// The sampler's first non-finite logit: (step << 32 | row), u64::MAX when none.
+    nf_key: DevBuf,
+    /// Per block row: gen position << 34 | class << 32 | token of its first non-finite logit.
+    nf_info: DevBuf,
     ntrans: DevBuf,
     letters: DevBuf,
     nletters: DevBuf,
@@ -517,6 +521,8 @@ impl Engine {
             conf: g.alloc(out_rows * 8)?,
             rows: g.alloc(out_rows * 4)?,
             state: g.alloc(16)?,
+            nf_key: g.alloc(8)?,
+            nf_info: g.alloc(out_rows * 8)?,
             ntrans: g.alloc(4 * 1024)?,
             letters: g.alloc(out_rows * 40)?,
             nletters: g.alloc(out_rows * 4)?,

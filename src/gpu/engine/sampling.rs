@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 
 use super::{Engine, Pass, Tail};
 use crate::kargs;
+use crate::sampling::finite::NonFiniteLogit;
 
 /// Approximate KV caching across the steps of a block (Fast-dLLM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +212,9 @@ impl Engine {
                 &ws.ban.ptr,
                 &n_choice,
                 &n_all,
-                &nblocks
+                &nblocks,
+                &ws.nf_key.ptr,
+                &ws.nf_info.ptr
             ],
         )?;
         self.mark("sampler")?;
@@ -300,6 +303,7 @@ impl Engine {
         let ws = self.ws.as_ref().unwrap();
         self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
         self.gpu.write(&ws.state, 0, &[0i32; 4])?;
+        self.gpu.write(&ws.nf_key, 0, &[u64::MAX])?;
         let ban: Vec<u32> = std::iter::once(p.mask_id)
             .chain(p.ban_choice.iter().copied())
             .chain(p.ban_conf.iter().copied())
@@ -387,9 +391,57 @@ impl Engine {
                 steps_run += 1;
             }
         }
+        self.check_finite(blk)?;
         let ws = self.ws.as_ref().unwrap();
         let mut out = vec![0u32; b * s];
         self.gpu.read(&ws.x, 0, &mut out)?;
         Ok((out.chunks(s).map(|r| r[lp..].to_vec()).collect(), steps_run))
+    }
+
+    /// The sampler kernel's record of the first non-finite logit (at a masked position) of the
+    /// run, as the host sampler's error: batch row, step, generated position, token.
+    fn check_finite(&self, blk: usize) -> Result<()> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let mut key = [0u64];
+        self.gpu.read(&ws.nf_key, 0, &mut key)?;
+        if key[0] == u64::MAX {
+            return Ok(());
+        }
+        let (step, r) = ((key[0] >> 32) as usize, (key[0] & 0xffff_ffff) as usize);
+        let mut info = [0u64];
+        self.gpu.read(&ws.nf_info, r * 8, &mut info)?;
+        Err(anyhow::Error::new(decode_non_finite(step, r, blk, info[0])))
+    }
+}
+
+/// A [`NonFiniteLogit`] from the kernel's (step, block row, info word).
+fn decode_non_finite(step: usize, r: usize, blk: usize, info: u64) -> NonFiniteLogit {
+    NonFiniteLogit {
+        row: r / blk.max(1),
+        step: Some(step),
+        position: (info >> 34) as usize,
+        token: (info & 0xffff_ffff) as usize,
+        value: match (info >> 32) & 3 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            _ => f32::NEG_INFINITY,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_record_decodes_as_the_kernel_packs_it() {
+        // Row 3 of a batch with block 32: batch row 0, block position 3; gen position 67.
+        let info = (67u64 << 34) | (2 << 32) | 130_559;
+        let nf = decode_non_finite(9, 3, 32, info);
+        assert_eq!((nf.row, nf.step, nf.position, nf.token), (0, Some(9), 67, 130_559));
+        assert_eq!(nf.value, f32::NEG_INFINITY);
+        let nf = decode_non_finite(0, 70, 32, 1 << 34);
+        assert_eq!((nf.row, nf.position, nf.token), (2, 1, 0));
+        assert!(nf.value.is_nan());
     }
 }

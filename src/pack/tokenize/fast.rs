@@ -639,19 +639,6 @@ impl FastTokenizer {
         let mut buf = [0u8; 4];
         let reps: &str = rep.encode_utf8(&mut buf);
         let lead = reps.as_bytes()[0];
-        let splits_after = |p: char| -> bool {
-            if p == rep {
-                return false;
-            }
-            let last = if self.bpe.char_id(p).is_some() {
-                Some(p)
-            } else if self.bpe.has_byte_fallback() {
-                Some('>')
-            } else {
-                None
-            };
-            last.is_some_and(|l| !left.contains(&l))
-        };
         let mut seg = String::with_capacity(64);
         let mut prev: Option<char> = None;
         if prefix {
@@ -683,7 +670,7 @@ impl FastTokenizer {
                 prev = piece.chars().next_back();
             }
             let Some((i, len)) = next else { break };
-            if !seg.is_empty() && prev.is_some_and(splits_after) {
+            if !seg.is_empty() && prev.is_some_and(|p| self.sp_splits_after(p, rep, left)) {
                 self.bpe.encode_plain(&seg, out);
                 seg.clear();
             }
@@ -694,6 +681,23 @@ impl FastTokenizer {
         if !seg.is_empty() {
             self.bpe.encode_plain(&seg, out);
         }
+    }
+
+    /// Whether a segment may end after char `p`, before a `rep` (the load-time proof: no merge
+    /// has a left side ending in the last char of `p`'s symbol). That last char is `p` itself,
+    /// or '>' of its `<0xNN>` byte-fallback token; `rep` itself, unk and dropped chars: never.
+    fn sp_splits_after(&self, p: char, rep: char, left: &FxSet<char>) -> bool {
+        if p == rep {
+            return false;
+        }
+        let last = if self.bpe.char_id(p).is_some() {
+            Some(p)
+        } else if self.bpe.has_byte_fallback() {
+            Some('>')
+        } else {
+            None
+        };
+        last.is_some_and(|l| !left.contains(&l))
     }
 
     /// One SentencePiece model word (a whole normalized piece): the ignore_merges lookup on the
@@ -711,20 +715,9 @@ impl FastTokenizer {
         let mut prev: Option<char> = None;
         for (i, c) in w.char_indices() {
             if c == *rep && i > start {
-                if let Some(p) = prev {
-                    // The last char of the symbol left of the boundary: the char itself, or
-                    // '>' of its `<0xNN>` byte-fallback token; unk / dropped chars: no split.
-                    let last = if self.bpe.char_id(p).is_some() {
-                        Some(p)
-                    } else if self.bpe.has_byte_fallback() {
-                        Some('>')
-                    } else {
-                        None
-                    };
-                    if p != *rep && last.is_some_and(|l| !left.contains(&l)) {
-                        self.bpe.encode_plain(&w[start..i], out);
-                        start = i;
-                    }
+                if prev.is_some_and(|p| self.sp_splits_after(p, *rep, left)) {
+                    self.bpe.encode_plain(&w[start..i], out);
+                    start = i;
                 }
             }
             prev = Some(c);

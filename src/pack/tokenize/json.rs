@@ -174,18 +174,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for Merges<'a> {
                 while let Some(e) = s.next_element::<MergeEntry<'a>>()? {
                     out.push(match e {
                         MergeEntry::Pair(a, b) => (a, b),
-                        MergeEntry::Joined(Cow::Borrowed(j)) => {
-                            let (a, b) = j
-                                .split_once(' ')
-                                .ok_or_else(|| de::Error::custom(format!("merge {j:?}")))?;
-                            (Cow::Borrowed(a), Cow::Borrowed(b))
-                        }
-                        MergeEntry::Joined(Cow::Owned(j)) => {
-                            let (a, b) = j
-                                .split_once(' ')
-                                .ok_or_else(|| de::Error::custom(format!("merge {j:?}")))?;
-                            (Cow::Owned(a.to_string()), Cow::Owned(b.to_string()))
-                        }
+                        MergeEntry::Joined(j) => split_joined(j)
+                            .map_err(|j| de::Error::custom(format!("merge {j:?}")))?,
                     });
                 }
                 Ok(Merges(out))
@@ -193,6 +183,16 @@ impl<'de: 'a, 'a> Deserialize<'de> for Merges<'a> {
         }
         d.deserialize_seq(V(std::marker::PhantomData))
     }
+}
+
+/// "a b" → ("a", "b") at the first space, borrowing when the string does; the string back
+/// when it has no space.
+fn split_joined(j: Cow<'_, str>) -> Result<(Cow<'_, str>, Cow<'_, str>), Cow<'_, str>> {
+    let Some(sp) = j.find(' ') else { return Err(j) };
+    Ok(match j {
+        Cow::Borrowed(j) => (Cow::Borrowed(&j[..sp]), Cow::Borrowed(&j[sp + 1..])),
+        Cow::Owned(j) => (Cow::Owned(j[..sp].to_string()), Cow::Owned(j[sp + 1..].to_string())),
+    })
 }
 
 impl<'a> ModelJson<'a> {
