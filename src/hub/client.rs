@@ -212,6 +212,20 @@ pub fn clip(s: &str) -> String {
     }
 }
 
+/// The commit sha of a `/api/datasets/{id}/revision/{rev}` answer (`what` names the request):
+/// its `sha` field, 40 hex digits, lowercased. Bad JSON is transient (a truncated answer).
+pub fn parse_revision(what: &str, body: &[u8]) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
+    let sha = v["sha"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{what}: answer has no `sha`"))?;
+    if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("{what}: `sha` {} is not a 40-hex commit", shown(sha));
+    }
+    Ok(sha.to_ascii_lowercase())
+}
+
 /// A listed file's digests: `oid` a git sha1 (40 hex), `lfs.oid` a sha256 (64 hex). These
 /// become blob and lock file names, so nothing else is accepted.
 pub fn check_entry_digests(e: &TreeEntry) -> Result<()> {
@@ -392,15 +406,7 @@ impl HubClient {
         let what = format!("revision {rev} of {repo}");
         let resp = self.api_get(&what, &url).await?;
         let body = api_body(&what, &url, resp, MAX_API_BODY).await?;
-        let v: serde_json::Value = serde_json::from_slice(&body)
-            .map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
-        let sha = v["sha"]
-            .as_str()
-            .ok_or_else(|| anyhow!("{what}: answer has no `sha`"))?;
-        if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-            bail!("{what}: `sha` {sha:?} is not a 40-hex commit");
-        }
-        Ok(sha.to_ascii_lowercase())
+        parse_revision(&what, &body)
     }
 
     /// Every file of the repo at `commit` (recursive tree, all pages). Any absolute or `..`

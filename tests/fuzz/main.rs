@@ -27,6 +27,11 @@ fn hub_tree() {
 }
 
 #[test]
+fn hub_revision() {
+    fuzz::<hub::HubRevision>("hub_revision", 5_000);
+}
+
+#[test]
 fn hub_readme() {
     fuzz::<hub::HubReadme>("hub_readme", 30_000);
 }

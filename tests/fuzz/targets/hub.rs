@@ -6,7 +6,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::Result;
-use dlm_data::hub::client::{check_repo_path, next_link, TreeEntry};
+use dlm_data::hub::client::{
+    check_entry_digests, check_repo_path, next_link, parse_revision, TreeEntry,
+};
 use dlm_data::hub::configs::{files_for, infer_splits, parse_readme_configs};
 use dlm_data::hub::retry::{server_wait, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -38,6 +40,7 @@ fn get(endpoint: &str, path: &str) -> Result<(String, Vec<u8>)> {
 struct HubSeeds {
     heads: Vec<String>,
     pages: Vec<Vec<u8>>,
+    revisions: Vec<Vec<u8>>,
     readmes: Vec<Vec<u8>>,
     listing: Vec<String>,
 }
@@ -56,10 +59,18 @@ fn hub_seeds(work: &Path) -> Result<HubSeeds> {
     let mut out = HubSeeds {
         heads: vec![],
         pages: vec![],
+        revisions: vec![],
         readmes: vec![],
         listing: vec![],
     };
     for r in repos.iter().take(4) {
+        for _ in 0..2 {
+            let (head, body) = get(&ep, &format!("/api/datasets/{}/revision/main", r.id))?;
+            if !head.starts_with("HTTP/1.1 429") {
+                out.revisions.push(body);
+                break;
+            }
+        }
         let mut url = format!(
             "/api/datasets/{}/tree/{}?recursive=true&expand=false",
             r.id, r.commit
@@ -95,7 +106,7 @@ fn hub_seeds(work: &Path) -> Result<HubSeeds> {
         }
     }
     anyhow::ensure!(
-        !out.pages.is_empty() && !out.readmes.is_empty(),
+        !out.pages.is_empty() && !out.readmes.is_empty() && !out.revisions.is_empty(),
         "emulator gave no seeds"
     );
     Ok(out)
@@ -157,6 +168,30 @@ impl Target for HubHeaders {
     }
 }
 
+/// `/api/datasets/{id}/revision/{rev}`: the commit a revision names.
+pub struct HubRevision(Vec<Vec<u8>>);
+
+impl Target for HubRevision {
+    fn setup(work: &Path) -> Result<Self> {
+        Ok(HubRevision(hub_seeds(work)?.revisions))
+    }
+    fn seeds(&self) -> Vec<Vec<u8>> {
+        self.0.clone()
+    }
+    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        mutate::json(rng, input)
+    }
+    fn run(&self, input: &[u8]) -> Result<()> {
+        let sha = parse_revision("revision main of o/r", input)?;
+        // What it returns names a snapshot directory: exactly 40 lowercase hex digits.
+        assert!(
+            sha.len() == 40 && sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "accepted commit {sha:?}"
+        );
+        Ok(())
+    }
+}
+
 /// One page of `/api/datasets/{id}/tree/{rev}` (a JSON array of entries).
 pub struct HubTree(Vec<Vec<u8>>);
 
@@ -188,6 +223,26 @@ impl Target for HubTree {
                 p.display()
             );
             if e.kind == "file" {
+                // Blob and lock names come only from validated digests, inside the cache.
+                if check_entry_digests(&e).is_ok() {
+                    let etag = e.lfs.as_ref().map_or(e.oid.as_str(), |l| l.oid.as_str());
+                    let refused = |e: anyhow::Error| -> std::path::PathBuf {
+                        panic!("digest {etag:?} passed the listing check, refused later: {e:#}")
+                    };
+                    for p in [
+                        cache.blob_path(Default::default(), "o/r", etag).unwrap_or_else(refused),
+                        cache.lock_path(Default::default(), "o/r", etag).unwrap_or_else(refused),
+                    ] {
+                        assert!(
+                            p.starts_with("/cache-root")
+                                && p.file_name().is_some_and(|n| n
+                                    .to_string_lossy()
+                                    .starts_with(etag)),
+                            "digest {etag:?} gives {}",
+                            p.display()
+                        );
+                    }
+                }
                 files.push(e.path);
             }
         }
