@@ -11,10 +11,11 @@ mod llada_ref;
 use std::time::Instant;
 
 use anyhow::Result;
-use dlm_data::distill::rng;
-use dlm_data::distill::sampler::{generate, GenParams};
-use dlm_data::distill::Remasking;
+use dlm_data::distill::sampler::generate;
 use dlm_data::fixtures::teacher::{write_teacher, TinyDtype, TinySize, TinyTeacher};
+use dlm_data::sampling::rng;
+use dlm_data::sampling::GenParams;
+use dlm_data::sampling::Remasking;
 use dlm_data::teacher::{Teacher, TeacherOptions};
 
 fn main() -> Result<()> {
@@ -41,7 +42,7 @@ fn main() -> Result<()> {
     let t = Teacher::open(&dir, &TeacherOptions::default())?;
     let mut be = t.cpu()?;
     let (batch, prompt_len) = (4usize, 32usize);
-    let mut g = dlm_data::fixtures::text::SplitMix(1);
+    let mut g = dlm_data::util::SplitMix(1);
     let prompts: Vec<Vec<u32>> = (0..batch)
         .map(|_| (0..prompt_len).map(|_| 10 + g.below(900) as u32).collect())
         .collect();
@@ -62,7 +63,7 @@ fn main() -> Result<()> {
         eos_ids: t.eos_ids.clone(),
         eot_ids: vec![],
         threshold: None,
-        cache: dlm_data::distill::Cache::None,
+        cache: dlm_data::sampling::Cache::None,
         cache_refresh: None,
     };
     // Warm-up (allocator, rayon pool).

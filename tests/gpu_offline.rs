@@ -154,7 +154,8 @@ fn reference_model_is_bidirectional_and_left_padding_invariant() {
 
 #[test]
 fn reference_backend_drives_the_distill_sampler() {
-    use dlm_data::distill::sampler::{self, GenParams as SP};
+    use dlm_data::distill::sampler;
+    use dlm_data::sampling::GenParams as SP;
     let d = tempfile::tempdir().unwrap();
     tiny(d.path());
     let mut m = CpuModel::load(d.path()).unwrap();
@@ -163,7 +164,7 @@ fn reference_backend_drives_the_distill_sampler() {
         block_length: 4,
         steps: 4,
         temperature: 0.0,
-        remasking: dlm_data::distill::Remasking::LowConfidence,
+        remasking: dlm_data::sampling::Remasking::LowConfidence,
         seed: 0,
         mask_id: 999,
         logits_eos_inf: false,
@@ -171,7 +172,7 @@ fn reference_backend_drives_the_distill_sampler() {
         eos_ids: vec![2],
         eot_ids: vec![],
         threshold: None,
-        cache: dlm_data::distill::Cache::None,
+        cache: dlm_data::sampling::Cache::None,
         cache_refresh: None,
     };
     let prompts: [&[u32]; 2] = [&[10, 20, 30], &[7]];
@@ -189,8 +190,8 @@ fn reference_backend_drives_the_distill_sampler() {
 
 #[test]
 fn engine_params_carry_the_cpu_sampler_exclusions() {
-    use dlm_data::distill::{sampler::GenParams as SP, Cache, Remasking};
     use dlm_data::gpu::backend::engine_params;
+    use dlm_data::sampling::{Cache, GenParams as SP, Remasking};
     let mut p = SP {
         gen_length: 64,
         block_length: 32,

@@ -20,12 +20,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use dlm_data::distill::rng;
-use dlm_data::distill::sampler::{self, GenParams as SP};
-use dlm_data::distill::{Cache, Remasking};
+use dlm_data::distill::sampler;
 use dlm_data::gpu::backend::GpuBackend;
 use dlm_data::gpu::engine::{CacheMode, Engine, GenParams, Residual};
 use dlm_data::gpu::reference::{self, CpuModel};
+use dlm_data::sampling::rng;
+use dlm_data::sampling::GenParams as SP;
+use dlm_data::sampling::{Cache, Remasking};
 use dlm_data::teacher::TeacherBackend;
 
 #[derive(Parser)]

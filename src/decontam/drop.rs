@@ -58,7 +58,7 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> 
             if let Some(old) = outdir::own_index(out) {
                 claim = claim
                     .remove(outdir::journal_files(&old))
-                    .remove([super::report::REPORT_FILE]);
+                    .remove([crate::shards::outdir::DECONTAM_REPORT]);
             }
             claim.apply(out)?;
             std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;

@@ -68,13 +68,10 @@ pub struct DecontamReport {
     pub mb_per_s: f64,
 }
 
-/// The report's file name inside a scanned (or `--drop`) shard directory.
-pub const REPORT_FILE: &str = crate::shards::outdir::DECONTAM_REPORT;
-
 /// Where the report for a scanned prompts file or shard directory lives.
 pub fn default_path(scanned: &Path, is_shards: bool) -> PathBuf {
     if is_shards {
-        scanned.join(REPORT_FILE)
+        scanned.join(crate::shards::outdir::DECONTAM_REPORT)
     } else {
         let stem = scanned
             .file_stem()

@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::mcq::sft_shards::{megatron_idx, sidecar_name};
-use crate::pack::ShardFormat;
 use crate::shards::mds_read::{self, Value};
+use crate::shards::ShardFormat;
 use crate::shards::{Column, Dtype, RowBatch, WrittenShard};
 
 fn dtype_of(name: &str) -> Result<Dtype> {

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-pub use crate::sampling::{rng, Cache, Remasking};
+use crate::sampling::{rng, Cache, Remasking};
 use crate::worker::WorkerSlice;
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

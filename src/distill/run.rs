@@ -8,13 +8,14 @@ use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde_json::{json, Map, Value};
 
-use crate::sampling::finite::NonFiniteLogit;
 use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
 use super::prompts::{read_prompts, PromptItem, PROVENANCE_FIELDS};
-use super::sampler::{generate, GenParams};
+use super::sampler::generate;
 use super::{plan, rng, DistillArgs};
+use crate::sampling::finite::NonFiniteLogit;
+use crate::sampling::GenParams;
 use crate::teacher::{Teacher, TeacherBackend, TeacherOptions};
 use crate::worker::WorkerSlice;
 

@@ -33,7 +33,7 @@ use anyhow::Result;
 
 use super::rng;
 use super::Remasking;
-pub use crate::sampling::GenParams;
+use crate::sampling::GenParams;
 use crate::teacher::TeacherBackend;
 
 /// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
@@ -363,7 +363,7 @@ mod tests {
             eos_ids: vec![1],
             eot_ids: vec![2],
             threshold: None,
-            cache: crate::distill::Cache::None,
+            cache: crate::sampling::Cache::None,
             cache_refresh: None,
         }
     }

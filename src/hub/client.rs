@@ -215,8 +215,8 @@ pub fn clip(s: &str) -> String {
 /// The commit sha of a `/api/datasets/{id}/revision/{rev}` answer (`what` names the request):
 /// its `sha` field, 40 hex digits, lowercased. Bad JSON is transient (a truncated answer).
 pub fn parse_revision(what: &str, body: &[u8]) -> Result<String> {
-    let v: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| transient(format!("{what}: bad JSON: {e}")))?;
     let sha = v["sha"]
         .as_str()
         .ok_or_else(|| anyhow!("{what}: answer has no `sha`"))?;

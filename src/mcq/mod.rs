@@ -29,9 +29,9 @@ use clap::Args;
 
 use crate::hub::cache::Cache;
 use crate::manifest::{Lock, LockedSource, Manifest, Role};
-use crate::pack::ShardFormat;
 use crate::shards::index::{Index, Kind, ProvenanceRange, Totals};
 use crate::shards::outdir::{self, Claim};
+use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
 use item::McqItem;
 use template::Templates;

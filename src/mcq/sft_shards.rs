@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
 use super::sft::SftRow;
-use crate::pack::ShardFormat;
+use crate::shards::ShardFormat;
 use crate::shards::{mds_read, Column, RowBatch};
 
 /// The shard batch for `rows`.

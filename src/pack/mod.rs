@@ -61,7 +61,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-pub use crate::shards::ShardFormat;
+use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
 
 /// Token id width for MDS/Megatron shards (parquet is always uint32).

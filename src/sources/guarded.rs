@@ -81,7 +81,10 @@ mod tests {
                 .unwrap();
             r.count()
         });
-        assert!(raw.is_err(), "parquet-rs no longer panics on the corpus file");
+        assert!(
+            raw.is_err(),
+            "parquet-rs no longer panics on the corpus file"
+        );
         let mut b = open(&p).unwrap();
         let mut errs = vec![];
         for item in b.by_ref() {
@@ -105,6 +108,9 @@ mod tests {
         let p = d.path().join("x.parquet");
         std::fs::write(&p, b"not parquet at all").unwrap();
         let e = format!("{:#}", open(&p).err().unwrap());
-        assert!(e.contains("x.parquet") && e.contains("not a readable parquet"), "{e}");
+        assert!(
+            e.contains("x.parquet") && e.contains("not a readable parquet"),
+            "{e}"
+        );
     }
 }

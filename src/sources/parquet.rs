@@ -341,23 +341,25 @@ where
     R: parquet::arrow::async_reader::AsyncFileReader + Unpin + Send + 'static,
 {
     use futures::StreamExt;
-    crate::util::no_panic(name, || rt.block_on(async {
-        let b = parquet::arrow::ParquetRecordBatchStreamBuilder::new(input)
-            .await
-            .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
-        let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
-        let mut stream = b
-            .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
-            .with_offset(start_row as usize)
-            .build()
-            .with_context(|| format!("{name}: reading parquet"))?;
-        let mut row = start_row;
-        while let Some(b) = stream.next().await {
-            let batch = b.map_err(|e| anyhow!("{name}: rows from {row}: {e}"))?;
-            emit_batch(&batch, row, name, tpl, sink)?;
-            row += batch.num_rows() as u64;
-        }
-        Ok(())
-    }))
+    crate::util::no_panic(name, || {
+        rt.block_on(async {
+            let b = parquet::arrow::ParquetRecordBatchStreamBuilder::new(input)
+                .await
+                .map_err(|e| anyhow!("{name}: not a readable parquet file ({e})"))?;
+            let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
+            let mut stream = b
+                .with_projection(mask)
+                .with_batch_size(BATCH_ROWS)
+                .with_offset(start_row as usize)
+                .build()
+                .with_context(|| format!("{name}: reading parquet"))?;
+            let mut row = start_row;
+            while let Some(b) = stream.next().await {
+                let batch = b.map_err(|e| anyhow!("{name}: rows from {row}: {e}"))?;
+                emit_batch(&batch, row, name, tpl, sink)?;
+                row += batch.num_rows() as u64;
+            }
+            Ok(())
+        })
+    })
 }

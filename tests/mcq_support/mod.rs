@@ -12,8 +12,9 @@ use arrow::array::{
     Array, ArrayRef, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema};
-use dlm_data::fixtures::text::{sentence, SplitMix};
+use dlm_data::fixtures::text::sentence;
 use dlm_data::manifest::{Lock, LockedFile, LockedSource, Role};
+use dlm_data::util::SplitMix;
 use parquet::arrow::ArrowWriter;
 
 pub const SCIQ_COMMIT: &str = "2c94ad3e1aafab77146f384e23536f97a4849815";

@@ -23,7 +23,7 @@ pub fn tokenizer(dir: &Path) -> PathBuf {
 
 /// `n` generated documents with some variety (long/short, unicode, blank lines).
 pub fn docs(seed: u64, n: usize) -> Vec<String> {
-    let mut rng = dlm_data::fixtures::text::SplitMix(seed);
+    let mut rng = dlm_data::util::SplitMix(seed);
     (0..n)
         .map(|i| {
             let k = 1 + rng.below(if i % 17 == 0 { 40 } else { 6 }) as usize;

@@ -2,9 +2,10 @@
 //! full-sequence logits — the reference the block-only sampler is checked against
 //! (tests/distill_sampler.rs) and timed against (examples/distill_bench.rs).
 
-use dlm_data::distill::rng;
-use dlm_data::distill::sampler::{Commit, GenParams};
-use dlm_data::distill::Remasking;
+use dlm_data::distill::sampler::Commit;
+use dlm_data::sampling::rng;
+use dlm_data::sampling::GenParams;
+use dlm_data::sampling::Remasking;
 use dlm_data::teacher::TeacherBackend;
 
 /// LLaDA's loop, written out literally over full-sequence logits.

@@ -438,7 +438,10 @@ mod tests {
         // Row 3 of a batch with block 32: batch row 0, block position 3; gen position 67.
         let info = (67u64 << 34) | (2 << 32) | 130_559;
         let nf = decode_non_finite(9, 3, 32, info);
-        assert_eq!((nf.row, nf.step, nf.position, nf.token), (0, Some(9), 67, 130_559));
+        assert_eq!(
+            (nf.row, nf.step, nf.position, nf.token),
+            (0, Some(9), 67, 130_559)
+        );
         assert_eq!(nf.value, f32::NEG_INFINITY);
         let nf = decode_non_finite(0, 70, 32, 1 << 34);
         assert_eq!((nf.row, nf.position, nf.token), (2, 1, 0));

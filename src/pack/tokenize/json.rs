@@ -191,7 +191,10 @@ fn split_joined(j: Cow<'_, str>) -> Result<(Cow<'_, str>, Cow<'_, str>), Cow<'_,
     let Some(sp) = j.find(' ') else { return Err(j) };
     Ok(match j {
         Cow::Borrowed(j) => (Cow::Borrowed(&j[..sp]), Cow::Borrowed(&j[sp + 1..])),
-        Cow::Owned(j) => (Cow::Owned(j[..sp].to_string()), Cow::Owned(j[sp + 1..].to_string())),
+        Cow::Owned(j) => (
+            Cow::Owned(j[..sp].to_string()),
+            Cow::Owned(j[sp + 1..].to_string()),
+        ),
     })
 }
 

@@ -230,14 +230,17 @@ impl Target for HubTree {
                         panic!("digest {etag:?} passed the listing check, refused later: {e:#}")
                     };
                     for p in [
-                        cache.blob_path(Default::default(), "o/r", etag).unwrap_or_else(refused),
-                        cache.lock_path(Default::default(), "o/r", etag).unwrap_or_else(refused),
+                        cache
+                            .blob_path(Default::default(), "o/r", etag)
+                            .unwrap_or_else(refused),
+                        cache
+                            .lock_path(Default::default(), "o/r", etag)
+                            .unwrap_or_else(refused),
                     ] {
                         assert!(
                             p.starts_with("/cache-root")
-                                && p.file_name().is_some_and(|n| n
-                                    .to_string_lossy()
-                                    .starts_with(etag)),
+                                && p.file_name()
+                                    .is_some_and(|n| n.to_string_lossy().starts_with(etag)),
                             "digest {etag:?} gives {}",
                             p.display()
                         );

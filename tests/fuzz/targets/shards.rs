@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use dlm_data::mcq::sft::SftRow;
 use dlm_data::mcq::sft_shards::{megatron_idx, read_megatron, to_batch};
-use dlm_data::pack::ShardFormat;
 use dlm_data::provenance::Provenance;
+use dlm_data::shards::ShardFormat;
 use dlm_data::shards::{index, mds, mds_read, megatron, parquet as pq, Dtype, RowBatch};
 use dlm_data::sources::{parquet as src_pq, Template};
 
