@@ -9,7 +9,7 @@
 
 FUZZ_SECS ?= 600
 FUZZ_SEED ?= 1
-FUZZ_TARGETS ?= hub_headers hub_tree hub_readme teacher_config safetensors_header \
+FUZZ_TARGETS ?= hub_headers hub_tree hub_revision hub_readme teacher_config safetensors_header \
 	chat_template manifest_toml tokenizer_json prompts_jsonl distill_part parquet_footer mds_index \
 	mds_shard megatron_idx
 
