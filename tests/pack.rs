@@ -27,17 +27,7 @@ fn pack(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> std::process::Output {
-    let mut args = vec![
-        "pack",
-        "--input",
-        input.to_str().unwrap(),
-        "--tokenizer",
-        tok.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let o = run(&args, env);
+    let o = run_pack(input, tok, out, extra, env);
     ok(&o);
     o
 }
@@ -278,16 +268,8 @@ fn kill_then_resume(args: &[&str]) {
     pack(&input, &tok, &whole, &args, &[]);
 
     let out = d.path().join("killed");
-    let mut cmd = std::process::Command::new(bin());
-    cmd.args(["pack", "--input", input.to_str().unwrap()])
-        .args([
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .args(args)
-        .env("DLM_PACK_THROTTLE_MS", "150")
+    let mut cmd = pack_cmd(&input, &tok, &out, args);
+    cmd.env("DLM_PACK_THROTTLE_MS", "150")
         .stderr(std::process::Stdio::null());
     let mut child = cmd.spawn().unwrap();
     // Kill once a few shards are journaled.
@@ -329,20 +311,11 @@ fn kill_then_resume(args: &[&str]) {
     assert_eq!(tree(&whole), tree(&out));
 
     // Different arguments into the same directory: refused (exit 2), nothing touched.
-    let o = run(
-        &[
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--seq-len",
-            "64",
-            "--format",
-            "mds",
-        ],
+    let o = run_pack(
+        &input,
+        &tok,
+        &out,
+        &["--seq-len", "64", "--format", "mds"],
         &[],
     );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -355,19 +328,11 @@ fn json_summary_and_eos_choice() {
     let tok = tokenizer(d.path());
     let (input, _) = corpus(d.path(), 30);
     let out = d.path().join("out");
-    let o = run(
-        &[
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.join("tokenizer.json").to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--seq-len",
-            "16",
-            "--json",
-        ],
+    let o = run_pack(
+        &input,
+        &tok.join("tokenizer.json"),
+        &out,
+        &["--seq-len", "16", "--json"],
         &[],
     );
     ok(&o);
@@ -377,18 +342,11 @@ fn json_summary_and_eos_choice() {
     assert_eq!(v["eos_token"], "<|endoftext|>");
     assert!(stderr(&o).contains("tokenizer_config.json eos_token"));
     // Unknown EOS is a usage error.
-    let o = run(
-        &[
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            d.path().join("x").to_str().unwrap(),
-            "--eos-token",
-            "<nope>",
-        ],
+    let o = run_pack(
+        &input,
+        &tok,
+        &d.path().join("x"),
+        &["--eos-token", "<nope>"],
         &[],
     );
     assert_eq!(o.status.code(), Some(2));

@@ -424,19 +424,9 @@ fn pack_input(d: &Path, input: &Path, extra: &[&str]) -> (std::process::Output, 
         "out-{}",
         input.file_name().unwrap().to_string_lossy()
     ));
-    let mut a = vec![
-        "pack",
-        "--input",
-        input.to_str().unwrap(),
-        "--tokenizer",
-        tok.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--seq-len",
-        "16",
-    ];
+    let mut a = vec!["--seq-len", "16"];
     a.extend_from_slice(extra);
-    (run(&a, &[]), out)
+    (run_pack(input, &tok, &out, &a, &[]), out)
 }
 
 #[test]

@@ -17,22 +17,12 @@ fn setup(d: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn pack(input: &Path, tok: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
-    let mut a = vec![
-        "pack",
-        "--input",
-        input.to_str().unwrap(),
-        "--tokenizer",
-        tok.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--shard-bytes",
-        "1K",
-    ];
+    let mut a = vec!["--shard-bytes", "1K"];
     if !extra.contains(&"--seq-len") {
         a.extend(["--seq-len", "16"]);
     }
     a.extend_from_slice(extra);
-    run(&a, &[])
+    run_pack(input, tok, out, &a, &[])
 }
 
 fn names(dir: &Path) -> Vec<String> {
@@ -152,23 +142,15 @@ fn resume_removes_only_the_next_unjournaled_shard() {
     // Rebuild the journal at shard 2 by running a throttled pack and killing it is slow;
     // instead truncate to the first two shards with a cursor taken from a real run.
     let out2 = d.path().join("out2");
-    let mut child = std::process::Command::new(bin())
-        .args([
-            "pack",
-            "--input",
-            input.to_str().unwrap(),
-            "--tokenizer",
-            tok.to_str().unwrap(),
-            "--out",
-            out2.to_str().unwrap(),
-            "--seq-len",
-            "16",
-            "--shard-bytes",
-            "1K",
-        ])
-        .env("DLM_PACK_THROTTLE_MS", "400")
-        .spawn()
-        .unwrap();
+    let mut child = pack_cmd(
+        &input,
+        &tok,
+        &out2,
+        &["--seq-len", "16", "--shard-bytes", "1K"],
+    )
+    .env("DLM_PACK_THROTTLE_MS", "400")
+    .spawn()
+    .unwrap();
     let t0 = std::time::Instant::now();
     loop {
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -75,6 +75,41 @@ pub fn write_struct_parquet(path: &Path, questions: &[String]) {
     w.close().unwrap();
 }
 
+/// `pack --input INPUT --tokenizer TOK --out OUT` then `extra`: the command line every pack
+/// test starts from.
+pub fn pack_args(input: &Path, tok: &Path, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = ["pack", "--input"].map(String::from).to_vec();
+    a.push(input.display().to_string());
+    a.push("--tokenizer".into());
+    a.push(tok.display().to_string());
+    a.push("--out".into());
+    a.push(out.display().to_string());
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// [`pack_args`] as a command (for a spawned, killed or throttled run).
+pub fn pack_cmd(input: &Path, tok: &Path, out: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.args(pack_args(input, tok, out, extra));
+    c
+}
+
+/// Run [`pack_args`] with `env`.
+pub fn run_pack(
+    input: &Path,
+    tok: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    let mut c = pack_cmd(input, tok, out, extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(bin());
     c.args(args);
