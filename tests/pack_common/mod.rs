@@ -95,7 +95,7 @@ pub fn pack_cmd(input: &Path, tok: &Path, out: &Path, extra: &[&str]) -> Command
     c
 }
 
-/// Run [`pack_args`] with `env`.
+/// [`run`] [`pack_args`] with `env`.
 pub fn run_pack(
     input: &Path,
     tok: &Path,
@@ -103,11 +103,8 @@ pub fn run_pack(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Output {
-    let mut c = pack_cmd(input, tok, out, extra);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    let a = pack_args(input, tok, out, extra);
+    run(&a.iter().map(String::as_str).collect::<Vec<_>>(), env)
 }
 
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
