@@ -8,7 +8,7 @@ synthetic multiple-choice task with computable gold answers, tokenized here so t
 Writes DIR/: tokenizer.json (byte-level BPE trained on the corpus, vocab 16384, specials
 <|endoftext|> <|pad|> <|mask|> <|user|> <|assistant|> <|end|> at ids 0..5), text.npz (train
 and held-out token streams, documents split by EOS, held out = 1 document in 20 by path hash),
-mcq.npz (training MCQ items: rendered prompt ids, response ids, letter id), prompts.jsonl (the
+mcq.npz (training MCQ items: rendered prompt ids, response ids in three formats, letter id, kind), prompts.jsonl (the
 held-out evaluation prompts in the stage-3 prompts.jsonl schema: text continuations from
 held-out documents, then MCQ items in the `dlm-data mcq` template), meta.json.
 
@@ -16,8 +16,9 @@ MCQ kinds (4 options, gold A-D uniformly): addition/subtraction of numbers < 100
 operand pairs never trained), unit conversion (held-out (unit, n) pairs never trained), and
 lookups in a generated fact table of fictional countries (capital, currency, language; every
 fact also stated in the training text; held-out items ask known facts with fresh distractors
-and option order). The response is a short computation naming the letter, e.g.
-" 37 + 48 = 85, so the answer is B."; distill then asks the letter after "\\nAnswer:".
+and option order). The response is a short computation, e.g. " 37 + 48 = 85." (format "value"; "named" adds
+", so the answer is B", "short" is the value alone); distill then asks the letter after
+"\\nAnswer:".
 """
 import argparse
 import gzip
@@ -36,6 +37,7 @@ import ckpt  # noqa: E402
 TEXT_PROMPT = "Continue the text:\n\n"
 MCQ_HEAD = "The following is a multiple choice question. Answer with the letter of the correct option.\n\n"
 LETTERS = "ABCDEFGHIJ"
+FORMATS = ("named", "value", "short")
 PROMPT_TOKENS = 48  # text prompts: 48 tokens of a held-out document
 
 
@@ -194,7 +196,6 @@ def main():
     ap.add_argument("--mcq-train", type=int, default=60000)
     ap.add_argument("--cont-train", type=int, default=40000)
     ap.add_argument("--facts", type=int, default=240)
-    ap.add_argument("--short-reasoning", action="store_true")
     ap.add_argument("--eval-text", type=int, default=512)
     ap.add_argument("--eval-mcq", type=int, default=512)
     a = ap.parse_args()
@@ -238,23 +239,27 @@ def main():
 
     held = lambda key: h(key) % 5 == 0  # noqa: E731
     kinds = ["arith", "unit", "fact"]
-    # Training MCQ items.
-    prompts, resps, golds = [], [], []
+    # Training MCQ items, with three response formats (train.py --mcq-format picks one):
+    # named " {why}, so the answer is B." (the response names the letter), value " {why}."
+    # (the letter head after "\nAnswer:" matches the value to an option), short " {value}.".
+    prompts, golds, kinds_, resp = [], [], [], {f: [] for f in FORMATS}
     for i in range(a.mcq_train):
         q, opts, g, why = mcq_item(rng, kinds[i % 3], facts, held, False)
         prompts.append(ckpt.render(mcq_prompt(q, opts)))
-        # --short-reasoning: the answer itself, no restated question (nothing to copy).
-        resps.append(f" {opts[g]}, so the answer is {LETTERS[g]}." if a.short_reasoning
-                     else f" {why}, so the answer is {LETTERS[g]}.")
+        resp["named"].append(f" {why}, so the answer is {LETTERS[g]}.")
+        resp["value"].append(f" {why}.")
+        resp["short"].append(f" {opts[g]}.")
         golds.append(g)
-    pe = [e.ids for e in tok.encode_batch(prompts)]
-    re_ = [e.ids for e in tok.encode_batch(resps)]
+        kinds_.append(i % 3)
     flat = lambda xs: (np.array([t for x in xs for t in x], np.uint16),  # noqa: E731
                        np.cumsum([0] + [len(x) for x in xs]).astype(np.int64))
-    p_ids, p_off = flat(pe)
-    r_ids, r_off = flat(re_)
-    np.savez_compressed(os.path.join(a.out, "mcq.npz"), prompt=p_ids, prompt_off=p_off, resp=r_ids,
-                        resp_off=r_off, letter=np.array([letter_ids[g] for g in golds], np.int64),
+    arrays = {}
+    arrays["prompt"], arrays["prompt_off"] = flat([e.ids for e in tok.encode_batch(prompts)])
+    for f in FORMATS:
+        arrays[f"resp_{f}"], arrays[f"resp_{f}_off"] = flat([e.ids for e in tok.encode_batch(resp[f])])
+    np.savez_compressed(os.path.join(a.out, "mcq.npz"), **arrays,
+                        letter=np.array([letter_ids[g] for g in golds], np.int64),
+                        kind=np.array(kinds_, np.int8), letter_ids=np.array(letter_ids, np.int64),
                         answer_suffix=np.array(tok.encode("\nAnswer:").ids, np.int64))
 
     # Training text continuations (the held-out text prompts' form): the prompt is the

@@ -11,7 +11,7 @@ mkdir -p "$dst"
 [ -f "$dst/data/meta.json" ] || "$py" bench/teacher/build_data.py --out "$dst/data"
 cargo build --release --features cuda --bin dlm-data
 strip -o "$dst/dlm-data" target/release/dlm-data
-cp bench/teacher/*.py bench/teacher/run.sh "$dst/"
+cp bench/teacher/*.py bench/teacher/run.sh bench/gpu/nonfinite_check.py "$dst/"
 "$py" bench/teacher/tiny_check.py --data "$dst/data" --bin "$dst/dlm-data"
 git rev-parse HEAD > "$dst/COMMIT"
 git status --porcelain | head -n 20 > "$dst/DIRTY" || true

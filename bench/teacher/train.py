@@ -3,16 +3,21 @@ LM of the teacher's family (Llama weights, bidirectional, GQA, untied head, head
 data build_data.py made, and save it as an HF checkpoint `dlm-data distill` loads.
 
     python3 train.py --data DIR --out CKPT [--seconds 240] [--seed 0] [--log train.json]
+                     [--mcq-format value|named|short] [--device cuda]
 
 Objective (LLaDA): per row t ~ U(eps, 1); every maskable token is replaced by <|mask|> with
 probability t; cross-entropy on the masked tokens weighted 1/t, divided by the row's maskable
 length. Rows per step: plain text windows (all 256 tokens maskable), and SFT rows whose prompt
 is never masked: text continuations (prompt: chat-rendered "Continue the text" + 48 tokens;
-response: the next G tokens, G in {128, 256}), MCQ items (response: the short computation
-naming the letter, then EOS to fill G, as LLaDA's SFT pads with EOS), and MCQ answer slots
-(prompt + response + "\\nAnswer:", the letter masked: t = 1). MCQ response fills cycle
-through G = 32/128/64/256 (see the loop). Rows are left-padded with a key
-padding mask and RoPE positions counted from the first real token, as distill lays them out.
+response: the next G tokens, G in {128, 256}), MCQ items (response: the short computation,
+then EOS to fill G, as LLaDA's SFT pads with EOS; G cycles through --mcq-fills, mostly short
+so the computation's tokens carry weight), and MCQ answer slots (prompt + response +
+"\\nAnswer:", the letter masked: t = 1). Rows are left-padded with a key padding mask and RoPE
+positions counted from the first real token, as distill lays them out. All data sits on the
+GPU (see Data), so the step loop never waits for the host.
+
+Diagnostics every --diag-every steps on MCQ items held back from training: the letter head's
+accuracy given the gold response, and the response predicted in one pass (train.json).
 """
 import argparse
 import json
@@ -120,66 +125,113 @@ class Model(nn.Module):
 
 
 # ------------------------------------------------------------------ batches
+def left_pad(flat, off, pad):
+    """Sequences flat[off[i]:off[i+1]] as one left-padded (n, max_len) int64 matrix and its
+    keep mask (True on real tokens), built without a Python loop over rows."""
+    off = np.asarray(off, np.int64)
+    lens = np.diff(off)
+    n, L = len(lens), int(lens.max())
+    rows = np.repeat(np.arange(n), lens)
+    cols = (L - lens)[rows] + (np.arange(off[-1] - off[0]) - (off[:-1] - off[0])[rows])
+    ids = np.full((n, L), pad, np.int64)
+    keep = np.zeros((n, L), bool)
+    ids[rows, cols] = flat[off[0]:off[-1]]
+    keep[rows, cols] = True
+    return ids, keep
+
+
+def concat_flat(parts):
+    """Row-wise concatenation of several (flat, off) sequence sets of the same row count."""
+    lens = sum(np.diff(o) for _, o in parts)
+    off = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    out = np.empty(off[-1], np.int64)
+    pos = off[:-1].copy()
+    for flat, o in parts:
+        ln = np.diff(o)
+        rows = np.repeat(np.arange(len(ln)), ln)
+        out[pos[rows] + (np.arange(len(rows)) - (o[:-1] - o[0])[rows])] = flat[o[0]:o[-1]]
+        pos += ln
+    return out, off
+
+
 class Data:
-    def __init__(s, d, rng):
+    """Every training set resident on the GPU as padded matrices; a batch is one index draw
+    from a device generator, so no host work or host-to-device copy stands between steps.
+
+    MCQ items: left-padded prompts P and responses R (right-filled with EOS to 256), a row
+    for gen length G is [P | R[:, :G]] with only the R part maskable. Letter rows: prompt +
+    gold response + "\\nAnswer:" + the letter, left-padded, only the letter maskable (t = 1).
+    Text continuations: left-padded prompts + G tokens of the stream after the prompt, cut at
+    the first EOS and filled with EOS (LLaDA's SFT padding). The last `diag` MCQ items are
+    never trained: the diagnostics run on them."""
+
+    def __init__(s, d, dev, fmt, diag, gen):
+        s.dev, s.gen = dev, gen
         t = np.load(os.path.join(d, "text.npz"))
-        s.train, s.held = t["train"].astype(np.int64), t["heldout"].astype(np.int64)
+        s.train_np, s.held = t["train"].astype(np.int64), t["heldout"].astype(np.int64)
+        s.train = torch.from_numpy(s.train_np).to(dev)
         m = np.load(os.path.join(d, "mcq.npz"))
-        s.mp, s.mpo, s.mr, s.mro = m["prompt"], m["prompt_off"], m["resp"], m["resp_off"]
-        s.letter, s.suffix = m["letter"], list(m["answer_suffix"])
+        if f"resp_{fmt}" not in m:
+            sys.exit(f"{d}/mcq.npz has no responses in format {fmt!r} (rebuild with build_data.py)")
+        # (an npz member is re-read on every access: each is read once here)
+        po, ro = m["prompt_off"], m[f"resp_{fmt}_off"]
+        prompt, resp = m["prompt"].astype(np.int64), m[f"resp_{fmt}"].astype(np.int64)
+        p_ids, p_keep = left_pad(prompt, po, ckpt.PAD_ID)
+        r = np.full((len(po) - 1, 256), ckpt.EOS_ID, np.int64)
+        for i in range(len(po) - 1):  # once, at load
+            x = resp[ro[i]:ro[i + 1]][:256]
+            r[i, :len(x)] = x
+        suffix = m["answer_suffix"].astype(np.int64)
+        n = len(po) - 1
+        sfx_off = np.arange(n + 1, dtype=np.int64) * len(suffix)
+        let = m["letter"].astype(np.int64)
+        flat, off = concat_flat([(prompt, po), (resp, ro),
+                                 (np.tile(suffix, n), sfx_off), (let, np.arange(n + 1, dtype=np.int64))])
+        l_ids, l_keep = left_pad(flat, off, ckpt.PAD_ID)
+        T = lambda a: torch.from_numpy(a).to(dev)  # noqa: E731
+        s.mp, s.mpk, s.mr, s.li, s.lk = T(p_ids), T(p_keep), T(r), T(l_ids), T(l_keep)
+        s.letter, s.kind = T(let), T(m["kind"].astype(np.int64))
+        s.letter_ids = T(m["letter_ids"].astype(np.int64))
+        s.n_train, s.n_diag = n - diag, diag
         c = np.load(os.path.join(d, "cont.npz"))
-        s.cp, s.cpo, s.cstart = c["prompt"], c["prompt_off"], c["start"]
-        s.rng = rng
+        c_ids, c_keep = left_pad(c["prompt"].astype(np.int64), c["prompt_off"], ckpt.PAD_ID)
+        s.cp, s.cpk, s.cstart = T(c_ids), T(c_keep), T(c["start"].astype(np.int64))
 
-    def text(s, b, l=256, stream=None):
-        st = s.train if stream is None else stream
-        i = s.rng.integers(0, len(st) - l, b)
-        return np.stack([st[j:j + l] for j in i])
+    def draw(s, n, hi):
+        return torch.randint(0, hi, (n,), device=s.dev, generator=s.gen)
 
-    def sft(s, prompts, resps):
-        """Left-padded rows: (ids, keep, maskable) as numpy."""
-        L = max(len(p) + len(r) for p, r in zip(prompts, resps))
-        n = len(prompts)
-        ids = np.full((n, L), ckpt.PAD_ID, np.int64)
-        keep = np.zeros((n, L), bool)
-        mk = np.zeros((n, L), bool)
-        for k, (p, r) in enumerate(zip(prompts, resps)):
-            row = list(p) + list(r)
-            ids[k, L - len(row):] = row
-            keep[k, L - len(row):] = True
-            mk[k, L - len(r):] = True
-        return ids, keep, mk
-
-    def fill(s, r, g):
-        r = list(r)[:g]
-        if ckpt.EOS_ID in r:
-            r = r[:r.index(ckpt.EOS_ID)]
-        return r + [ckpt.EOS_ID] * (g - len(r))
+    def text(s, b, l=256):
+        i = s.draw(b, len(s.train) - l)
+        return s.train[i[:, None] + torch.arange(l, device=s.dev)]
 
     def cont(s, b, g):
-        i = s.rng.integers(0, len(s.cstart), b)
-        ps = [s.cp[s.cpo[j]:s.cpo[j + 1]] for j in i]
-        rs = [s.fill(s.train[s.cstart[j]:s.cstart[j] + g], g) for j in i]
-        return s.sft(ps, rs)
+        i = s.draw(b, len(s.cstart))
+        r = s.train[s.cstart[i][:, None] + torch.arange(g, device=s.dev)]
+        r = torch.where((r == ckpt.EOS_ID).cumsum(1) > 0, ckpt.EOS_ID, r)
+        return sft(s.cp[i], s.cpk[i], r)
 
-    def mcq(s, b, g):
-        i = s.rng.integers(0, len(s.letter), b)
-        ps = [s.mp[s.mpo[j]:s.mpo[j + 1]] for j in i]
-        rs = [s.fill(s.mr[s.mro[j]:s.mro[j + 1]], g) for j in i]
-        return s.sft(ps, rs)
+    def mcq(s, b, g, i=None):
+        i = s.draw(b, s.n_train) if i is None else i
+        return sft(s.mp[i], s.mpk[i], s.mr[i, :g])
 
-    def letters(s, b):
-        i = s.rng.integers(0, len(s.letter), b)
-        ps = [list(s.mp[s.mpo[j]:s.mpo[j + 1]]) + list(s.mr[s.mro[j]:s.mro[j + 1]]) + s.suffix for j in i]
-        return s.sft(ps, [[int(s.letter[j])] for j in i])
+    def letters(s, b, i=None):
+        i = s.draw(b, s.n_train) if i is None else i
+        mk = torch.zeros_like(s.lk[i])
+        mk[:, -1] = True
+        return s.li[i], s.lk[i], mk
+
+
+def sft(p, pk, r):
+    """(ids, keep, maskable) of prompt rows p (keep pk) followed by responses r."""
+    ones = torch.ones_like(r, dtype=torch.bool)
+    return torch.cat((p, r), 1), torch.cat((pk, ones), 1), torch.cat((torch.zeros_like(pk), ones), 1)
 
 
 def masked_loss(model, ids, keep, mk, t, dev, gen):
     """LLaDA loss for one group of rows: mask maskable tokens w.p. t (per row), CE on the
     masked ones weighted 1/t, each row divided by its maskable length; mean over rows."""
-    ids = torch.from_numpy(ids).to(dev)
-    mk = torch.from_numpy(mk).to(dev)
-    keep_t = None if keep is None else torch.from_numpy(keep).to(dev)
+    ids, mk = torch.as_tensor(ids, device=dev), torch.as_tensor(mk, device=dev)
+    keep_t = None if keep is None else torch.as_tensor(keep, device=dev)
     t = torch.as_tensor(t, dtype=torch.float32, device=dev)
     m = mk & (torch.rand(ids.shape, device=dev, generator=gen) < t[:, None])
     x = torch.where(m, torch.full_like(ids, ckpt.MASK_ID), ids)
@@ -187,7 +239,7 @@ def masked_loss(model, ids, keep, mk, t, dev, gen):
         pos = torch.arange(ids.shape[1], device=dev).expand_as(ids)
     else:
         pos = (keep_t.long().cumsum(1) - 1).clamp(min=0)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
         h = model(x, pos, keep_t)
         logits = model.head(h[m])
     ce = F.cross_entropy(logits.float(), ids[m], reduction="none")
@@ -200,9 +252,8 @@ def heldout_by_ratio(model, data, dev, ratios=(0.1, 0.3, 0.5, 0.7, 0.9), rows=25
     """Mean CE on masked held-out tokens at fixed mask ratios (plain, unweighted), same rows
     and masks for every call (seeded)."""
     rng = np.random.default_rng(1234)
-    saved, data.rng = data.rng, rng
-    x = data.text(rows, 256, data.held)
-    data.rng = saved
+    i = rng.integers(0, len(data.held) - 256, rows)
+    x = np.stack([data.held[j:j + 256] for j in i])
     g = torch.Generator(device=dev)
     out = {}
     model.eval()
@@ -220,92 +271,139 @@ def heldout_by_ratio(model, data, dev, ratios=(0.1, 0.3, 0.5, 0.7, 0.9), rows=25
     return out
 
 
+def diagnostics(model, data, dev):
+    """On the never-trained MCQ items: (1) the letter head given the gold response (can the
+    model match a value to its option?), (2) the response tokens predicted in one pass with the
+    whole response masked (can it compute the value?), each overall and per kind."""
+    i = torch.arange(data.n_train, data.n_train + data.n_diag, device=dev)
+    model.eval()
+    out = {}
+    with torch.no_grad(), torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
+        ids, keep, _ = data.letters(len(i), i)
+        x = ids.clone()
+        x[:, -1] = ckpt.MASK_ID
+        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        lg = model.head(model(x, pos, keep)[:, -1]).float()[:, data.letter_ids]
+        ok = data.letter_ids[lg.argmax(-1)] == data.letter[i]
+        ids, keep, mk = data.mcq(len(i), 32, i)
+        x = torch.where(mk, ckpt.MASK_ID, ids)
+        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        pred = model.head(model(x, pos, keep)[:, -32:]).argmax(-1)
+        gold = ids[:, -32:]
+        real = gold != ckpt.EOS_ID
+        tok_ok = ((pred == gold) & real).sum(1).float() / real.sum(1).clamp(min=1)
+        whole = ((pred == gold) | ~real).all(1)
+    for k, name in [(None, "all"), (0, "arith"), (1, "unit"), (2, "fact")]:
+        sel = torch.ones_like(ok) if k is None else data.kind[i] == k
+        out[f"letter_acc_{name}"] = round(ok[sel].float().mean().item(), 3)
+        out[f"resp_tok_acc_{name}"] = round(tok_ok[sel].mean().item(), 3)
+        out[f"resp_exact_{name}"] = round(whole[sel].float().mean().item(), 3)
+    model.train()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=240)
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: time only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log", default=None)
-    ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kv-heads", type=int, default=2)
-    ap.add_argument("--inter", type=int, default=1536)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--inter", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--scale", type=float, default=1.0, help="batch sizes x this")
-    ap.add_argument("--text-rows", type=int, default=64)
-    ap.add_argument("--cont-rows", type=int, default=32)
-    ap.add_argument("--mcq-rows", type=int, default=128)
+    ap.add_argument("--text-rows", type=int, default=24)
+    ap.add_argument("--cont-rows", type=int, default=16)
+    ap.add_argument("--mcq-rows", type=int, default=96)
+    ap.add_argument("--letter-rows", type=int, default=64)
+    ap.add_argument("--mcq-fills", default="32,64,32,128,32,256",
+                    help="MCQ rows' gen lengths, cycled per step (EOS fill after the response)")
+    ap.add_argument("--mcq-format", default="value", choices=["value", "named", "short"])
+    ap.add_argument("--diag", type=int, default=768, help="MCQ items held back for the diagnostics")
+    ap.add_argument("--diag-every", type=int, default=1000)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
-    rng = np.random.default_rng(a.seed)
-    dev = "cuda"
+    dev = a.device
     torch.backends.cuda.matmul.allow_tf32 = True
-    data = Data(a.data, rng)
+    g = torch.Generator(device=dev)
+    g.manual_seed(a.seed)
+    gd = torch.Generator(device=dev)
+    gd.manual_seed(a.seed + 1)
+    data = Data(a.data, dev, a.mcq_format, a.diag, gd)
     meta = json.load(open(os.path.join(a.data, "meta.json")))
     c = ckpt.config(meta["vocab"], a.hidden, a.inter, a.layers, a.heads, a.kv_heads, 64)
     model = Model(c).to(dev)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"params {nparams / 1e6:.1f}M  config {json.dumps(c)}", flush=True)
-    g = torch.Generator(device=dev)
-    g.manual_seed(a.seed)
     before = heldout_by_ratio(model, data, dev)
     print("held-out masked CE before training", before, flush=True)
     decay = [p for p in model.parameters() if p.dim() == 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), fused=True)
+                            lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if dev.startswith("cuda") else {}))
     sc = lambda n: max(1, int(n * a.scale))  # noqa: E731
+    fills = [int(x) for x in a.mcq_fills.split(",")]
     t0 = time.time()
-    step, hist, tokens = 0, [], 0
-    warm = 100
+    step, hist, diags, tokens = 0, [], [], 0
     while True:
         el = time.time() - t0
-        if el >= a.seconds:
+        if el >= a.seconds or (a.max_steps and step >= a.max_steps):
             break
-        frac = el / a.seconds
-        lr = a.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        frac = el / a.seconds if not a.max_steps else max(el / a.seconds, step / a.max_steps)
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for pg in opt.param_groups:
             pg["lr"] = lr
         G = 256 if step % 2 == 0 else 128
-        # MCQ rows: the EOS fill is LLaDA's, but at G = 256 it holds ~94 % of a row's maskable
-        # tokens and the few reasoning tokens get little gradient; shorter fills in half the
-        # steps weight them more (the sampler's 128/256 still appear every other step).
-        Gm = (32, 128, 64, 256)[step % 4]
         groups = []
         xb = data.text(sc(a.text_rows))
-        groups.append(("text", xb, None, np.ones_like(xb, bool), None))
+        groups.append(("text", xb, None, torch.ones_like(xb, dtype=torch.bool), None))
         groups.append(("cont",) + data.cont(sc(a.cont_rows), G) + (None,))
-        groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), Gm) + (None,))
-        groups.append(("letter",) + data.letters(sc(32)) + (1.0,))
+        groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), fills[step % len(fills)]) + (None,))
+        groups.append(("letter",) + data.letters(sc(a.letter_rows)) + (1.0,))
         opt.zero_grad(set_to_none=True)
         parts = {}
         for name, ids, keep, mk, tfix in groups:
             n = ids.shape[0]
-            t = [tfix] * n if tfix is not None else list((1 - EPS) * rng.random(n) + EPS)
+            t = (torch.full((n,), tfix, device=dev) if tfix is not None
+                 else (1 - EPS) * torch.rand(n, device=dev, generator=g) + EPS)
             loss, _, _ = masked_loss(model, ids, keep, mk, t, dev, g)
             loss.backward()
             parts[name] = loss.item() if step % 50 == 0 else None
-            tokens += ids.size
+            tokens += ids.numel()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 50 == 0:
             rec = {"step": step, "s": round(el, 1), "lr": round(lr, 6), "tokens": tokens, **parts}
             hist.append(rec)
             print(json.dumps(rec), flush=True)
+        if a.diag_every and step % a.diag_every == 0 and step > 0:
+            d = {"step": step, "s": round(time.time() - t0, 1), **diagnostics(model, data, dev)}
+            diags.append(d)
+            print("diag", json.dumps(d), flush=True)
         step += 1
     secs = time.time() - t0
     after = heldout_by_ratio(model, data, dev)
+    final = {"step": step, **diagnostics(model, data, dev)}
+    diags.append(final)
+    print("diag", json.dumps(final), flush=True)
     print(f"trained {step} steps, {tokens / 1e6:.1f}M tokens in {secs:.0f}s; held-out masked CE after", after, flush=True)
     info = {"steps": step, "tokens": tokens, "seconds": round(secs, 1), "params": nparams, "seed": a.seed,
-            "lr": a.lr, "heldout_ce_by_mask_ratio_before": before, "heldout_ce_by_mask_ratio_after": after,
-            "history": hist, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+            "args": vars(a), "heldout_ce_by_mask_ratio_before": before, "heldout_ce_by_mask_ratio_after": after,
+            "diagnostics": diags, "history": hist, "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if dev.startswith("cuda") else None}
     ckpt.save(a.out, c, model.hf_tensors(), os.path.join(a.data, "tokenizer.json"), extra=info)
     if a.log:
         with open(a.log, "w") as f:
             json.dump(info, f, indent=1)
-    hf_check(model, data, a.out, dev, a.log)
+    if dev.startswith("cuda"):
+        hf_check(model, data, a.out, dev, a.log)
 
 
 def hf_check(model, data, out, dev, log):
@@ -317,7 +415,7 @@ def hf_check(model, data, out, dev, log):
         from transformers import LlamaForCausalLM
         res["transformers"] = transformers.__version__
         hf = LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.bfloat16).to(dev).eval()
-        x = torch.from_numpy(data.text(4, 128, data.held)).to(dev)
+        x = torch.from_numpy(np.stack([data.held[j:j + 128] for j in (0, 4000, 8000, 12000)])).to(dev)
         x[:, 40:60] = ckpt.MASK_ID
         pos = torch.arange(128, device=dev).expand_as(x)
         m = model.to(torch.bfloat16).eval()
