@@ -242,7 +242,8 @@ def main():
     # Training MCQ items, with three response formats (train.py --mcq-format picks one):
     # named " {why}, so the answer is B." (the response names the letter), value " {why}."
     # (the letter head after "\nAnswer:" matches the value to an option), short " {value}.".
-    prompts, golds, kinds_, resp = [], [], [], {f: [] for f in FORMATS}
+    prompts, golds, kinds_, resp = [], [], [], {f: [] for f in FORMATS + ("lookup",)}
+    lrng = random.Random(a.seed + 3)
     for i in range(a.mcq_train):
         q, opts, g, why = mcq_item(rng, kinds[i % 3], facts, held, False)
         prompts.append(ckpt.render(mcq_prompt(q, opts)))
@@ -251,15 +252,20 @@ def main():
         resp["short"].append(f" {opts[g]}.")
         golds.append(g)
         kinds_.append(i % 3)
+        # lookup: every option's value named with its letter, in a random order; train.py
+        # masks the letters (dense practice of the value -> letter matching the answer needs)
+        order = lrng.sample(range(len(opts)), len(opts))
+        resp["lookup"].append(" " + ", ".join(f"{opts[k]} is {LETTERS[k]}" for k in order) + ".")
     flat = lambda xs: (np.array([t for x in xs for t in x], np.uint16),  # noqa: E731
                        np.cumsum([0] + [len(x) for x in xs]).astype(np.int64))
     arrays = {}
     arrays["prompt"], arrays["prompt_off"] = flat([e.ids for e in tok.encode_batch(prompts)])
-    for f in FORMATS:
+    for f in FORMATS + ("lookup",):
         arrays[f"resp_{f}"], arrays[f"resp_{f}_off"] = flat([e.ids for e in tok.encode_batch(resp[f])])
     np.savez_compressed(os.path.join(a.out, "mcq.npz"), **arrays,
                         letter=np.array([letter_ids[g] for g in golds], np.int64),
                         kind=np.array(kinds_, np.int8), letter_ids=np.array(letter_ids, np.int64),
+                        lookup_punct=np.array([tok.token_to_id(","), tok.token_to_id(".")], np.int64),
                         answer_suffix=np.array(tok.encode("\nAnswer:").ids, np.int64))
 
     # Training text continuations (the held-out text prompts' form): the prompt is the

@@ -11,8 +11,10 @@ length. Rows per step: plain text windows (all 256 tokens maskable), and SFT row
 is never masked: text continuations (prompt: chat-rendered "Continue the text" + 48 tokens;
 response: the next G tokens, G in {128, 256}), MCQ items (response: the short computation,
 then EOS to fill G, as LLaDA's SFT pads with EOS; G cycles through --mcq-fills, mostly short
-so the computation's tokens carry weight), and MCQ answer slots (prompt + response +
-"\\nAnswer:", the letter masked: t = 1). Rows are left-padded with a key padding mask and RoPE
+so the computation's tokens carry weight), MCQ answer slots (prompt + response +
+"\\nAnswer:", the letter masked: t = 1), and lookup rows (prompt + " 168 is C, 148 is A, ...":
+every option's letter after its value, the letters masked, t = 1: four value -> letter matches
+per row, the skill the answer slot needs). t is drawn low-discrepancy per group (MDLM). Rows are left-padded with a key padding mask and RoPE
 positions counted from the first real token, as distill lays them out. All data sits on the
 GPU (see Data), so the step loop never waits for the host.
 
@@ -97,6 +99,19 @@ class Model(nn.Module):
             if p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * c["num_hidden_layers"]) if n.endswith(("o.weight", "down.weight")) else 0.02
                 nn.init.normal_(p, std=std)
+
+    def mimetic_(s, scale):
+        """Mimetic attention init (Trockman & Kolter, 2023): each KV head's key projection
+        starts as a copy of the first query head it serves, so q.k favours keys whose token
+        resembles the query's (W_q^T W_k ~ a PSD matrix): the content-matching attention that
+        copying and option matching need exists at step 0 instead of after a long plateau."""
+        with torch.no_grad():
+            for L in s.layers:
+                a = L.attn
+                r, hd = a.h // a.kv, a.hd
+                a.q.weight.mul_(scale)
+                for j in range(a.kv):
+                    a.k.weight[j * hd:(j + 1) * hd] = a.q.weight[j * r * hd:(j * r + 1) * hd]
 
     def forward(s, ids, pos, keep):
         x = s.emb(ids)
@@ -193,6 +208,15 @@ class Data:
         s.letter, s.kind = T(let), T(m["kind"].astype(np.int64))
         s.letter_ids = T(m["letter_ids"].astype(np.int64))
         s.n_train, s.n_diag = n - diag, diag
+        # lookup rows: prompt + every option's value named with its letter, letters maskable
+        lo = m["resp_lookup_off"]
+        flat, off = concat_flat([(prompt, po), (m["resp_lookup"].astype(np.int64), lo)])
+        k_ids, k_keep = left_pad(flat, off, ckpt.PAD_ID)
+        s.ki, s.kk = T(k_ids), T(k_keep)
+        # a letter is a letter token followed by "," or "." (a name may start with " D")
+        nxt = torch.cat((s.ki[:, 1:], torch.full_like(s.ki[:, :1], ckpt.PAD_ID)), 1)
+        s.kmk = (torch.isin(s.ki, s.letter_ids) & torch.isin(nxt, T(m["lookup_punct"].astype(np.int64)))
+                 & (torch.arange(s.ki.shape[1], device=dev) >= s.ki.shape[1] - T(np.diff(lo))[:, None]))
         c = np.load(os.path.join(d, "cont.npz"))
         c_ids, c_keep = left_pad(c["prompt"].astype(np.int64), c["prompt_off"], ckpt.PAD_ID)
         s.cp, s.cpk, s.cstart = T(c_ids), T(c_keep), T(c["start"].astype(np.int64))
@@ -219,6 +243,11 @@ class Data:
         mk = torch.zeros_like(s.lk[i])
         mk[:, -1] = True
         return s.li[i], s.lk[i], mk
+
+
+    def lookup(s, b):
+        i = s.draw(b, s.n_train)
+        return s.ki[i], s.kk[i], s.kmk[i]
 
 
 def sft(p, pk, r):
@@ -323,9 +352,13 @@ def main():
     ap.add_argument("--cont-rows", type=int, default=16)
     ap.add_argument("--mcq-rows", type=int, default=96)
     ap.add_argument("--letter-rows", type=int, default=64)
+    ap.add_argument("--lookup-rows", type=int, default=128,
+                    help="rows naming every option's letter after its value, letters masked (0: none)")
     ap.add_argument("--mcq-fills", default="32,64,32,128,32,256",
                     help="MCQ rows' gen lengths, cycled per step (EOS fill after the response)")
     ap.add_argument("--mcq-format", default="value", choices=["value", "named", "short"])
+    ap.add_argument("--mimetic", type=float, default=1.0,
+                    help="mimetic attention init: W_k = W_q per KV head, W_q scaled by this (0: off)")
     ap.add_argument("--diag", type=int, default=768, help="MCQ items held back for the diagnostics")
     ap.add_argument("--diag-every", type=int, default=1000)
     a = ap.parse_args()
@@ -340,6 +373,8 @@ def main():
     meta = json.load(open(os.path.join(a.data, "meta.json")))
     c = ckpt.config(meta["vocab"], a.hidden, a.inter, a.layers, a.heads, a.kv_heads, 64)
     model = Model(c).to(dev)
+    if a.mimetic:
+        model.mimetic_(a.mimetic)
     nparams = sum(p.numel() for p in model.parameters())
     print(f"params {nparams / 1e6:.1f}M  config {json.dumps(c)}", flush=True)
     before = heldout_by_ratio(model, data, dev)
@@ -367,12 +402,19 @@ def main():
         groups.append(("cont",) + data.cont(sc(a.cont_rows), G) + (None,))
         groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), fills[step % len(fills)]) + (None,))
         groups.append(("letter",) + data.letters(sc(a.letter_rows)) + (1.0,))
+        if a.lookup_rows:
+            groups.append(("lookup",) + data.lookup(sc(a.lookup_rows)) + (1.0,))
         opt.zero_grad(set_to_none=True)
         parts = {}
         for name, ids, keep, mk, tfix in groups:
             n = ids.shape[0]
-            t = (torch.full((n,), tfix, device=dev) if tfix is not None
-                 else (1 - EPS) * torch.rand(n, device=dev, generator=g) + EPS)
+            if tfix is not None:
+                t = torch.full((n,), tfix, device=dev)
+            else:
+                # low-discrepancy t (MDLM): one uniform offset, rows spread evenly over [0, 1)
+                # -- the same marginal U(eps, 1), a lower-variance estimate of the loss
+                u = (torch.rand(1, device=dev, generator=g) + torch.arange(n, device=dev) / n) % 1.0
+                t = (1 - EPS) * u[torch.randperm(n, device=dev, generator=g)] + EPS
             loss, _, _ = masked_loss(model, ids, keep, mk, t, dev, g)
             loss.backward()
             parts[name] = loss.item() if step % 50 == 0 else None
