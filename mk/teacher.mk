@@ -15,7 +15,7 @@ bench-teacher: $(VENV)/.stamp
 .PHONY: teacher-check
 teacher-check: $(VENV)/.stamp build
 	$(PY) bench/teacher/build_data.py --out target/teacher-check/data --mb 2 --vocab 2048 \
-		--mcq-train 300 --cont-train 200 --eval-text 8 --eval-mcq 8
+		--mcq-train 300 --cont-train 200 --recall 200 --eval-text 8 --eval-mcq 8
 	$(PY) bench/teacher/tiny_check.py --data target/teacher-check/data --bin target/debug/dlm-data \
 		--work target/teacher-check/tiny
 TEST_DEPS += teacher-check

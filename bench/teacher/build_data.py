@@ -170,6 +170,24 @@ def mcq_item(rng, kind, facts, held, want_held):
         return q, opts, gold, why
 
 
+def recall_item(rng):
+    """A short associative-recall row in the MCQ's own notation: four option lines, then every
+    value named with its letter in a random order (train.py masks the letters). Option-only
+    rows are where the value -> letter matching is learned first (CPU probe: the loss leaves
+    ln 4 after ~800 steps here, not within 6k steps on full MCQ prompts)."""
+    if rng.random() < 0.5:
+        vals = [str(v) for v in rng.sample(range(1000), 4)]
+    else:
+        vals = []
+        while len(vals) < 4:
+            v = "".join(rng.choice(SYL) for _ in range(rng.choice([2, 3]))).capitalize()
+            if v not in vals:
+                vals.append(v)
+    body = "\n".join(f"{LETTERS[i]}. {v}" for i, v in enumerate(vals)) + "\n\n"
+    order = rng.sample(range(4), 4)
+    return body, " " + ", ".join(f"{vals[i]} is {LETTERS[i]}" for i in order) + "."
+
+
 def mcq_prompt(q, opts):
     body = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(opts))
     return f"{MCQ_HEAD}{q}\n\n{body}\n\nAnswer:"
@@ -196,6 +214,7 @@ def main():
     ap.add_argument("--mcq-train", type=int, default=60000)
     ap.add_argument("--cont-train", type=int, default=40000)
     ap.add_argument("--facts", type=int, default=240)
+    ap.add_argument("--recall", type=int, default=100000, help="short recall rows (recall.npz)")
     ap.add_argument("--eval-text", type=int, default=512)
     ap.add_argument("--eval-mcq", type=int, default=512)
     a = ap.parse_args()
@@ -281,6 +300,13 @@ def main():
         starts.append(s)
         texts.append(ckpt.render(TEXT_PROMPT + tok.decode(w)))
     c_ids, c_off = flat([e.ids for e in tok.encode_batch(texts)])
+    # Short recall rows (train.py --recall-steps: a curriculum before the MCQ rows).
+    rrng = random.Random(a.seed + 4)
+    rec = [recall_item(rrng) for _ in range(a.recall)]
+    r_p, r_po = flat([e.ids for e in tok.encode_batch([b for b, _ in rec])])
+    r_r, r_ro = flat([e.ids for e in tok.encode_batch([r for _, r in rec])])
+    np.savez_compressed(os.path.join(a.out, "recall.npz"), prompt=r_p, prompt_off=r_po, resp=r_r, resp_off=r_ro)
+
     np.savez_compressed(os.path.join(a.out, "cont.npz"), prompt=c_ids, prompt_off=c_off,
                         start=np.array(starts, np.int64) + PROMPT_TOKENS)
 

@@ -14,14 +14,18 @@ then EOS to fill G, as LLaDA's SFT pads with EOS; G cycles through --mcq-fills s
 computation's tokens carry weight), MCQ answer slots (prompt + response + "\\nAnswer:", the
 letter masked: t = 1), and, with --lookup-rows, lookup rows (prompt + " 168 is C, 148 is A,
 ...": every option's letter after its value, the letters masked, t = 1: four value -> letter
-matches per row). Rows are left-padded with a key padding mask and RoPE positions counted from
+matches per row), and, with --recall-steps N, a curriculum: the first N steps train only on
+short recall rows (four option lines, then every value named with its letter; recall.npz), the
+setting where the value -> letter matching is learned first. Rows are left-padded with a key padding mask and RoPE positions counted from
 the first real token, as distill lays them out. All data sits on the GPU (see Data), so the
 step loop never waits for the host.
 
 The defaults are run 2's recipe (bench/results/teacher.md: 12 x 512, "named" responses). The
 options added for runs 4-6 (6 x 768, "value"/"short" responses, lookup rows, --mimetic,
 stratified t) are kept for the next attempt; none made the value -> letter matching appear
-(run 6, `short` + many letter rows + 60 facts, got MCQ accuracy 0.297, facts 0.347).
+(run 6, `short` + many letter rows + 60 facts, got MCQ accuracy 0.297, facts 0.347). The
+recall curriculum is the lead from a CPU probe after those runs (teacher.md); not yet run on
+a GPU.
 
 Diagnostics every --diag-every steps on MCQ items held back from training: the letter head's
 accuracy given the gold response, and the response predicted in one pass (train.json).
@@ -214,17 +218,32 @@ class Data:
         s.letter_ids = T(m["letter_ids"].astype(np.int64))
         s.n_train, s.n_diag = n - diag, diag
         # lookup rows: prompt + every option's value named with its letter, letters maskable
-        lo = m["resp_lookup_off"]
-        flat, off = concat_flat([(prompt, po), (m["resp_lookup"].astype(np.int64), lo)])
-        k_ids, k_keep = left_pad(flat, off, ckpt.PAD_ID)
-        s.ki, s.kk = T(k_ids), T(k_keep)
-        # a letter is a letter token followed by "," or "." (a name may start with " D")
-        nxt = torch.cat((s.ki[:, 1:], torch.full_like(s.ki[:, :1], ckpt.PAD_ID)), 1)
-        s.kmk = (torch.isin(s.ki, s.letter_ids) & torch.isin(nxt, T(m["lookup_punct"].astype(np.int64)))
-                 & (torch.arange(s.ki.shape[1], device=dev) >= s.ki.shape[1] - T(np.diff(lo))[:, None]))
+        punct = T(m["lookup_punct"].astype(np.int64))
+        s.ki, s.kk, s.kmk = s.lettered(prompt, po, m["resp_lookup"].astype(np.int64), m["resp_lookup_off"], punct)
+        # short recall rows (option lines only), the same masking; absent in older data dirs
+        s.n_recall = 0
+        if os.path.exists(os.path.join(d, "recall.npz")):
+            r = np.load(os.path.join(d, "recall.npz"))
+            s.ri, s.rk, s.rmk = s.lettered(r["prompt"].astype(np.int64), r["prompt_off"],
+                                              r["resp"].astype(np.int64), r["resp_off"], punct)
+            s.n_recall = len(s.ri)
         c = np.load(os.path.join(d, "cont.npz"))
         c_ids, c_keep = left_pad(c["prompt"].astype(np.int64), c["prompt_off"], ckpt.PAD_ID)
         s.cp, s.cpk, s.cstart = T(c_ids), T(c_keep), T(c["start"].astype(np.int64))
+
+    def lettered(s, prompt, po, resp, ro, punct):
+        """Left-padded prompt + response rows whose maskable tokens are the response's letters:
+        a letter token followed by "," or "." (a name may start with " D")."""
+        flat, off = concat_flat([(prompt, po), (resp, ro)])
+        ids, keep = (torch.from_numpy(x).to(s.dev) for x in left_pad(flat, off, ckpt.PAD_ID))
+        nxt = torch.cat((ids[:, 1:], torch.full_like(ids[:, :1], ckpt.PAD_ID)), 1)
+        in_resp = (torch.arange(ids.shape[1], device=s.dev)
+                   >= ids.shape[1] - torch.from_numpy(np.diff(ro)).to(s.dev)[:, None])
+        return ids, keep, torch.isin(ids, s.letter_ids) & torch.isin(nxt, punct) & in_resp
+
+    def recall(s, b):
+        i = s.draw(b, s.n_recall)
+        return s.ri[i], s.rk[i], s.rmk[i]
 
     def draw(s, n, hi):
         return torch.randint(0, hi, (n,), device=s.dev, generator=s.gen)
@@ -336,6 +355,19 @@ def diagnostics(model, data, dev):
     return out
 
 
+def main_groups(a, data, sc, fills, step, G):
+    """One step's rows after the curriculum: (name, ids, keep, maskable, fixed t or None)."""
+    groups = []
+    xb = data.text(sc(a.text_rows))
+    groups.append(("text", xb, None, torch.ones_like(xb, dtype=torch.bool), None))
+    groups.append(("cont",) + data.cont(sc(a.cont_rows), G) + (None,))
+    groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), fills[step % len(fills)]) + (None,))
+    groups.append(("letter",) + data.letters(sc(a.letter_rows)) + (1.0,))
+    if a.lookup_rows:
+        groups.append(("lookup",) + data.lookup(sc(a.lookup_rows)) + (1.0,))
+    return groups
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -366,6 +398,10 @@ def main():
                     help="per-row t: iid U(eps, 1), or low-discrepancy within each group (MDLM)")
     ap.add_argument("--mimetic", type=float, default=0.0,
                     help="mimetic attention init: W_k = W_q per KV head, W_q scaled by this (0: off)")
+    ap.add_argument("--recall-steps", type=int, default=0,
+                    help="curriculum: the first N steps train on short recall rows only (recall.npz)")
+    ap.add_argument("--recall-rows", type=int, default=256)
+    ap.add_argument("--recall-rows-after", type=int, default=0, help="recall rows per step after the curriculum")
     ap.add_argument("--diag", type=int, default=768, help="MCQ items held back for the diagnostics")
     ap.add_argument("--diag-every", type=int, default=1000)
     a = ap.parse_args()
@@ -377,6 +413,8 @@ def main():
     gd = torch.Generator(device=dev)
     gd.manual_seed(a.seed + 1)
     data = Data(a.data, dev, a.mcq_format, a.diag, gd)
+    if (a.recall_steps or a.recall_rows_after) and not data.n_recall:
+        sys.exit(f"{a.data}/recall.npz is missing: rebuild the data with build_data.py")
     meta = json.load(open(os.path.join(a.data, "meta.json")))
     c = ckpt.config(meta["vocab"], a.hidden, a.inter, a.layers, a.heads, a.kv_heads, 64)
     model = Model(c).to(dev)
@@ -404,13 +442,12 @@ def main():
             pg["lr"] = lr
         G = 256 if step % 2 == 0 else 128
         groups = []
-        xb = data.text(sc(a.text_rows))
-        groups.append(("text", xb, None, torch.ones_like(xb, dtype=torch.bool), None))
-        groups.append(("cont",) + data.cont(sc(a.cont_rows), G) + (None,))
-        groups.append(("mcq",) + data.mcq(sc(a.mcq_rows), fills[step % len(fills)]) + (None,))
-        groups.append(("letter",) + data.letters(sc(a.letter_rows)) + (1.0,))
-        if a.lookup_rows:
-            groups.append(("lookup",) + data.lookup(sc(a.lookup_rows)) + (1.0,))
+        if step < a.recall_steps:  # curriculum: short recall rows alone first
+            groups.append(("recall",) + data.recall(sc(a.recall_rows)) + (1.0,))
+        else:
+            groups += main_groups(a, data, sc, fills, step, G)
+            if a.recall_rows_after:
+                groups.append(("recall",) + data.recall(sc(a.recall_rows_after)) + (1.0,))
         opt.zero_grad(set_to_none=True)
         parts = {}
         for name, ids, keep, mk, tfix in groups:
