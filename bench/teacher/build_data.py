@@ -179,8 +179,8 @@ def recall_item(rng):
         vals = [str(v) for v in rng.sample(range(1000), 4)]
     else:
         vals = []
-        while len(vals) < 4:
-            v = "".join(rng.choice(SYL) for _ in range(rng.choice([2, 3]))).capitalize()
+        while len(vals) < 4:  # short names (2 of 9 syllables): few tokens, learned faster
+            v = "".join(rng.choice(SYL[:9]) for _ in range(2)).capitalize()
             if v not in vals:
                 vals.append(v)
     body = "\n".join(f"{LETTERS[i]}. {v}" for i, v in enumerate(vals)) + "\n\n"
