@@ -37,7 +37,7 @@ import ckpt  # noqa: E402
 TEXT_PROMPT = "Continue the text:\n\n"
 MCQ_HEAD = "The following is a multiple choice question. Answer with the letter of the correct option.\n\n"
 LETTERS = "ABCDEFGHIJ"
-FORMATS = ("named", "value", "short")
+FORMATS = ("named", "value", "short", "recall")
 PROMPT_TOKENS = 48  # text prompts: 48 tokens of a held-out document
 
 
@@ -260,7 +260,8 @@ def main():
     kinds = ["arith", "unit", "fact"]
     # Training MCQ items, with three response formats (train.py --mcq-format picks one):
     # named " {why}, so the answer is B." (the response names the letter), value " {why}."
-    # (the letter head after "\nAnswer:" matches the value to an option), short " {value}.".
+    # (the letter head after "\nAnswer:" matches the value to an option), short " {value}.",
+    # recall " {why}. {value} is B." (the letter where the recall rows put it).
     prompts, golds, kinds_, resp = [], [], [], {f: [] for f in FORMATS + ("lookup",)}
     lrng = random.Random(a.seed + 3)
     for i in range(a.mcq_train):
@@ -269,6 +270,8 @@ def main():
         resp["named"].append(f" {why}, so the answer is {LETTERS[g]}.")
         resp["value"].append(f" {why}.")
         resp["short"].append(f" {opts[g]}.")
+        # recall: the letter right after the value, in the recall rows' own pattern
+        resp["recall"].append(f" {why}. {opts[g]} is {LETTERS[g]}.")
         golds.append(g)
         kinds_.append(i % 3)
         # lookup: every option's value named with its letter, in a random order; train.py

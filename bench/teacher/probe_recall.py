@@ -1,7 +1,7 @@
 """Why: a CPU-sized check of whether the value -> letter matching MCQ answers need is being
 learned, before spending device time: a tiny model of train.py's own `Model`/`masked_loss`
 trains on the letters of recall rows (recall.npz: option lines only) for --recall-steps, then on
-the full MCQ lookup rows (mcq.npz), printing the letters' cross-entropy (ln 4 = 1.386 is chance)
+the full MCQ lookup rows or answer slots (--full; mcq.npz), printing the letters' cross-entropy (ln 4 = 1.386 is chance)
 and, every 5 prints, the letter head's accuracy given the gold response (train.diagnostics).
 
     python3 probe_recall.py --data DIR [--recall-steps 2500] [--full-steps 1500] [--layers 2]
@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--full", default="lookup", choices=["lookup", "letter"],
+                    help="second phase: MCQ lookup rows, or the answer slot after the gold response")
     a = ap.parse_args()
     torch.manual_seed(0)
     g, gd = torch.Generator(), torch.Generator()
@@ -45,7 +47,8 @@ def main():
     t0 = time.time()
     for step in range(a.recall_steps + a.full_steps + 1):
         phase = "recall" if step < a.recall_steps else "full"
-        ids, keep, mk = d.recall(a.rows) if phase == "recall" else d.lookup(a.rows)
+        ids, keep, mk = (d.recall(a.rows) if phase == "recall"
+                         else d.lookup(a.rows) if a.full == "lookup" else d.letters(a.rows))
         loss, ce, _ = train.masked_loss(m, ids, keep, mk, torch.ones(a.rows), "cpu", g)
         opt.zero_grad()
         loss.backward()

@@ -3,7 +3,7 @@ LM of the teacher's family (Llama weights, bidirectional, GQA, untied head, head
 data build_data.py made, and save it as an HF checkpoint `dlm-data distill` loads.
 
     python3 train.py --data DIR --out CKPT [--seconds 240] [--seed 0] [--log train.json]
-                     [--mcq-format value|named|short] [--device cuda]
+                     [--mcq-format named|value|short|recall] [--device cuda]
 
 Objective (LLaDA): per row t ~ U(eps, 1); every maskable token is replaced by <|mask|> with
 probability t; cross-entropy on the masked tokens weighted 1/t, divided by the row's maskable
@@ -393,7 +393,7 @@ def main():
                     help="rows naming every option's letter after its value, letters masked (0: none)")
     ap.add_argument("--mcq-fills", default="32,128,64,256",
                     help="MCQ rows' gen lengths, cycled per step (EOS fill after the response)")
-    ap.add_argument("--mcq-format", default="named", choices=["value", "named", "short"])
+    ap.add_argument("--mcq-format", default="named", choices=["value", "named", "short", "recall"])
     ap.add_argument("--t-sampling", default="iid", choices=["iid", "stratified"],
                     help="per-row t: iid U(eps, 1), or low-discrepancy within each group (MDLM)")
     ap.add_argument("--mimetic", type=float, default=0.0,
