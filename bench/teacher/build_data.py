@@ -8,17 +8,19 @@ synthetic multiple-choice task with computable gold answers, tokenized here so t
 Writes DIR/: tokenizer.json (byte-level BPE trained on the corpus, vocab 16384, specials
 <|endoftext|> <|pad|> <|mask|> <|user|> <|assistant|> <|end|> at ids 0..5), text.npz (train
 and held-out token streams, documents split by EOS, held out = 1 document in 20 by path hash),
-mcq.npz (training MCQ items: rendered prompt ids, response ids in three formats, letter id, kind), prompts.jsonl (the
-held-out evaluation prompts in the stage-3 prompts.jsonl schema: text continuations from
-held-out documents, then MCQ items in the `dlm-data mcq` template), meta.json.
+mcq.npz (training MCQ items: rendered prompt ids, response ids in each of FORMATS and a lookup
+row, letter id, kind), recall.npz (short recall rows: option lines, then every value named with
+its letter), cont.npz (text-continuation prompts), prompts.jsonl (the held-out evaluation
+prompts in the stage-3 prompts.jsonl schema: text continuations from held-out documents, then
+MCQ items in the `dlm-data mcq` template), meta.json.
 
 MCQ kinds (4 options, gold A-D uniformly): addition/subtraction of numbers < 100 (held-out
 operand pairs never trained), unit conversion (held-out (unit, n) pairs never trained), and
 lookups in a generated fact table of fictional countries (capital, currency, language; every
 fact also stated in the training text; held-out items ask known facts with fresh distractors
-and option order). The response is a short computation, e.g. " 37 + 48 = 85." (format "value"; "named" adds
-", so the answer is B", "short" is the value alone); distill then asks the letter after
-"\\nAnswer:".
+and option order). The response is a short computation, e.g. " 37 + 48 = 85." (format "value";
+"named" adds ", so the answer is B", "recall" adds " 85 is B", "short" is the value alone);
+distill then asks the letter after "\\nAnswer:".
 """
 import argparse
 import gzip
@@ -184,8 +186,13 @@ def recall_item(rng):
             if v not in vals:
                 vals.append(v)
     body = "\n".join(f"{LETTERS[i]}. {v}" for i, v in enumerate(vals)) + "\n\n"
-    order = rng.sample(range(4), 4)
-    return body, " " + ", ".join(f"{vals[i]} is {LETTERS[i]}" for i in order) + "."
+    return body, named_letters(vals, rng.sample(range(4), 4))
+
+
+def named_letters(vals, order):
+    """' v2 is C, v0 is A, ...': every value with its letter, in `order` (recall and lookup
+    rows; train.py masks the letters)."""
+    return " " + ", ".join(f"{vals[i]} is {LETTERS[i]}" for i in order) + "."
 
 
 def mcq_prompt(q, opts):
@@ -258,7 +265,7 @@ def main():
 
     held = lambda key: h(key) % 5 == 0  # noqa: E731
     kinds = ["arith", "unit", "fact"]
-    # Training MCQ items, with three response formats (train.py --mcq-format picks one):
+    # Training MCQ items, one response per format (train.py --mcq-format picks one):
     # named " {why}, so the answer is B." (the response names the letter), value " {why}."
     # (the letter head after "\nAnswer:" matches the value to an option), short " {value}.",
     # recall " {why}. {value} is B." (the letter where the recall rows put it).
@@ -276,8 +283,7 @@ def main():
         kinds_.append(i % 3)
         # lookup: every option's value named with its letter, in a random order; train.py
         # masks the letters (dense practice of the value -> letter matching the answer needs)
-        order = lrng.sample(range(len(opts)), len(opts))
-        resp["lookup"].append(" " + ", ".join(f"{opts[k]} is {LETTERS[k]}" for k in order) + ".")
+        resp["lookup"].append(named_letters(opts, lrng.sample(range(len(opts)), len(opts))))
     flat = lambda xs: (np.array([t for x in xs for t in x], np.uint16),  # noqa: E731
                        np.cumsum([0] + [len(x) for x in xs]).astype(np.int64))
     arrays = {}

@@ -84,8 +84,7 @@ if has eval; then
 fi
 if has nonfinite; then
   echo "=== nonfinite $(date -u +%H:%M:%S)"
-  rm -rf /tmp/nf-teacher && cp -r "$CKPT" /tmp/nf-teacher && head -n 4 /tmp/p16.jsonl > /tmp/nf-teacher/prompts.jsonl 2>/dev/null \
-    || grep -m 4 . data/prompts.jsonl > /tmp/nf-teacher/prompts.jsonl
+  rm -rf /tmp/nf-teacher && cp -r "$CKPT" /tmp/nf-teacher && head -n 4 data/prompts.jsonl > /tmp/nf-teacher/prompts.jsonl
   python3 nonfinite_check.py ./dlm-data /tmp/nf-teacher /tmp/nonfinite 2>&1 | tee "$out/nonfinite.txt"
 fi
 echo "=== done $(date -u +%H:%M:%S)"
