@@ -29,8 +29,10 @@ def main():
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr-embed", type=float, default=0.0, help="train.py --lr-embed (0: --lr)")
     ap.add_argument("--rows", type=int, default=64)
     ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--mimetic", type=float, default=0.0, help="train.py --mimetic (0: off)")
     ap.add_argument("--full", default="lookup", choices=["lookup", "letter"],
                     help="second phase: MCQ lookup rows, or the answer slot after the gold response")
     a = ap.parse_args()
@@ -43,7 +45,11 @@ def main():
         sys.exit(f"{a.data}/recall.npz is missing: rebuild the data with build_data.py")
     vocab = json.load(open(os.path.join(a.data, "meta.json")))["vocab"]
     m = train.Model(ckpt.config(vocab, a.hidden, 2 * a.hidden, a.layers, a.hidden // 64, 1, 64))
-    opt = torch.optim.AdamW(m.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    if a.mimetic:
+        m.mimetic_(a.mimetic)
+    opt = torch.optim.AdamW(train.param_groups(m, a.lr, a.lr_embed), lr=a.lr, betas=(0.9, 0.95))
+    for pg in opt.param_groups:
+        pg["lr"] = a.lr * pg["mult"]
     t0 = time.time()
     for step in range(a.recall_steps + a.full_steps + 1):
         phase = "recall" if step < a.recall_steps else "full"

@@ -368,6 +368,19 @@ def main_groups(a, data, sc, fills, step, G):
     return groups
 
 
+
+def param_groups(model, lr, lr_embed=0.0):
+    """AdamW groups: the hidden matrices (weight decay 0.1, lr x 1), the embedding and LM head
+    (decay 0.1, lr x lr_embed/lr: muP-style, the width-independent layers can take a larger lr
+    than the hidden ones, whose lr has to fall with width for the option matching to start: a
+    CPU probe, teacher.md "Run 7"), and the norms (no decay)."""
+    io = {id(model.emb.weight), id(model.head.weight)}
+    mult = (lr_embed / lr) if lr_embed else 1.0
+    ps = list(model.parameters())
+    return [{"params": [p for p in ps if p.dim() == 2 and id(p) not in io], "weight_decay": 0.1, "mult": 1.0},
+            {"params": [p for p in ps if id(p) in io], "weight_decay": 0.1, "mult": mult},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0, "mult": 1.0}]
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
@@ -383,6 +396,8 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--inter", type=int, default=1536)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr-embed", type=float, default=0.0,
+                    help="peak lr of the embedding and LM head (0: --lr); the hidden matrices keep --lr")
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--scale", type=float, default=1.0, help="batch sizes x this")
     ap.add_argument("--text-rows", type=int, default=64)
@@ -424,10 +439,8 @@ def main():
     print(f"params {nparams / 1e6:.1f}M  config {json.dumps(c)}", flush=True)
     before = heldout_by_ratio(model, data, dev)
     print("held-out masked CE before training", before, flush=True)
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    other = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.95), **({"fused": True} if dev.startswith("cuda") else {}))
+    opt = torch.optim.AdamW(param_groups(model, a.lr, a.lr_embed), lr=a.lr, betas=(0.9, 0.95),
+                            **({"fused": True} if dev.startswith("cuda") else {}))
     sc = lambda n: max(1, int(n * a.scale))  # noqa: E731
     fills = [int(x) for x in a.mcq_fills.split(",")]
     t0 = time.time()
@@ -439,7 +452,7 @@ def main():
         frac = el / a.seconds if not a.max_steps else max(el / a.seconds, step / a.max_steps)
         lr = a.lr * min(1.0, (step + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for pg in opt.param_groups:
-            pg["lr"] = lr
+            pg["lr"] = lr * pg["mult"]
         G = 256 if step % 2 == 0 else 128
         groups = []
         if step < a.recall_steps:  # curriculum: short recall rows alone first
