@@ -172,16 +172,31 @@ def mcq_item(rng, kind, facts, held, want_held):
         return q, opts, gold, why
 
 
-def recall_item(rng):
+def recall_item(rng, facts=None):
     """A short associative-recall row in the MCQ's own notation: four option lines, then every
     value named with its letter in a random order (train.py masks the letters). Option-only
-    rows are where the value -> letter matching is learned first (CPU probe: the loss leaves
-    ln 4 after ~800 steps here, not within 6k steps on full MCQ prompts)."""
-    if rng.random() < 0.5:
+    rows are where the value -> letter matching is learned first (it starts within ~400 steps
+    here at a width-scaled lr, never within 6k steps on full MCQ prompts; teacher.md).
+
+    With `facts`, the values are drawn as the MCQ options are: a number with its near-miss
+    distractors (arithmetic or unit sizes) or one attribute of four fact rows, so the match
+    works on the options' real lengths (run 8: rows of short names taught an offset that
+    named the option above a 3-syllable one). Without, run 7-8's short rows (numbers < 1000
+    or 2 of 9 syllables)."""
+    if facts is not None:
+        k = rng.randrange(3)
+        if k < 2:
+            c = rng.randrange(200) if k == 0 else rng.randrange(1, 25) * rng.choice(UNITS)[2]
+            vals = [str(c)] + distract_num(rng, c, rng.choice([10, 12, 60, 100, 1000]))
+        else:
+            attr = rng.choice(["capital", "currency", "language"])
+            vals = [r[attr] for r in rng.sample(facts, 4)]
+        rng.shuffle(vals)
+    elif rng.random() < 0.5:
         vals = [str(v) for v in rng.sample(range(1000), 4)]
     else:
         vals = []
-        while len(vals) < 4:  # short names (2 of 9 syllables): few tokens, learned faster
+        while len(vals) < 4:  # short names (2 of 9 syllables): few tokens
             v = "".join(rng.choice(SYL[:9]) for _ in range(2)).capitalize()
             if v not in vals:
                 vals.append(v)
@@ -222,6 +237,8 @@ def main():
     ap.add_argument("--cont-train", type=int, default=40000)
     ap.add_argument("--facts", type=int, default=240)
     ap.add_argument("--recall", type=int, default=100000, help="short recall rows (recall.npz)")
+    ap.add_argument("--recall-values", default="mcq", choices=["mcq", "short"],
+                    help="recall rows' values: drawn like the MCQ options (default) or run 7-8's short ones")
     ap.add_argument("--eval-text", type=int, default=512)
     ap.add_argument("--eval-mcq", type=int, default=512)
     a = ap.parse_args()
@@ -311,7 +328,7 @@ def main():
     c_ids, c_off = flat([e.ids for e in tok.encode_batch(texts)])
     # Short recall rows (train.py --recall-steps: a curriculum before the MCQ rows).
     rrng = random.Random(a.seed + 4)
-    rec = [recall_item(rrng) for _ in range(a.recall)]
+    rec = [recall_item(rrng, facts if a.recall_values == "mcq" else None) for _ in range(a.recall)]
     r_p, r_po = flat([e.ids for e in tok.encode_batch([b for b, _ in rec])])
     r_r, r_ro = flat([e.ids for e in tok.encode_batch([r for _, r in rec])])
     np.savez_compressed(os.path.join(a.out, "recall.npz"), prompt=r_p, prompt_off=r_po, resp=r_r, resp_off=r_ro)

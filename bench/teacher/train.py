@@ -269,8 +269,8 @@ class Data:
         return s.li[i], s.lk[i], mk
 
 
-    def lookup(s, b):
-        i = s.draw(b, s.n_train)
+    def lookup(s, b, i=None):
+        i = s.draw(b, s.n_train) if i is None else i
         return s.ki[i], s.kk[i], s.kmk[i]
 
 
@@ -325,9 +325,11 @@ def heldout_by_ratio(model, data, dev, ratios=(0.1, 0.3, 0.5, 0.7, 0.9), rows=25
 
 
 def diagnostics(model, data, dev):
-    """On the never-trained MCQ items: (1) the letter head given the gold response (can the
-    model match a value to its option?), (2) the response tokens predicted in one pass with the
-    whole response masked (can it compute the value?), each overall and per kind."""
+    """On the never-trained MCQ items: (1) the letter head given the gold response (with the
+    recall format this is copying the response's letter), (2) the response tokens predicted in
+    one pass with the whole response masked (can it compute the value?), (3) the lookup row's
+    letters all masked (can it match a value to its option in the MCQ's own context?), each
+    overall and per kind."""
     i = torch.arange(data.n_train, data.n_train + data.n_diag, device=dev)
     model.eval()
     out = {}
@@ -346,11 +348,18 @@ def diagnostics(model, data, dev):
         real = gold != ckpt.EOS_ID
         tok_ok = ((pred == gold) & real).sum(1).float() / real.sum(1).clamp(min=1)
         whole = ((pred == gold) | ~real).all(1)
+        # (3) matching in the MCQ's own context: the lookup row's letters, all masked at once
+        ids, keep, mk = data.lookup(len(i), i)
+        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        lk = model(torch.where(mk, ckpt.MASK_ID, ids), pos, keep)
+        hit = (model.head(lk).argmax(-1) == ids) & mk
+        match = hit.sum(1).float() / mk.sum(1).clamp(min=1)
     for k, name in [(None, "all"), (0, "arith"), (1, "unit"), (2, "fact")]:
         sel = torch.ones_like(ok) if k is None else data.kind[i] == k
         out[f"letter_acc_{name}"] = round(ok[sel].float().mean().item(), 3)
         out[f"resp_tok_acc_{name}"] = round(tok_ok[sel].mean().item(), 3)
         out[f"resp_exact_{name}"] = round(whole[sel].float().mean().item(), 3)
+        out[f"match_acc_{name}"] = round(match[sel].mean().item(), 3)
     model.train()
     return out
 
