@@ -1,6 +1,6 @@
 # The trained masked-diffusion teacher benchmark (issue 16), one command on a GPU box with
 # Rust, PyTorch and transformers: stage (data from this machine's /usr/share/doc and Python
-# stdlib, dlm-data --features cuda, the CPU format check), then train the teacher (~5 min),
+# stdlib, dlm-data --features cuda, the CPU format check), then train the teacher (~8 min),
 # check that distill loads it on CPU and CUDA, and run every distill setting against exact.
 # Results (teacher-run.tar.gz, table.md, train.log, ...): bench/results/teacher-<date>/.
 # On a GPU box without Rust: bench/teacher/stage.sh elsewhere, then `bash run.sh` there.

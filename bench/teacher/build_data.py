@@ -235,7 +235,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=16384)
     ap.add_argument("--mcq-train", type=int, default=60000)
     ap.add_argument("--cont-train", type=int, default=40000)
-    ap.add_argument("--facts", type=int, default=240)
+    ap.add_argument("--facts", type=int, default=60)
     ap.add_argument("--recall", type=int, default=100000, help="short recall rows (recall.npz)")
     ap.add_argument("--recall-values", default="mcq", choices=["mcq", "short"],
                     help="recall rows' values: drawn like the MCQ options (default) or run 7-8's short ones")

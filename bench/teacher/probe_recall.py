@@ -6,8 +6,9 @@ and, every 5 prints, the letter head's accuracy given the gold response (train.d
 
     python3 probe_recall.py --data DIR [--recall-steps 2500] [--full-steps 1500] [--layers 2]
 
-Seen on a 2-core box (PyTorch 2.15 CPU, ~4 steps/s): recall rows leave ln 4 after ~800 steps;
-the full rows from step 0 never do within ~2k (teacher.md, "A lead")."""
+Seen on a 2-core box (PyTorch 2.15 CPU, ~1-5 steps/s): recall rows leave ln 4 after ~400-800
+steps when lr x width is ~0.13 (128 wide at 1e-3, 512 at 2.5e-4) and stall at >= 0.26; the full
+rows from step 0 never do within ~2k (teacher.md, "A lead" and "Runs 7-9")."""
 import argparse
 import json
 import os

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The trained-teacher benchmark in one device command (issue 16), over what
 # bench/teacher/stage.sh staged (dlm-data built with --features cuda, the data, these scripts):
-#   1. train.py: the masked-diffusion teacher, TRAIN_SECONDS (290) on the GPU, saved as an HF
+#   1. train.py: the masked-diffusion teacher, TRAIN_SECONDS (460) on the GPU, saved as an HF
 #      checkpoint in $CKPT; held-out masked-token loss by mask ratio before/after (train.json)
 #   2. dlm-data distill loads it unchanged on CPU and CUDA (16 prompts, cpu_cuda.json)
 #   3. eval.py: every distill setting on the held-out prompts against exact (eval/table.md)
@@ -34,7 +34,7 @@ G128="--gen-length 128 --block-length 32 --steps 64"
 if has train; then
   echo "=== train $(date -u +%H:%M:%S)"
   if [ ! -f "$CKPT/model.safetensors" ]; then
-    python3 train.py --data data --out "$CKPT" --seconds "${TRAIN_SECONDS:-290}" --log "$out/train.json" ${TRAIN_ARGS:-} 2>&1 \
+    python3 train.py --data data --out "$CKPT" --seconds "${TRAIN_SECONDS:-460}" --log "$out/train.json" ${TRAIN_ARGS:-} 2>&1 \
       | grep -v Warning | tee "$out/train.log"
   fi
 fi
