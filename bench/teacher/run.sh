@@ -38,6 +38,10 @@ if has train; then
       | grep -v Warning | tee "$out/train.log"
   fi
 fi
+if [ ! -f "$CKPT/model.safetensors" ]; then
+  echo "no checkpoint in $CKPT (a fresh box? STEPS=\"$steps\" has no train step): nothing to evaluate" >&2
+  exit 3
+fi
 cp "$CKPT"/config.json "$CKPT"/tokenizer_config.json "$CKPT"/training.json "$out/" 2>/dev/null
 ls -la "$CKPT" | tee "$out/ckpt_ls.txt"
 if has quick; then
