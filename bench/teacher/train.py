@@ -381,18 +381,18 @@ def main_groups(a, data, sc, fills, step, G):
     return groups
 
 
-
 def param_groups(model, lr, lr_embed=0.0):
     """AdamW groups: the hidden matrices (weight decay 0.1, lr x 1), the embedding and LM head
     (decay 0.1, lr x lr_embed/lr: muP-style, the width-independent layers can take a larger lr
     than the hidden ones, whose lr has to fall with width for the option matching to start: a
-    CPU probe, teacher.md "Run 7"), and the norms (no decay)."""
+    CPU probe, teacher.md "Runs 7-9"), and the norms (no decay)."""
     io = {id(model.emb.weight), id(model.head.weight)}
     mult = (lr_embed / lr) if lr_embed else 1.0
     ps = list(model.parameters())
     return [{"params": [p for p in ps if p.dim() == 2 and id(p) not in io], "weight_decay": 0.1, "mult": 1.0},
             {"params": [p for p in ps if id(p) in io], "weight_decay": 0.1, "mult": mult},
             {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0, "mult": 1.0}]
+
 
 def main():
     ap = argparse.ArgumentParser()
