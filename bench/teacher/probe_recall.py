@@ -48,9 +48,7 @@ def main():
     m = train.Model(ckpt.config(vocab, a.hidden, 2 * a.hidden, a.layers, a.hidden // 64, 1, 64))
     if a.mimetic:
         m.mimetic_(a.mimetic)
-    opt = torch.optim.AdamW(train.param_groups(m, a.lr, a.lr_embed), lr=a.lr, betas=(0.9, 0.95))
-    for pg in opt.param_groups:
-        pg["lr"] = a.lr * pg["mult"]
+    opt = torch.optim.AdamW(train.param_groups(m, a.lr, a.lr_embed), betas=(0.9, 0.95))
     t0 = time.time()
     for step in range(a.recall_steps + a.full_steps + 1):
         phase = "recall" if step < a.recall_steps else "full"

@@ -272,10 +272,15 @@ class Data:
         mk[:, -1] = True
         return s.li[i], s.lk[i], mk
 
-
     def lookup(s, b, i=None):
         i = s.draw(b, s.n_train) if i is None else i
         return s.ki[i], s.kk[i], s.kmk[i]
+
+
+def rope_pos(keep):
+    """RoPE positions of left-padded rows: counted from each row's first real token (pads 0),
+    as distill lays a batch out."""
+    return (keep.long().cumsum(1) - 1).clamp(min=0)
 
 
 def sft(p, pk, r):
@@ -295,7 +300,7 @@ def masked_loss(model, ids, keep, mk, t, dev, gen):
     if keep_t is None:
         pos = torch.arange(ids.shape[1], device=dev).expand_as(ids)
     else:
-        pos = (keep_t.long().cumsum(1) - 1).clamp(min=0)
+        pos = rope_pos(keep_t)
     with torch.autocast(dev.split(":")[0], dtype=torch.bfloat16):
         h = model(x, pos, keep_t)
         logits = model.head(h[m])
@@ -341,12 +346,12 @@ def diagnostics(model, data, dev):
         ids, keep, _ = data.letters(len(i), i)
         x = ids.clone()
         x[:, -1] = ckpt.MASK_ID
-        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        pos = rope_pos(keep)
         lg = model.head(model(x, pos, keep)[:, -1]).float()[:, data.letter_ids]
         ok = data.letter_ids[lg.argmax(-1)] == data.letter[i]
         ids, keep, mk = data.mcq(len(i), 32, i)
         x = torch.where(mk, ckpt.MASK_ID, ids)
-        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        pos = rope_pos(keep)
         pred = model.head(model(x, pos, keep)[:, -32:]).argmax(-1)
         gold = ids[:, -32:]
         real = gold != ckpt.EOS_ID
@@ -354,7 +359,7 @@ def diagnostics(model, data, dev):
         whole = ((pred == gold) | ~real).all(1)
         # (3) matching in the MCQ's own context: the lookup row's letters, all masked at once
         ids, keep, mk = data.lookup(len(i), i)
-        pos = (keep.long().cumsum(1) - 1).clamp(min=0)
+        pos = rope_pos(keep)
         lk = model(torch.where(mk, ckpt.MASK_ID, ids), pos, keep)
         hit = (model.head(lk).argmax(-1) == ids) & mk
         match = hit.sum(1).float() / mk.sum(1).clamp(min=1)
@@ -385,13 +390,14 @@ def param_groups(model, lr, lr_embed=0.0):
     """AdamW groups: the hidden matrices (weight decay 0.1, lr x 1), the embedding and LM head
     (decay 0.1, lr x lr_embed/lr: muP-style, the width-independent layers can take a larger lr
     than the hidden ones, whose lr has to fall with width for the option matching to start: a
-    CPU probe, teacher.md "Runs 7-9"), and the norms (no decay)."""
+    CPU probe, teacher.md "Runs 7-9"), and the norms (no decay). Each group starts at lr x its
+    "mult"; a schedule rescales the peak by the same "mult"."""
     io = {id(model.emb.weight), id(model.head.weight)}
     mult = (lr_embed / lr) if lr_embed else 1.0
     ps = list(model.parameters())
-    return [{"params": [p for p in ps if p.dim() == 2 and id(p) not in io], "weight_decay": 0.1, "mult": 1.0},
-            {"params": [p for p in ps if id(p) in io], "weight_decay": 0.1, "mult": mult},
-            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0, "mult": 1.0}]
+    return [{"params": [p for p in ps if p.dim() == 2 and id(p) not in io], "weight_decay": 0.1, "mult": 1.0, "lr": lr},
+            {"params": [p for p in ps if id(p) in io], "weight_decay": 0.1, "mult": mult, "lr": lr * mult},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0, "mult": 1.0, "lr": lr}]
 
 
 def main():
@@ -452,7 +458,7 @@ def main():
     print(f"params {nparams / 1e6:.1f}M  config {json.dumps(c)}", flush=True)
     before = heldout_by_ratio(model, data, dev)
     print("held-out masked CE before training", before, flush=True)
-    opt = torch.optim.AdamW(param_groups(model, a.lr, a.lr_embed), lr=a.lr, betas=(0.9, 0.95),
+    opt = torch.optim.AdamW(param_groups(model, a.lr, a.lr_embed), betas=(0.9, 0.95),
                             **({"fused": True} if dev.startswith("cuda") else {}))
     sc = lambda n: max(1, int(n * a.scale))  # noqa: E731
     fills = [int(x) for x in a.mcq_fills.split(",")]
