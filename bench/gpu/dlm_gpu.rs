@@ -57,6 +57,9 @@ struct Gen {
     /// Approximate: none, prefix or dual.
     #[arg(long, default_value = "none")]
     cache: String,
+    /// Approximate: with a cache, every K-th step of a block is a full pass (distill's flag).
+    #[arg(long)]
+    cache_refresh: Option<usize>,
 }
 
 /// The engine, with the residual precision from `DLM_RESID` (bf16 by default, or f32).
@@ -181,7 +184,7 @@ fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
         ban_conf: vec![],
         threshold: g.threshold,
         cache: cache_mode(&g.cache)?,
-        cache_refresh: None,
+        cache_refresh: g.cache_refresh,
     })
 }
 
@@ -669,6 +672,9 @@ fn mode_name(p: &GenParams) -> String {
     if p.cache != CacheMode::None {
         m += &format!(" {}", p.cache.as_str());
     }
+    if let Some(k) = p.cache_refresh {
+        m += &format!(" refresh {k}");
+    }
     if let Some(t) = p.threshold {
         m += &format!(" threshold {t}");
     }
@@ -676,18 +682,24 @@ fn mode_name(p: &GenParams) -> String {
 }
 
 /// Positions run through the body over a generation of `steps_run` steps (per prompt): every
-/// step a full pass when exact; with a cache, a full pass per block and windows otherwise
-/// (torch_sampler_ref.py's count for dual).
+/// step a full pass when exact; with a cache, a full pass per block (and per refresh step under
+/// `--cache-refresh`) and windows otherwise (torch_sampler_ref.py's count for dual). Under
+/// `--threshold` the refresh count assumes the scheduled steps (an estimate).
 fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
     let s = (prompt_len + p.gen_length) as f64;
     let nb = p.gen_length / p.block_length;
-    let windows = steps_run.saturating_sub(nb) as f64;
+    let full = match p.cache_refresh {
+        Some(k) if p.cache != CacheMode::None => nb * p.steps_per_block().div_ceil(k.max(1)),
+        _ => nb,
+    }
+    .min(steps_run);
+    let windows = steps_run.saturating_sub(full) as f64;
     match p.cache {
         CacheMode::None => steps_run as f64 * s,
-        CacheMode::Dual => nb as f64 * s + windows * p.block_length as f64,
+        CacheMode::Dual => full as f64 * s + windows * p.block_length as f64,
         CacheMode::Prefix => {
             let avg = p.gen_length as f64 - (nb as f64 - 1.0) * p.block_length as f64 / 2.0;
-            nb as f64 * s + windows * avg
+            full as f64 * s + windows * avg
         }
     }
 }

@@ -12,7 +12,8 @@
 #        wg (the wgmma attention with Q in registers, DLM_ATTN=wg: teacher parity + hot profile; after `teacher`)
 #        wgab / wgbits (wgmma variants: parity + hot profiles / logits bit A-B against m2; after `teacher`)
 #        teacher (make the teacher-shaped random checkpoint) torch-parity profile bench approx
-#        approx-peaked torch-eager torch-compile torch-dual table.  Env: BATCHES (1,16,64), APPROX_BATCH (16).
+#        approx-peaked torch-eager torch-compile torch-dual table; bench-refresh (dual with
+#        --cache-refresh K for K in $REFRESH, default "4 8").  Env: BATCHES (1,16,64), APPROX_BATCH (16).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/out}; mkdir -p "$out"
@@ -119,6 +120,11 @@ PY
       DLM_GEMM_TUNE=1 clocks dlm_tune ./dlm-gpu bench --teacher $T --batches $B --out "$out/bench_dlm_tune.json" ;;
     bench-dual)
       ./dlm-gpu bench --teacher $T --batches $B --cache dual --out "$out/bench_dlm_dual.json" ;;
+    bench-refresh)
+      # The stage-3 recommendation (bench/results/teacher.md, run 10): dual, refreshed every K.
+      for k in ${REFRESH:-4 8}; do
+        ./dlm-gpu bench --teacher $T --batches $B --cache dual --cache-refresh $k --out "$out/bench_dlm_dual_r$k.json"
+      done ;;
     bench-prefix)
       ./dlm-gpu bench --teacher $T --batches $B --cache prefix --out "$out/bench_dlm_prefix.json" ;;
     approx)
