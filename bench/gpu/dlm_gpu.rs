@@ -683,16 +683,16 @@ fn mode_name(p: &GenParams) -> String {
 
 /// Positions run through the body over a generation of `steps_run` steps (per prompt): every
 /// step a full pass when exact; with a cache, a full pass per block (and per refresh step under
-/// `--cache-refresh`) and windows otherwise (torch_sampler_ref.py's count for dual). Under
-/// `--threshold` the refresh count assumes the scheduled steps (an estimate).
+/// `--cache-refresh`: the engine's own `full_pass_at`) and windows otherwise
+/// (torch_sampler_ref.py's count for dual). Under `--threshold` the full passes are counted
+/// over the scheduled steps (an estimate).
 fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
     let s = (prompt_len + p.gen_length) as f64;
     let nb = p.gen_length / p.block_length;
-    let full = match p.cache_refresh {
-        Some(k) if p.cache != CacheMode::None => nb * p.steps_per_block().div_ceil(k.max(1)),
-        _ => nb,
-    }
-    .min(steps_run);
+    let per_block = (0..p.steps_per_block())
+        .filter(|&i| p.full_pass_at(i))
+        .count();
+    let full = (nb * per_block).min(steps_run);
     let windows = steps_run.saturating_sub(full) as f64;
     match p.cache {
         CacheMode::None => steps_run as f64 * s,
