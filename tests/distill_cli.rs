@@ -186,8 +186,14 @@ fn commits(part: &Path) -> usize {
 
 #[test]
 fn kill_9_resume_and_shards_are_byte_identical() {
+    // Continuous batching (windows of 4 prompts: 9 units), then fixed batches (18 units).
+    kill_resume_shards(&["--window-prompts", "4"], 9);
+    kill_resume_shards(&["--no-early-exit"], 18);
+}
+
+fn kill_resume_shards(mode: &[&str], units: usize) {
     let s = setup(36);
-    let args = [
+    let mut args = vec![
         "--batch-size",
         "2",
         "--gen-length",
@@ -201,6 +207,7 @@ fn kill_9_resume_and_shards_are_byte_identical() {
         "--seed",
         "3",
     ];
+    args.extend_from_slice(mode);
     let full = s.dir.join("full.json");
     ok(&distill(teacher_dir(), &s.prompts, &full, &args));
     let want = std::fs::read(&full).unwrap();
@@ -228,7 +235,7 @@ fn kill_9_resume_and_shards_are_byte_identical() {
     let done = commits(&part);
     assert!(done >= 2);
     if !out.exists() {
-        assert!(done < 18, "killed before the end");
+        assert!(done < units, "killed before the end");
     }
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
@@ -240,12 +247,12 @@ fn kill_9_resume_and_shards_are_byte_identical() {
     drop(f);
     ok(&distill(teacher_dir(), &s.prompts, &out, &args));
     assert_eq!(std::fs::read(&out).unwrap(), want, "resumed run differs");
-    assert_eq!(commits(&part), 18, "no batch committed twice");
+    assert_eq!(commits(&part), units, "no unit committed twice");
     // Rerun with the same arguments: nothing to do, same bytes.
     ok(&distill(teacher_dir(), &s.prompts, &out, &args));
     assert_eq!(std::fs::read(&out).unwrap(), want);
     // Different arguments against the same parts are refused.
-    let mut other = args.to_vec();
+    let mut other = args.clone();
     other[9] = "4";
     fails(
         &distill(teacher_dir(), &s.prompts, &out, &other),
@@ -257,7 +264,7 @@ fn kill_9_resume_and_shards_are_byte_identical() {
     let sharded = s.dir.join("sharded.json");
     for i in 0..3 {
         let sh = format!("{i}/3");
-        let mut a = args.to_vec();
+        let mut a = args.clone();
         a.extend(["--shard", &sh]);
         ok(&distill(teacher_dir(), &s.prompts, &sharded, &a));
         assert!(!sharded.exists(), "workers do not finalise");
@@ -479,4 +486,115 @@ fn approximate_modes_are_opt_in_and_recorded() {
         "GPU only",
     );
     assert!(!bad.exists());
+}
+
+fn response_ids(path: &Path) -> Vec<Vec<u64>> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["response_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect()
+        })
+        .collect()
+}
+
+fn summary(o: &Output) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "--json prints one line: {out}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+/// Early exit + continuous batching give the records of a full decode in fixed batches, byte
+/// for byte, at temperature 0 and 1, exact and --threshold; and a record never depends on its
+/// batch peers: every batch size gives the same bytes, with early exit or without.
+#[test]
+fn early_exit_records_equal_full_decode_at_every_batch_size() {
+    let s = setup(24);
+    let base = ["--gen-length", "16", "--block-length", "4", "--steps", "16"];
+    // The random teacher seldom emits EOS: make its most frequent token an EoT, so that rows
+    // stop at every block.
+    let probe = s.dir.join("probe.json");
+    let mut a = base.to_vec();
+    a.push("--no-early-exit");
+    ok(&distill(teacher_dir(), &s.prompts, &probe, &a));
+    let mut freq = std::collections::BTreeMap::<u64, usize>::new();
+    for ids in response_ids(&probe) {
+        for t in ids {
+            *freq.entry(t).or_default() += 1;
+        }
+    }
+    let eot = freq
+        .iter()
+        .max_by_key(|(t, n)| (**n, u64::MAX - **t))
+        .unwrap()
+        .0
+        .to_string();
+    let mut saw_early = 0u64;
+    for (i, mode) in [
+        vec!["--temperature", "0"],
+        vec!["--temperature", "1", "--seed", "5"],
+        vec!["--threshold", "0.3"],
+        vec!["--threshold", "0.3", "--temperature", "1"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut args = base.to_vec();
+        args.extend_from_slice(mode);
+        args.extend(["--eot-id", &eot]);
+        let run = |name: &str, extra: &[&str]| -> (Vec<u8>, Output) {
+            let out = s.dir.join(format!("{i}-{name}.json"));
+            let mut a = args.clone();
+            a.extend_from_slice(extra);
+            a.push("--json");
+            let o = distill(teacher_dir(), &s.prompts, &out, &a);
+            ok(&o);
+            (std::fs::read(&out).unwrap(), o)
+        };
+        let (want, full) = run("fixed-b3", &["--no-early-exit", "--batch-size", "3"]);
+        assert_eq!(summary(&full)["rows_finished_early"], 0);
+        for b in ["1", "8"] {
+            let (got, _) = run(
+                &format!("fixed-b{b}"),
+                &["--no-early-exit", "--batch-size", b],
+            );
+            assert!(
+                got == want,
+                "mode {mode:?}: --no-early-exit --batch-size {b} differs"
+            );
+        }
+        for (b, w) in [("3", "24"), ("1", "5"), ("8", "7")] {
+            let (got, o) = run(
+                &format!("early-b{b}"),
+                &["--batch-size", b, "--window-prompts", w],
+            );
+            assert!(
+                got == want,
+                "mode {mode:?}: early exit at --batch-size {b} differs"
+            );
+            let j = summary(&o);
+            assert_eq!(j["early_exit"], true);
+            assert_eq!(j["generated"], 24);
+            let early = j["rows_finished_early"].as_u64().unwrap();
+            saw_early += early;
+            let (run_, full_) = (
+                j["row_forward_passes"].as_u64().unwrap(),
+                j["row_forward_passes_full"].as_u64().unwrap(),
+            );
+            assert!(run_ <= full_, "{j}");
+            assert_eq!(
+                early > 0,
+                j["forward_passes_saved"].as_u64().unwrap() > 0,
+                "{j}"
+            );
+        }
+    }
+    assert!(saw_early > 0, "the EoT {eot} never stopped a row early");
 }

@@ -10,11 +10,13 @@
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
+pub mod fingerprint;
 pub mod limits;
 pub mod mcq;
 pub mod output;
 pub mod plan;
 pub mod prompts;
+pub mod record;
 pub mod run;
 pub mod sampler;
 
@@ -122,6 +124,22 @@ pub struct DistillArgs {
     /// given.
     #[arg(long, value_name = "GIB")]
     pub max_batch_memory: Option<u64>,
+    /// Decode every block of every row, in fixed batches (the schedule before early exit; for
+    /// comparisons). By default a row stops as soon as an EOS/EoT is committed with every
+    /// position before it committed — its record cannot change after that — and its slot is
+    /// refilled with the next prompt (continuous batching). Records are the same either way.
+    #[arg(long)]
+    pub no_early_exit: bool,
+    /// Prompts per continuous-batching window (default: 16 × --batch-size). A window is
+    /// scheduled from an empty batch to an empty batch and committed whole: the unit of resume
+    /// and of --shard ownership. Smaller windows commit more often; larger ones keep the batch
+    /// full longer. Recorded in the resume fingerprint.
+    #[arg(long, value_name = "N", value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_TOKENS))]
+    pub window_prompts: Option<usize>,
+    /// Print one line of JSON on stdout at the end: prompts, timings, rows finished early,
+    /// mean blocks decoded, forward passes saved, MCQ accuracy.
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl DistillArgs {
@@ -134,6 +152,12 @@ impl DistillArgs {
 }
 
 impl DistillArgs {
+    /// `--window-prompts`, else 16 batches' worth.
+    pub fn window_prompts(&self) -> usize {
+        self.window_prompts
+            .unwrap_or_else(|| plan::window_prompts(self.batch_size()))
+    }
+
     /// `--max-batch-memory` (else the device's default) in bytes; a usage error when 0 or
     /// beyond 2^64 bytes.
     pub fn batch_memory_bytes(&self) -> anyhow::Result<u64> {

@@ -5,6 +5,7 @@
 //! Length bucketing: prompts are taken in file order in windows of `batch_size × WINDOW_BATCHES`;
 //! inside a window they are sorted by (token length, file order) and cut into batches of
 //! `batch_size`, so left padding stays small while the plan stays local and deterministic.
+//! With early exit (the default) a whole sorting window is one unit: see [`windows`].
 
 /// Batches per sorting window.
 pub const WINDOW_BATCHES: usize = 16;
@@ -41,6 +42,29 @@ pub fn plan_within(
         }
     }
     out
+}
+
+/// Prompts per continuous-batching window at `batch_size` rows in flight.
+pub fn window_prompts(batch_size: usize) -> usize {
+    batch_size.max(1).saturating_mul(WINDOW_BATCHES)
+}
+
+/// The continuous-batching plan: sorting windows as in [`plan`] (prompts in file order,
+/// `window` at a time — by default [`window_prompts`] — each sorted by (token length, file
+/// order)), each
+/// scheduled whole — from an empty batch to an empty batch, finished rows refilled from the
+/// window's queue in that order — and committed whole. A window is the unit of resume and of
+/// `--shard` ownership, so a record depends only on its window, never on the worker count or
+/// the resume point.
+pub fn windows(lengths: &[usize], window: usize) -> Vec<Vec<usize>> {
+    let idx: Vec<usize> = (0..lengths.len()).collect();
+    idx.chunks(window.max(1))
+        .map(|w| {
+            let mut w = w.to_vec();
+            w.sort_by_key(|&i| (lengths[i], i));
+            w
+        })
+        .collect()
 }
 
 /// Padding tokens the plan adds (for the log): Σ over batches of (max len − len).

@@ -1,19 +1,25 @@
-//! The `distill` command's driver: teacher + prompts + plan → committed batches → finalised
-//! output, resumable and shardable (see [`super::output`] for the part layout).
+//! The `distill` command's driver, as named steps: [`setup`] (teacher, sampler settings, limits)
+//! → [`encode_prompts`] → [`plan_units`] (continuous-batching windows, or fixed batches with
+//! `--no-early-exit`) → [`open_output`] (part file, resume state) → per unit [`decode_unit`] →
+//! [`answer_unit`] → [`unit_records`] → commit → [`finish`] (summary, finalisation). Resumable
+//! and shardable by unit (see [`super::output`] for the part layout).
 
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use rayon::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use super::fingerprint::{fingerprint, gen_json};
 use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
-use super::prompts::{read_prompts, PromptItem, PROVENANCE_FIELDS};
-use super::sampler::generate;
+use super::prompts::{read_prompts, PromptItem};
+use super::record::record;
+use super::sampler::{generate, generate_row};
 use super::{plan, rng, DistillArgs};
+use crate::sampling::early_exit::{ExitStats, RowOut, RowSchedule};
 use crate::sampling::finite::NonFiniteLogit;
 use crate::sampling::GenParams;
 use crate::teacher::{Teacher, TeacherBackend, TeacherOptions};
@@ -79,169 +85,6 @@ fn cuda_backend(
     crate::gpu::backend::open(device, teacher, r, gemm_plans)
 }
 
-/// Environment switches of the GPU engine (src/gpu/engine) that change its numerics.
-const GPU_ENV_SWITCHES: &[&str] = &[
-    "DLM_ATTN",
-    "DLM_GEMM_TUNE",
-    "DLM_TAIL_ROWS",
-    "DLM_FOLD_NORM",
-];
-
-/// The GPU-only fingerprint fields: the residual precision, the kernels' source identity,
-/// `--gemm-tune` (when on), and the engine's debugging/experimental switches that change its
-/// numerics (only those set, from `env`).
-fn gpu_fields(
-    fp: &mut Value,
-    residual: &str,
-    kernels: Option<String>,
-    gemm_tune: bool,
-    env: impl Fn(&str) -> Option<String>,
-) {
-    fp["gpu_residual"] = json!(residual);
-    if let Some(id) = kernels {
-        fp["gpu_kernels"] = json!(id);
-    }
-    if gemm_tune {
-        fp["gemm_tune"] = json!(true);
-    }
-    let set: serde_json::Map<String, Value> = GPU_ENV_SWITCHES
-        .iter()
-        .filter_map(|k| env(k).map(|v| (k.to_string(), json!(v))))
-        .collect();
-    if !set.is_empty() {
-        fp["gpu_env"] = Value::Object(set);
-    }
-}
-
-/// The GPU kernels' source identity (none in a build without the `cuda` feature, which
-/// refuses `--device cuda` before any fingerprint).
-#[cfg(feature = "cuda")]
-fn kernels_id() -> Option<String> {
-    Some(crate::gpu::nvrtc::kernels_id())
-}
-#[cfg(not(feature = "cuda"))]
-fn kernels_id() -> Option<String> {
-    None
-}
-
-/// Everything that determines the output bytes; a resume must match it exactly.
-fn fingerprint(
-    args: &DistillArgs,
-    teacher: &Teacher,
-    params: &GenParams,
-    prompts_sha256: &str,
-    n_prompts: usize,
-) -> Value {
-    let mut fp = json!({
-        "tool": format!("dlm-data {}", env!("CARGO_PKG_VERSION")),
-        "prompts_sha256": prompts_sha256,
-        "limit": args.limit,
-        "prompts": n_prompts,
-        "teacher_weights_sha256": teacher.identity.weights_sha256,
-        "teacher_config_sha256": teacher.identity.config_sha256,
-        "tokenizer_sha256": crate::util::sha256_file(&teacher.dir.join("tokenizer.json")).ok(),
-        "gen": gen_json(params),
-        "batch_size": args.batch_size(),
-        "mask_id": params.mask_id,
-        "pad_id": teacher.pad_id,
-        "logits_shift": teacher.logits_shift,
-        "chat_template": teacher.tokenizer.chat_template.is_some() && !args.no_chat_template,
-        "logits_eos_inf": params.logits_eos_inf,
-        "confidence_eos_eot_inf": params.confidence_eos_eot_inf,
-        "eos_ids": params.eos_ids,
-        "eot_ids": params.eot_ids,
-        "answer_template": ANSWER_TEMPLATE,
-        // cpu and cuda round differently: one output is never resumed on the other.
-        "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
-    });
-    // Fields that change which prompts run or how they batch; recorded only when set, so
-    // runs without them keep their fingerprint (and stay resumable).
-    if args.skip_too_long {
-        fp["skip_too_long"] = json!(true);
-    }
-    if let Some(g) = args.max_batch_memory {
-        fp["max_batch_memory_gib"] = json!(g);
-    }
-    if args.device != "cpu" {
-        gpu_fields(
-            &mut fp,
-            &args.gpu_residual,
-            kernels_id(),
-            args.gemm_tune,
-            |k| std::env::var(k).ok(),
-        );
-    }
-    fp
-}
-
-fn gen_json(p: &GenParams) -> Value {
-    let mut g = json!({
-        "gen_length": p.gen_length,
-        "block_length": p.block_length,
-        "steps": p.steps,
-        "temperature": p.temperature,
-        "remasking": p.remasking.as_str(),
-        "seed": p.seed,
-    });
-    // Approximate modes are recorded where they apply (exact records keep their old shape).
-    if p.approximate() {
-        g["approximate"] = json!({
-            "threshold": p.threshold,
-            "cache": p.cache.as_str(),
-        });
-        if let Some(k) = p.cache_refresh {
-            g["approximate"]["cache_refresh"] = json!(k);
-        }
-    }
-    g
-}
-
-fn letters_map(v: &[(String, f64)]) -> Value {
-    Value::Object(v.iter().map(|(k, p)| (k.clone(), json!(p))).collect())
-}
-
-/// The distilled.json record of one prompt (contract item 6, plus `stop`).
-#[allow(clippy::too_many_arguments)]
-fn record(
-    item: &PromptItem,
-    response: String,
-    response_ids: &[u32],
-    stopped: bool,
-    answer: Option<&Answer>,
-    gen: &Value,
-    teacher: &Value,
-) -> Result<String> {
-    let mut r = Map::new();
-    r.insert("id".into(), json!(item.id));
-    for (k, v) in PROVENANCE_FIELDS.iter().zip(&item.provenance) {
-        r.insert((*k).into(), v.clone());
-    }
-    r.insert("prompt".into(), json!(item.prompt));
-    r.insert("response".into(), json!(response));
-    r.insert("response_ids".into(), json!(response_ids));
-    r.insert("stop".into(), json!(if stopped { "eos" } else { "length" }));
-    r.insert("answer".into(), json!(answer.map(|a| &a.letter)));
-    r.insert(
-        "answer_probs".into(),
-        answer.map_or(Value::Null, |a| letters_map(&a.probs)),
-    );
-    r.insert(
-        "answer_logprobs".into(),
-        answer.map_or(Value::Null, |a| letters_map(&a.logprobs)),
-    );
-    r.insert("gold".into(), json!(item.gold));
-    r.insert(
-        "correct".into(),
-        match (answer, &item.gold) {
-            (Some(a), Some(g)) => json!(&a.letter == g),
-            _ => Value::Null,
-        },
-    );
-    r.insert("gen".into(), gen.clone());
-    r.insert("teacher".into(), teacher.clone());
-    Ok(serde_json::to_string(&Value::Object(r))?)
-}
-
 fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(
@@ -255,7 +98,16 @@ fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
     pb
 }
 
-pub fn run(args: DistillArgs) -> Result<()> {
+/// What [`setup`] resolves before any prompt is read.
+struct Setup {
+    slice: WorkerSlice,
+    budget: u64,
+    teacher: Teacher,
+    params: GenParams,
+}
+
+/// Flags checked, teacher opened, sampler settings validated: every usage error before work.
+fn setup(args: &DistillArgs) -> Result<Setup> {
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
     if args.batch_size() == 0 {
         return Err(crate::error::usage("--batch-size must be > 0"));
@@ -312,12 +164,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
             params.cache.as_str()
         );
     }
-    let shape = ForwardShape {
-        cfg: &teacher.config,
-        cpu: args.device == "cpu",
-        block_length: params.block_length,
-        steps_per_block: params.steps_per_block(),
-    };
+    let shape = shape_of(args, &teacher, &params);
     // The settings alone, with a one-token prompt: an absurd --gen-length/--steps is a usage
     // error before any prompt is read.
     if let Some(why) = limits::too_long(&shape, params.gen_length.checked_add(1), budget) {
@@ -332,13 +179,41 @@ pub fn run(args: DistillArgs) -> Result<()> {
             "--eot-id {bad} is out of range for vocab_size {v}"
         )));
     }
+    Ok(Setup {
+        slice,
+        budget,
+        teacher,
+        params,
+    })
+}
 
+fn shape_of<'a>(args: &DistillArgs, teacher: &'a Teacher, params: &GenParams) -> ForwardShape<'a> {
+    ForwardShape {
+        cfg: &teacher.config,
+        cpu: args.device == "cpu",
+        block_length: params.block_length,
+        steps_per_block: params.steps_per_block(),
+    }
+}
+
+/// The prompts to run, encoded: items and their ids (too-long ones dropped or refused), the
+/// answer template's ids, and how many were skipped.
+struct Encoded {
+    items: Vec<PromptItem>,
+    ids: Vec<Vec<u32>>,
+    template_ids: Vec<u32>,
+    letter_ids: Vec<u32>,
+    mcq: bool,
+    skipped: usize,
+}
+
+fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
     let mut items = read_prompts(&args.prompts)?;
     if let Some(n) = args.limit {
         items.truncate(n);
     }
     let use_template = !args.no_chat_template;
-    let tok = &teacher.tokenizer;
+    let tok = &s.teacher.tokenizer;
     let ids: Vec<Vec<u32>> = items
         .par_iter()
         .map(|it| {
@@ -359,13 +234,14 @@ pub fn run(args: DistillArgs) -> Result<()> {
         );
     }
     let template_ids = tok.encode(ANSWER_TEMPLATE)?;
+    let shape = shape_of(args, &s.teacher, &s.params);
     let (items, ids, skipped) = drop_too_long(
         items,
         ids,
-        &args,
+        args,
         &shape,
-        budget,
-        params.gen_length,
+        s.budget,
+        s.params.gen_length,
         template_ids.len() + 1,
     )?;
     let mcq = items.iter().any(|i| i.options.is_some());
@@ -375,188 +251,400 @@ pub fn run(args: DistillArgs) -> Result<()> {
     } else {
         vec![]
     };
-    let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
-    // Positions a batch's longest prompt needs (the MCQ answer slot included when any).
-    let extra = params
-        .gen_length
-        .saturating_add(if mcq { template_ids.len() + 1 } else { 0 });
-    let batches = plan::plan_within(&lengths, args.batch_size(), |rows, longest| {
-        limits::fits(&shape, rows, longest.saturating_add(extra), budget)
-    });
+    Ok(Encoded {
+        items,
+        ids,
+        template_ids,
+        letter_ids,
+        mcq,
+        skipped,
+    })
+}
 
+/// Positions a unit's longest prompt needs beyond itself (the MCQ answer slot when any).
+fn extra_positions(p: &GenParams, e: &Encoded) -> usize {
+    p.gen_length
+        .saturating_add(if e.mcq { e.template_ids.len() + 1 } else { 0 })
+}
+
+/// The units of work (each committed whole): continuous-batching windows, or with
+/// `--no-early-exit` the fixed batches.
+fn plan_units(args: &DistillArgs, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
+    let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
+    if !args.no_early_exit {
+        return plan::windows(&lengths, args.window_prompts());
+    }
+    let shape = shape_of(args, &s.teacher, &s.params);
+    let extra = extra_positions(&s.params, e);
+    plan::plan_within(&lengths, args.batch_size(), |rows, longest| {
+        limits::fits(&shape, rows, longest.saturating_add(extra), s.budget)
+    })
+}
+
+/// This worker's part file, opened or resumed, and the units still to do.
+struct Output {
+    writer: PartWriter,
+    discard: output::DiscardIfEmpty,
+    own: std::path::PathBuf,
+    mine: Vec<usize>,
+    todo: Vec<usize>,
+}
+
+fn open_output(args: &DistillArgs, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> Result<Output> {
     let prompts_sha256 = crate::util::sha256_file(&args.prompts)?;
-    let fp = fingerprint(&args, &teacher, &params, &prompts_sha256, items.len());
-    let hdr = output::header(slice, batches.len(), items.len(), &fp);
-    let own = output::part_path(&args.out, slice);
-    let mut writer = PartWriter::open(&own, &hdr)?;
-    let mut discard = output::DiscardIfEmpty::new(&writer);
+    let fp = fingerprint(args, &s.teacher, &s.params, &prompts_sha256, e.items.len());
+    let hdr = output::header(s.slice, units.len(), e.items.len(), &fp);
+    let own = output::part_path(&args.out, s.slice);
+    let writer = PartWriter::open(&own, &hdr)?;
+    let discard = output::DiscardIfEmpty::new(&writer);
     let mut skip = writer.done.clone();
-    if slice.is_whole() {
+    if s.slice.is_whole() {
         skip.extend(output::committed_elsewhere(
             &output::parts_dir(&args.out),
             &hdr,
             &own,
         )?);
     }
-    let mine: Vec<usize> = (0..batches.len()).filter(|&k| slice.owns(k)).collect();
+    let mine: Vec<usize> = (0..units.len()).filter(|&k| s.slice.owns(k)).collect();
     let todo: Vec<usize> = mine.iter().copied().filter(|k| !skip.contains(k)).collect();
-    let owned_prompts: usize = mine.iter().map(|&k| batches[k].len()).sum();
-    let todo_prompts: usize = todo.iter().map(|&k| batches[k].len()).sum();
-    tracing::info!(
-        "distill {}: {} prompts ({} MCQ) in {} batches; worker {slice} owns {} batches, {} to do \
-         (padding {} tokens); teacher {} (weights sha256 {})",
-        args.prompts.display(),
-        items.len(),
-        items.iter().filter(|i| i.options.is_some()).count(),
-        batches.len(),
-        mine.len(),
-        todo.len(),
-        plan::padding(&lengths, &batches),
-        teacher.dir.display(),
-        &teacher.identity.weights_sha256[..12],
-    );
+    Ok(Output {
+        writer,
+        discard,
+        own,
+        mine,
+        todo,
+    })
+}
 
-    let gen = gen_json(&params);
-    let teacher_json = serde_json::to_value(&teacher.identity)?;
-    let stop_ids: Vec<u32> = params
+/// Generate one unit's rows: each prompt's [`RowOut`] in unit order, and the batch forward
+/// passes run.
+fn decode_unit(
+    be: &mut dyn TeacherBackend,
+    args: &DistillArgs,
+    s: &Setup,
+    e: &Encoded,
+    unit: &[usize],
+    stop_ids: &[u32],
+) -> Result<(Vec<RowOut>, usize)> {
+    let p = &s.params;
+    let t = &s.teacher;
+    let prompts: Vec<&[u32]> = unit.iter().map(|&i| e.ids[i].as_slice()).collect();
+    let keys: Vec<u64> = unit
+        .iter()
+        .map(|&i| rng::prompt_key(&e.items[i].id))
+        .collect();
+    let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &args.prompts);
+    if args.no_early_exit {
+        let out =
+            generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
+        let full = super::sampler::block_rule_steps(p, p.gen_length - 1);
+        let rows = out
+            .into_iter()
+            .map(|gen| RowOut {
+                gen,
+                steps: full,
+                blocks: p.num_blocks(),
+                early: false,
+                block_rule_steps: None,
+            })
+            .collect();
+        return Ok((rows, full));
+    }
+    // --logits-eos-inf: EOS is never chosen, so rows never finish early.
+    let stop = (!p.logits_eos_inf).then_some(stop_ids);
+    let shape = shape_of(args, t, p);
+    let extra = extra_positions(p, e);
+    let fits = |rows: usize, longest: usize| {
+        limits::fits(&shape, rows, longest.saturating_add(extra), s.budget)
+    };
+    let sched = RowSchedule {
+        slots: args.batch_size(),
+        fits: &fits,
+        stop_ids: stop,
+    };
+    if let Some(r) = be.generate_rows(p, &prompts, &keys, t.pad_id, t.logits_shift, &sched) {
+        return r.map_err(named);
+    }
+    let mut rows = Vec::with_capacity(unit.len());
+    for (r, q) in prompts.iter().enumerate() {
+        let out = generate_row(be, p, q, keys[r], t.logits_shift, stop)
+            .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &args.prompts))?;
+        rows.push(out);
+    }
+    let steps = rows.iter().map(|r| r.steps).sum();
+    Ok((rows, steps))
+}
+
+/// Each row's response: the generated span cut at its first EOS/EoT, and whether it stopped.
+fn cut<'a>(rows: &'a [RowOut], stop_ids: &[u32]) -> Vec<(&'a [u32], bool)> {
+    rows.iter()
+        .map(|r| match r.gen.iter().position(|t| stop_ids.contains(t)) {
+            Some(e) => (&r.gen[..e], true),
+            None => (&r.gen[..], false),
+        })
+        .collect()
+}
+
+/// The MCQ answers of a unit's rows (None for free-text prompts): the letter slot after each
+/// response, in batches of at most `--batch-size` rows in unit order.
+fn answer_unit(
+    be: &mut dyn TeacherBackend,
+    args: &DistillArgs,
+    s: &Setup,
+    e: &Encoded,
+    unit: &[usize],
+    cuts: &[(&[u32], bool)],
+) -> Result<Vec<Option<Answer>>> {
+    let t = &s.teacher;
+    let mcq_rows: Vec<usize> = (0..unit.len())
+        .filter(|&r| e.items[unit[r]].options.is_some())
+        .collect();
+    let mut answer_of: Vec<Option<Answer>> = vec![None; unit.len()];
+    for chunk in mcq_rows.chunks(args.batch_size()) {
+        let contexts: Vec<Vec<u32>> = chunk
+            .iter()
+            .map(|&r| [e.ids[unit[r]].as_slice(), cuts[r].0, &e.template_ids].concat())
+            .collect();
+        let n_opts: Vec<usize> = chunk
+            .iter()
+            .map(|&r| e.items[unit[r]].options.as_ref().map_or(0, Vec::len))
+            .collect();
+        let answers = answer_batch(
+            be,
+            &contexts,
+            &n_opts,
+            &e.letter_ids,
+            t.mask_id,
+            t.pad_id,
+            t.logits_shift,
+        )
+        .map_err(|err| {
+            let rows: Vec<usize> = chunk.iter().map(|&r| unit[r]).collect();
+            name_prompt(err, &rows, &e.items, &args.prompts)
+        })
+        .context("MCQ answers")?;
+        for (&r, a) in chunk.iter().zip(answers) {
+            answer_of[r] = Some(a);
+        }
+    }
+    Ok(answer_of)
+}
+
+/// The unit's records in unit order, and (correct, with gold) MCQ counts.
+fn unit_records(
+    s: &Setup,
+    e: &Encoded,
+    unit: &[usize],
+    cuts: &[(&[u32], bool)],
+    answers: &[Option<Answer>],
+    gen: &Value,
+    teacher_json: &Value,
+) -> Result<(Vec<String>, (usize, usize))> {
+    let mut correct = (0usize, 0usize);
+    let mut records = Vec::with_capacity(unit.len());
+    for (r, &i) in unit.iter().enumerate() {
+        let (resp, stopped) = cuts[r];
+        let text = s.teacher.tokenizer.decode(resp)?;
+        if let (Some(a), Some(g)) = (&answers[r], &e.items[i].gold) {
+            correct.1 += 1;
+            correct.0 += usize::from(&a.letter == g);
+        }
+        records.push(record(
+            &e.items[i],
+            text,
+            resp,
+            stopped,
+            answers[r].as_ref(),
+            gen,
+            teacher_json,
+        )?);
+    }
+    Ok((records, correct))
+}
+
+/// What this worker did (the summary line and `--json`).
+#[derive(Default)]
+struct Tally {
+    prompts: usize,
+    correct: (usize, usize),
+    exit: ExitStats,
+}
+
+pub fn run(args: DistillArgs) -> Result<()> {
+    let s = setup(&args)?;
+    let e = encode_prompts(&args, &s)?;
+    let units = plan_units(&args, &s, &e);
+    let mut o = open_output(&args, &s, &e, &units)?;
+    let owned_prompts: usize = o.mine.iter().map(|&k| units[k].len()).sum();
+    let todo_prompts: usize = o.todo.iter().map(|&k| units[k].len()).sum();
+    let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
+    tracing::info!(
+        "distill {}: {} prompts ({} MCQ) in {} {}; worker {} owns {}, {} to do{}; teacher {} \
+         (weights sha256 {})",
+        args.prompts.display(),
+        e.items.len(),
+        e.items.iter().filter(|i| i.options.is_some()).count(),
+        units.len(),
+        if args.no_early_exit {
+            "fixed batches"
+        } else {
+            "windows (continuous batching, early exit at EOS)"
+        },
+        s.slice,
+        o.mine.len(),
+        o.todo.len(),
+        if args.no_early_exit {
+            format!(" (padding {} tokens)", plan::padding(&lengths, &units))
+        } else {
+            String::new()
+        },
+        s.teacher.dir.display(),
+        &s.teacher.identity.weights_sha256[..12],
+    );
+    let gen = gen_json(&s.params);
+    let teacher_json = serde_json::to_value(&s.teacher.identity)?;
+    let stop_ids: Vec<u32> = s
+        .params
         .eos_ids
         .iter()
-        .chain(&params.eot_ids)
+        .chain(&s.params.eot_ids)
         .copied()
         .collect();
     let pb = progress_bar(owned_prompts as u64, (owned_prompts - todo_prompts) as u64);
     let start = Instant::now();
-    let mut backend = if todo.is_empty() {
+    let mut backend = if o.todo.is_empty() {
         None
     } else {
         // --gemm-tune: the tuned GEMM choices live beside this worker's part, so its resume
         // reuses them.
         let plans = args
             .gemm_tune
-            .then(|| output::gemm_plans_path(&args.out, slice));
+            .then(|| output::gemm_plans_path(&args.out, s.slice));
         Some(backend(
             &args.device,
-            &teacher,
+            &s.teacher,
             &args.gpu_residual,
             plans.as_deref(),
         )?)
     };
-    let mut generated = 0usize;
-    let mut correct = (0usize, 0usize);
-    for &k in &todo {
+    let mut tally = Tally::default();
+    let full_steps = super::sampler::block_rule_steps(&s.params, s.params.gen_length - 1);
+    for &k in &o.todo.clone() {
         let be = backend.as_mut().expect("backend for work").as_mut();
-        let batch = &batches[k];
-        let prompts: Vec<&[u32]> = batch.iter().map(|&i| ids[i].as_slice()).collect();
-        let keys: Vec<u64> = batch
-            .iter()
-            .map(|&i| rng::prompt_key(&items[i].id))
-            .collect();
-        let out = generate(
-            be,
-            &params,
-            &prompts,
-            &keys,
-            teacher.pad_id,
-            teacher.logits_shift,
-            None,
-        )
-        .map_err(|e| name_prompt(e, batch, &items, &args.prompts))
-        .with_context(|| format!("batch {k}"))?;
-        // Responses end at the first EOS/EoT.
-        let cut: Vec<(&[u32], bool)> = out
-            .iter()
-            .map(|g| match g.iter().position(|t| stop_ids.contains(t)) {
-                Some(e) => (&g[..e], true),
-                None => (&g[..], false),
-            })
-            .collect();
-        let mcq_rows: Vec<usize> = (0..batch.len())
-            .filter(|&r| items[batch[r]].options.is_some())
-            .collect();
-        let contexts: Vec<Vec<u32>> = mcq_rows
-            .iter()
-            .map(|&r| [prompts[r], cut[r].0, &template_ids].concat())
-            .collect();
-        let n_opts: Vec<usize> = mcq_rows
-            .iter()
-            .map(|&r| items[batch[r]].options.as_ref().map_or(0, Vec::len))
-            .collect();
-        let answers = answer_batch(
-            be,
-            &contexts,
-            &n_opts,
-            &letter_ids,
-            teacher.mask_id,
-            teacher.pad_id,
-            teacher.logits_shift,
-        )
-        .map_err(|e| {
-            let rows: Vec<usize> = mcq_rows.iter().map(|&r| batch[r]).collect();
-            name_prompt(e, &rows, &items, &args.prompts)
-        })
-        .with_context(|| format!("batch {k}: MCQ answers"))?;
-        let mut answer_of: Vec<Option<&Answer>> = vec![None; batch.len()];
-        for (r, a) in mcq_rows.iter().zip(&answers) {
-            answer_of[*r] = Some(a);
+        let unit = &units[k];
+        let (rows, forwards) =
+            decode_unit(be, &args, &s, &e, unit, &stop_ids).with_context(|| format!("unit {k}"))?;
+        let cuts = cut(&rows, &stop_ids);
+        let answers =
+            answer_unit(be, &args, &s, &e, unit, &cuts).with_context(|| format!("unit {k}"))?;
+        let (records, c) = unit_records(&s, &e, unit, &cuts, &answers, &gen, &teacher_json)?;
+        o.writer.append(k, unit, &records)?;
+        tally.prompts += unit.len();
+        tally.correct.0 += c.0;
+        tally.correct.1 += c.1;
+        for r in &rows {
+            tally.exit.add(r, full_steps);
         }
-        let mut records = Vec::with_capacity(batch.len());
-        for (r, &i) in batch.iter().enumerate() {
-            let (resp, stopped) = cut[r];
-            let text = tok.decode(resp)?;
-            if let (Some(a), Some(g)) = (answer_of[r], &items[i].gold) {
-                correct.1 += 1;
-                correct.0 += usize::from(&a.letter == g);
-            }
-            records.push(record(
-                &items[i],
-                text,
-                resp,
-                stopped,
-                answer_of[r],
-                &gen,
-                &teacher_json,
-            )?);
-        }
-        writer.append(k, batch, &records)?;
-        generated = generated.saturating_add(batch.len().saturating_mul(params.gen_length));
-        pb.inc(batch.len() as u64);
+        tally.exit.batch_forwards += forwards;
+        pb.inc(unit.len() as u64);
         pb.set_message(format!(
-            "{:.1} tok/s",
-            generated as f64 / start.elapsed().as_secs_f64().max(1e-9)
+            "{:.2} prompts/s",
+            tally.prompts as f64 / start.elapsed().as_secs_f64().max(1e-9)
         ));
-        tracing::debug!("batch {k} committed ({} prompts)", batch.len());
+        tracing::debug!("unit {k} committed ({} prompts)", unit.len());
     }
     pb.finish_and_clear();
-    discard.disarm();
-    let secs = start.elapsed().as_secs_f64();
+    o.discard.disarm();
+    finish(&args, &s, &e, &o, &tally, start.elapsed().as_secs_f64())
+}
+
+/// The summary (log line, `--json`) and, for a single process, the finalised output.
+fn finish(
+    args: &DistillArgs,
+    s: &Setup,
+    e: &Encoded,
+    o: &Output,
+    t: &Tally,
+    secs: f64,
+) -> Result<()> {
+    let x = &t.exit;
+    let tok_equiv = t.prompts.saturating_mul(s.params.gen_length);
     tracing::info!(
-        "worker {slice}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s){}{}",
-        todo_prompts,
-        todo_prompts as f64 / secs.max(1e-9),
-        generated as f64 / secs.max(1e-9),
-        if correct.1 > 0 {
-            format!(", MCQ accuracy vs gold {}/{}", correct.0, correct.1)
+        "worker {}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s at \
+         gen_length {}){}; {}{}",
+        s.slice,
+        t.prompts,
+        t.prompts as f64 / secs.max(1e-9),
+        tok_equiv as f64 / secs.max(1e-9),
+        s.params.gen_length,
+        if t.correct.1 > 0 {
+            format!(", MCQ accuracy vs gold {}/{}", t.correct.0, t.correct.1)
         } else {
             String::new()
         },
-        if skipped > 0 {
-            format!(", {skipped} prompts skipped as too long")
+        if args.no_early_exit {
+            "early exit off (--no-early-exit)".to_string()
+        } else {
+            format!(
+                "early exit: {} of {} rows finished early, {:.2} blocks decoded per row, {} of \
+                 {} row forward passes run ({} saved; {} at block granularity), {} batch \
+                 forward passes",
+                x.finished_early,
+                x.rows,
+                x.mean_blocks(),
+                x.row_steps,
+                x.row_steps_full,
+                x.saved(),
+                x.row_steps_full.saturating_sub(x.row_steps_block_rule),
+                x.batch_forwards
+            )
+        },
+        if e.skipped > 0 {
+            format!(", {} prompts skipped as too long", e.skipped)
         } else {
             String::new()
-        }
+        },
     );
-    if slice.is_whole() {
-        finalize_run(&args.out, args.format)?;
-        if skipped > 0 {
-            eprintln!("skipped {skipped} prompts too long for the teacher (--skip-too-long)");
+    let mut summary = json!({
+        "command": "distill",
+        "out": args.out.display().to_string(),
+        "worker": s.slice.to_string(),
+        "prompts": e.items.len(),
+        "generated": t.prompts,
+        "skipped_too_long": e.skipped,
+        "seconds": secs,
+        "prompts_per_s": t.prompts as f64 / secs.max(1e-9),
+        "early_exit": !args.no_early_exit,
+        "rows_finished_early": x.finished_early,
+        "mean_blocks_decoded": x.mean_blocks(),
+        "row_forward_passes": x.row_steps,
+        "row_forward_passes_full": x.row_steps_full,
+        "forward_passes_saved": x.saved(),
+        "row_forward_passes_block_rule": x.row_steps_block_rule,
+        "batch_forward_passes": x.batch_forwards,
+        "mcq_correct": t.correct.0,
+        "mcq_with_gold": t.correct.1,
+    });
+    if s.slice.is_whole() {
+        let f = finalize_run(&args.out, args.format)?;
+        summary["records"] = json!(f.records);
+        if e.skipped > 0 {
+            eprintln!(
+                "skipped {} prompts too long for the teacher (--skip-too-long)",
+                e.skipped
+            );
         }
     } else {
         eprintln!(
-            "worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
-            own.display(),
+            "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
+            s.slice,
+            o.own.display(),
             args.out.display(),
-            slice.count
+            s.slice.count
         );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
     }
     Ok(())
 }
@@ -654,37 +742,15 @@ fn name_prompt(
 }
 
 /// Finalise every part beside `out` into `out`.
-pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<()> {
+pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<output::Finalized> {
     let parts = output::list_parts(&output::parts_dir(out))?;
     let f = output::finalize(&parts, out, format)?;
     eprintln!(
-        "distilled {} records ({} batches, {} part files) → {}",
+        "distilled {} records ({} units, {} part files) → {}",
         f.records,
         f.batches,
         f.parts,
         out.display()
     );
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gpu_fingerprint_records_residual_and_only_the_switches_set() {
-        let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "bf16", Some("0123abcd".into()), false, |_| None);
-        assert_eq!(fp["gpu_residual"], "bf16");
-        assert_eq!(fp["gpu_kernels"], "0123abcd");
-        assert!(fp.get("gpu_env").is_none());
-        assert!(fp.get("gemm_tune").is_none());
-        let mut fp = json!({"backend": "cuda"});
-        gpu_fields(&mut fp, "f32", None, true, |k| {
-            (k == "DLM_ATTN").then(|| "m2".to_string())
-        });
-        assert_eq!(fp["gpu_residual"], "f32");
-        assert_eq!(fp["gemm_tune"], true);
-        assert_eq!(fp["gpu_env"], json!({"DLM_ATTN": "m2"}));
-    }
+    Ok(f)
 }

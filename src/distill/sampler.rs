@@ -33,6 +33,7 @@ use anyhow::Result;
 
 use super::rng;
 use super::Remasking;
+use crate::sampling::early_exit::{finished_at, RowOut};
 use crate::sampling::GenParams;
 use crate::teacher::TeacherBackend;
 
@@ -243,6 +244,7 @@ pub fn generate(
     let bl = p.block_length;
     let spb = p.steps_per_block();
     let mut global_step = 0usize;
+    let mut row_steps = vec![0usize; b];
     for nb in 0..p.num_blocks() {
         let s0 = lp + nb * bl;
         let masks_in_block = |t: &[u32], r: usize| {
@@ -252,8 +254,15 @@ pub fn generate(
                 .count()
         };
         if p.threshold.is_some() {
-            // Adaptive: until no row has a mask left in this block (≥ 1 commit per step).
-            while (0..b).any(|r| masks_in_block(&lay.tokens, r) > 0) {
+            // Adaptive: until no row has a mask left in this block (≥ 1 commit per step). A
+            // row's random stream counts its own steps (those with a mask left in its block),
+            // so its tokens are those it gets alone, whatever its batch peers.
+            loop {
+                let live: Vec<bool> = (0..b).map(|r| masks_in_block(&lay.tokens, r) > 0).collect();
+                if !live.iter().any(|&x| x) {
+                    break;
+                }
+                let steps_now = row_steps.clone();
                 step_batch(
                     backend,
                     p,
@@ -261,10 +270,14 @@ pub fn generate(
                     keys,
                     nb,
                     global_step,
+                    |r| steps_now[r],
                     shift,
                     |_| bl,
                     trace.as_deref_mut(),
                 )?;
+                for (r, l) in live.iter().enumerate() {
+                    row_steps[r] += usize::from(*l);
+                }
                 global_step += 1;
             }
             continue;
@@ -285,6 +298,7 @@ pub fn generate(
                 keys,
                 nb,
                 global_step,
+                |_| global_step,
                 shift,
                 |r| schedule[r][i],
                 trace.as_deref_mut(),
@@ -296,8 +310,103 @@ pub fn generate(
         .collect())
 }
 
-/// One forward over block `nb` and one [`step_row`] per row (`k(row)` commits at most),
-/// recording the commits in `trace`.
+/// One row alone, LLaDA's loop with per-row early exit: the prompt unpadded, the row's random
+/// stream keyed by `key`; `stop_ids` (EOS/EoT) finish the row by
+/// [`finished_at`](crate::sampling::early_exit::finished_at) — `None` decodes every block.
+/// Token for token what [`generate`] gives the row in any batch (the host backends compute a
+/// row's logits independently of its peers), up to the point where the row is finished.
+pub fn generate_row(
+    backend: &mut dyn TeacherBackend,
+    p: &GenParams,
+    prompt: &[u32],
+    key: u64,
+    logits_shift: u8,
+    stop_ids: Option<&[u32]>,
+) -> Result<RowOut> {
+    let shift = logits_shift as usize;
+    anyhow::ensure!(
+        shift == 0 || !prompt.is_empty(),
+        "--logits-shift 1 needs a non-empty prompt"
+    );
+    if p.cache != super::Cache::None {
+        return Err(crate::error::usage(format!(
+            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            p.cache.as_str()
+        )));
+    }
+    let (lp, bl, spb) = (prompt.len(), p.block_length, p.steps_per_block());
+    let l = lp + p.gen_length;
+    let mut tokens: Vec<u32> = prompt.to_vec();
+    tokens.resize(l, p.mask_id);
+    let keep = vec![true; l];
+    let vocab = backend.vocab_size();
+    let (mut steps, mut own_step) = (0usize, 0usize);
+    let fixed = p.threshold.is_none();
+    let done = |t: &[u32]| stop_ids.and_then(|s| finished_at(&t[lp..], p.mask_id, s));
+    for nb in 0..p.num_blocks() {
+        let s0 = lp + nb * bl;
+        let masks = |t: &[u32]| t[s0..s0 + bl].iter().filter(|&&x| x == p.mask_id).count();
+        let schedule = num_transfer_tokens(masks(&tokens), spb);
+        let mut i = 0usize;
+        loop {
+            let (k, global_step) = if fixed {
+                if i == spb {
+                    break;
+                }
+                (schedule[i], nb * spb + i)
+            } else {
+                if masks(&tokens) == 0 {
+                    break;
+                }
+                (bl, own_step)
+            };
+            i += 1;
+            if k == 0 {
+                continue;
+            }
+            let logits = backend.logits(&tokens, &keep, 1, l, s0 - shift..s0 + bl - shift)?;
+            crate::sampling::finite::check_logits(&logits, bl, vocab, Some(global_step), nb * bl)?;
+            let ctx = RowCtx {
+                prompt_key: key,
+                global_step: global_step as u64,
+                block_start: nb * bl,
+            };
+            step_row(p, &logits, vocab, &mut tokens[s0..s0 + bl], k, &ctx);
+            steps += 1;
+            own_step += 1;
+            if let Some(e) = done(&tokens) {
+                return Ok(RowOut {
+                    early: tokens[lp..].contains(&p.mask_id),
+                    gen: tokens[lp..].to_vec(),
+                    steps,
+                    blocks: nb + 1,
+                    block_rule_steps: fixed.then(|| block_rule_steps(p, e)),
+                });
+            }
+        }
+    }
+    Ok(RowOut {
+        gen: tokens[lp..].to_vec(),
+        steps,
+        blocks: p.num_blocks(),
+        early: false,
+        block_rule_steps: fixed.then_some(steps),
+    })
+}
+
+/// Forward passes a fixed-schedule row runs when it stops at the end of the block holding its
+/// first EOS/EoT at generated position `eos` (steps that commit nothing are skipped).
+pub fn block_rule_steps(p: &GenParams, eos: usize) -> usize {
+    let (bl, spb) = (p.block_length, p.steps_per_block());
+    let per_block = num_transfer_tokens(bl, spb)
+        .iter()
+        .filter(|&&k| k > 0)
+        .count();
+    (eos / bl + 1) * per_block
+}
+
+/// One forward over block `nb` and one [`step_row`] per row (`k(row)` commits at most, row
+/// `r`'s random stream at step `rng_step(r)`), recording the commits in `trace`.
 #[allow(clippy::too_many_arguments)]
 fn step_batch(
     backend: &mut dyn TeacherBackend,
@@ -306,6 +415,7 @@ fn step_batch(
     keys: &[u64],
     nb: usize,
     global_step: usize,
+    rng_step: impl Fn(usize) -> usize,
     shift: usize,
     k: impl Fn(usize) -> usize,
     mut trace: Option<&mut Vec<Commit>>,
@@ -318,7 +428,7 @@ fn step_batch(
     for r in 0..b {
         let ctx = RowCtx {
             prompt_key: keys[r],
-            global_step: global_step as u64,
+            global_step: rng_step(r) as u64,
             block_start: nb * bl,
         };
         let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];

@@ -4,6 +4,7 @@
 //! and the non-finite-logit check every backend applies ([`finite`]). Kept apart from both so
 //! that `distill`, `teacher` and `gpu` depend on it and never on each other in a circle.
 
+pub mod early_exit;
 pub mod finite;
 pub mod rng;
 

@@ -1,6 +1,8 @@
 //! The teacher's forward pass on the CPU with candle-core: a Llama decoder run
 //! bidirectionally over a left-padded batch, with a key-padding mask and position ids counted
-//! among each row's real tokens, so a prompt's logits do not depend on its batch peers.
+//! among each row's real tokens. Rows run one at a time with their padding stripped, so a
+//! prompt's logits are bit-identical whatever its batch peers (not only equal in exact
+//! arithmetic): distill's records are byte-identical at every batch size.
 //!
 //! Follows transformers' `LlamaForCausalLM` step for step (RMSNorm → attention with RoPE and
 //! GQA → add → RMSNorm → SwiGLU MLP → add), in f32 whatever the checkpoint dtype; only the
@@ -210,12 +212,35 @@ impl TeacherBackend for CpuTeacher {
             rows.end <= l && rows.start < rows.end,
             "rows {rows:?} of {l}"
         );
-        let x = self.hidden(tokens, keep, b, l)?;
+        // One row at a time, its left padding stripped: a row's logits are then bit-for-bit
+        // those of the row alone, whatever its batch peers and their lengths (GEMM blocking
+        // and softmax reductions depend on the padded shape; see docs/commands/distill.md).
+        let n = rows.end - rows.start;
+        let mut out = Vec::with_capacity(b * n * self.cfg.vocab_size);
+        for r in 0..b {
+            let (t, k) = (&tokens[r * l..(r + 1) * l], &keep[r * l..(r + 1) * l]);
+            let pad = k.iter().take_while(|&&x| !x).count();
+            let (t, k, at) = if rows.start >= pad && k[pad..].iter().all(|&x| x) {
+                (&t[pad..], &k[pad..], rows.start - pad..rows.end - pad)
+            } else {
+                (t, k, rows.clone())
+            };
+            out.extend(self.row_logits(t, k, at)?);
+        }
+        Ok(out)
+    }
+}
+
+impl CpuTeacher {
+    /// Logits of positions `rows` of one row (`tokens`/`keep` of length l).
+    fn row_logits(&self, tokens: &[u32], keep: &[bool], rows: Range<usize>) -> Result<Vec<f32>> {
+        let l = tokens.len();
+        let x = self.hidden(tokens, keep, 1, l)?;
         let n = rows.end - rows.start;
         let x = x
             .narrow(1, rows.start, n)?
             .contiguous()?
-            .reshape((b * n, self.cfg.hidden_size))?;
+            .reshape((n, self.cfg.hidden_size))?;
         let x = self.rms(&x, &self.norm)?;
         let logits = x.matmul(&self.head_t)?;
         debug_assert_eq!(logits.dtype(), DType::F32);

@@ -52,6 +52,26 @@ pub trait TeacherBackend {
     ) -> Option<Result<Vec<Vec<u32>>>> {
         None
     }
+
+    /// Generate every prompt with rows scheduled continuously (a finished row's slot refilled
+    /// with the next prompt; `sched` says how many rows, what fits and which ids finish a row),
+    /// where the backend runs the loop itself. Returns each prompt's [`RowOut`] in order and
+    /// the batch forward passes run. `None`: the host runs each row with
+    /// `distill::sampler::generate_row` (the CPU computes a row's logits independently of its
+    /// peers, so no batch is needed for its records).
+    ///
+    /// [`RowOut`]: crate::sampling::early_exit::RowOut
+    fn generate_rows(
+        &mut self,
+        _p: &crate::sampling::GenParams,
+        _prompts: &[&[u32]],
+        _keys: &[u64],
+        _pad_id: u32,
+        _logits_shift: u8,
+        _sched: &crate::sampling::early_exit::RowSchedule,
+    ) -> Option<Result<(Vec<crate::sampling::early_exit::RowOut>, usize)>> {
+        None
+    }
 }
 
 /// What identifies the teacher in every distilled record.
