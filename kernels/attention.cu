@@ -92,8 +92,8 @@ __device__ __forceinline__ void attn_impl(const QSrc qs, const bf16* __restrict_
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, tq = lane & 3;
     const int qld = (NH + 2 * KVH) * HD;  // qkv row stride
-    const int row0 = qs.q_tail ? qs.q_base + qs.st->block * qs.q_stride : 0;
-    const int sbase = qs.win_base < 0 ? 0 : qs.win_base + qs.st->block * qs.blk;
+    const int row0 = qs.q_tail ? qs.q_base + qs.st->rblock[b] * qs.q_stride : 0;
+    const int sbase = qs.win_base < 0 ? 0 : qs.win_base + qs.st->rblock[b] * qs.blk;
     const u64 trow0 = (u64)b * qs.W + row0;  // qkv row of query 0
     const bf16* Qb = qs.qkv + trow0 * qld + h * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;

@@ -128,8 +128,8 @@ __device__ __forceinline__ void attn_wg_body(WG_PARAMS) {
     const int kvh = h / (NH / KVH);
     const int g = lane >> 2, tq = lane & 3;
     const int qld = (NH + 2 * KVH) * HD;
-    const int row0 = qs.q_tail ? qs.q_base + qs.st->block * qs.q_stride : 0;
-    const int sbase_pos = qs.win_base < 0 ? 0 : qs.win_base + qs.st->block * qs.blk;
+    const int row0 = qs.q_tail ? qs.q_base + qs.st->rblock[b] * qs.q_stride : 0;
+    const int sbase_pos = qs.win_base < 0 ? 0 : qs.win_base + qs.st->rblock[b] * qs.blk;
     const u64 trow0 = (u64)b * qs.W + row0;
     const bf16* Qb = qs.qkv + trow0 * qld + h * HD;
     const bf16* Kb = K + ((u64)b * KVH + kvh) * S * HD;

@@ -73,8 +73,16 @@ __device__ __forceinline__ double rng_uniform(u64 prefix, u64 token) {
 }
 
 // The generation state read by every per-step kernel, so one captured CUDA graph serves all
-// steps: [0] global step, [1] step within the block, [2] block index.
-struct GenState { int step; int step_in_block; int block; int pad; };
+// steps: the batch's step counter, step within the block and block (lockstep phase), and per
+// batch row (slot) its own block, step within that block, random-stream step (fixed
+// schedule: block * steps_per_block + step in block, LLaDA's global step; threshold: the
+// steps the row has run) and whether it is still decoding. Rows may sit at different blocks
+// (continuous batching refills a finished row's slot with a new prompt at block 0).
+#define MAX_SLOTS 1024
+struct GenState {
+    int step; int step_in_block; int block; int pad;
+    int rblock[MAX_SLOTS]; int rsib[MAX_SLOTS]; int rstep[MAX_SLOTS]; int rlive[MAX_SLOTS];
+};
 
 // One rotary pair (x1 at column j, x2 at j + HD/2) by angle (c, s), with the roundings spelled
 // out so that every kernel that rotates (qkv_rope for K, attention for Q) rounds identically.

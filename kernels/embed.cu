@@ -35,7 +35,7 @@ __device__ __forceinline__ void embed_window_impl(const u32* __restrict__ tokens
                                                   int gen_start, int blk) {
     u64 t = blockIdx.x;
     int b = (int)(t / W), i = (int)(t % W);
-    int pos = gen_start + st->block * blk + i;
+    int pos = gen_start + st->rblock[b] * blk + i;
     if (pos >= S) pos = S - 1;
     embed_row(emb + (u64)tokens[(u64)b * S + pos] * H, resid + t * H, H);
 }

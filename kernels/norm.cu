@@ -68,12 +68,12 @@ extern "C" __global__ void row_rms(const bf16* __restrict__ x, float* __restrict
 }
 
 // The residual row of block row r = (b, j): sequence position
-// gen_start + block*stride + j - shift of batch row b (rows S apart). A window step passes
+// gen_start + rblock[b]*stride + j - shift of batch row b (rows S apart). A window step passes
 // S = W, gen_start = 0, stride = 0: the block is the window's first blk rows.
 __device__ __forceinline__ u64 block_row(const GenState* __restrict__ st, int r, int S, int blk,
                                          int gen_start, int shift, int stride) {
     int b = r / blk, j = r % blk;
-    int pos = gen_start + st->block * stride + j - shift;
+    int pos = gen_start + st->rblock[b] * stride + j - shift;
     if (pos < 0) pos = 0;
     if (pos >= S) pos = S - 1;
     return (u64)b * S + pos;

@@ -15,10 +15,10 @@ extern "C" __global__ void qkv_rope(const bf16* __restrict__ qkv, const float* _
                                     int q_rows, int q_base, int q_stride,
                                     const float* __restrict__ rr) {
     int t = blockIdx.x, b = t / W, i = t % W;
-    int s = win_base < 0 ? i : win_base + st->block * blk + i;
+    int s = win_base < 0 ? i : win_base + st->rblock[b] * blk + i;
     int qi = i, qn = W;
     if (q_rows > 0) {
-        qi = i - (q_base + st->block * q_stride);
+        qi = i - (q_base + st->rblock[b] * q_stride);
         qn = q_rows;
     }
     const bool keep_q = qi >= 0 && qi < qn;

@@ -12,7 +12,8 @@
 //  - commit_topk: per batch row, commit the k most confident masked positions of the block
 //    (k from the linear schedule; ties go to the lower position), or, in threshold mode, the
 //    top one and all above the threshold; committed tokens stay.
-//  - advance: moves the device-side generation state to the next step.
+//  - advance: moves the device-side generation state to the next step, row by row (rows may
+//    sit at different blocks), and retires rows that are finished (early exit at EOS).
 //  - letter_head: MCQ letter logits -> raw log-probs (full-vocabulary log-softmax) and the
 //    distribution renormalised over the item's letters.
 
@@ -49,11 +50,10 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     int remask_random, u64 seed, const u64* __restrict__ prompt_keys,
     u32* __restrict__ x0_out, double* __restrict__ conf_out, const u32* __restrict__ ban,
     int n_choice, int n_all, int nblocks, u64* __restrict__ nf_key, u64* __restrict__ nf_info) {
-    if (st->block >= nblocks) return;
     const int r = blockIdx.x, b = r / blk, j = r % blk;
-    const int pos = gen_start + st->block * blk + j;
+    const int pos = gen_start + st->rblock[b] * blk + j;
     const u32 cur = x[(u64)b * S + pos];
-    if (cur != mask_id) {
+    if (!st->rlive[b] || cur != mask_id) {
         if (threadIdx.x == 0) { x0_out[r] = cur; conf_out[r] = NEG_INF_D; }
         return;
     }
@@ -61,8 +61,9 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
     if (threadIdx.x < n_all) sban[threadIdx.x] = ban[threadIdx.x];
     __syncthreads();
     const u64 gpos = (u64)(pos - gen_start);
-    const u64 step = (u64)st->step;
-    const u64 prefix = rng_prefix(seed, STREAM_GUMBEL, prompt_keys[b], step, gpos);
+    const u64 step = (u64)st->step;       // the batch's step (the non-finite report)
+    const u64 rstep = (u64)st->rstep[b];  // the row's random-stream step
+    const u64 prefix = rng_prefix(seed, STREAM_GUMBEL, prompt_keys[b], rstep, gpos);
     const float* row = logits + (u64)r * V;
     const bool noisy = temperature > 0.0;
 
@@ -142,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
         x0_out[r] = (u32)x0;
         double conf;
         if (remask_random) {
-            u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], step, gpos);
+            u64 pr = rng_prefix(seed, STREAM_REMASK, prompt_keys[b], rstep, gpos);
             conf = rng_uniform(pr, 0);
         } else if (banned(sban, 0, n_all, x0)) {
             conf = 0.0;  // an EOS/EoT candidate under confidence_eos_eot_inf
@@ -161,15 +162,15 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) sample_block(
 // approximate): the most confident masked position and every other one with confidence >=
 // threshold. Committed tokens stay.
 extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
-                                       const GenState* __restrict__ st, int gen_start,
+                                       GenState* __restrict__ st, int gen_start,
                                        const int* __restrict__ ntrans, u32 mask_id,
                                        const u32* __restrict__ x0, const double* __restrict__ conf,
                                        double threshold, int nblocks) {
     extern __shared__ double sconf[];
-    if (st->block >= nblocks) return;
     const int b = blockIdx.x, j = threadIdx.x;
-    const int pos0 = gen_start + st->block * blk;
-    const int k = ntrans[st->step_in_block];
+    if (!st->rlive[b]) return;
+    const int pos0 = gen_start + st->rblock[b] * blk;
+    const int k = ntrans[st->rsib[b]];
     bool masked = false;
     double c = NEG_INF_D;
     if (j < blk) {
@@ -187,27 +188,76 @@ extern "C" __global__ void commit_topk(u32* __restrict__ x, int S, int blk,
         bool take = threshold < 0.0 ? rank < k : (rank == 0 || c >= threshold);
         if (take) x[(u64)b * S + pos0 + j] = x0[b * blk + j];
     }
+    // Threshold mode: the row's random stream counts the steps it ran with a mask left.
+    if (__syncthreads_or(masked) && threshold >= 0.0 && j == 0) st->rstep[b] += 1;
 }
 
-// Moves the device-side state to the next step. Fixed schedule: a block lasts
-// steps_per_block steps. Threshold mode (adaptive != 0): the block ends when no row has a
-// masked position left in it. One CTA.
+// Whether row r is finished: an EOS/EoT (stop[0..n_stop)) committed with every generated
+// position before it committed (src/sampling/early_exit.rs).
+__device__ __forceinline__ bool row_finished(const u32* __restrict__ g, int gen_length, u32 mask_id,
+                                             const u32* __restrict__ stop, int n_stop) {
+    for (int i = 0; i < gen_length; i++) {
+        const u32 t = g[i];
+        if (t == mask_id) return false;
+        for (int k = 0; k < n_stop; k++)
+            if (t == stop[k]) return true;
+    }
+    return false;
+}
+
+// Moves the device-side state to the next step. One CTA.
+// Aligned (lockstep: the KV-cache modes and the fixed batches of --no-early-exit): every live
+// row is at the same step of its block; fixed schedule: a block lasts steps_per_block steps;
+// threshold (adaptive != 0): the block ends when no live row has a masked position left in
+// its block. Free (exact, no cache): each live row moves on by itself.
+// A row leaves (rlive = 0; rblock stays a valid block) past its last block, or, with n_stop
+// > 0, as soon as it is finished (row_finished).
 extern "C" __global__ void advance(GenState* st, int steps_per_block, const u32* __restrict__ x,
                                    int S, int B, int blk, int gen_start, u32 mask_id,
-                                   int adaptive, int nblocks) {
-    if (st->block >= nblocks) return;
+                                   int adaptive, int nblocks, int aligned,
+                                   const u32* __restrict__ stop, int n_stop, int gen_length) {
     int left = 0;
-    if (adaptive) {
-        const int pos0 = gen_start + st->block * blk;
-        for (int t = threadIdx.x; t < B * blk; t += blockDim.x)
-            left |= x[(u64)(t / blk) * S + pos0 + t % blk] == mask_id;
-        left = __syncthreads_or(left);
+    if (adaptive && aligned) {
+        for (int t = threadIdx.x; t < B * blk; t += blockDim.x) {
+            const int r = t / blk;
+            if (st->rlive[r])
+                left |= x[(u64)r * S + gen_start + st->rblock[r] * blk + t % blk] == mask_id;
+        }
     }
+    left = __syncthreads_or(left);
+    const int sib0 = st->step_in_block;
+    const bool phase_done = adaptive ? !left : sib0 + 1 == steps_per_block;
+    __syncthreads();
     if (threadIdx.x == 0) {
         st->step += 1;
-        st->step_in_block += 1;
-        bool done = adaptive ? !left : st->step_in_block == steps_per_block;
-        if (done) { st->step_in_block = 0; st->block += 1; }
+        st->step_in_block = phase_done ? 0 : sib0 + 1;
+        if (phase_done) st->block += 1;
+    }
+    for (int r = threadIdx.x; r < B; r += blockDim.x) {
+        if (!st->rlive[r]) continue;
+        const u32* g = x + (u64)r * S + gen_start;
+        if (n_stop > 0 && row_finished(g, gen_length, mask_id, stop, n_stop)) {
+            st->rlive[r] = 0;
+            continue;
+        }
+        bool done;
+        if (aligned) {
+            done = phase_done;
+        } else if (adaptive) {
+            done = true;
+            const u32* blkp = g + st->rblock[r] * blk;
+            for (int j = 0; j < blk; j++) done &= blkp[j] != mask_id;
+        } else {
+            done = st->rsib[r] + 1 == steps_per_block;
+        }
+        int sib = done ? 0 : st->rsib[r] + 1, nb = st->rblock[r] + (done ? 1 : 0);
+        if (nb >= nblocks) {
+            st->rlive[r] = 0;
+            nb = nblocks - 1;
+        }
+        st->rsib[r] = sib;
+        st->rblock[r] = nb;
+        if (!adaptive) st->rstep[r] = nb * steps_per_block + sib;
     }
 }
 

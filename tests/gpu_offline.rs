@@ -54,22 +54,23 @@ fn kernel_cache_is_keyed_by_source_and_arch() {
 }
 
 fn params(gen: usize, blk: usize, steps: usize) -> GenParams {
-    GenParams {
+    let sp = dlm_data::sampling::GenParams {
         gen_length: gen,
         block_length: blk,
         steps,
         temperature: 0.0,
-        remask_random: false,
+        remasking: dlm_data::sampling::Remasking::LowConfidence,
         seed: 0,
         mask_id: 999,
-        pad_id: 0,
-        logits_shift: 0,
-        ban_choice: vec![],
-        ban_conf: vec![],
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![],
+        eot_ids: vec![],
         threshold: None,
-        cache: dlm_data::gpu::engine::CacheMode::None,
+        cache: CacheMode::None,
         cache_refresh: None,
-    }
+    };
+    GenParams::new(sp, 0, 0)
 }
 
 #[test]
@@ -209,26 +210,20 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
         cache_refresh: None,
     };
     let e = engine_params(&p, 0, 0);
-    assert!(e.ban_choice.is_empty() && e.ban_conf.is_empty());
+    assert!(e.ban_choice().is_empty() && e.ban_conf().is_empty());
     assert_eq!(e.cache, CacheMode::None);
     p.logits_eos_inf = true;
     let e = engine_params(&p, 0, 0);
-    assert_eq!(e.ban_choice, vec![2, 5]);
-    assert!(e.ban_conf.is_empty());
+    assert_eq!(e.ban_choice(), vec![2, 5]);
+    assert!(e.ban_conf().is_empty());
     p.confidence_eos_eot_inf = true;
     let e = engine_params(&p, 0, 0);
-    assert_eq!(
-        (e.ban_choice.clone(), e.ban_conf.clone()),
-        (vec![2, 5], vec![7])
-    );
+    assert_eq!((e.ban_choice(), e.ban_conf()), (vec![2, 5], vec![7]));
     p.logits_eos_inf = false;
     p.threshold = Some(0.9);
     p.cache = Cache::Dual;
     let e = engine_params(&p, 1, 0);
-    assert_eq!(
-        (e.ban_choice.clone(), e.ban_conf.clone()),
-        (vec![], vec![2, 5, 7])
-    );
+    assert_eq!((e.ban_choice(), e.ban_conf()), (vec![], vec![2, 5, 7]));
     assert_eq!(
         (e.threshold, e.cache, e.pad_id),
         (Some(0.9), CacheMode::Dual, 1)

@@ -162,6 +162,30 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Timing only (issue #26): `n` synthetic prompts in fixed batches (every block decoded)
+    /// against continuous batching with early exit, where prompt i's row ends after the
+    /// response length a trained teacher's exact run gave (--stop-lengths: a JSON array of
+    /// lengths, cycled; random weights never emit EOS).
+    BenchRows {
+        #[arg(long)]
+        teacher: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long, default_value_t = 128)]
+        n: usize,
+        /// Longest prompt (lengths vary down to half of it).
+        #[arg(long, default_value_t = 192)]
+        prompt: usize,
+        #[arg(long)]
+        stop_lengths: PathBuf,
+        /// Prompts of the full stage-3 run, for the projected hours.
+        #[arg(long, default_value_t = 111_500)]
+        project: usize,
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        g: Gen,
+    },
 }
 
 fn mask_id(e: &Engine) -> u32 {
@@ -170,22 +194,25 @@ fn mask_id(e: &Engine) -> u32 {
 
 fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
     let mask = mask_id(e);
-    Ok(GenParams {
+    let sp = SP {
         gen_length: g.gen_length,
         block_length: g.block_length,
         steps: g.steps,
         temperature: g.temperature,
-        remask_random: false,
+        remasking: Remasking::LowConfidence,
         seed: g.seed,
         mask_id: mask,
-        pad_id: if mask == 0 { 1 } else { 0 },
-        logits_shift: g.logits_shift,
-        ban_choice: vec![],
-        ban_conf: vec![],
+        logits_eos_inf: false,
+        confidence_eos_eot_inf: false,
+        eos_ids: vec![],
+        eot_ids: vec![],
         threshold: g.threshold,
         cache: cache_mode(&g.cache)?,
         cache_refresh: g.cache_refresh,
-    })
+    };
+    let p = GenParams::new(sp, if mask == 0 { 1 } else { 0 }, g.logits_shift);
+    p.validate()?;
+    Ok(p)
 }
 
 fn read_prompts(p: &Path) -> Result<Vec<Vec<u32>>> {
@@ -327,6 +354,25 @@ fn main() -> Result<()> {
             out,
             g,
         } => profile(&teacher, batch, prompt, hot, out.as_deref(), &g),
+        Cmd::BenchRows {
+            teacher,
+            batch,
+            n,
+            prompt,
+            stop_lengths,
+            project,
+            out,
+            g,
+        } => bench_rows(
+            &teacher,
+            batch,
+            n,
+            prompt,
+            &stop_lengths,
+            project,
+            out.as_deref(),
+            &g,
+        ),
         Cmd::TeacherFixture { out } => {
             let t = dlm_data::fixtures::teacher::TinyTeacher {
                 size: dlm_data::fixtures::teacher::TinySize {
@@ -731,11 +777,9 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
         (Some(0.7), CacheMode::Dual),
     ];
     for (threshold, cache) in modes {
-        let p = GenParams {
-            threshold,
-            cache,
-            ..base.clone()
-        };
+        let mut p = base.clone();
+        p.threshold = threshold;
+        p.cache = cache;
         // Warm-up for this mode's graphs (one block), then the measured run.
         warm_up(&mut e, &ps, &keys, &p)?;
         let t = Instant::now();
@@ -807,4 +851,64 @@ fn warm_up(e: &mut Engine, ps: &[Vec<u32>], keys: &[u64], p: &GenParams) -> Resu
     w.gen_length = p.block_length;
     w.steps = p.steps_per_block();
     e.generate(ps, keys, &w).map(|_| ())
+}
+
+/// `dlm-gpu bench-rows`: fixed batches against continuous batching + early exit, same run.
+#[allow(clippy::too_many_arguments)]
+fn bench_rows(
+    teacher: &Path,
+    batch: usize,
+    n: usize,
+    prompt_len: usize,
+    stop_lengths: &Path,
+    project: usize,
+    out: Option<&Path>,
+    g: &Gen,
+) -> Result<()> {
+    let lens: Vec<usize> = serde_json::from_slice(&std::fs::read(stop_lengths)?)?;
+    anyhow::ensure!(!lens.is_empty(), "{}: no lengths", stop_lengths.display());
+    let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
+    let p = params(&e, g)?;
+    let c = e.cfg.clone();
+    let ps = prompts(n, prompt_len, c.vocab_size as u32, p.mask_id, 11, true);
+    let keys: Vec<u64> = (0..n)
+        .map(|i| rng::prompt_key(&format!("bench-{i}")))
+        .collect();
+    let forced: Vec<usize> = (0..n).map(|i| lens[i % lens.len()]).collect();
+    warm_up(&mut e, &ps[..batch.min(n)], &keys[..batch.min(n)], &p)?;
+    let t = Instant::now();
+    let mut fixed_steps = 0;
+    for (q, k) in ps.chunks(batch).zip(keys.chunks(batch)) {
+        fixed_steps += e.generate_counted(q, k, &p)?.1;
+    }
+    let fixed = t.elapsed().as_secs_f64();
+    let mut pc = p.clone();
+    pc.free_rows = p.cache == CacheMode::None;
+    let t = Instant::now();
+    let (rows, steps) = e.generate_rows_forced(&ps, &keys, &pc, batch, &forced)?;
+    let cont = t.elapsed().as_secs_f64();
+    let row_steps: usize = rows.iter().map(|r| r.steps).sum();
+    let mean_blocks = rows.iter().map(|r| r.blocks).sum::<usize>() as f64 / n as f64;
+    let mut runs = vec![];
+    for (name, secs, st) in [
+        ("fixed batches", fixed, fixed_steps),
+        ("continuous + early exit", cont, steps),
+    ] {
+        let pps = n as f64 / secs;
+        let r = serde_json::json!({
+            "mode": mode_name(&p), "schedule": name, "prompts": n, "batch": batch,
+            "seconds": secs, "batch_steps": st, "prompts_per_s": pps,
+            "gen_tok_per_s": pps * p.gen_length as f64,
+            "projected_hours": project as f64 / pps / 3600.0, "project_prompts": project,
+        });
+        println!("{r}");
+        runs.push(r);
+    }
+    let r = serde_json::json!({
+        "speedup": fixed / cont, "mean_forced_len": forced.iter().sum::<usize>() as f64 / n as f64,
+        "row_steps": row_steps, "mean_blocks": mean_blocks,
+    });
+    println!("{r}");
+    runs.push(r);
+    write_runs(out, &e, runs)
 }

@@ -6,6 +6,7 @@
 #   2. dlm-data distill loads it unchanged on CPU and CUDA (16 prompts, cpu_cuda.json)
 #   3. eval.py: every distill setting on the held-out prompts against exact (eval/table.md)
 #   4. nonfinite: the trained teacher with overflowing logits must stop distill (issue 18)
+#   5. earlyexit: early exit + continuous batching vs --no-early-exit (issue 26, early_exit.py)
 # STEPS (default "train quick cpucuda eval nonfinite"; train is skipped when $CKPT holds a
 # checkpoint, so a warm box can train in one call and evaluate in the next; quick = exact
 # MCQ accuracy at gen 128 only, a few seconds).
@@ -20,6 +21,7 @@ out=/tmp/teacher-res; rm -rf "$out"; mkdir -p "$out"
 pack() {
   tar czf "$dest/teacher-run.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"
   for f in eval/table.md train.log cpu_cuda.txt eval/results.json quick.txt nonfinite.txt; do [ -f "$out/$f" ] && cp "$out/$f" "$dest/"; done
+  for f in table.md results.json stop_lengths.json lengths.md; do [ -f "$out/ee/$f" ] && cp "$out/ee/$f" "$dest/ee_$f"; done
 }
 trap pack EXIT
 export DLM_KERNEL_CACHE=/tmp/dlm-kernels PYTHONUNBUFFERED=1
@@ -85,6 +87,14 @@ if has eval; then
   echo "=== eval $(date -u +%H:%M:%S)"
   python3 eval.py --bin ./dlm-data --teacher "$CKPT" --prompts data/prompts.jsonl --out "$out/eval" \
     --budget "${EVAL_BUDGET:-1e9}" ${CONFIGS:+--configs "$CONFIGS"} ${MODES:+--modes "$MODES"} --extra "${EXTRA:-}"
+fi
+if has earlyexit; then
+  # Issue 26: early exit + continuous batching vs --no-early-exit, same binary, same run
+  # (MCQ and text sets, exact and dual+r4, gen 256, batch 64); stop_lengths.json feeds
+  # `dlm-gpu bench-rows` on the 2B shape.
+  echo "=== early exit $(date -u +%H:%M:%S)"
+  python3 early_exit.py --bin ./dlm-data --teacher "$CKPT" --prompts data/prompts.jsonl --out "$out/ee"
+  cp "$out/ee/stop_lengths.json" /tmp/stop_lengths.json 2>/dev/null
 fi
 if has nonfinite; then
   echo "=== nonfinite $(date -u +%H:%M:%S)"

@@ -12,58 +12,14 @@ use std::ops::Range;
 use anyhow::{bail, Context, Result};
 
 use super::engine::{CacheMode, Engine, GenParams, Residual};
-use crate::sampling::{self, Cache, Remasking};
+use crate::sampling;
+use crate::sampling::early_exit::{RowOut, RowSchedule};
 use crate::teacher::{Teacher, TeacherBackend};
 
-/// The engine's sampler settings for the distill sampler's: the same exclusions (the engine
-/// adds the mask token itself), threshold and cache.
+/// The engine's run of the distill sampler's settings (the same struct; the device adds the
+/// padding id and the logits shift).
 pub fn engine_params(p: &sampling::GenParams, pad_id: u32, logits_shift: u8) -> GenParams {
-    let ban_choice: Vec<u32> = if p.logits_eos_inf {
-        dedup(p.eos_ids.iter().copied().filter(|&t| t != p.mask_id))
-    } else {
-        vec![]
-    };
-    let ban_conf: Vec<u32> = if p.confidence_eos_eot_inf {
-        dedup(
-            p.eos_ids
-                .iter()
-                .chain(&p.eot_ids)
-                .copied()
-                .filter(|t| *t != p.mask_id && !ban_choice.contains(t)),
-        )
-    } else {
-        vec![]
-    };
-    GenParams {
-        gen_length: p.gen_length,
-        block_length: p.block_length,
-        steps: p.steps,
-        temperature: p.temperature,
-        remask_random: p.remasking == Remasking::Random,
-        seed: p.seed,
-        mask_id: p.mask_id,
-        pad_id,
-        logits_shift: logits_shift as usize,
-        ban_choice,
-        ban_conf,
-        threshold: p.threshold,
-        cache: match p.cache {
-            Cache::None => CacheMode::None,
-            Cache::Prefix => CacheMode::Prefix,
-            Cache::Dual => CacheMode::Dual,
-        },
-        cache_refresh: p.cache_refresh,
-    }
-}
-
-fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {
-    let mut v: Vec<u32> = vec![];
-    for t in it {
-        if !v.contains(&t) {
-            v.push(t);
-        }
-    }
-    v
+    GenParams::new(p.clone(), pad_id, logits_shift as usize)
 }
 
 /// Longest sequence (prompt + generation) the position table covers.
@@ -158,5 +114,24 @@ impl TeacherBackend for GpuBackend {
         let ep = engine_params(p, pad_id, logits_shift);
         let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
         Some(self.engine.generate(&owned, keys, &ep))
+    }
+
+    fn generate_rows(
+        &mut self,
+        p: &sampling::GenParams,
+        prompts: &[&[u32]],
+        keys: &[u64],
+        pad_id: u32,
+        logits_shift: u8,
+        sched: &RowSchedule,
+    ) -> Option<Result<(Vec<RowOut>, usize)>> {
+        let mut ep = engine_params(p, pad_id, logits_shift);
+        ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
+        ep.free_rows = ep.cache == CacheMode::None;
+        let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
+        Some(
+            self.engine
+                .generate_rows(&owned, keys, &ep, sched.slots, sched.fits),
+        )
     }
 }

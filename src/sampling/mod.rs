@@ -125,4 +125,11 @@ impl GenParams {
     pub fn steps_per_block(&self) -> usize {
         self.steps / self.num_blocks()
     }
+
+    /// Whether the step `step_in_block` of a block is a full pass (always without a cache;
+    /// with one, a block's first step and, under `cache_refresh` K, every K-th after it, each
+    /// refreshing the cache) rather than a window over the cache.
+    pub fn full_pass_at(&self, step_in_block: usize) -> bool {
+        self.cache == Cache::None || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
+    }
 }

@@ -37,13 +37,11 @@ impl Engine {
         // a sustained run holds (power-capped), not at boost.
         let hot = std::time::Instant::now();
         while hot.elapsed().as_secs_f64() < hot_secs {
-            self.gpu
-                .write(&self.ws.as_ref().unwrap().state, 0, &[0i32; 4])?;
+            self.reset_state(b)?;
             self.enqueue_step(b, s, prompt_len, p, pass)?;
             self.gpu.sync()?;
         }
-        self.gpu
-            .write(&self.ws.as_ref().unwrap().state, 0, &[0i32; 4])?;
+        self.reset_state(b)?;
         *self.marks.borrow_mut() = Some(vec![("start", self.gpu.record()?)]);
         let r = self.enqueue_step(b, s, prompt_len, p, pass);
         let marks = self.marks.borrow_mut().take().unwrap_or_default();
@@ -80,8 +78,8 @@ impl Engine {
             .write(&self.ws.as_ref().unwrap().ntrans, 0, &vec![0i32; 1024])?;
         let n = b * blk * self.cfg.vocab_size;
         let run = |pass: Pass| -> Result<Vec<f32>> {
+            self.reset_state(b)?;
             let ws = self.ws.as_ref().unwrap();
-            self.gpu.write(&ws.state, 0, &[0i32; 4])?;
             self.enqueue_step(b, s, lp, p, pass)?;
             let mut out = vec![0f32; n];
             self.gpu.read(&ws.logits, 0, &mut out)?;

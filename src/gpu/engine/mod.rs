@@ -38,6 +38,7 @@ use super::weights::LlamaConfig;
 
 mod attn;
 mod body;
+mod continuous;
 mod diag;
 mod readout;
 mod sampling;
@@ -174,6 +175,8 @@ struct Workspace {
     lp: DevBuf,
     lprob: DevBuf,
     ban: DevBuf,
+    /// EOS/EoT ids that finish a row (early exit).
+    stop: DevBuf,
     /// Per layer K and V of every position ([B, KVH, S, HD] each, K first): cache modes only.
     kv: Vec<DevBuf>,
 }
@@ -225,6 +228,29 @@ pub struct Engine {
 }
 
 const BF: usize = 2;
+
+/// Rows (slots) the device-side generation state holds (`MAX_SLOTS` in kernels/common.cuh).
+pub const MAX_SLOTS: usize = 1024;
+/// Bytes of `GenState` (kernels/common.cuh): 4 ints, then 4 per-row arrays.
+const STATE_BYTES: usize = 16 + 4 * 4 * MAX_SLOTS;
+
+/// One row's device-side generation state (a slot of `GenState`'s per-row arrays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct RowState {
+    pub block: i32,
+    pub sib: i32,
+    pub step: i32,
+    pub live: i32,
+}
+
+impl RowState {
+    pub const FRESH: RowState = RowState {
+        block: 0,
+        sib: 0,
+        step: 0,
+        live: 1,
+    };
+}
 
 impl Engine {
     /// Open the GPU, validate and upload the checkpoint in `dir`.
@@ -520,7 +546,8 @@ impl Engine {
             x0: g.alloc(out_rows * 4)?,
             conf: g.alloc(out_rows * 8)?,
             rows: g.alloc(out_rows * 4)?,
-            state: g.alloc(16)?,
+            state: g.alloc(STATE_BYTES)?,
+            stop: g.alloc(MAX_BAN * 4)?,
             nf_key: g.alloc(8)?,
             nf_info: g.alloc(out_rows * 8)?,
             ntrans: g.alloc(4 * 1024)?,
@@ -597,5 +624,51 @@ impl Engine {
         k.resize(b, 0);
         self.gpu.write(&ws.keys, 0, &k)?;
         Ok((b, s))
+    }
+}
+
+impl Engine {
+    /// Reset the device-side generation state: step 0 of block 0 for rows `0..b`, every other
+    /// slot idle.
+    pub(super) fn reset_state(&self, b: usize) -> Result<()> {
+        let rows = vec![RowState::FRESH; b];
+        self.write_state([0; 4], &rows)
+    }
+
+    /// Write the whole generation state: the batch phase `[step, step in block, block, 0]`
+    /// and rows `0..rows.len()` (the other slots idle).
+    pub(super) fn write_state(&self, phase: [i32; 4], rows: &[RowState]) -> Result<()> {
+        if rows.len() > MAX_SLOTS {
+            bail!(
+                "{} rows in flight; the GPU sampler holds at most {MAX_SLOTS}",
+                rows.len()
+            );
+        }
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let mut st = vec![0i32; STATE_BYTES / 4];
+        st[..4].copy_from_slice(&phase);
+        for (r, x) in rows.iter().enumerate() {
+            st[4 + r] = x.block;
+            st[4 + MAX_SLOTS + r] = x.sib;
+            st[4 + 2 * MAX_SLOTS + r] = x.step;
+            st[4 + 3 * MAX_SLOTS + r] = x.live;
+        }
+        self.gpu.write(&ws.state, 0, &st)
+    }
+
+    /// Read the whole generation state: the batch phase and rows `0..b`.
+    pub(super) fn read_rows(&self, b: usize) -> Result<([i32; 4], Vec<RowState>)> {
+        let ws = self.ws.as_ref().context("no workspace")?;
+        let mut st = vec![0i32; STATE_BYTES / 4];
+        self.gpu.read(&ws.state, 0, &mut st)?;
+        let rows = (0..b)
+            .map(|r| RowState {
+                block: st[4 + r],
+                sib: st[4 + MAX_SLOTS + r],
+                step: st[4 + 2 * MAX_SLOTS + r],
+                live: st[4 + 3 * MAX_SLOTS + r],
+            })
+            .collect();
+        Ok(([st[0], st[1], st[2], st[3]], rows))
     }
 }

@@ -7,70 +7,99 @@ use super::{Engine, Pass, Tail};
 use crate::kargs;
 use crate::sampling::finite::NonFiniteLogit;
 
-/// Approximate KV caching across the steps of a block (Fast-dLLM).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheMode {
-    /// Exact: every step is a full pass.
-    None,
-    /// Steps after a block's first run from the block's start to the end of the sequence.
-    Prefix,
-    /// Steps after a block's first run over the block only.
-    Dual,
-}
-
-impl CacheMode {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            CacheMode::None => "none",
-            CacheMode::Prefix => "prefix",
-            CacheMode::Dual => "dual",
-        }
-    }
-}
+/// The cache modes are the sampler's own ([`crate::sampling::Cache`]), under the engine's
+/// historical name.
+pub use crate::sampling::Cache as CacheMode;
 
 /// Most excluded token ids the sampler kernel takes (mask included).
 pub(super) const MAX_BAN: usize = 32;
 
-/// Sampler settings (LLaDA's `generate` arguments).
+/// What the device sampler runs: the sampler's one settings struct
+/// ([`crate::sampling::GenParams`], validated there and reached through `Deref`) and what the
+/// device needs beside it. The excluded-token lists the kernels take are derived from the
+/// settings ([`Self::ban_choice`], [`Self::ban_conf`]), never set by hand.
 #[derive(Debug, Clone)]
 pub struct GenParams {
-    pub gen_length: usize,
-    pub block_length: usize,
-    pub steps: usize,
-    pub temperature: f64,
-    pub remask_random: bool,
-    pub seed: u64,
-    pub mask_id: u32,
+    pub gen: crate::sampling::GenParams,
     pub pad_id: u32,
     pub logits_shift: usize,
-    /// Never candidates, besides the mask token (EOS under `logits_eos_inf`).
-    pub ban_choice: Vec<u32>,
-    /// Candidates whose confidence is 0 (EOS/EoT under `confidence_eos_eot_inf`).
-    pub ban_conf: Vec<u32>,
-    /// Confidence-threshold parallel decoding (approximate), in (0, 1].
-    pub threshold: Option<f64>,
-    pub cache: CacheMode,
-    /// With a cache: every K-th step of a block is a full pass that refreshes it (None: the
-    /// block's first only).
-    pub cache_refresh: Option<usize>,
+    /// EOS/EoT ids that finish a row as soon as everything before one is committed (empty: a
+    /// row decodes every block).
+    pub stop_ids: Vec<u32>,
+    /// Rows move through their blocks independently (continuous batching without a cache);
+    /// false: in lockstep, every live row at the same step of its block.
+    pub free_rows: bool,
+}
+
+impl std::ops::Deref for GenParams {
+    type Target = crate::sampling::GenParams;
+    fn deref(&self) -> &Self::Target {
+        &self.gen
+    }
+}
+
+impl std::ops::DerefMut for GenParams {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.gen
+    }
+}
+
+fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {
+    let mut v: Vec<u32> = vec![];
+    for t in it {
+        if !v.contains(&t) {
+            v.push(t);
+        }
+    }
+    v
 }
 
 impl GenParams {
+    /// The device run of `gen` (lockstep rows, no early exit: LLaDA's loop as written).
+    pub fn new(gen: crate::sampling::GenParams, pad_id: u32, logits_shift: usize) -> Self {
+        GenParams {
+            gen,
+            pad_id,
+            logits_shift,
+            stop_ids: vec![],
+            free_rows: false,
+        }
+    }
+
+    /// Never candidates, besides the mask token: EOS under `logits_eos_inf`.
+    pub fn ban_choice(&self) -> Vec<u32> {
+        let g = &self.gen;
+        if g.logits_eos_inf {
+            dedup(g.eos_ids.iter().copied().filter(|&t| t != g.mask_id))
+        } else {
+            vec![]
+        }
+    }
+
+    /// Candidates whose confidence is 0: EOS/EoT under `confidence_eos_eot_inf` (those not
+    /// already never chosen).
+    pub fn ban_conf(&self) -> Vec<u32> {
+        let g = &self.gen;
+        if !g.confidence_eos_eot_inf {
+            return vec![];
+        }
+        let choice = self.ban_choice();
+        dedup(
+            g.eos_ids
+                .iter()
+                .chain(&g.eot_ids)
+                .copied()
+                .filter(|t| *t != g.mask_id && !choice.contains(t)),
+        )
+    }
+
+    pub fn remask_random(&self) -> bool {
+        self.gen.remasking == crate::sampling::Remasking::Random
+    }
+
+    /// The sampler's own checks, then what only the device limits.
     pub fn validate(&self) -> Result<()> {
-        if self.block_length == 0 || self.gen_length % self.block_length != 0 {
-            bail!(
-                "--gen-length {} must be a multiple of --block-length {}",
-                self.gen_length,
-                self.block_length
-            );
-        }
-        let nb = self.gen_length / self.block_length;
-        if self.steps == 0 || self.steps % nb != 0 {
-            bail!(
-                "--steps {} must be a multiple of the number of blocks {nb}",
-                self.steps
-            );
-        }
+        self.gen.validate()?;
         if self.block_length > 1024 {
             bail!(
                 "--block-length {} > 1024 is not supported on the GPU",
@@ -80,35 +109,21 @@ impl GenParams {
         if self.pad_id == self.mask_id {
             bail!("pad id {} equals the mask id", self.pad_id);
         }
-        if 1 + self.ban_choice.len() + self.ban_conf.len() > MAX_BAN {
+        if 1 + self.ban_choice().len() + self.ban_conf().len() > MAX_BAN {
             bail!("more than {} excluded token ids (EOS/EoT)", MAX_BAN - 1);
         }
-        if let Some(t) = self.threshold {
-            if !(t > 0.0 && t <= 1.0) {
-                bail!("--threshold {t} must be in (0, 1]");
-            }
-            if self.remask_random {
-                bail!("--threshold needs low-confidence remasking");
-            }
+        if self.stop_ids.len() > MAX_BAN {
+            bail!("more than {MAX_BAN} EOS/EoT ids");
         }
-        if self.cache_refresh == Some(0) {
-            bail!("--cache-refresh must be ≥ 1");
+        if self.free_rows && self.cache != CacheMode::None {
+            bail!("rows move independently only without a KV cache");
         }
         if self.cache != CacheMode::None && self.logits_shift != 0 {
             bail!("--cache {} needs logits shift 0", self.cache.as_str());
         }
         Ok(())
     }
-    /// Whether the step `step_in_block` of a block is a full pass (always without a cache;
-    /// with one, a block's first step and, under `cache_refresh` K, every K-th after it, each
-    /// refreshing the cache) rather than a window over the cache.
-    pub fn full_pass_at(&self, step_in_block: usize) -> bool {
-        self.cache == CacheMode::None
-            || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
-    }
-    pub fn steps_per_block(&self) -> usize {
-        self.steps / (self.gen_length / self.block_length)
-    }
+
     /// LLaDA's `get_num_transfer_tokens` for a fully masked block: equal shares, the
     /// remainder to the earliest steps.
     pub fn num_transfer(&self) -> Vec<i32> {
@@ -185,10 +200,10 @@ impl Engine {
         self.enqueue_head(rows)?;
         self.mark("lm_head")?;
         let v = self.cfg.vocab_size as i32;
-        let rr = i32::from(p.remask_random);
+        let rr = i32::from(p.remask_random());
         let nblocks = (p.gen_length / blk) as i32;
-        let n_choice = (1 + p.ban_choice.len()) as i32;
-        let n_all = n_choice + p.ban_conf.len() as i32;
+        let n_choice = (1 + p.ban_choice().len()) as i32;
+        let n_all = n_choice + p.ban_conf().len() as i32;
         g.launch(
             self.k.sample,
             (rows as u32, 1, 1),
@@ -243,6 +258,9 @@ impl Engine {
         let spb = p.steps_per_block() as i32;
         let bi = b as i32;
         let adaptive = i32::from(p.threshold.is_some());
+        let aligned = i32::from(!p.free_rows);
+        let n_stop = p.stop_ids.len() as i32;
+        let gen_len = p.gen_length as i32;
         g.launch(
             self.k.advance,
             (1, 1, 1),
@@ -258,7 +276,11 @@ impl Engine {
                 &gs,
                 &p.mask_id,
                 &adaptive,
-                &nblocks
+                &nblocks,
+                &aligned,
+                &ws.stop.ptr,
+                &n_stop,
+                &gen_len
             ],
         )?;
         self.mark("advance")?;
@@ -300,16 +322,26 @@ impl Engine {
         if cache {
             self.ensure_kv_cache()?;
         }
-        let ws = self.ws.as_ref().unwrap();
+        self.reset_state(b)?;
+        self.write_settings(p)?;
+        Ok((b, s, lp))
+    }
+
+    /// The per-run device buffers of the sampler settings: the transfer schedule, the
+    /// excluded ids, the EOS/EoT ids, and a cleared non-finite record.
+    pub(super) fn write_settings(&self, p: &GenParams) -> Result<()> {
+        let ws = self.ws.as_ref().context("no workspace")?;
         self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
-        self.gpu.write(&ws.state, 0, &[0i32; 4])?;
         self.gpu.write(&ws.nf_key, 0, &[u64::MAX])?;
         let ban: Vec<u32> = std::iter::once(p.mask_id)
-            .chain(p.ban_choice.iter().copied())
-            .chain(p.ban_conf.iter().copied())
+            .chain(p.ban_choice())
+            .chain(p.ban_conf())
             .collect();
         self.gpu.write(&ws.ban, 0, &ban)?;
-        Ok((b, s, lp))
+        if !p.stop_ids.is_empty() {
+            self.gpu.write(&ws.stop, 0, &p.stop_ids)?;
+        }
+        Ok(())
     }
 
     /// The device-side generation state: (global step, step within block, block).
@@ -400,7 +432,7 @@ impl Engine {
 
     /// The sampler kernel's record of the first non-finite logit (at a masked position) of the
     /// run, as the host sampler's error: batch row, step, generated position, token.
-    fn check_finite(&self, blk: usize) -> Result<()> {
+    pub(super) fn check_finite(&self, blk: usize) -> Result<()> {
         let ws = self.ws.as_ref().context("no workspace")?;
         let mut key = [0u64];
         self.gpu.read(&ws.nf_key, 0, &mut key)?;
