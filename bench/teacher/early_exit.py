@@ -64,13 +64,13 @@ def main():
         with open(os.path.join(a.out, f"{name}.jsonl"), "w") as f:
             f.write("\n".join(ls) + "\n")
     # Warm-up: kernels compiled and cached before anything is timed.
-    distill(a.bin, a.teacher, os.path.join(a.out, "mcq.jsonl"), "/tmp/ee-warm.json", ["--limit", "64"])
+    distill(a.bin, a.teacher, os.path.join(a.out, "mcq.jsonl"), "/tmp/ee-warm.json", ["--limit", "64", "--early-exit"])
     results = []
     for mode, margs in MODES:
         for name in sets:
             src = os.path.join(a.out, f"{name}.jsonl")
             s0, r0, _ = distill(a.bin, a.teacher, src, f"/tmp/ee-{mode}-{name}-fixed.json", margs + ["--no-early-exit"])
-            s1, r1, log = distill(a.bin, a.teacher, src, f"/tmp/ee-{mode}-{name}-early.json", margs)
+            s1, r1, log = distill(a.bin, a.teacher, src, f"/tmp/ee-{mode}-{name}-early.json", margs + ["--early-exit"])
             row = {"mode": mode, "set": name, "prompts": len(r0), "fixed_s": s0["seconds"], "early_s": s1["seconds"],
                    "speedup": s0["seconds"] / s1["seconds"]}
             row.update(compare(r0, r1))

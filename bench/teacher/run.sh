@@ -30,7 +30,7 @@ cd "$here"
 echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY) $(date -u +%H:%M:%S)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
-steps=" ${STEPS:-train quick cpucuda eval nonfinite} "
+steps=" ${STEPS:-train quick cpucuda eval nonfinite earlyexit} "
 has() { [[ "$steps" == *" $1 "* ]]; }
 G128="--gen-length 128 --block-length 32 --steps 64"
 if has train; then

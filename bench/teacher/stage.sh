@@ -9,9 +9,10 @@ dst=${DLM_STAGE_DIR:-/work/main/.dev/teacher}
 py=${PYTHON:-.venv/bin/python}
 mkdir -p "$dst"
 [ -f "$dst/data/meta.json" ] || "$py" bench/teacher/build_data.py --out "$dst/data"
-cargo build --release --features cuda --bin dlm-data
+cargo build --release --features cuda --bin dlm-data --bin dlm-gpu
 strip -o "$dst/dlm-data" target/release/dlm-data
-cp bench/teacher/*.py bench/teacher/run.sh bench/gpu/nonfinite_check.py "$dst/"
+strip -o "$dst/dlm-gpu" target/release/dlm-gpu
+cp bench/teacher/*.py bench/teacher/run.sh bench/teacher/gpu_sanity.sh bench/gpu/nonfinite_check.py bench/gpu/make_teacher.py "$dst/"
 "$py" bench/teacher/tiny_check.py --data "$dst/data" --bin "$dst/dlm-data"
 git rev-parse HEAD > "$dst/COMMIT"
 git status --porcelain | head -n 20 > "$dst/DIRTY" || true

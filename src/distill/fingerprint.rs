@@ -93,7 +93,7 @@ pub fn fingerprint(
     }
     // Continuous batching changes which rows share a forward (and so, on the GPU, the
     // rounding): recorded unless --no-early-exit keeps the fixed batches of earlier runs.
-    if !args.no_early_exit {
+    if args.early_exit() {
         fp["schedule"] = json!({
             "continuous": true,
             "window_prompts": args.window_prompts(),

@@ -125,11 +125,17 @@ pub struct DistillArgs {
     #[arg(long, value_name = "GIB")]
     pub max_batch_memory: Option<u64>,
     /// Decode every block of every row, in fixed batches (the schedule before early exit; for
-    /// comparisons). By default a row stops as soon as an EOS/EoT is committed with every
-    /// position before it committed — its record cannot change after that — and its slot is
-    /// refilled with the next prompt (continuous batching). Records are the same either way.
-    #[arg(long)]
+    /// comparisons). By default on the CPU a row stops as soon as an EOS/EoT is committed with
+    /// every position before it committed — its record cannot change after that — and its
+    /// slot is refilled with the next prompt (continuous batching). Records are the same
+    /// either way.
+    #[arg(long, conflicts_with = "early_exit")]
     pub no_early_exit: bool,
+    /// Early exit + continuous batching with --device cuda, where it is not yet the default:
+    /// the GPU path is built and its kernels checked, but it has not yet been run on a device
+    /// (docs/commands/distill.md, "Early exit").
+    #[arg(long)]
+    pub early_exit: bool,
     /// Prompts per continuous-batching window (default: 16 × --batch-size). A window is
     /// scheduled from an empty batch to an empty batch and committed whole: the unit of resume
     /// and of --shard ownership. Smaller windows commit more often; larger ones keep the batch
@@ -152,6 +158,12 @@ impl DistillArgs {
 }
 
 impl DistillArgs {
+    /// Whether rows exit early and batches refill: the default on the CPU, `--early-exit` on
+    /// a GPU; never with `--no-early-exit`.
+    pub fn early_exit(&self) -> bool {
+        !self.no_early_exit && (self.device == "cpu" || self.early_exit)
+    }
+
     /// `--window-prompts`, else 16 batches' worth.
     pub fn window_prompts(&self) -> usize {
         self.window_prompts
@@ -204,6 +216,17 @@ mod tests {
             5
         );
         assert_eq!(parse(&["--batch-size", "3"]).batch_size(), 3);
+    }
+
+    #[test]
+    fn early_exit_defaults_on_for_the_cpu_only() {
+        assert!(parse(&[]).early_exit());
+        assert!(!parse(&["--no-early-exit"]).early_exit());
+        assert!(!parse(&["--device", "cuda"]).early_exit());
+        assert!(parse(&["--device", "cuda", "--early-exit"]).early_exit());
+        assert!(!parse(&["--device", "cuda:1", "--no-early-exit"]).early_exit());
+        assert_eq!(parse(&["--batch-size", "3"]).window_prompts(), 48);
+        assert_eq!(parse(&["--window-prompts", "5"]).window_prompts(), 5);
     }
 
     #[test]

@@ -271,7 +271,7 @@ fn extra_positions(p: &GenParams, e: &Encoded) -> usize {
 /// `--no-early-exit` the fixed batches.
 fn plan_units(args: &DistillArgs, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
     let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
-    if !args.no_early_exit {
+    if args.early_exit() {
         return plan::windows(&lengths, args.window_prompts());
     }
     let shape = shape_of(args, &s.teacher, &s.params);
@@ -334,7 +334,7 @@ fn decode_unit(
         .map(|&i| rng::prompt_key(&e.items[i].id))
         .collect();
     let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &args.prompts);
-    if args.no_early_exit {
+    if !args.early_exit() {
         let out =
             generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
         let full = super::sampler::block_rule_steps(p, p.gen_length - 1);
@@ -485,7 +485,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         e.items.len(),
         e.items.iter().filter(|i| i.options.is_some()).count(),
         units.len(),
-        if args.no_early_exit {
+        if !args.early_exit() {
             "fixed batches"
         } else {
             "windows (continuous batching, early exit at EOS)"
@@ -493,7 +493,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         s.slice,
         o.mine.len(),
         o.todo.len(),
-        if args.no_early_exit {
+        if !args.early_exit() {
             format!(" (padding {} tokens)", plan::padding(&lengths, &units))
         } else {
             String::new()
@@ -583,8 +583,8 @@ fn finish(
         } else {
             String::new()
         },
-        if args.no_early_exit {
-            "early exit off (--no-early-exit)".to_string()
+        if !args.early_exit() {
+            "early exit off (--no-early-exit; on a GPU without --early-exit)".to_string()
         } else {
             format!(
                 "early exit: {} of {} rows finished early, {:.2} blocks decoded per row, {} of \
@@ -615,7 +615,7 @@ fn finish(
         "skipped_too_long": e.skipped,
         "seconds": secs,
         "prompts_per_s": t.prompts as f64 / secs.max(1e-9),
-        "early_exit": !args.no_early_exit,
+        "early_exit": args.early_exit(),
         "rows_finished_early": x.finished_early,
         "mean_blocks_decoded": x.mean_blocks(),
         "row_forward_passes": x.row_steps,
