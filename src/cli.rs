@@ -138,6 +138,36 @@ mod tests {
         }
     }
 
+    /// Every flag of every command says what it does in `--help` (issue #29).
+    #[test]
+    fn every_flag_has_a_help_line() {
+        use clap::CommandFactory;
+        let mut missing = vec![];
+        let cli = Cli::command();
+        let mut todo: Vec<(String, &clap::Command)> = vec![("dlm-data".into(), &cli)];
+        while let Some((path, c)) = todo.pop() {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let empty = a.get_help().is_none_or(|h| h.to_string().trim().is_empty());
+                if empty {
+                    missing.push(format!("{path} --{}", a.get_long().unwrap_or(id)));
+                }
+            }
+            for sc in c.get_subcommands() {
+                todo.push((format!("{path} {}", sc.get_name()), sc));
+            }
+        }
+        missing.sort();
+        assert!(
+            missing.is_empty(),
+            "flags without a help line:\n{}",
+            missing.join("\n")
+        );
+    }
+
     #[test]
     fn stream_conflicts_with_input() {
         let a = [

@@ -38,8 +38,10 @@ pub struct AuditArgs {
     /// Shard directories (index.json) to audit (repeatable).
     #[arg(long)]
     pub shards: Vec<PathBuf>,
+    /// The stage-3 prompts.jsonl to check against its MCQ sources.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
+    /// The distilled.json to check against its prompts and teacher.
     #[arg(long)]
     pub distilled: Option<PathBuf>,
     /// Print the report as JSON on stdout.

@@ -64,8 +64,10 @@ pub struct DecontamArgs {
     /// Report file (default: DIR/decontam.json, or <stem>.decontam.json beside --prompts).
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// This worker's share I/N of the scan (default: the Slurm / Kubernetes array environment, else all).
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
     #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
 }

@@ -35,40 +35,55 @@ pub enum OutFormat {
 
 #[derive(Args, Debug, Clone)]
 pub struct DistillArgs {
+    /// The teacher: an HF Llama checkpoint directory (config.json, *.safetensors, tokenizer.json).
     #[arg(long)]
     pub teacher: PathBuf,
+    /// prompts.jsonl: one JSON object per line with `id` and `prompt` (from `mcq`; MCQ items also carry `options` and `gold`).
     #[arg(long)]
     pub prompts: PathBuf,
+    /// Where distilled.json goes (worker parts in OUT.parts/ beside it).
     #[arg(long)]
     pub out: PathBuf,
     /// cpu, cuda or cuda:N
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Tokens generated per prompt (LLaDA's gen_length).
     #[arg(long, default_value_t = 256, value_parser = crate::sizes::tokens())]
     pub gen_length: usize,
+    /// Tokens per block; blocks are decoded left to right (LLaDA's block_length).
     #[arg(long, default_value_t = 32, value_parser = crate::sizes::tokens())]
     pub block_length: usize,
+    /// Sampler steps over the whole generation, a multiple of the number of blocks (LLaDA's steps).
     #[arg(long, default_value_t = 256, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_STEPS))]
     pub steps: usize,
+    /// Gumbel-max sampling temperature; 0 takes the argmax.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f64,
+    /// Which masked positions a step commits: the most confident (low-confidence) or random ones.
     #[arg(long, value_enum, default_value = "low-confidence")]
     pub remasking: Remasking,
+    /// Seed of the counter-based RNG (with the prompt id, step and position).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
     #[arg(long, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_BATCH))]
     pub batch_size: Option<usize>,
+    /// Mask token id (default: config.json's mask_token_id, else the tokenizer's mask token).
     #[arg(long)]
     pub mask_id: Option<u32>,
+    /// Which position's logits predict a token: 0 (its own, LLaDA) or 1 (the previous one, AR-converted models); default from config.json, else 0.
     #[arg(long)]
     pub logits_shift: Option<u8>,
+    /// json (one array, the default) or jsonl (one record a line).
     #[arg(long, value_enum, default_value = "json")]
     pub format: OutFormat,
+    /// Only the first N prompts of the file.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// This worker's share I/N of the work (default: the Slurm / Kubernetes array environment, else all).
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
     #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Do not render the tokenizer_config.json chat template.

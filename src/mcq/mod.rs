@@ -73,8 +73,10 @@ pub struct McqArgs {
     /// SFT rows per shard file.
     #[arg(long, default_value_t = 100_000, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_ROWS_PER_SHARD))]
     pub rows_per_shard: usize,
+    /// This worker's share I/N of the items (default: the Slurm / Kubernetes array environment, else all).
     #[arg(long)]
     pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
     #[arg(long, value_parser = crate::sizes::workers())]
     pub num_shards: Option<usize>,
     /// Items larger than this (question plus options, UTF-8 bytes) are skipped and named in the

@@ -109,21 +109,25 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
 /// `dlm-data pack (--manifest FILE | --input FILE.parquet [--text-column NAME]) --tokenizer PATH --out DIR ...`
 #[derive(Args, Debug, Clone)]
 pub struct PackArgs {
+    /// A manifest (manifests/*.toml): the sources and their mixture weights, read from the fetched lock.
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
     /// A single local file instead of a manifest (.parquet; also .json array / .jsonl).
     #[arg(long)]
     pub input: Option<PathBuf>,
+    /// With --input: the column (parquet) or field (JSON lines) holding the text.
     #[arg(long, default_value = "text")]
     pub text_column: String,
     /// tokenizer.json, or a directory holding it (and tokenizer_config.json).
     #[arg(long)]
     pub tokenizer: PathBuf,
+    /// Output directory: shards, index.json and the resume journal.
     #[arg(long)]
     pub out: PathBuf,
     /// Tokens per row (1 to 2^20).
     #[arg(long, default_value_t = 2048, value_parser = crate::sizes::tokens())]
     pub seq_len: usize,
+    /// Shard format: parquet, mds (MosaicML streaming) or megatron (.bin/.idx).
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
     /// EOS token (default: tokenizer_config.json's eos_token, else <|endoftext|>, </s>, <eos>).
