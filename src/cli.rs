@@ -12,6 +12,14 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Warnings and errors only: no progress, no info lines.
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    /// When stderr is not a terminal (cron, Slurm, a log file): seconds between plain progress
+    /// lines (done/total, rate, ETA).
+    #[arg(long, global = true, default_value_t = 30, value_name = "SECS",
+          value_parser = crate::sizes::usize_in(1, 86_400))]
+    pub progress_interval: usize,
 }
 
 #[derive(Subcommand, Debug)]
@@ -45,7 +53,8 @@ pub fn main() -> Result<()> {
             e.exit();
         }
     };
-    init_logging();
+    let out = crate::report::init(cli.quiet, cli.progress_interval as u64);
+    init_logging(out);
     match cli.command {
         Command::Fetch(a) => crate::hub::run_fetch(a),
         Command::Pack(a) => crate::pack::run(a),
@@ -70,14 +79,22 @@ pub fn main() -> Result<()> {
     }
 }
 
-/// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default `info`).
-fn init_logging() {
+/// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default
+/// `info`; `--quiet`: `warn` whatever `RUST_LOG` says); ANSI colour only on a terminal without
+/// `NO_COLOR`.
+fn init_logging(out: crate::report::Settings) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // --quiet wins over RUST_LOG: the operator asked for warnings and errors only.
+    let filter = if out.quiet {
+        EnvFilter::new("warn")
+    } else {
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::secret::Redacted(std::io::stderr))
         .with_target(false)
+        .with_ansi(out.color)
         .try_init();
 }
 

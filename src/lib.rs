@@ -36,6 +36,7 @@ pub mod merge;
 pub mod pack;
 pub mod policy;
 pub mod provenance;
+pub mod report;
 pub mod sampling;
 pub mod secret;
 pub mod shards;

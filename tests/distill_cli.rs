@@ -598,3 +598,48 @@ fn early_exit_records_equal_full_decode_at_every_batch_size() {
     }
     assert!(saw_early > 0, "the EoT {eot} never stopped a row early");
 }
+
+/// Cron-grade output (#29): off a terminal, plain progress lines (the last one always) and no
+/// ANSI codes; `--quiet` leaves stderr empty on success; `--json` is one line on stdout.
+#[test]
+fn log_files_get_plain_lines_and_quiet_is_quiet() {
+    let s = setup(12);
+    let run = |out: &str, global: &[&str]| {
+        Command::new(bin())
+            .args(global)
+            .args(["distill", "--teacher"])
+            .arg(teacher_dir())
+            .arg("--prompts")
+            .arg(&s.prompts)
+            .arg("--out")
+            .arg(s.dir.join(out))
+            .args(with_defaults(&["--json"]))
+            .env("RUST_LOG", "info")
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap()
+    };
+    let o = run("a.json", &["--progress-interval", "1"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains('\x1b'), "ANSI codes in a log file:\n{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("distill worker 0/1: 12/12 prompts (100.0%)")),
+        "{err}"
+    );
+    assert!(err.contains("INFO"), "{err}");
+    assert_eq!(summary(&o)["generated"], 12);
+    let o = run("b.json", &["--quiet"]);
+    ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "",
+        "--quiet prints nothing on success"
+    );
+    assert_eq!(summary(&o)["records"], 12);
+    assert_eq!(
+        std::fs::read(s.dir.join("a.json")).unwrap(),
+        std::fs::read(s.dir.join("b.json")).unwrap()
+    );
+}

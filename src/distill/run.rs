@@ -85,7 +85,11 @@ fn cuda_backend(
     crate::gpu::backend::open(device, teacher, r, gemm_plans)
 }
 
+/// A bar on a terminal (hidden otherwise: [`crate::report::Ticker`] writes the log lines).
 fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
+    if !crate::report::bars() {
+        return indicatif::ProgressBar::hidden();
+    }
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(
         indicatif::ProgressStyle::with_template(
@@ -510,7 +514,14 @@ pub fn run(args: DistillArgs) -> Result<()> {
         .chain(&s.params.eot_ids)
         .copied()
         .collect();
-    let pb = progress_bar(owned_prompts as u64, (owned_prompts - todo_prompts) as u64);
+    let done_before = (owned_prompts - todo_prompts) as u64;
+    let pb = progress_bar(owned_prompts as u64, done_before);
+    let ticker = crate::report::Ticker::new(
+        &format!("distill worker {}", s.slice),
+        "prompts",
+        owned_prompts as u64,
+        done_before,
+    );
     let mut backend = if o.todo.is_empty() {
         None
     } else {
@@ -548,6 +559,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         }
         tally.exit.batch_forwards += forwards;
         pb.inc(unit.len() as u64);
+        ticker.update(done_before + tally.prompts as u64);
         pb.set_message(format!(
             "{:.2} prompts/s",
             tally.prompts as f64 / start.elapsed().as_secs_f64().max(1e-9)
@@ -555,6 +567,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         tracing::debug!("unit {k} committed ({} prompts)", unit.len());
     }
     pb.finish_and_clear();
+    ticker.finish(done_before + tally.prompts as u64);
     o.discard.disarm();
     finish(&args, &s, &e, &o, &tally, start.elapsed().as_secs_f64())
 }
@@ -630,19 +643,19 @@ fn finish(
         let f = finalize_run(&args.out, args.format)?;
         summary["records"] = json!(f.records);
         if e.skipped > 0 {
-            eprintln!(
+            crate::report::note(&format!(
                 "skipped {} prompts too long for the teacher (--skip-too-long)",
                 e.skipped
-            );
+            ));
         }
     } else {
-        eprintln!(
+        crate::report::note(&format!(
             "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
             s.slice,
             o.own.display(),
             args.out.display(),
             s.slice.count
-        );
+        ));
     }
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
@@ -746,12 +759,12 @@ fn name_prompt(
 pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<output::Finalized> {
     let parts = output::list_parts(&output::parts_dir(out))?;
     let f = output::finalize(&parts, out, format)?;
-    eprintln!(
+    crate::report::note(&format!(
         "distilled {} records ({} units, {} part files) → {}",
         f.records,
         f.batches,
         f.parts,
         out.display()
-    );
+    ));
     Ok(f)
 }

@@ -2,8 +2,6 @@
 //! per chunk otherwise (the fetch loop prints one plain line per finished file instead, which
 //! is what cron and Slurm logs want).
 
-use std::io::IsTerminal;
-
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// All bars of one run.
@@ -17,7 +15,7 @@ pub struct Bar(Option<ProgressBar>);
 
 impl Progress {
     pub fn new() -> Progress {
-        let tty = std::io::stderr().is_terminal() && std::env::var_os("DLM_NO_PROGRESS").is_none();
+        let tty = crate::report::bars();
         Progress {
             multi: tty.then(MultiProgress::new),
         }

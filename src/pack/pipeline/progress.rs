@@ -1,7 +1,7 @@
 //! The progress bar of a pack run on a TTY: documents and tokens per second, input bytes read,
-//! ETA by input bytes. Nothing is drawn when stderr is not a terminal.
+//! ETA by input bytes. When stderr is not a terminal, a plain line per `--progress-interval`
+//! instead ([`crate::report::Ticker`], by input bytes).
 
-use std::io::IsTerminal;
 use std::time::Instant;
 
 use crate::pack::plan::Unit;
@@ -15,6 +15,7 @@ pub(super) struct Progress {
     tokens: std::cell::Cell<u64>,
     docs: std::cell::Cell<u64>,
     rows_total: std::cell::RefCell<Vec<Option<u64>>>,
+    ticker: crate::report::Ticker,
 }
 
 impl Progress {
@@ -22,7 +23,7 @@ impl Progress {
         let unit_bytes: Vec<u64> = units.iter().map(|u| u.bytes).collect();
         let total: u64 = unit_bytes.iter().sum();
         let done_before: u64 = unit_bytes[..start_unit.min(units.len())].iter().sum();
-        let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = crate::report::bars().then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
                 indicatif::ProgressStyle::with_template(
@@ -33,10 +34,12 @@ impl Progress {
             b.set_position(done_before);
             b
         });
+        let out = crate::report::settings();
+        let lines = !out.tty && !out.quiet;
         let rows_total = units
             .iter()
             .map(|u| {
-                (u.source.format == crate::manifest::Format::Parquet && bar.is_some())
+                (u.source.format == crate::manifest::Format::Parquet && (bar.is_some() || lines))
                     .then(|| {
                         crate::sources::parquet::row_counts(&u.path, &u.file)
                             .ok()
@@ -53,6 +56,7 @@ impl Progress {
             tokens: 0.into(),
             docs: 0.into(),
             rows_total: std::cell::RefCell::new(rows_total),
+            ticker: crate::report::Ticker::new("pack", "input bytes", total, done_before),
         }
     }
     pub(super) fn tokens(&self, n: u64) {
@@ -60,7 +64,6 @@ impl Progress {
         self.docs.set(self.docs.get() + 1);
     }
     pub(super) fn rows(&self, unit: usize, rows_done: u64) {
-        let Some(b) = &self.bar else { return };
         let before: u64 = self.unit_bytes[..unit]
             .iter()
             .sum::<u64>()
@@ -69,7 +72,10 @@ impl Progress {
             Some(t) if t > 0 => rows_done as f64 / t as f64,
             _ => 0.0,
         };
-        b.set_position(before + (frac * self.unit_bytes[unit] as f64) as u64);
+        let pos = before + (frac * self.unit_bytes[unit] as f64) as u64;
+        self.ticker.update(pos);
+        let Some(b) = &self.bar else { return };
+        b.set_position(pos);
         let secs = self.start.elapsed().as_secs_f64().max(1e-6);
         b.set_message(format!(
             "{:.0} docs/s, {:.2} Mtok/s",
@@ -78,13 +84,16 @@ impl Progress {
         ));
     }
     pub(super) fn unit_done(&self, unit: usize) {
+        let done: u64 = self.unit_bytes[..=unit].iter().sum();
         if let Some(b) = &self.bar {
-            b.set_position(self.unit_bytes[..=unit].iter().sum());
+            b.set_position(done);
         }
+        self.ticker.update(done);
     }
     pub(super) fn finish(&self) {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+        self.ticker.finish(self.unit_bytes.iter().sum());
     }
 }
