@@ -94,7 +94,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
 pub fn run(args: AuditArgs) -> Result<()> {
     let r = audit(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{}", report::human(&r));
     }

@@ -189,7 +189,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         .unwrap_or_else(|| report::default_path(&target.path, is_shards));
     report::save(&rpath, &rep)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rep)?);
+        println!("{}", serde_json::to_string(&rep)?);
     } else {
         print!("{}", report::human(&rep));
         println!("  report: {}", rpath.display());
