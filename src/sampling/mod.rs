@@ -7,6 +7,7 @@
 pub mod early_exit;
 pub mod finite;
 pub mod rng;
+pub mod schedule;
 
 use anyhow::Result;
 

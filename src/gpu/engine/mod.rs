@@ -235,22 +235,7 @@ pub const MAX_SLOTS: usize = 1024;
 const STATE_BYTES: usize = 16 + 4 * 4 * MAX_SLOTS;
 
 /// One row's device-side generation state (a slot of `GenState`'s per-row arrays).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(super) struct RowState {
-    pub block: i32,
-    pub sib: i32,
-    pub step: i32,
-    pub live: i32,
-}
-
-impl RowState {
-    pub const FRESH: RowState = RowState {
-        block: 0,
-        sib: 0,
-        step: 0,
-        live: 1,
-    };
-}
+pub(super) use crate::sampling::schedule::RowState;
 
 impl Engine {
     /// Open the GPU, validate and upload the checkpoint in `dir`.
