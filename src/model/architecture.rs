@@ -281,7 +281,10 @@ pub fn compare(base: &ModelArchitecture, other: &ModelArchitecture) -> (Vec<Stri
     let mut allowed = Vec::new();
     let keys: std::collections::BTreeSet<&String> =
         base.config.keys().chain(other.config.keys()).collect();
-    let show = |v: Option<&Value>| v.map_or("absent".to_string(), |v| v.to_string());
+    let show = |v: Option<&Value>| {
+        v.filter(|v| !v.is_null())
+            .map_or("absent".to_string(), |v| v.to_string())
+    };
     for k in keys {
         let (a, b) = (base.config.get(k), other.config.get(k));
         if !same_value(a, b) {
