@@ -415,7 +415,7 @@ mod tests {
                 version: 1,
                 sources: vec![],
             },
-            &[lm.clone()],
+            std::slice::from_ref(&lm),
         )
         .unwrap();
         assert!(Lock::load(&lp).unwrap().sources.is_empty());
