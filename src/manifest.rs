@@ -139,6 +139,19 @@ impl Manifest {
         Ok(m)
     }
 
+    /// [`Manifest::load`] for a stage that reads data (`pack`, `mcq`): at least one
+    /// `[[source]]` (a manifest of `[[model]]`s only is refused, exit 2).
+    pub fn load_data(path: &Path) -> Result<Manifest> {
+        let m = Self::load(path)?;
+        if m.sources.is_empty() {
+            return Err(crate::error::usage(format!(
+                "manifest {}: no [[source]] entries (its [[model]]s are fetched and audited, not read as data)",
+                path.display()
+            )));
+        }
+        Ok(m)
+    }
+
     fn validate(&self) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
         if self.sources.is_empty() && self.models.is_empty() {
@@ -372,6 +385,8 @@ mod tests {
     fn model_entries_are_validated_and_locked_apart() {
         let m = Manifest::load(Path::new("manifests/base.toml")).unwrap();
         assert!(m.sources.is_empty());
+        let e = Manifest::load_data(Path::new("manifests/base.toml")).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
         assert_eq!(m.models[0].repo, "openbmb/MiniCPM5-2B");
         assert_eq!(
             m.models[0].revision,
