@@ -179,32 +179,7 @@ pub fn base_pinned(ctx: &Ctx, base: Option<&Base>, hash: bool) -> Check {
         let p = ctx
             .cache
             .snapshot_path(Area::MODEL, &l.repo, &l.commit, &f.path);
-        match std::fs::metadata(&p) {
-            Err(_) => c.fail(format!(
-                "{}: locked file missing from the cache",
-                p.display()
-            )),
-            Ok(m) if m.len() != f.size => c.fail(format!(
-                "{}: {} bytes, the lock says {}",
-                p.display(),
-                m.len(),
-                f.size
-            )),
-            Ok(m) => {
-                bytes += m.len();
-                if hash {
-                    match crate::util::sha256_file(&p) {
-                        Ok(h) if h == f.sha256 => {}
-                        Ok(h) => c.fail(format!(
-                            "{}: sha256 {h}, the lock says {}",
-                            p.display(),
-                            f.sha256
-                        )),
-                        Err(e) => c.fail(format!("{}: {e:#}", p.display())),
-                    }
-                }
-            }
-        }
+        bytes += super::fetched::check_cached(&mut c, &p, f, hash);
     }
     // architecture.json: the locked config and weights, and (--hash) the headers again.
     match &b.arch {
