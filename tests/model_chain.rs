@@ -298,6 +298,21 @@ fn clean_chain_passes_every_link_and_reads_base_first() {
 fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
     let c = chain();
     // A data-only audit of the same world shows no model links at all.
+    let (code, out, _) = run(&[
+        "audit",
+        "--manifest",
+        p(&c.w.manifest),
+        "--cache",
+        p(&c.w.cache),
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let r: AuditReport = serde_json::from_str(&out).unwrap();
+    assert!(r.chain.is_empty());
+    assert!(r
+        .checks
+        .iter()
+        .all(|x| !MODEL_LINKS.contains(&x.check.as_str())));
     let (code, r, _) = audit(&c, &[]);
     assert_eq!(code, 0);
     assert_eq!(status(&r, "base-pinned"), Status::Pass);
@@ -529,6 +544,15 @@ fn checkpoints_are_checked_link_by_link() {
             "was written by the teacher",
         ),
         (
+            "a stage name again after another",
+            vec![
+                ("stage1", &c.base_dir, &c.stage1, &c.ckpt1),
+                ("stage2", &c.ckpt1, &c.sft, &c.teacher),
+                ("stage1", &c.teacher, &c.stage1, &c.ckpt3),
+            ],
+            "stage \"stage1\" appears again after \"stage2\"",
+        ),
+        (
             "a fourth stage",
             vec![
                 ("stage1", &c.base_dir, &c.stage1, &c.ckpt1),
@@ -556,6 +580,20 @@ fn checkpoints_are_checked_link_by_link() {
         let pr = problems(&r, "checkpoints");
         assert!(pr.contains(needle), "{what}: {pr}");
     }
+    // A stage resumed as two entries of one name is one stage: the chain holds.
+    let lp = c.path("lineage-resumed.json");
+    for (s, from, data, to) in [
+        ("stage1", &c.base_dir, &c.stage1, &c.ckpt3),
+        ("stage1", &c.ckpt3, &c.stage1, &c.ckpt1),
+        ("stage2", &c.ckpt1, &c.sft, &c.teacher),
+    ] {
+        assert_eq!(lineage_add(&lp, s, from, &[data], to).0, 0);
+    }
+    let mut args = full(&c, &lp);
+    args.retain(|a| *a != "--shipped" && *a != p(&c.shipped));
+    let (code, r, _) = audit(&c, &args);
+    assert_eq!(code, 0, "{r:#?}");
+    assert_eq!(status(&r, "checkpoints"), Status::Pass);
     // Data that this audit does not cover: named.
     let mut args = full(&c, &c.lineage);
     args.drain(0..2); // no --shards stage1
