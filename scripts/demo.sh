@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the whole pipeline end to end on the embedded default — fixture datasets in the
 # real Hub layouts, served by the project's hub emulator — printing where every output went.
-#   fixtures → hub-emulator → fetch (stage1, mcq, eval-reference) → pack → mcq → decontam
-#   → distill (tiny teacher, CPU) → audit
+#   fixtures → hub-emulator → fetch (base model, stage1, mcq, eval-reference) → pack → mcq
+#   → decontam → distill (tiny teacher, CPU) → lineage (three stages) → audit of the whole chain
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/debug/dlm-data}
@@ -25,8 +25,12 @@ unset HF_TOKEN
 echo "HF_ENDPOINT=$HF_ENDPOINT (pid $EMU)"
 
 # The shipped manifests, copied so the demo's locks do not touch manifests/.
-cp manifests/stage1.toml manifests/mcq.toml manifests/eval-reference.toml "$OUT/manifests/"
+cp manifests/base.toml manifests/stage1.toml manifests/mcq.toml manifests/eval-reference.toml "$OUT/manifests/"
 CACHE="$OUT/cache"
+
+say "fetch: the base model at its pinned commit (lock, download.log, architecture.json, --local-dir)"
+$BIN fetch --manifest "$OUT/manifests/base.toml" --cache "$CACHE" --local-dir "$OUT/models/base"
+python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['models'][0]; print(m['repo'], m['commit'], len(m['tensors']), 'tensors,', m['parameters'], 'parameters')" "$OUT/manifests/architecture.json"
 
 say "fetch: stage 1, MCQ and eval-reference sources (pinned commits, eval splits refused)"
 for m in stage1 mcq eval-reference; do
@@ -74,16 +78,30 @@ $BIN distill --teacher "$OUT/fixtures/teacher" --prompts "$OUT/mcq/prompts.jsonl
   --out "$OUT/distilled.json" --limit 6 --gen-length 16 --block-length 8 --steps 16 --batch-size 3
 python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print(json.dumps({k: r[k] for k in ('id','answer','answer_probs','gold','correct','response')}, indent=1))" "$OUT/distilled.json"
 
-say "audit: the provenance chain"
-$BIN audit --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE" --shards "$OUT/shards/stage1"
-$BIN audit --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" --shards "$OUT/mcq/sft" \
-  --prompts "$OUT/mcq/prompts.jsonl" --distilled "$OUT/distilled.json"
+say "lineage: each training stage records its parent, output and data (fixture checkpoints stand in for training)"
+CK="$OUT/fixtures/checkpoints"
+$BIN lineage add --lineage "$OUT/lineage.json" --stage stage1 --from "$OUT/models/base" \
+  --data "$OUT/shards/stage1" --to "$CK/stage1"
+$BIN lineage add --lineage "$OUT/lineage.json" --stage stage2 --from "$CK/stage1" \
+  --data "$OUT/mcq/sft" --to "$OUT/fixtures/teacher"
+$BIN lineage add --lineage "$OUT/lineage.json" --stage stage3 --from "$OUT/fixtures/teacher" \
+  --data "$OUT/distilled.json" --to "$CK/stage3"
+cp -r "$CK/stage3" "$OUT/shipped"
+
+say "audit: the provenance chain, from the pinned base to the shipped model"
+$BIN audit --manifest "$OUT/manifests/base.toml" --manifest "$OUT/manifests/stage1.toml" \
+  --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" \
+  --shards "$OUT/shards/stage1" --shards "$OUT/mcq/sft" \
+  --prompts "$OUT/mcq/prompts.jsonl" --distilled "$OUT/distilled.json" \
+  --teacher "$OUT/fixtures/teacher" --lineage "$OUT/lineage.json" --shipped "$OUT/shipped"
 
 say "outputs"
 cat <<TXT
   fixtures        $OUT/fixtures/{hub,tokenizer,teacher}
   cache + log     $CACHE  ($CACHE/download.log)
-  locks           $OUT/manifests/{stage1,mcq,eval-reference}.lock
+  locks           $OUT/manifests/{base,stage1,mcq,eval-reference}.lock
+  base model      $OUT/models/base  (architecture: $OUT/manifests/architecture.json)
+  lineage         $OUT/lineage.json  (shipped: $OUT/shipped)
   stage-1 shards  $OUT/shards/stage1/  (index.json)
   stage-2 SFT     $OUT/mcq/sft/
   stage-3 prompts $OUT/mcq/prompts.jsonl

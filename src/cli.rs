@@ -38,6 +38,8 @@ pub enum Command {
     Distill(crate::distill::DistillArgs),
     /// Merge worker outputs (`OUT/parts/*`) into what one process would have written.
     Merge(crate::merge::MergeArgs),
+    /// Record training stages in lineage.json (`lineage add`), for `audit --lineage`.
+    Lineage(crate::model::lineage::LineageArgs),
     /// Serve fixture repos through the Hub's HTTP API (tests and `make demo`).
     HubEmulator(crate::hub::emulator::EmulatorArgs),
     /// Generate the project's fixtures: datasets, tokenizer, tiny teacher.
@@ -63,6 +65,7 @@ pub fn main() -> Result<()> {
         Command::Audit(a) => crate::audit::run(a),
         Command::Distill(a) => crate::distill::run(a),
         Command::Merge(a) => crate::merge::run(a),
+        Command::Lineage(a) => crate::model::lineage::run(a, crate::hub::log::now_rfc3339()),
         Command::HubEmulator(a) => {
             if a.fixtures {
                 std::fs::create_dir_all(&a.root)?;

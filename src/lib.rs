@@ -13,7 +13,9 @@
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
 //!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
 //!    [`sampling`] holds what the three share (the sampler's settings and randomness).
-//! 6. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
+//! 6. [`model`] — the model half of the chain: architecture.json of the pinned base (written
+//!    by `fetch`), checkpoint digests, lineage.json (`lineage add`), checked by `audit`.
+//! 7. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
 //!    merging their outputs into exactly what one process would have written.
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
@@ -33,6 +35,7 @@ pub mod hub;
 pub mod manifest;
 pub mod mcq;
 pub mod merge;
+pub mod model;
 pub mod pack;
 pub mod policy;
 pub mod provenance;

@@ -4,6 +4,8 @@
 //! The key names are a contract (scripts read them): `[[source]]` with `name`, `repo`,
 //! `revision`, `config`, `split`, `files`, `format`, `text`, `license`, `weight`, and `role`
 //! (`train`, the default, or `eval-reference` for benchmark sets used only by decontamination).
+//! `[[model]]` entries (`name`, `repo`, a 40-hex `revision`, optional `files` globs, `license`)
+//! pin model repos: the base model the provenance chain starts at (docs/model-chain.md).
 
 use std::path::{Path, PathBuf};
 
@@ -68,12 +70,58 @@ fn default_text() -> String {
     "{text}".to_string()
 }
 
-/// A manifest file: a list of sources.
+/// Files a `[[model]]` entry fetches when it names no `files`: what loading the model and its
+/// tokenizer needs (config, weights and their index, tokenizer files, chat template).
+pub const DEFAULT_MODEL_FILES: &[&str] = &[
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+];
+
+/// One `[[model]]` entry: a model repo pinned to an exact commit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSource {
+    pub name: String,
+    /// `owner/name` of the model repo on the Hub.
+    pub repo: String,
+    /// A 40-hex commit sha: a model is pinned exactly, never by branch.
+    pub revision: String,
+    /// Globs over repo paths (default [`DEFAULT_MODEL_FILES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub license: Option<String>,
+}
+
+impl ModelSource {
+    /// The globs in force: `files`, else [`DEFAULT_MODEL_FILES`].
+    pub fn globs(&self) -> Vec<String> {
+        match &self.files {
+            Some(f) => f.clone(),
+            None => DEFAULT_MODEL_FILES.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// A manifest file: a list of sources and models.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     #[serde(rename = "source", default)]
     pub sources: Vec<Source>,
+    #[serde(rename = "model", default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelSource>,
     /// Where the manifest was read from (not serialised).
     #[serde(skip)]
     pub path: PathBuf,
@@ -91,13 +139,55 @@ impl Manifest {
         Ok(m)
     }
 
+    /// [`Manifest::load`] for a stage that reads data (`pack`, `mcq`): at least one
+    /// `[[source]]` (a manifest of `[[model]]`s only is refused, exit 2).
+    pub fn load_data(path: &Path) -> Result<Manifest> {
+        let m = Self::load(path)?;
+        if m.sources.is_empty() {
+            return Err(crate::error::usage(format!(
+                "manifest {}: no [[source]] entries (its [[model]]s are fetched and audited, not read as data)",
+                path.display()
+            )));
+        }
+        Ok(m)
+    }
+
     fn validate(&self) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
-        if self.sources.is_empty() {
+        if self.sources.is_empty() && self.models.is_empty() {
             return Err(crate::error::usage(format!(
-                "manifest {}: no [[source]] entries",
+                "manifest {}: no [[source]] or [[model]] entries",
                 self.path.display()
             )));
+        }
+        for m in &self.models {
+            let bad = |why: String| {
+                crate::error::usage(format!(
+                    "manifest {}: model {:?}: {why}",
+                    self.path.display(),
+                    m.name
+                ))
+            };
+            if !seen.insert(m.name.clone()) {
+                return Err(bad("name declared twice".into()));
+            }
+            if !repo_id_ok(&m.repo) {
+                return Err(bad(format!("repo {:?} is not owner/name", m.repo)));
+            }
+            if !(m.revision.len() == 40 && m.revision.bytes().all(|b| b.is_ascii_hexdigit())) {
+                return Err(bad(format!(
+                    "revision {:?} is not a 40-hex commit (a model is pinned exactly)",
+                    m.revision
+                )));
+            }
+            for g in m.files.iter().flatten() {
+                if let Err(e) = globset::Glob::new(g) {
+                    return Err(bad(format!("files: bad glob {g:?}: {e}")));
+                }
+            }
+            if m.files.as_ref().is_some_and(|f| f.is_empty()) {
+                return Err(bad("files is empty".into()));
+            }
         }
         for s in &self.sources {
             if !seen.insert(s.name.clone()) {
@@ -107,12 +197,7 @@ impl Manifest {
                     s.name
                 )));
             }
-            let parts: Vec<&str> = s.repo.split('/').collect();
-            if parts.len() != 2
-                || parts
-                    .iter()
-                    .any(|p| p.is_empty() || *p == "." || *p == "..")
-            {
+            if !repo_id_ok(&s.repo) {
                 return Err(crate::error::usage(format!(
                     "manifest {}: source {:?}: repo {:?} is not owner/name",
                     self.path.display(),
@@ -141,6 +226,10 @@ impl Manifest {
         Ok(())
     }
 
+    pub fn model(&self, name: &str) -> Option<&ModelSource> {
+        self.models.iter().find(|m| m.name == name)
+    }
+
     /// Sources used as training input (role = train).
     pub fn train_sources(&self) -> impl Iterator<Item = &Source> {
         self.sources.iter().filter(|s| s.role == Role::Train)
@@ -150,6 +239,15 @@ impl Manifest {
     pub fn lock_path(&self) -> PathBuf {
         self.path.with_extension("lock")
     }
+}
+
+/// `owner/name`, neither part empty, `.` or `..`.
+fn repo_id_ok(repo: &str) -> bool {
+    let parts: Vec<&str> = repo.split('/').collect();
+    parts.len() == 2
+        && !parts
+            .iter()
+            .any(|p| p.is_empty() || *p == "." || *p == "..")
 }
 
 /// One file pinned in a lock.
@@ -217,6 +315,56 @@ impl Lock {
     }
 }
 
+/// One `[[model]]` pinned in a lock: its commit and every fetched file's size and sha256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LockedModel {
+    pub name: String,
+    pub repo: String,
+    pub revision: String,
+    pub commit: String,
+    #[serde(rename = "file", default)]
+    pub files: Vec<LockedFile>,
+}
+
+/// The `[[model]]` tables of a lock file. Read apart from [`Lock`] (whose readers need the
+/// sources only); [`save_lock`] writes both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelLock {
+    #[serde(rename = "model", default)]
+    pub models: Vec<LockedModel>,
+}
+
+impl ModelLock {
+    pub fn load(path: &Path) -> Result<ModelLock> {
+        Lock::load(path)?; // the version check
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading lock {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))
+    }
+
+    pub fn model(&self, name: &str) -> Option<&LockedModel> {
+        self.models.iter().find(|m| m.name == name)
+    }
+}
+
+/// Write a lock with its sources and models, atomically.
+pub fn save_lock(path: &Path, lock: &Lock, models: &[LockedModel]) -> Result<()> {
+    #[derive(Serialize)]
+    struct Both<'a> {
+        version: u32,
+        #[serde(rename = "source")]
+        sources: &'a [LockedSource],
+        #[serde(rename = "model", skip_serializing_if = "<[_]>::is_empty")]
+        models: &'a [LockedModel],
+    }
+    let text = toml::to_string_pretty(&Both {
+        version: lock.version,
+        sources: &lock.sources,
+        models,
+    })?;
+    atomic_write(path, text.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +379,62 @@ mod tests {
                 assert!(!crate::policy::is_eval_name(&s.split), "{f} {}", s.name);
             }
         }
+    }
+
+    #[test]
+    fn model_entries_are_validated_and_locked_apart() {
+        let m = Manifest::load(Path::new("manifests/base.toml")).unwrap();
+        assert!(m.sources.is_empty());
+        let e = Manifest::load_data(Path::new("manifests/base.toml")).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert_eq!(m.models[0].repo, "openbmb/MiniCPM5-2B");
+        assert_eq!(
+            m.models[0].revision,
+            "12a3808a956f869c767195e9266b59c4d21d92e2"
+        );
+        assert!(m.models[0].globs().iter().any(|g| g == "*.safetensors"));
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.toml");
+        for (body, needle) in [
+            ("name='b'\nrepo='o/n'\nrevision='main'\n", "40-hex"),
+            ("name='b'\nrepo='o'\nrevision='{c}'\n", "owner/name"),
+            (
+                "name='b'\nrepo='o/n'\nrevision='{c}'\nfiles=[]\n",
+                "files is empty",
+            ),
+            ("name='b'\nrepo='o/n'\nrevision='{c}'\nbogus=1\n", "bogus"),
+        ] {
+            let body = body.replace("{c}", &"a".repeat(40));
+            std::fs::write(&p, format!("[[model]]\n{body}")).unwrap();
+            let e = Manifest::load(&p).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2, "{body}");
+            assert!(format!("{e:#}").contains(needle), "{body}: {e:#}");
+        }
+        // A lock with both tables: Lock sees the sources, ModelLock the models.
+        let lp = dir.path().join("m.lock");
+        let lm = LockedModel {
+            name: "base".into(),
+            repo: "o/n".into(),
+            revision: "a".repeat(40),
+            commit: "a".repeat(40),
+            files: vec![LockedFile {
+                path: "config.json".into(),
+                size: 3,
+                sha256: "b".repeat(64),
+                git_oid: Some("c".repeat(40)),
+            }],
+        };
+        save_lock(
+            &lp,
+            &Lock {
+                version: 1,
+                sources: vec![],
+            },
+            std::slice::from_ref(&lm),
+        )
+        .unwrap();
+        assert!(Lock::load(&lp).unwrap().sources.is_empty());
+        assert_eq!(ModelLock::load(&lp).unwrap().models, vec![lm]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::context::{Ctx, LogLine};
 use super::report::Check;
-use crate::manifest::Role;
+use crate::manifest::{LockedFile, Role};
 
 fn is_commit(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
@@ -174,6 +174,38 @@ pub fn download_log(ctx: &Ctx) -> Check {
     c
 }
 
+/// One locked file at its cache path `p`: present, the locked size, and (`hash`) the locked
+/// sha256; each problem failed on `c`. Returns the bytes found.
+pub fn check_cached(c: &mut Check, p: &std::path::Path, f: &LockedFile, hash: bool) -> u64 {
+    match std::fs::metadata(p) {
+        Err(_) => c.fail(format!(
+            "{}: locked file missing from the cache",
+            p.display()
+        )),
+        Ok(m) if m.len() != f.size => c.fail(format!(
+            "{}: {} bytes, the lock says {}",
+            p.display(),
+            m.len(),
+            f.size
+        )),
+        Ok(m) => {
+            if hash {
+                match crate::util::sha256_file(p) {
+                    Ok(h) if h == f.sha256 => {}
+                    Ok(h) => c.fail(format!(
+                        "{}: sha256 {h}, the lock says {}",
+                        p.display(),
+                        f.sha256
+                    )),
+                    Err(e) => c.fail(format!("{}: {e:#}", p.display())),
+                }
+            }
+            return m.len();
+        }
+    }
+    0
+}
+
 /// `cache`
 pub fn cache(ctx: &Ctx, hash: bool) -> Check {
     let mut c = Check::new("cache");
@@ -187,32 +219,7 @@ pub fn cache(ctx: &Ctx, hash: bool) -> Check {
                 let p = ctx
                     .cache
                     .snapshot_path(ls.role, &ls.repo, &ls.commit, &f.path);
-                match std::fs::metadata(&p) {
-                    Err(_) => c.fail(format!(
-                        "{}: locked file missing from the cache",
-                        p.display()
-                    )),
-                    Ok(m) if m.len() != f.size => c.fail(format!(
-                        "{}: {} bytes, the lock says {}",
-                        p.display(),
-                        m.len(),
-                        f.size
-                    )),
-                    Ok(m) => {
-                        bytes += m.len();
-                        if hash {
-                            match crate::util::sha256_file(&p) {
-                                Ok(h) if h == f.sha256 => {}
-                                Ok(h) => c.fail(format!(
-                                    "{}: sha256 {h}, the lock says {}",
-                                    p.display(),
-                                    f.sha256
-                                )),
-                                Err(e) => c.fail(format!("{}: {e:#}", p.display())),
-                            }
-                        }
-                    }
-                }
+                bytes += check_cached(&mut c, &p, f, hash);
             }
         }
     }

@@ -1,6 +1,9 @@
-//! `dlm-data audit`: walks the provenance chain — manifest → lock → download.log → shards /
+//! `dlm-data audit`: walks the provenance chain — the pinned base model → teacher →
+//! distilled.json → checkpoints → shipped model, and manifest → lock → download.log → shards /
 //! prompts / distilled — and names every broken link.
 //!
+//! - [`model`]: `base-pinned`, `teacher-architecture`, `teacher-weights`;
+//! - [`checkpoints`]: `checkpoints` (lineage.json), `shipped-model`;
 //! - [`context`]: manifests, locks, cache, download log, known eval-reference files;
 //! - [`fetched`]: `manifest-pinned`, `download-log`, `cache`;
 //! - [`shards`]: `shards`; [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
@@ -9,9 +12,11 @@
 //!
 //! Exit 0 when every link holds, 1 when one breaks (the report names it), 2 for bad usage.
 
+pub mod checkpoints;
 pub mod context;
 pub mod decontam;
 pub mod fetched;
+pub mod model;
 pub mod policy;
 pub mod prompts;
 pub mod report;
@@ -50,6 +55,19 @@ pub struct AuditArgs {
     /// Re-hash every cached locked file (default: sizes only; shards are always re-hashed).
     #[arg(long)]
     pub hash: bool,
+    /// The base among the manifests' `[[model]]`s (default: the only one declared).
+    #[arg(long)]
+    pub base: Option<String>,
+    /// The teacher checkpoint directory (config.json, safetensors, tokenizer) that wrote
+    /// --distilled.
+    #[arg(long)]
+    pub teacher: Option<PathBuf>,
+    /// lineage.json of the training stages (`dlm-data lineage add`).
+    #[arg(long)]
+    pub lineage: Option<PathBuf>,
+    /// The shipped model directory: must equal the last checkpoint, file for file.
+    #[arg(long)]
+    pub shipped: Option<PathBuf>,
 }
 
 /// Run every check and build the report.
@@ -60,12 +78,51 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         ));
     }
     let ctx = context::Ctx::load(&args.manifest, args.cache.as_deref(), args.log.as_deref())?;
+    let base = model::find_base(&ctx, args.base.as_deref())?;
+    // The model chain is reported when a model is in scope: a declared base, or a model flag.
+    let models_in_scope = base.is_some()
+        || args.teacher.is_some()
+        || args.lineage.is_some()
+        || args.shipped.is_some();
+    let teacher = args.teacher.as_deref().map(model::Teacher::open);
+    let mut checks = Vec::new();
+    let mut chain = Vec::new();
+    if models_in_scope {
+        let audited = checkpoints::audited_outputs(&args.shards, args.distilled.as_deref());
+        let (ck, lineage) = checkpoints::check(
+            args.lineage.as_deref(),
+            base.as_ref(),
+            teacher.as_ref(),
+            &audited,
+        );
+        checks.push(model::base_pinned(&ctx, base.as_ref(), args.hash));
+        checks.push(model::teacher_architecture(
+            &ctx,
+            base.as_ref(),
+            teacher.as_ref(),
+        ));
+        checks.push(model::teacher_weights(
+            teacher.as_ref(),
+            args.distilled.as_deref(),
+        ));
+        checks.push(ck);
+        checks.push(checkpoints::shipped(
+            args.shipped.as_deref(),
+            lineage.as_ref(),
+        ));
+        chain = checkpoints::chain(
+            base.as_ref(),
+            teacher.as_ref(),
+            lineage.as_ref(),
+            args.shipped.as_deref(),
+        );
+    }
     let mut uses = Vec::new();
-    let mut checks = vec![
+    checks.extend([
         fetched::manifest_pinned(&ctx),
         fetched::download_log(&ctx),
         fetched::cache(&ctx, args.hash),
-    ];
+    ]);
     checks.push(shards::check(&ctx, &args.shards, &mut uses));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);
     checks.push(pc);
@@ -87,6 +144,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
             .iter()
             .map(|m| m.display().to_string())
             .collect(),
+        chain,
         checks,
     })
 }

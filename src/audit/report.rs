@@ -18,7 +18,8 @@ pub enum Status {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// Stable name: `manifest-pinned`, `download-log`, `cache`, `split-policy`,
+    /// Stable name: `base-pinned`, `teacher-architecture`, `teacher-weights`, `checkpoints`,
+    /// `shipped-model`, `manifest-pinned`, `download-log`, `cache`, `split-policy`,
     /// `eval-reference-isolation`, `shards`, `prompts`, `distilled`, `decontam`.
     pub check: String,
     pub status: Status,
@@ -68,6 +69,10 @@ pub struct AuditReport {
     pub tool: String,
     pub time: String,
     pub manifests: Vec<String>,
+    /// The model chain, base first (`repo@commit`, each training stage, the shipped model);
+    /// empty when no model is in scope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<String>,
     pub checks: Vec<Check>,
 }
 
@@ -92,6 +97,13 @@ pub fn human(r: &AuditReport) -> String {
         r.time,
         r.manifests.join(", ")
     ));
+    if !r.chain.is_empty() {
+        s.push_str("chain:\n");
+        for (i, link) in r.chain.iter().enumerate() {
+            s.push_str(&format!("  {}{link}\n", if i == 0 { "" } else { "→ " }));
+        }
+        s.push('\n');
+    }
     for c in &r.checks {
         let tag = match c.status {
             Status::Pass => "PASS",

@@ -1,5 +1,6 @@
 //! The local cache in huggingface_hub's layout, so Python tools share it:
-//! `{cache}/datasets--{owner}--{name}/{blobs/<sha256 or oid>, snapshots/<commit>/<path>, refs/<rev>}`.
+//! `{cache}/datasets--{owner}--{name}/{blobs/<sha256 or oid>, snapshots/<commit>/<path>, refs/<rev>}`
+//! (model repos: `{cache}/models--{owner}--{name}/...`).
 //! Eval-reference sources live in a separate root (`{cache}/eval-reference/...`) so they can
 //! never be picked up as training input.
 //!
@@ -14,10 +15,8 @@ use anyhow::{bail, Result};
 
 use crate::manifest::Role;
 
-/// `s` is exactly `len` hex digits.
-pub fn is_hex_digest(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
+pub use super::names::is_hex_digest;
+use super::names::{check_repo_path, shown, RepoKind};
 
 /// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, lowercase.
 pub fn check_blob_name(name: &str) -> Result<()> {
@@ -26,7 +25,7 @@ pub fn check_blob_name(name: &str) -> Result<()> {
     {
         bail!(
             "refusing the blob name {}: not a sha256 or git sha1 hex digest",
-            super::client::shown(name)
+            shown(name)
         );
     }
     Ok(())
@@ -37,10 +36,35 @@ pub fn check_commit(commit: &str) -> Result<()> {
     if !is_hex_digest(commit, 40) {
         bail!(
             "refusing the commit {}: not a 40-hex git commit",
-            super::client::shown(commit)
+            shown(commit)
         );
     }
     Ok(())
+}
+
+/// Where a repo lives in the cache: its kind's folder prefix, and (datasets) its role's root.
+/// A bare [`Role`] is a dataset of that role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Area {
+    pub kind: RepoKind,
+    pub role: Role,
+}
+
+impl Area {
+    /// Model repos: `models--owner--name` in the cache root.
+    pub const MODEL: Area = Area {
+        kind: RepoKind::Model,
+        role: Role::Train,
+    };
+}
+
+impl From<Role> for Area {
+    fn from(role: Role) -> Area {
+        Area {
+            kind: RepoKind::Dataset,
+            role,
+        }
+    }
 }
 
 /// A cache root.
@@ -85,29 +109,33 @@ impl Cache {
 
     /// `datasets--owner--name`
     pub fn repo_folder(repo: &str) -> String {
-        format!("datasets--{}", repo.replace('/', "--"))
+        RepoKind::Dataset.folder(repo)
     }
 
-    pub fn repo_dir(&self, role: Role, repo: &str) -> PathBuf {
-        self.role_root(role).join(Self::repo_folder(repo))
+    /// `<role root>/datasets--owner--name` (or `models--owner--name`).
+    pub fn repo_dir(&self, area: impl Into<Area>, repo: &str) -> PathBuf {
+        let a = area.into();
+        self.role_root(a.role).join(a.kind.folder(repo))
     }
 
     /// `blobs/<etag>`; refused unless `etag` is a digest and the path stays in the cache.
-    pub fn blob_path(&self, role: Role, repo: &str, etag: &str) -> Result<PathBuf> {
+    pub fn blob_path(&self, area: impl Into<Area>, repo: &str, etag: &str) -> Result<PathBuf> {
+        let a = area.into();
         check_blob_name(etag)?;
-        let p = self.repo_dir(role, repo).join("blobs").join(etag);
-        crate::util::path_within(&self.role_root(role), &p)?;
+        let p = self.repo_dir(a, repo).join("blobs").join(etag);
+        crate::util::path_within(&self.role_root(a.role), &p)?;
         Ok(p)
     }
 
     /// `.locks/datasets--owner--name/<etag>.lock` (huggingface_hub's filelock), checked like
     /// [`Cache::blob_path`].
-    pub fn lock_path(&self, role: Role, repo: &str, etag: &str) -> Result<PathBuf> {
+    pub fn lock_path(&self, area: impl Into<Area>, repo: &str, etag: &str) -> Result<PathBuf> {
+        let a = area.into();
         check_blob_name(etag)?;
-        let root = self.role_root(role);
+        let root = self.role_root(a.role);
         let p = root
             .join(".locks")
-            .join(Self::repo_folder(repo))
+            .join(a.kind.folder(repo))
             .join(format!("{etag}.lock"));
         crate::util::path_within(&root, &p)?;
         Ok(p)
@@ -115,8 +143,14 @@ impl Cache {
 
     /// Where a file of a pinned commit lives once fetched (a symlink to its blob). Unchecked:
     /// for reading files of a verified lock; writers use [`Cache::snapshot_link`].
-    pub fn snapshot_path(&self, role: Role, repo: &str, commit: &str, path: &str) -> PathBuf {
-        self.repo_dir(role, repo)
+    pub fn snapshot_path(
+        &self,
+        area: impl Into<Area>,
+        repo: &str,
+        commit: &str,
+        path: &str,
+    ) -> PathBuf {
+        self.repo_dir(area, repo)
             .join("snapshots")
             .join(commit)
             .join(path)
@@ -126,30 +160,28 @@ impl Cache {
     /// inside `snapshots/<commit>/`.
     pub fn snapshot_link(
         &self,
-        role: Role,
+        area: impl Into<Area>,
         repo: &str,
         commit: &str,
         path: &str,
     ) -> Result<PathBuf> {
+        let a = area.into();
         check_commit(commit)?;
-        super::client::check_repo_path(path)?;
-        let p = self.snapshot_path(role, repo, commit, path);
-        crate::util::path_within(
-            &self.repo_dir(role, repo).join("snapshots").join(commit),
-            &p,
-        )?;
+        check_repo_path(path)?;
+        let p = self.snapshot_path(a, repo, commit, path);
+        crate::util::path_within(&self.repo_dir(a, repo).join("snapshots").join(commit), &p)?;
         Ok(p)
     }
 
     /// `refs/<revision>`, refused when the revision would leave `refs/`.
-    pub fn ref_path(&self, role: Role, repo: &str, revision: &str) -> Result<PathBuf> {
-        super::client::check_repo_path(revision).map_err(|_| {
+    pub fn ref_path(&self, area: impl Into<Area>, repo: &str, revision: &str) -> Result<PathBuf> {
+        check_repo_path(revision).map_err(|_| {
             anyhow::anyhow!(
                 "refusing the ref name {}: absolute, `..` or empty component",
-                super::client::shown(revision)
+                shown(revision)
             )
         })?;
-        let refs = self.repo_dir(role, repo).join("refs");
+        let refs = self.repo_dir(area, repo).join("refs");
         let p = refs.join(revision);
         crate::util::path_within(&refs, &p)?;
         Ok(p)
@@ -229,5 +261,14 @@ mod tests {
             .is_ok());
         assert!(c.ref_path(Role::Train, "o/n", "../../../../etc/x").is_err());
         assert!(c.ref_path(Role::Train, "o/n", "/etc/x").is_err());
+        assert_eq!(
+            c.blob_path(Area::MODEL, "openbmb/MiniCPM5-2B", &sha)
+                .unwrap(),
+            PathBuf::from(format!("/c/models--openbmb--MiniCPM5-2B/blobs/{sha}"))
+        );
+        assert_eq!(
+            c.snapshot_path(Area::MODEL, "o/n", &oid, "config.json"),
+            PathBuf::from(format!("/c/models--o--n/snapshots/{oid}/config.json"))
+        );
     }
 }

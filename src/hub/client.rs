@@ -26,7 +26,7 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, LOCATION, RANGE};
 use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 
-use super::cache::is_hex_digest;
+use super::names::{check_repo_path, clip, is_hex_digest, shown, RepoKind};
 use super::retry::{retryable_status, server_wait, wait_header, RetryPolicy};
 
 /// Largest JSON/API answer read into memory (a revision's siblings, one tree page).
@@ -178,38 +178,14 @@ pub struct FileMeta {
     pub size: Option<u64>,
 }
 
-/// The Hub client.
+/// The Hub client, speaking for one repo kind (datasets unless [`HubClient::with_kind`]).
 #[derive(Debug)]
 pub struct HubClient {
     http: reqwest::Client,
     endpoint: String,
     token: Option<Token>,
     pub retry: RetryPolicy,
-}
-
-/// A server-supplied string for an error message: quoted, at most 120 characters.
-pub fn shown(s: &str) -> String {
-    if s.chars().count() <= 120 {
-        format!("{s:?}")
-    } else {
-        let head: String = s.chars().take(120).collect();
-        format!("{head:?}... ({} bytes)", s.len())
-    }
-}
-
-/// A server's message for an error line: one line, at most 300 characters.
-pub fn clip(s: &str) -> String {
-    let one: String = s
-        .trim()
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if one.chars().count() <= 300 {
-        one
-    } else {
-        let head: String = one.chars().take(300).collect();
-        format!("{head}... ({} bytes)", s.len())
-    }
+    kind: RepoKind,
 }
 
 /// The commit sha of a `/api/datasets/{id}/revision/{rev}` answer (`what` names the request):
@@ -273,23 +249,6 @@ pub async fn api_body(what: &str, url: &str, resp: Response, limit: usize) -> Re
     })
 }
 
-/// Reject listed paths that could escape the cache.
-pub fn check_repo_path(path: &str) -> Result<()> {
-    if path.is_empty()
-        || path.starts_with('/')
-        || path.starts_with('\\')
-        || path.contains('\0')
-        || path.contains('\\')
-        || path
-            .split('/')
-            .any(|c| c == ".." || c == "." || c.is_empty())
-        || (path.len() > 1 && path.as_bytes()[1] == b':')
-    {
-        bail!("unsafe path {path:?} in the Hub's listing (absolute, `..` or empty component): refusing the listing");
-    }
-    Ok(())
-}
-
 impl HubClient {
     /// `HF_ENDPOINT` (default https://huggingface.co) and the token from the environment.
     pub fn from_env(retry: RetryPolicy) -> Result<HubClient> {
@@ -313,7 +272,23 @@ impl HubClient {
             endpoint: endpoint.trim_end_matches('/').to_string(),
             token,
             retry,
+            kind: RepoKind::Dataset,
         })
+    }
+
+    /// The same client (connections, token, retries) for repos of `kind`.
+    pub fn with_kind(&self, kind: RepoKind) -> HubClient {
+        HubClient {
+            http: self.http.clone(),
+            endpoint: self.endpoint.clone(),
+            token: self.token.clone(),
+            retry: self.retry,
+            kind,
+        }
+    }
+
+    pub fn kind(&self) -> RepoKind {
+        self.kind
     }
 
     pub fn endpoint(&self) -> &str {
@@ -328,11 +303,13 @@ impl HubClient {
         p.split('/').map(Self::enc).collect::<Vec<_>>().join("/")
     }
 
-    /// `{E}/datasets/{repo}/resolve/{rev}/{path}` (what the download log records).
+    /// `{E}/datasets/{repo}/resolve/{rev}/{path}` (models: `{E}/{repo}/resolve/...`), what the
+    /// download log records.
     pub fn resolve_url(&self, repo: &str, rev: &str, path: &str) -> String {
         format!(
-            "{}/datasets/{}/resolve/{}/{}",
+            "{}/{}{}/resolve/{}/{}",
             self.endpoint,
+            self.kind.url_prefix(),
             repo,
             Self::enc(rev),
             Self::enc_path(path)
@@ -398,8 +375,9 @@ impl HubClient {
     /// Resolve a revision (branch, tag or sha) to its commit sha.
     pub async fn commit_of(&self, repo: &str, rev: &str) -> Result<String> {
         let url = format!(
-            "{}/api/datasets/{}/revision/{}",
+            "{}/api/{}/{}/revision/{}",
             self.endpoint,
+            self.kind.api_plural(),
             repo,
             Self::enc(rev)
         );
@@ -414,8 +392,9 @@ impl HubClient {
     /// [`MAX_PAGES`] pages, more than [`MAX_LISTING_BYTES`] in all, or a page linked twice.
     pub async fn list_files(&self, repo: &str, commit: &str) -> Result<Vec<TreeEntry>> {
         let mut url = Some(format!(
-            "{}/api/datasets/{}/tree/{}?recursive=true&expand=false",
+            "{}/api/{}/{}/tree/{}?recursive=true&expand=false",
             self.endpoint,
+            self.kind.api_plural(),
             repo,
             Self::enc(commit)
         ));
@@ -704,10 +683,6 @@ mod tests {
 
     #[test]
     fn paths_and_links() {
-        assert!(check_repo_path("data/train-00000-of-00001.parquet").is_ok());
-        for bad in ["/etc/passwd", "data/../../x", "..", "a//b", "C:/x", "a\\b"] {
-            assert!(check_repo_path(bad).is_err(), "{bad}");
-        }
         let mut h = HeaderMap::new();
         h.insert(
             "link",

@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use super::cache::Cache;
+use super::cache::{Area, Cache};
 use super::client::{net_error, transient, HubClient};
+use super::names::RepoKind;
 use super::progress::Progress;
 use crate::manifest::Role;
 
@@ -32,6 +33,8 @@ use crate::manifest::Role;
 #[derive(Debug, Clone)]
 pub struct FileTask {
     pub source: String,
+    /// A dataset's or a model's file.
+    pub kind: RepoKind,
     pub role: Role,
     pub repo: String,
     pub revision: String,
@@ -49,6 +52,14 @@ impl FileTask {
     pub fn etag(&self) -> &str {
         self.lfs_sha256.as_deref().unwrap_or(&self.git_oid)
     }
+
+    /// Where the file lives in the cache.
+    pub fn area(&self) -> Area {
+        Area {
+            kind: self.kind,
+            role: self.role,
+        }
+    }
 }
 
 /// What happened to one file.
@@ -64,6 +75,8 @@ pub struct Outcome {
 /// Shared download machinery for one fetch run.
 pub struct Downloader {
     pub client: Arc<HubClient>,
+    /// The same client for model repos.
+    pub model_client: Arc<HubClient>,
     pub cache: Cache,
     /// Concurrent transfers (files and chunks together).
     pub sem: Arc<Semaphore>,
@@ -95,6 +108,7 @@ fn parts_path(inc: &Path) -> PathBuf {
 impl Downloader {
     pub fn new(client: Arc<HubClient>, cache: Cache, jobs: usize, chunk: u64) -> Downloader {
         Downloader {
+            model_client: Arc::new(client.with_kind(RepoKind::Model)),
             client,
             cache,
             sem: Arc::new(Semaphore::new(jobs.max(1))),
@@ -105,12 +119,20 @@ impl Downloader {
         }
     }
 
+    /// The client for `t`'s repo kind.
+    pub fn client_for(&self, kind: RepoKind) -> &Arc<HubClient> {
+        match kind {
+            RepoKind::Dataset => &self.client,
+            RepoKind::Model => &self.model_client,
+        }
+    }
+
     /// Fetch `t` into the cache (or find it there, re-verified), link its snapshot path.
     pub async fn fetch(&self, t: &FileTask) -> Result<Outcome> {
         let t0 = Instant::now();
         let blob = self
             .cache
-            .blob_path(t.role, &t.repo, t.etag())
+            .blob_path(t.area(), &t.repo, t.etag())
             .with_context(|| format!("{}: {}", t.repo, t.path))?;
         let lock = self
             .blob_locks
@@ -181,7 +203,7 @@ impl Downloader {
     /// `<root>/.locks/datasets--owner--name/<etag>.lock`, held (flock) until dropped.
     async fn flock(&self, t: &FileTask) -> Result<File> {
         use std::os::fd::AsRawFd;
-        let p = self.cache.lock_path(t.role, &t.repo, t.etag())?;
+        let p = self.cache.lock_path(t.area(), &t.repo, t.etag())?;
         std::fs::create_dir_all(p.parent().unwrap())
             .with_context(|| format!("creating {}", p.parent().unwrap().display()))?;
         let f = OpenOptions::new()
@@ -246,7 +268,7 @@ impl Downloader {
             return Ok(());
         }
         let (resp, meta) = self
-            .client
+            .client_for(t.kind)
             .resolve(&t.repo, &t.commit, &t.path, range)
             .await?;
         check_meta(t, &meta)?;
@@ -369,7 +391,7 @@ impl Downloader {
             let downloaded = downloaded.clone();
             let bar = bar.clone();
             let sem = self.sem.clone();
-            let client = self.client.clone();
+            let client = self.client_for(t.kind).clone();
             let t = t.clone();
             let pp = pp.to_path_buf();
             tasks.push(async move {
@@ -555,7 +577,7 @@ fn verify_existing(t: &FileTask, blob: &Path) -> Result<Option<String>> {
 /// `snapshots/<commit>/<path>` → `../../blobs/<etag>` (relative, like huggingface_hub), made
 /// atomically.
 pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
-    let snap = cache.snapshot_link(t.role, &t.repo, &t.commit, &t.path)?;
+    let snap = cache.snapshot_link(t.area(), &t.repo, &t.commit, &t.path)?;
     super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

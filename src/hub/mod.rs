@@ -12,6 +12,10 @@
 //! order, then path order; worker I takes every file k with k % N == I. Each worker writes its
 //! own log `<log>.part-0000I-of-0000N` and never the lock; run one unsharded `fetch` afterwards
 //! (everything is then cached, so it only re-verifies) to write the lock and a complete log.
+//!
+//! `[[model]]` entries ([`models`]) go through the same download, log and lock steps (model
+//! API, `models--owner--name` in the cache); a whole-job run then writes `architecture.json`
+//! beside the lock and, with `--local-dir`, copies the model's files there.
 
 pub mod cache;
 pub mod client;
@@ -19,6 +23,8 @@ pub mod configs;
 pub mod download;
 pub mod emulator;
 pub mod log;
+pub mod models;
+pub mod names;
 pub mod plan;
 pub mod progress;
 pub mod retry;
@@ -31,12 +37,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::manifest::{Lock, LockedFile, LockedSource, Manifest};
+use crate::manifest::{Lock, LockedFile, LockedModel, LockedSource, Manifest, ModelLock};
 use crate::worker::WorkerSlice;
 use cache::Cache;
 use client::HubClient;
 use download::{Downloader, FileTask, Outcome};
 use log::{DownloadLog, LogRecord};
+use models::ModelPlan;
+use names::RepoKind;
 use plan::SourcePlan;
 
 /// `dlm-data fetch --manifest FILE [--cache DIR] [--log FILE] [--jobs N] [--locked]`
@@ -77,6 +85,10 @@ pub struct FetchArgs {
     /// Files at least twice this size (MiB) are fetched as parallel ranged chunks.
     #[arg(long, default_value_t = 16, value_parser = crate::sizes::u64_in(1, crate::sizes::MAX_CHUNK_MB))]
     pub chunk_mb: u64,
+    /// Also copy the manifest's `[[model]]` files here as real files (several models:
+    /// `DIR/<name>/`), as `hf download --local-dir` does.
+    #[arg(long)]
+    pub local_dir: Option<PathBuf>,
 }
 
 /// `HF_HUB_OFFLINE` set to a true value.
@@ -96,6 +108,12 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
         return Err(crate::error::usage("--jobs must be at least 1"));
     }
     let manifest = Manifest::load(&args.manifest)?;
+    if args.local_dir.is_some() && manifest.models.is_empty() {
+        return Err(crate::error::usage(format!(
+            "--local-dir: manifest {} declares no [[model]]",
+            args.manifest.display()
+        )));
+    }
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
     let cache = Cache::resolve(args.cache.as_deref());
     let mut log_path = args.log.clone().unwrap_or_else(|| cache.default_log());
@@ -117,7 +135,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
                 args.manifest.display()
             )));
         }
-        Some(Lock::load(&lock_path)?)
+        Some((Lock::load(&lock_path)?, ModelLock::load(&lock_path)?))
     } else {
         None
     };
@@ -138,9 +156,13 @@ async fn fetch(
     cache: Cache,
     log_path: PathBuf,
     lock_path: PathBuf,
-    lock: Option<Lock>,
+    locks: Option<(Lock, ModelLock)>,
     offline: bool,
 ) -> Result<()> {
+    let (lock, model_lock) = match locks {
+        Some((l, m)) => (Some(l), Some(m)),
+        None => (None, None),
+    };
     let t0 = Instant::now();
     let retry = retry::RetryPolicy {
         retries: args.retries,
@@ -210,6 +232,42 @@ async fn fetch(
         return Err(e);
     }
 
+    // 1b. Models, the same way (their own API; no split policy: a model is not data).
+    let model_client = client.with_kind(RepoKind::Model);
+    let mut model_plans: Vec<ModelPlan> = Vec::new();
+    for m in &manifest.models {
+        let locked = match &model_lock {
+            Some(l) => {
+                let lm = l.model(&m.name).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "lock {lock_name} has no model {:?} (run fetch without --locked)",
+                        m.name
+                    )
+                })?;
+                models::check_lock_matches(m, lm, &lock_name)?;
+                Some(lm)
+            }
+            None => None,
+        };
+        let p = match (offline, locked) {
+            (true, Some(l)) => ModelPlan {
+                model: m.clone(),
+                commit: l.commit.clone(),
+                files: models::tasks_from_lock(m, l, &lock_name)?,
+            },
+            _ => models::plan_model(&model_client, m, locked).await?,
+        };
+        tracing::info!(
+            "{}: model {}@{} → {} files, {} bytes",
+            m.name,
+            m.repo,
+            short(&p.commit),
+            p.files.len(),
+            p.files.iter().map(|f| f.size).sum::<u64>()
+        );
+        model_plans.push(p);
+    }
+
     // 2. The split policy, on every training source, before any download.
     let refusals: Vec<anyhow::Error> = plans
         .iter()
@@ -233,8 +291,10 @@ async fn fetch(
     // 3. This worker's files, in a global deterministic order.
     let all: Vec<(usize, FileTask)> = plans
         .iter()
+        .map(|p| &p.files)
+        .chain(model_plans.iter().map(|p| &p.files))
         .enumerate()
-        .flat_map(|(i, p)| p.files.iter().map(move |f| (i, f.clone())))
+        .flat_map(|(i, files)| files.iter().map(move |f| (i, f.clone())))
         .collect();
     let mine: Vec<(usize, usize, FileTask)> = all
         .into_iter()
@@ -252,8 +312,7 @@ async fn fetch(
     let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
     let mut handles = Vec::new();
     for (k, i, t) in mine {
-        let (dl, dlog, file_sem, client) =
-            (dl.clone(), dlog.clone(), file_sem.clone(), client.clone());
+        let (dl, dlog, file_sem) = (dl.clone(), dlog.clone(), file_sem.clone());
         handles.push(tokio::spawn(async move {
             let _p = file_sem.acquire_owned().await?;
             let r = if offline {
@@ -261,7 +320,9 @@ async fn fetch(
             } else {
                 dl.fetch(&t).await
             };
-            let url = client.resolve_url(&t.repo, &t.commit, &t.path);
+            let url = dl
+                .client_for(t.kind)
+                .resolve_url(&t.repo, &t.commit, &t.path);
             let rec = record(&t, &url, &r);
             dlog.append(&rec)?;
             match &r {
@@ -321,7 +382,24 @@ async fn fetch(
     }
     let wrote_lock = slice.is_whole() && lock.is_none();
     if wrote_lock {
-        write_lock(&lock_path, &plans, &results)?;
+        write_lock(&lock_path, &plans, &model_plans, &results)?;
+    }
+    if slice.is_whole() && !model_plans.is_empty() {
+        let a = models::write_architecture(&cache, &lock_path, &model_plans)?;
+        eprintln!("fetch: architecture {}", a.display());
+        if let Some(dir) = &args.local_dir {
+            let shas = verified_shas(&results);
+            models::materialise(&cache, dir, &model_plans, &|t| {
+                shas.get(&(t.repo.clone(), t.path.clone()))
+                    .cloned()
+                    .unwrap_or_default()
+            })?;
+        }
+    } else if args.local_dir.is_some() {
+        eprintln!(
+            "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
+            slice.index, slice.count
+        );
     }
     eprintln!(
         "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
@@ -409,7 +487,7 @@ fn record(t: &FileTask, url: &str, r: &Result<Outcome>) -> LogRecord {
 
 async fn offline_file(cache: &Cache, t: &FileTask) -> Result<Outcome> {
     let t0 = Instant::now();
-    let blob = cache.blob_path(t.role, &t.repo, t.etag())?;
+    let blob = cache.blob_path(t.area(), &t.repo, t.etag())?;
     if !blob.is_file() {
         anyhow::bail!(
             "HF_HUB_OFFLINE=1 and {}@{} {} is not in the cache ({})",
@@ -431,9 +509,23 @@ async fn offline_file(cache: &Cache, t: &FileTask) -> Result<Outcome> {
     })
 }
 
+/// `(repo, path) → verified sha256` of every good result.
+fn verified_shas(
+    results: &[(usize, usize, FileTask, Result<Outcome>)],
+) -> std::collections::HashMap<(String, String), String> {
+    results
+        .iter()
+        .filter_map(|(_, _, t, r)| {
+            let o = r.as_ref().ok()?;
+            Some(((t.repo.clone(), t.path.clone()), o.sha256.clone()))
+        })
+        .collect()
+}
+
 fn write_lock(
     path: &Path,
     plans: &[SourcePlan],
+    model_plans: &[ModelPlan],
     results: &[(usize, usize, FileTask, Result<Outcome>)],
 ) -> Result<()> {
     let mut lock = Lock {
@@ -463,5 +555,16 @@ fn write_lock(
             files,
         });
     }
-    lock.save(path)
+    let shas = verified_shas(results);
+    let models: Vec<LockedModel> = model_plans
+        .iter()
+        .map(|p| {
+            models::locked_model(p, |t| {
+                shas.get(&(t.repo.clone(), t.path.clone()))
+                    .cloned()
+                    .unwrap_or_default()
+            })
+        })
+        .collect();
+    crate::manifest::save_lock(path, &lock, &models)
 }

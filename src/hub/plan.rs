@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::cache::is_hex_digest;
-use super::client::{as_transient, shown, transient, HubClient, TreeEntry};
+use super::client::{as_transient, transient, HubClient, TreeEntry};
 use super::configs;
 use super::download::FileTask;
+use super::names::{check_repo_path, is_hex_digest, shown, RepoKind};
 use crate::manifest::{LockedFile, LockedSource, Role, Source};
 
 /// A source resolved to a commit and its files.
@@ -24,6 +24,7 @@ pub struct SourcePlan {
 fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
     FileTask {
         source: s.name.clone(),
+        kind: RepoKind::Dataset,
         role: s.role,
         repo: s.repo.clone(),
         revision: s.revision.clone(),
@@ -38,11 +39,32 @@ fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
 /// Tasks for a locked source (offline mode: no listing). The lock's paths and digests are
 /// checked as a listing's are: they name files in the cache.
 pub fn tasks_from_lock(s: &Source, l: &LockedSource, lock_path: &str) -> Result<Vec<FileTask>> {
-    l.files
+    let proto = FileTask {
+        source: s.name.clone(),
+        kind: RepoKind::Dataset,
+        role: s.role,
+        repo: s.repo.clone(),
+        revision: s.revision.clone(),
+        commit: l.commit.clone(),
+        path: String::new(),
+        size: 0,
+        lfs_sha256: None,
+        git_oid: String::new(),
+    };
+    locked_tasks(
+        &proto,
+        &l.files,
+        &format!("lock {lock_path}: source {:?}", s.name),
+    )
+}
+
+/// `proto` (everything but the file fields) for each locked file, paths and digests checked.
+pub fn locked_tasks(proto: &FileTask, files: &[LockedFile], what: &str) -> Result<Vec<FileTask>> {
+    files
         .iter()
         .map(|f| {
-            let ctx = || format!("lock {lock_path}: source {:?}: file {:?}", s.name, f.path);
-            super::client::check_repo_path(&f.path).with_context(ctx)?;
+            let ctx = || format!("{what}: file {:?}", f.path);
+            check_repo_path(&f.path).with_context(ctx)?;
             let sha256 = f.sha256.to_ascii_lowercase();
             if !is_hex_digest(&sha256, 64) {
                 bail!(
@@ -60,15 +82,11 @@ pub fn tasks_from_lock(s: &Source, l: &LockedSource, lock_path: &str) -> Result<
                 );
             }
             Ok(FileTask {
-                source: s.name.clone(),
-                role: s.role,
-                repo: s.repo.clone(),
-                revision: s.revision.clone(),
-                commit: l.commit.clone(),
                 path: f.path.clone(),
                 size: f.size,
                 lfs_sha256: git_oid.is_none().then(|| sha256.clone()),
                 git_oid: git_oid.unwrap_or_default(),
+                ..proto.clone()
             })
         })
         .collect()
@@ -156,7 +174,7 @@ pub async fn plan_source(
         .map(|p| task_of(s, &commit, by_path[p.as_str()]))
         .collect();
     if let Some(l) = locked {
-        compare_with_lock(s, &commit, &files, l)?;
+        compare_with_lock(&s.name, &s.repo, &commit, &files, &l.files)?;
     }
     Ok(SourcePlan {
         source: s.clone(),
@@ -246,8 +264,15 @@ pub fn policy_check(s: &Source, files: &[String]) -> Option<anyhow::Error> {
     bad.then(|| refusal(s, files))
 }
 
-fn compare_with_lock(s: &Source, commit: &str, files: &[FileTask], l: &LockedSource) -> Result<()> {
-    let want: BTreeMap<&str, &LockedFile> = l.files.iter().map(|f| (f.path.as_str(), f)).collect();
+/// `--locked`: the listing's selected files must be exactly the locked ones, unchanged.
+pub fn compare_with_lock(
+    name: &str,
+    repo: &str,
+    commit: &str,
+    files: &[FileTask],
+    locked: &[LockedFile],
+) -> Result<()> {
+    let want: BTreeMap<&str, &LockedFile> = locked.iter().map(|f| (f.path.as_str(), f)).collect();
     let have: BTreeMap<&str, &FileTask> = files.iter().map(|f| (f.path.as_str(), f)).collect();
     let mut diffs = Vec::new();
     for (p, f) in &want {
@@ -279,9 +304,9 @@ fn compare_with_lock(s: &Source, commit: &str, files: &[FileTask], l: &LockedSou
     }
     if !diffs.is_empty() {
         bail!(
-            "--locked: the Hub's listing of {}@{commit} for source {:?} no longer matches the lock: {}",
-            s.repo,
-            s.name,
+            "--locked: the Hub's listing of {}@{commit} for {:?} no longer matches the lock: {}",
+            repo,
+            name,
             diffs.join("; ")
         );
     }

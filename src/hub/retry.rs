@@ -89,7 +89,7 @@ pub fn wait_header(headers: &reqwest::header::HeaderMap) -> Option<String> {
         } else {
             "RateLimit"
         };
-        Some(format!("{name}: {}", super::client::clip(v)))
+        Some(format!("{name}: {}", super::names::clip(v)))
     })
 }
 

@@ -289,7 +289,7 @@ fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
 
 pub fn run(args: McqArgs) -> Result<()> {
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
-    let m = Manifest::load(&args.manifest)?;
+    let m = Manifest::load_data(&args.manifest)?;
     check_policy(&m)?;
     let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
     let lock_path = m.lock_path();

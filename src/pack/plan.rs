@@ -147,7 +147,7 @@ impl Plan {
     }
 
     fn from_manifest_with(mpath: &Path, inputs: Inputs, tokens: Option<u64>) -> Result<Plan> {
-        let m = Manifest::load(mpath)?;
+        let m = Manifest::load_data(mpath)?;
         // The split policy before anything else (no lock read, no Hub request).
         for s in &m.sources {
             if s.role == Role::EvalReference {

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::store::{Missing, Repo, RepoFile};
 use super::{Fault, Host, RequestRecord, Shared};
+use crate::hub::names::RepoKind;
 
 const API_FAULTS: &[Fault] = &[Fault::RateLimit, Fault::ServerError];
 const BODY_FAULTS: &[Fault] = &[
@@ -328,10 +329,39 @@ fn missing(m: Missing, id: &str, rev: &str) -> Response {
     }
 }
 
+/// `kind` of an API plural (`datasets`, `models`).
+fn api_kind(plural: &str) -> Option<RepoKind> {
+    match plural {
+        "datasets" => Some(RepoKind::Dataset),
+        "models" => Some(RepoKind::Model),
+        _ => None,
+    }
+}
+
 fn route_hub(shared: &Shared, req: &Request) -> Response {
     let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let key = format!("hub {} {}", req.method, req.target);
+    // Model repos: the same routes under `/api/models/...` and `/{repo}/resolve/...`.
+    let (kind, segs): (RepoKind, Vec<&str>) = match segs.as_slice() {
+        ["api", plural, rest @ ..] if api_kind(plural).is_some() => (
+            api_kind(plural).unwrap(),
+            ["api", "datasets"]
+                .iter()
+                .copied()
+                .chain(rest.iter().copied())
+                .collect(),
+        ),
+        [o, n, "resolve", rest @ ..] if *o != "datasets" && *o != "api" => (
+            RepoKind::Model,
+            ["datasets", o, n, "resolve"]
+                .iter()
+                .copied()
+                .chain(rest.iter().copied())
+                .collect(),
+        ),
+        _ => (RepoKind::Dataset, segs),
+    };
     match segs.as_slice() {
         ["api", "datasets", o, n, "revision", rev] if req.method == "GET" => {
             if let Some(r) = api_fault(shared, &key) {
@@ -339,7 +369,7 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
             }
             let id = format!("{}/{}", decode(o), decode(n));
             let rev = decode(rev);
-            match shared.store.repo(&id, &rev) {
+            match shared.store.repo_of(kind, &id, &rev) {
                 Ok(repo) => Response::json(
                     200,
                     json!({
@@ -357,7 +387,7 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
             let id = format!("{}/{}", decode(o), decode(n));
             let rev = decode(rev);
             let prefix = rest.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
-            let repo = match shared.store.repo(&id, &rev) {
+            let repo = match shared.store.repo_of(kind, &id, &rev) {
                 Ok(r) => r,
                 Err(m) => return missing(m, &id, &rev),
             };
@@ -397,7 +427,7 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
             }
             let id = format!("{}/{}", decode(o), decode(n));
             let rev = decode(rev);
-            let repo = match shared.store.repo(&id, &rev) {
+            let repo = match shared.store.repo_of(kind, &id, &rev) {
                 Ok(r) => r,
                 Err(m) => return missing(m, &id, &rev),
             };
@@ -424,7 +454,7 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
             let id = format!("{}/{}", decode(o), decode(n));
             let rev = decode(rev);
             let fpath = rest.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
-            let repo = match shared.store.repo(&id, &rev) {
+            let repo = match shared.store.repo_of(kind, &id, &rev) {
                 Ok(r) => r,
                 Err(m) => return missing(m, &id, &rev),
             };

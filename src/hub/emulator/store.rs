@@ -1,4 +1,5 @@
-//! The emulator's view of fixture repos on disk: `<root>/<owner>/<name>/...` with a hidden
+//! The emulator's view of fixture repos on disk: dataset repos at `<root>/<owner>/<name>/...`,
+//! model repos at `<root>/models/<owner>/<name>/...` (so no dataset owner may be `models`), with a hidden
 //! `.emulator.json` (`{"commit": "<40 hex>"}`) pinning the commit that `main` resolves to.
 //! Files matching a `filter=lfs` line of the repo's `.gitattributes` are served as LFS
 //! (sha256 oid, CDN redirect); the rest as regular git files (blob sha1).
@@ -14,8 +15,13 @@ use std::time::SystemTime;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
+use crate::hub::names::RepoKind;
+
 /// The emulator's metadata file inside a repo dir (never listed).
 pub const META_FILE: &str = ".emulator.json";
+
+/// The directory under the root holding model repos.
+pub const MODELS_DIR: &str = "models";
 
 /// One file of a repo as the Hub describes it.
 #[derive(Debug, Clone)]
@@ -66,13 +72,30 @@ impl Store {
         }
     }
 
-    /// The repo `id` at revision `rev` (its commit sha or `main`).
+    /// The dataset repo `id` at revision `rev` (its commit sha or `main`).
     pub fn repo(&self, id: &str, rev: &str) -> std::result::Result<Repo, Missing> {
+        self.repo_of(RepoKind::Dataset, id, rev)
+    }
+
+    /// The repo `id` of `kind` at revision `rev`.
+    pub fn repo_of(
+        &self,
+        kind: RepoKind,
+        id: &str,
+        rev: &str,
+    ) -> std::result::Result<Repo, Missing> {
         let parts: Vec<&str> = id.split('/').collect();
-        if parts.len() != 2 || parts.iter().any(|p| p.is_empty() || p.starts_with('.')) {
+        if parts.len() != 2
+            || parts.iter().any(|p| p.is_empty() || p.starts_with('.'))
+            || (kind == RepoKind::Dataset && parts[0] == MODELS_DIR)
+        {
             return Err(Missing::Repo);
         }
-        let dir = self.root.join(parts[0]).join(parts[1]);
+        let base = match kind {
+            RepoKind::Dataset => self.root.clone(),
+            RepoKind::Model => self.root.join(MODELS_DIR),
+        };
+        let dir = base.join(parts[0]).join(parts[1]);
         if !dir.is_dir() {
             return Err(Missing::Repo);
         }

@@ -1,0 +1,185 @@
+//! A checkpoint directory as the chain identifies it: every file's size and sha256, one digest
+//! over them all, and the weights digest `distill` records as `weights_sha256`.
+//!
+//! The weights digest follows the teacher's rule (`teacher::weights`): a single
+//! `model.safetensors` → that file's sha256; shards listed by `model.safetensors.index.json` →
+//! the sha256 of `"<sha256>  <file>\n"` per shard in file-name order. The directory digest is
+//! the same construction over every file (hidden files and directories skipped), so two
+//! directories with the same digest hold the same files with the same bytes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+pub const SINGLE: &str = "model.safetensors";
+pub const INDEX: &str = "model.safetensors.index.json";
+
+/// The safetensors files holding `dir`'s weights, relative names, sorted.
+pub fn weight_files(dir: &Path) -> Result<Vec<String>> {
+    if dir.join(SINGLE).is_file() {
+        return Ok(vec![SINGLE.to_string()]);
+    }
+    let index = dir.join(INDEX);
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index)
+            .with_context(|| format!("reading {}", index.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{}: invalid JSON", index.display()))?;
+        let map = v["weight_map"]
+            .as_object()
+            .with_context(|| format!("{}: no `weight_map` object", index.display()))?;
+        let mut files: Vec<String> = map
+            .values()
+            .filter_map(|f| f.as_str().map(str::to_string))
+            .collect();
+        files.sort();
+        files.dedup();
+        for f in &files {
+            if f.contains('/') || f.contains("..") || f.is_empty() {
+                bail!(
+                    "{}: shard name {f:?} is not a plain file name",
+                    index.display()
+                );
+            }
+        }
+        return Ok(files);
+    }
+    bail!("{}: neither {SINGLE} nor {INDEX} found", dir.display())
+}
+
+/// `"<sha256>  <name>\n"` for each (name, sha256) in order, hashed.
+fn listing_digest<'a>(items: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+    let mut s = String::new();
+    for (name, sha) in items {
+        s.push_str(&format!("{sha}  {name}\n"));
+    }
+    crate::util::sha256_hex(s.as_bytes())
+}
+
+/// The weights digest from the weight files' sha256 (keys: the files of [`weight_files`]).
+pub fn weights_digest(shas: &BTreeMap<String, String>) -> String {
+    match shas.get(SINGLE) {
+        Some(sha) if shas.len() == 1 => sha.clone(),
+        _ => listing_digest(shas.iter()),
+    }
+}
+
+/// One file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    /// Relative to the checkpoint directory, `/`-separated.
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// A checkpoint directory, hashed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The directory as given.
+    pub path: String,
+    /// Digest over every file (module doc).
+    pub sha256: String,
+    /// The weights digest `distill` records, when the directory holds safetensors weights.
+    pub weights_sha256: Option<String>,
+    /// Sorted by path.
+    pub files: Vec<FileDigest>,
+}
+
+fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let p = e.path();
+        // Follows symlinks: a huggingface_hub snapshot is a tree of links to blobs.
+        let m = std::fs::metadata(&p).with_context(|| format!("{}", p.display()))?;
+        if m.is_dir() {
+            walk(base, &p, out)?;
+        } else if m.is_file() {
+            let rel = p.strip_prefix(base)?.to_string_lossy().replace('\\', "/");
+            out.push(rel);
+        }
+    }
+    Ok(())
+}
+
+impl Checkpoint {
+    /// Hash every file of `dir` (hidden entries skipped).
+    pub fn hash_dir(dir: &Path) -> Result<Checkpoint> {
+        if !dir.is_dir() {
+            bail!("checkpoint {}: not a directory", dir.display());
+        }
+        let mut paths = Vec::new();
+        walk(dir, dir, &mut paths)?;
+        paths.sort();
+        if paths.is_empty() {
+            bail!("checkpoint {}: no files", dir.display());
+        }
+        let mut files = Vec::new();
+        for p in paths {
+            let full = dir.join(&p);
+            files.push(FileDigest {
+                size: std::fs::metadata(&full)?.len(),
+                sha256: crate::util::sha256_file(&full)?,
+                path: p,
+            });
+        }
+        let by_path: BTreeMap<String, String> = files
+            .iter()
+            .map(|f| (f.path.clone(), f.sha256.clone()))
+            .collect();
+        let weights_sha256 = match weight_files(dir) {
+            Ok(w) => {
+                let shas: BTreeMap<String, String> = w
+                    .iter()
+                    .map(|f| {
+                        by_path
+                            .get(f)
+                            .map(|s| (f.clone(), s.clone()))
+                            .with_context(|| {
+                                format!("checkpoint {}: weight file {f} is missing", dir.display())
+                            })
+                    })
+                    .collect::<Result<_>>()?;
+                Some(weights_digest(&shas))
+            }
+            Err(_) => None,
+        };
+        Ok(Checkpoint {
+            path: dir.display().to_string(),
+            sha256: listing_digest(by_path.iter()),
+            weights_sha256,
+            files,
+        })
+    }
+
+    /// `path → sha256`.
+    pub fn by_path(&self) -> BTreeMap<&str, &str> {
+        self.files
+            .iter()
+            .map(|f| (f.path.as_str(), f.sha256.as_str()))
+            .collect()
+    }
+}
+
+/// How `got` differs from `want`, file by file (sha256): missing, extra, changed.
+pub fn file_differences(want: &Checkpoint, got: &Checkpoint) -> Vec<String> {
+    let (w, g) = (want.by_path(), got.by_path());
+    let mut out = Vec::new();
+    for (p, sha) in &w {
+        match g.get(p) {
+            None => out.push(format!("{p} is missing")),
+            Some(s) if s != sha => out.push(format!("{p}: sha256 {s}, expected {sha}")),
+            Some(_) => {}
+        }
+    }
+    for p in g.keys().filter(|p| !w.contains_key(*p)) {
+        out.push(format!("{p} is extra"));
+    }
+    out
+}

@@ -1,0 +1,291 @@
+//! `lineage.json`: which checkpoint each training stage started from, which it produced, and
+//! the data it trained on — one entry per `dlm-data lineage add --stage NAME --from DIR
+//! --data PATH... --to DIR`, run by the training script after each stage. `audit --lineage`
+//! checks it link by link from the pinned base (docs/model-chain.md).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::checkpoint::Checkpoint;
+
+/// What a stage trained on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataKind {
+    /// Pack shards (index.json `kind: pretrain`): stage 1.
+    Pretrain,
+    /// The MCQ SFT shards (index.json `kind: sft`): stage 2.
+    Sft,
+    /// distilled.json: stage 3.
+    Distilled,
+}
+
+impl DataKind {
+    /// The kind stage `k` (0-based, by distinct stage name) trains on.
+    pub fn for_stage(k: usize) -> Option<DataKind> {
+        [DataKind::Pretrain, DataKind::Sft, DataKind::Distilled]
+            .get(k)
+            .copied()
+    }
+}
+
+/// One data input of a stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataInput {
+    /// The file hashed: a shard directory's index.json, or distilled.json.
+    pub path: String,
+    pub kind: DataKind,
+    pub sha256: String,
+    /// distilled.json: the one `teacher.weights_sha256` its records carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teacher_weights_sha256: Option<String>,
+}
+
+/// One training stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage {
+    pub stage: String,
+    /// RFC3339 UTC, when it was recorded.
+    pub time: String,
+    /// `dlm-data <version>` that recorded it.
+    pub tool: String,
+    pub from: Checkpoint,
+    pub to: Checkpoint,
+    pub data: Vec<DataInput>,
+}
+
+/// The file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lineage {
+    pub version: u32,
+    pub stages: Vec<Stage>,
+}
+
+impl Lineage {
+    pub fn load(path: &Path) -> Result<Lineage> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let l: Lineage =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if l.version != 1 {
+            bail!("{}: unsupported version {}", path.display(), l.version);
+        }
+        Ok(l)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        crate::util::atomic_write(path, text.as_bytes())
+    }
+}
+
+/// The JSON records of a distilled.json (one array, or JSON lines).
+pub fn read_records(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if text.trim_start().starts_with('[') {
+        match serde_json::from_str::<Value>(&text)
+            .with_context(|| format!("{}: not JSON", path.display()))?
+        {
+            Value::Array(a) => Ok(a),
+            _ => bail!("{}: not a JSON array", path.display()),
+        }
+    } else {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .with_context(|| format!("{} line {}: not JSON", path.display(), i + 1))
+            })
+            .collect()
+    }
+}
+
+/// The one `teacher.weights_sha256` of distilled records; an error names a record without
+/// one or a second teacher.
+pub fn distilled_teacher(path: &Path, recs: &[Value]) -> Result<String> {
+    let mut seen: Option<String> = None;
+    for (i, r) in recs.iter().enumerate() {
+        let w = r["teacher"]["weights_sha256"].as_str().with_context(|| {
+            format!(
+                "{} record {i} ({}): no teacher.weights_sha256",
+                path.display(),
+                r["id"]
+            )
+        })?;
+        match &seen {
+            None => seen = Some(w.to_string()),
+            Some(s) if s != w => bail!(
+                "{} record {i} ({}): a second teacher {w} (first {s})",
+                path.display(),
+                r["id"]
+            ),
+            Some(_) => {}
+        }
+    }
+    seen.with_context(|| format!("{}: no records", path.display()))
+}
+
+/// The kind of an index.json (`kind`, or `dlm_data.kind` in an MDS index), refusing an
+/// incomplete one.
+pub fn index_kind(path: &Path) -> Result<DataKind> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: Value =
+        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+    let obj = if v.get("dlm_data").is_some() {
+        &v["dlm_data"]
+    } else {
+        &v
+    };
+    if obj["complete"].as_bool() != Some(true) {
+        bail!(
+            "{}: the index is not complete (a run in progress or killed)",
+            path.display()
+        );
+    }
+    match obj["kind"].as_str() {
+        Some("pretrain") => Ok(DataKind::Pretrain),
+        Some("sft") => Ok(DataKind::Sft),
+        k => bail!(
+            "{}: index kind {k:?} is neither pretrain nor sft",
+            path.display()
+        ),
+    }
+}
+
+/// A `--data PATH`: a shard directory (its index.json), an index.json, or a distilled.json.
+pub fn data_input(path: &Path) -> Result<DataInput> {
+    let file = if path.is_dir() {
+        path.join(crate::shards::index::INDEX_FILE)
+    } else {
+        path.to_path_buf()
+    };
+    if !file.is_file() {
+        bail!(
+            "--data {}: no such file (a shard directory needs its index.json)",
+            path.display()
+        );
+    }
+    let sha256 = crate::util::sha256_file(&file)?;
+    let is_index = file
+        .file_name()
+        .is_some_and(|n| n == crate::shards::index::INDEX_FILE);
+    let (kind, teacher) = if is_index {
+        (index_kind(&file)?, None)
+    } else {
+        let recs = read_records(&file)?;
+        let t = distilled_teacher(&file, &recs).with_context(|| {
+            format!(
+                "--data {}: not an index.json, nor a distilled.json",
+                path.display()
+            )
+        })?;
+        (DataKind::Distilled, Some(t))
+    };
+    Ok(DataInput {
+        path: file.display().to_string(),
+        kind,
+        sha256,
+        teacher_weights_sha256: teacher,
+    })
+}
+
+/// `dlm-data lineage ...`
+#[derive(Args, Debug, Clone)]
+pub struct LineageArgs {
+    #[command(subcommand)]
+    pub command: LineageCommand,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum LineageCommand {
+    /// Record one training stage: its parent and output checkpoints and the data it trained on.
+    Add(AddArgs),
+}
+
+/// `dlm-data lineage add --stage NAME --from DIR --data PATH... --to DIR [--lineage FILE]`
+#[derive(Args, Debug, Clone)]
+pub struct AddArgs {
+    /// The stage's name (e.g. stage1); repeated entries of one name continue that stage.
+    #[arg(long)]
+    pub stage: String,
+    /// The checkpoint directory training started from.
+    #[arg(long)]
+    pub from: PathBuf,
+    /// What it trained on: shard directories (or their index.json), or distilled.json.
+    #[arg(long, required = true, num_args = 1..)]
+    pub data: Vec<PathBuf>,
+    /// The checkpoint directory it produced.
+    #[arg(long)]
+    pub to: PathBuf,
+    /// The lineage file to extend (created when missing).
+    #[arg(long, default_value = "lineage.json")]
+    pub lineage: PathBuf,
+}
+
+/// Run a `lineage` command; `now` is the RFC3339 time recorded (the caller's clock).
+pub fn run(args: LineageArgs, now: String) -> Result<()> {
+    match args.command {
+        LineageCommand::Add(a) => add(&a, now).map(|_| ()),
+    }
+}
+
+/// Append one stage recorded at `time`; returns it.
+pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
+    if a.stage.trim().is_empty() {
+        return Err(crate::error::usage("--stage: empty name"));
+    }
+    let mut lineage = if a.lineage.exists() {
+        Lineage::load(&a.lineage)?
+    } else {
+        Lineage {
+            version: 1,
+            stages: Vec::new(),
+        }
+    };
+    let data = a
+        .data
+        .iter()
+        .map(|p| data_input(p).map_err(|e| crate::error::usage(format!("{e:#}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let from =
+        Checkpoint::hash_dir(&a.from).map_err(|e| crate::error::usage(format!("--from: {e:#}")))?;
+    let to =
+        Checkpoint::hash_dir(&a.to).map_err(|e| crate::error::usage(format!("--to: {e:#}")))?;
+    if let Some(prev) = lineage.stages.last() {
+        if prev.to.sha256 != from.sha256 {
+            eprintln!(
+                "lineage: warning: --from {} is not the previous stage's output {} ({}); recorded as given, `audit --lineage` will flag it",
+                a.from.display(),
+                prev.to.path,
+                prev.stage
+            );
+        }
+    }
+    let stage = Stage {
+        stage: a.stage.clone(),
+        time,
+        tool: crate::shards::index::Index::tool_name(),
+        from,
+        to,
+        data,
+    };
+    lineage.stages.push(stage.clone());
+    lineage.save(&a.lineage)?;
+    eprintln!(
+        "lineage: {} recorded in {} ({} → {}, {} data input(s))",
+        stage.stage,
+        a.lineage.display(),
+        &stage.from.sha256[..12],
+        &stage.to.sha256[..12],
+        stage.data.len()
+    );
+    Ok(stage)
+}
