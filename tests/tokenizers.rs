@@ -10,6 +10,7 @@ use std::process::Command;
 
 use std::str::FromStr;
 
+use dlm_data::added_text::SpecialTokensInText;
 use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
 
 fn shared_tokenizers() -> Option<PathBuf> {
@@ -153,8 +154,97 @@ fn fast_path_ids_identical_to_python_on_every_family() {
                 must_be_fast(name)
             ));
         }
+        // --special-tokens-in-text: plain ids equal Python `tokenizers` on the same
+        // tokenizer.json without its marker added tokens, split ids equal `encode` — on the
+        // fast path and on the crate path (the ranged encoder of mcq / distill / pack's
+        // fallback); every text holding a marker's content reports it, and a text with no hit
+        // has the same ids in both modes.
+        let plain_want = exp["plain_ids"].as_array().unwrap();
+        let mut plain_differs = 0;
+        for (mode, no_fast) in [
+            (SpecialTokensInText::Plain, false),
+            (SpecialTokensInText::Plain, true),
+            (SpecialTokensInText::Split, true),
+            (SpecialTokensInText::Split, false),
+        ] {
+            let t = DocTokenizer::load(
+                &d,
+                &BoundaryFlags {
+                    no_eos: true,
+                    no_fast,
+                    mode,
+                    ..BoundaryFlags::default()
+                },
+            )
+            .unwrap();
+            let mut bad = 0;
+            for (k, text) in texts.iter().enumerate() {
+                let text = text.as_str().unwrap();
+                let want_v = if mode == SpecialTokensInText::Plain {
+                    &plain_want[k]
+                } else {
+                    &ids[k]
+                };
+                let want: Vec<u32> = want_v
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect();
+                let e = t.encode_data(text).unwrap();
+                if mode == SpecialTokensInText::Plain && !no_fast && want_v != &ids[k] {
+                    plain_differs += 1;
+                }
+                let holds = plain_want[k] != ids[k];
+                let mut why = Vec::new();
+                if e.ids != want {
+                    why.push("ids".to_string());
+                }
+                if holds && e.hits.is_empty() {
+                    why.push("a marker's content not reported".into());
+                }
+                if e.hits.is_empty() && want_v != &ids[k] {
+                    why.push("no hit, yet plain and split ids differ".into());
+                }
+                if let Some(h) = e.hits.iter().find(|h| {
+                    let c = t.token_name(h.id);
+                    !text
+                        .get(h.offset..)
+                        .is_some_and(|r| r.starts_with(c.as_str()))
+                        && t.is_fast()
+                }) {
+                    why.push(format!("hit {h:?} not at its content"));
+                }
+                if !why.is_empty() {
+                    bad += 1;
+                    if bad <= 3 {
+                        let at = e
+                            .ids
+                            .iter()
+                            .zip(&want)
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(e.ids.len().min(want.len()));
+                        failures.push(format!(
+                            "{name} {mode:?} no_fast={no_fast} text #{k} {:?}: {}: at id {at}: got {:?} want {:?}",
+                            text.chars().take(80).collect::<String>(),
+                            why.join(", "),
+                            &e.ids[at.saturating_sub(2)..(at + 4).min(e.ids.len())],
+                            &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                        ));
+                    }
+                }
+            }
+            if bad > 0 {
+                failures.push(format!(
+                    "{name} {mode:?} no_fast={no_fast}: {bad} texts wrong"
+                ));
+            }
+        }
+        if plain_want.iter().zip(ids).any(|(p, s)| p != s) && plain_differs == 0 {
+            failures.push(format!("{name}: plain mode never differed from split"));
+        }
         report.push(format!(
-            "{name}: {} texts, {bad} differ, {}",
+            "{name}: {} texts, {bad} differ, {plain_differs} differ in plain mode, {}",
             texts.len(),
             tok.path()
         ));
