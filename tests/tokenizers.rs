@@ -53,8 +53,10 @@ fn fast_path_ids_identical_to_python_on_every_family() {
     let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('_'))
         .collect();
     names.sort();
+    chat_template_markers_stay_prompt_text_is_plain(&dir.path().join("_chat/minicpm5"));
     for must in [
         "llama3-shaped",
         "qwen2-shaped",
@@ -250,5 +252,70 @@ fn fast_path_ids_identical_to_python_on_every_family() {
         ));
     }
     eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The chat-template side (distill): on the MiniCPM5-shaped tokenizer with a Qwen/MiniCPM-style
+/// template, the rendering is unchanged, the template's markers stay tokens and the prompt's
+/// bytes are plain text — ids equal to Python's reference (the rendering split at the template's
+/// markers, each text piece encoded without marker tokens); in split mode ids equal Python's
+/// `encode(rendered)`; prompts without added-token text get the same ids in both modes.
+fn chat_template_markers_stay_prompt_text_is_plain(d: &Path) {
+    let tok = dlm_data::teacher::TeacherTokenizer::open(d).unwrap();
+    let exp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("chat.json")).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let prompts = exp["prompts"].as_array().unwrap();
+    let mut failures = Vec::new();
+    let mut differ = 0;
+    for (k, p) in prompts.iter().enumerate() {
+        let p = p.as_str().unwrap();
+        let plain = ids(&exp["plain_ids"][k]);
+        let split = ids(&exp["split_ids"][k]);
+        let mut hits = Vec::new();
+        let (got, rendered) = tok.encode_prompt(p, true, true, &mut hits).unwrap();
+        assert_eq!(
+            rendered,
+            exp["rendered"][k].as_str().unwrap(),
+            "prompt {p:?}"
+        );
+        if got != plain {
+            failures.push(format!("plain {p:?}:\n got  {got:?}\n want {plain:?}"));
+        }
+        let mut hits2 = Vec::new();
+        let (got_split, _) = tok.encode_prompt(p, true, false, &mut hits2).unwrap();
+        if got_split != split {
+            failures.push(format!(
+                "split {p:?}:\n got  {got_split:?}\n want {split:?}"
+            ));
+        }
+        if plain != split {
+            differ += 1;
+            if hits.is_empty() {
+                failures.push(format!("{p:?}: plain differs from split but no hit"));
+            }
+        } else if !hits.is_empty() && hits.iter().any(|h| tok.ranged.tries.name(h.id) != "<s>") {
+            // A hit with identical ids: only a token the model's merges produce anyway.
+            failures.push(format!("{p:?}: hits {hits:?} yet the same ids"));
+        }
+        // Hits point into the prompt's bytes of the rendering.
+        let a = rendered.find(p).unwrap_or(0);
+        if let Some(h) = hits
+            .iter()
+            .find(|h| h.offset < a || h.offset >= a + p.len())
+        {
+            failures.push(format!("{p:?}: hit {h:?} outside the prompt's bytes"));
+        }
+    }
+    assert!(
+        differ >= 5,
+        "only {differ} prompts differ between the modes"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

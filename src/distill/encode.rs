@@ -35,7 +35,7 @@ pub fn encode_prompts(
             let r = tok
                 .encode_prompt(&it.prompt, use_template, plain, &mut hits)
                 .and_then(|(ids, rendered)| {
-                    crate::pack::tokenize::check_policy(
+                    crate::added_text::check_policy(
                         mode,
                         mask.as_ref(),
                         &rendered,

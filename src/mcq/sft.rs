@@ -41,7 +41,7 @@ pub fn build_rows(
                 .ranged
                 .encode(&tok.tok, &text, &data, plain, &mut hits)
                 .and_then(|ids| {
-                    crate::pack::tokenize::check_policy(
+                    crate::added_text::check_policy(
                         tok.mode,
                         tok.mask.as_ref(),
                         &text,

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use tokenizers::Tokenizer;
 
+use crate::added_text::ranged::Ranged;
 use crate::added_text::SpecialTokensInText;
-use crate::pack::tokenize::ranged::Ranged;
 use crate::shards::index::TokenizerInfo;
 
 pub struct LoadedTokenizer {

@@ -8,7 +8,7 @@
 //! [`TeacherTokenizer::render_ranges`] finds them by rendering a second time with the prompt
 //! between two sentinel noncharacters (U+FDD0 / U+FDD1; the Python string methods templates
 //! call see through them) and checking that, with the sentinels removed, that rendering is
-//! byte-identical to the plain one; [`crate::pack::tokenize::ranged`] then matches template
+//! byte-identical to the plain one; [`crate::added_text::ranged`] then matches template
 //! bytes against all added tokens and prompt bytes against the non-marker ones only.
 
 use std::path::Path;
@@ -19,8 +19,8 @@ use minijinja::{Environment, Error as JError, ErrorKind};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+use crate::added_text::ranged::Ranged;
 use crate::added_text::Hit;
-use crate::pack::tokenize::ranged::Ranged;
 
 /// Marks the start of the prompt in the tracking rendering (a noncharacter: never in text).
 const DATA_OPEN: char = '\u{FDD0}';
@@ -476,9 +476,9 @@ mod tests {
     fn string_methods_see_through_the_tracking_sentinels() {
         let t =
             "[{{ messages[0]['content'].strip() }}|{{ messages[0]['content'].startswith('Why') }}]";
-        let plain = render_chat(t, "  Why?  ", None, None).unwrap();
-        let marked = render_chat(t, "\u{FDD0}  Why?  \u{FDD1}", None, None).unwrap();
-        assert_eq!(plain, "[Why?|true]");
-        assert_eq!(marked, "[\u{FDD0}Why?\u{FDD1}|true]");
+        let plain = render_chat(t, "Why?  ", None, None).unwrap();
+        let marked = render_chat(t, "\u{FDD0}Why?  \u{FDD1}", None, None).unwrap();
+        assert_eq!(plain, "[Why?|True]");
+        assert_eq!(marked, "[\u{FDD0}Why?\u{FDD1}|True]");
     }
 }

@@ -18,12 +18,12 @@ use std::borrow::Cow;
 use anyhow::{bail, Context, Result};
 use unicode_normalization_alignments::UnicodeNormalization;
 
-use super::added::{AddedTries, Piece, Trie};
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
 use super::json::{ModelJson, TokJson};
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
+use crate::added_text::trie::{AddedTries, Piece, Trie};
 use crate::added_text::Hit;
 
 #[derive(Clone, Debug)]

@@ -11,12 +11,12 @@
 //! Layout, in pipeline order as in the crate: [`added`] (added-token split) → normalizer (in
 //! [`fast`]) → pre-tokenizers [`gpt2`] / [`regex`] (over [`unicode`] classes) → [`bpe`].
 
-pub mod added;
+pub use crate::added_text::trie as added;
 pub mod bpe;
 pub mod fast;
 pub mod gpt2;
 pub mod json;
-pub mod ranged;
+pub use crate::added_text::ranged;
 pub mod regex;
 pub mod unicode;
 
@@ -244,7 +244,7 @@ impl DocTokenizer {
 
     /// The policy checks of [`Self::encode_data`].
     pub fn check(&self, text: &str, ids: &[u32], hits: &[Hit]) -> Result<()> {
-        check_policy(self.mode, self.mask.as_ref(), text, ids, hits, |i| {
+        crate::added_text::check_policy(self.mode, self.mask.as_ref(), text, ids, hits, |i| {
             self.token_name(i)
         })
     }
@@ -308,47 +308,4 @@ impl DocTokenizer {
     pub fn encode_docs(&self, texts: &[&str]) -> Vec<Result<Encoded>> {
         texts.par_iter().map(|t| self.encode_doc(t)).collect()
     }
-}
-
-/// `--special-tokens-in-text` and the mask rule for one text: `refuse` fails on any marker
-/// content; `split` on the mask token's content; every mode on a mask id among `ids`. Errors
-/// name the byte offset and the token.
-pub fn check_policy(
-    mode: SpecialTokensInText,
-    mask: Option<&(String, u32)>,
-    text: &str,
-    ids: &[u32],
-    hits: &[Hit],
-    name: impl Fn(u32) -> String,
-) -> Result<()> {
-    if mode == SpecialTokensInText::Refuse {
-        if let Some(h) = hits.iter().min_by_key(|h| h.offset) {
-            anyhow::bail!(
-                "byte offset {}: text {:?} is added token {} {} (--special-tokens-in-text refuse; \
-                 `plain` encodes it as text)",
-                h.offset,
-                name(h.id),
-                h.id,
-                crate::added_text::excerpt(text, h.offset)
-            );
-        }
-    }
-    if let Some((m, mid)) = mask {
-        if let Some(h) = hits.iter().find(|h| h.id == *mid) {
-            anyhow::bail!(
-                "byte offset {}: text {m:?} would become the mask token (id {mid}), which text \
-                 never may (--special-tokens-in-text {}; `plain` encodes it as text) {}",
-                h.offset,
-                mode.as_str(),
-                crate::added_text::excerpt(text, h.offset)
-            );
-        }
-        if ids.contains(mid) {
-            anyhow::bail!(
-                "the text encodes to the mask token {m:?} (id {mid}) through the model's own \
-                 merges: text may never hold the mask id"
-            );
-        }
-    }
-    Ok(())
 }

@@ -3,11 +3,17 @@
 //! must not turn into that token's id. This module holds what `pack`, `mcq` and `distill`
 //! share about it: the `--special-tokens-in-text` policy, one occurrence found in data
 //! ([`Hit`]), and the per-source / per-token counts written to index.json and the summaries
-//! ([`AddedTextCounts`]). The encoders live in `pack::tokenize` (`fast`, `ranged`).
+//! ([`AddedTextCounts`]); the added-token matcher every encoder uses ([`trie`]), the exact
+//! encoder through the `tokenizers` crate for text with data ranges ([`ranged`]: mcq, the
+//! teacher, pack's crate path) and the policy check ([`check_policy`]). The fast path
+//! (`pack::tokenize::fast`) uses the same tries.
 //!
 //! Which added tokens count: every added token whose content is not whitespace only.
 //! Whitespace-run added tokens (CodeGen / phi-2's 39 runs of spaces and tabs) are how those
 //! models encode indentation, not markers; they stay as they are in every mode.
+
+pub mod ranged;
+pub mod trie;
 
 use std::collections::BTreeMap;
 
@@ -147,6 +153,49 @@ pub fn excerpt(text: &str, offset: usize) -> String {
         b += 1;
     }
     format!("{:?}", &text[a..b])
+}
+
+/// `--special-tokens-in-text` and the mask rule for one text: `refuse` fails on any marker
+/// content; `split` on the mask token's content; every mode on a mask id among `ids`. Errors
+/// name the byte offset and the token.
+pub fn check_policy(
+    mode: SpecialTokensInText,
+    mask: Option<&(String, u32)>,
+    text: &str,
+    ids: &[u32],
+    hits: &[Hit],
+    name: impl Fn(u32) -> String,
+) -> anyhow::Result<()> {
+    if mode == SpecialTokensInText::Refuse {
+        if let Some(h) = hits.iter().min_by_key(|h| h.offset) {
+            anyhow::bail!(
+                "byte offset {}: text {:?} is added token {} {} (--special-tokens-in-text refuse; \
+                 `plain` encodes it as text)",
+                h.offset,
+                name(h.id),
+                h.id,
+                excerpt(text, h.offset)
+            );
+        }
+    }
+    if let Some((m, mid)) = mask {
+        if let Some(h) = hits.iter().find(|h| h.id == *mid) {
+            anyhow::bail!(
+                "byte offset {}: text {m:?} would become the mask token (id {mid}), which text \
+                 never may (--special-tokens-in-text {}; `plain` encodes it as text) {}",
+                h.offset,
+                mode.as_str(),
+                excerpt(text, h.offset)
+            );
+        }
+        if ids.contains(mid) {
+            anyhow::bail!(
+                "the text encodes to the mask token {m:?} (id {mid}) through the model's own \
+                 merges: text may never hold the mask id"
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

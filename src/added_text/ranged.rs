@@ -25,8 +25,8 @@ use tokenizers::{
     Tokenizer,
 };
 
-use super::added::{AddedTries, Piece, StageTries};
-use crate::added_text::Hit;
+use super::trie::{AddedTries, Piece, StageTries};
+use super::Hit;
 
 /// The added-token tries of a crate tokenizer.
 pub struct Ranged {

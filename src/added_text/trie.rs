@@ -202,7 +202,7 @@ impl AddedTries {
                 single_word: t.single_word,
                 lstrip: t.lstrip,
                 rstrip: t.rstrip,
-                marker: crate::added_text::is_marker(&t.content),
+                marker: super::is_marker(&t.content),
             };
             if t.normalized {
                 let pat = match normalizer {
