@@ -11,16 +11,16 @@ use pack_common::*;
 use dlm_data::added_text::SpecialTokensInText;
 use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
 
-const EOS: &str = dlm_data::fixtures::tokenizer::EOS;
-const MASK: &str = dlm_data::fixtures::tokenizer::MASK;
+const EOS: &str = dlm_data::fixtures::tokenizer::MC5_EOS;
+const MASK: &str = dlm_data::fixtures::tokenizer::MC5_MASK;
 
 fn corpus() -> Vec<String> {
     vec![
         format!("A web page quoting {EOS} in the middle of a sentence."),
         "An ordinary document about the energy of atoms.".to_string(),
-        format!("Chat log: {MASK} and{EOS}{EOS} again, 中文{MASK}🙂"),
+        format!("Chat log: {MASK} and{EOS}{EOS} again, <|im_start|>user /think 中文{MASK}🙂"),
         format!(
-            "Look-alikes only: {} <|ENDOFTEXT|> <|endoftext",
+            "Look-alikes only: {} <UNUSED_TOKEN_0> unused_token_0> <|im_start <S> /THINK",
             &MASK[..MASK.len() - 1]
         ),
     ]
@@ -62,15 +62,19 @@ fn plain_by_default_counted_and_same_on_both_paths() {
     let eos = t.eos.as_ref().unwrap().1;
     let mask = t.mask.as_ref().expect("the fixture names its mask").1;
     let stream: Vec<u32> = parquet_rows(&out).concat();
-    // Exactly one EOS per document, and no mask id anywhere.
-    assert_eq!(stream.iter().filter(|&&i| i == eos).count(), corpus().len());
-    assert!(!stream.contains(&mask));
     // The packed stream is the plain encoding of each document + EOS (then padding).
     let mut want = Vec::new();
     for doc in corpus() {
         want.extend(t.encode_doc(&doc).unwrap().ids);
     }
     assert_eq!(&stream[..want.len()], &want[..]);
+    // Exactly one EOS per document, and no mask id anywhere.
+    let docs_part = &stream[..want.len()];
+    assert_eq!(
+        docs_part.iter().filter(|&&i| i == eos).count(),
+        corpus().len()
+    );
+    assert!(!stream.contains(&mask));
     // Counted: 2 documents hold added-token text; per token, documents holding it.
     let idx = index(&out);
     let c = &idx["totals"]["added_token_text"];
@@ -82,6 +86,8 @@ fn plain_by_default_counted_and_same_on_both_paths() {
     assert_eq!(src["documents"], 2);
     assert_eq!(src["per_token"][EOS], 2);
     assert_eq!(src["per_token"][MASK], 1);
+    assert_eq!(src["per_token"]["<|im_start|>"], 1);
+    assert_eq!(src["per_token"]["/think"], 1);
     // The crate path (the ranged encoder) writes the same bytes.
     let out2 = d.path().join("out2");
     ok(&run_pack(
@@ -144,7 +150,14 @@ fn split_keeps_tokens_but_never_the_mask_and_refuse_names_the_place() {
     let t = load(&tok, SpecialTokensInText::Split, false);
     let eos = t.eos.as_ref().unwrap().1;
     let stream: Vec<u32> = parquet_rows(&out).concat();
-    assert_eq!(stream.iter().filter(|&&i| i == eos).count(), docs.len() + 1);
+    let n: usize = docs
+        .iter()
+        .map(|d| t.encode_doc(d.as_deref().unwrap()).unwrap().ids.len())
+        .sum();
+    assert_eq!(
+        stream[..n].iter().filter(|&&i| i == eos).count(),
+        docs.len() + 1
+    );
     let krate = tokenizers::Tokenizer::from_file(tok.join("tokenizer.json")).unwrap();
     let first = krate
         .encode(docs[0].as_deref().unwrap(), false)
