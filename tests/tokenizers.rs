@@ -305,7 +305,8 @@ fn chat_template_markers_stay_prompt_text_is_plain(d: &Path) {
             failures.push(format!("{p:?}: hits {hits:?} yet the same ids"));
         }
         // Hits point into the prompt's bytes of the rendering.
-        let a = rendered.find(p).unwrap_or(0);
+        let a = "<s><|im_start|>user\n".len();
+        assert_eq!(&rendered[a..a + p.len()], p);
         if let Some(h) = hits
             .iter()
             .find(|h| h.offset < a || h.offset >= a + p.len())

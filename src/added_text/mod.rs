@@ -179,7 +179,8 @@ pub fn check_policy(
         }
     }
     if let Some((m, mid)) = mask {
-        if let Some(h) = hits.iter().find(|h| h.id == *mid) {
+        let split = mode == SpecialTokensInText::Split;
+        if let Some(h) = hits.iter().find(|h| split && h.id == *mid) {
             anyhow::bail!(
                 "byte offset {}: text {m:?} would become the mask token (id {mid}), which text \
                  never may (--special-tokens-in-text {}; `plain` encodes it as text) {}",

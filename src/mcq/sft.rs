@@ -121,3 +121,99 @@ pub fn build_rows(
     let too_long = out.iter().filter(|r| r.is_none()).count() as u64;
     Ok((out, too_long, counts))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provenance::Provenance;
+
+    fn item(q: &str, opts: &[&str]) -> McqItem {
+        McqItem::new(
+            "sciq-train-000003".into(),
+            Provenance {
+                source: "sciq".into(),
+                repo: "allenai/sciq".into(),
+                commit: "c".into(),
+                file: "data/train.parquet".into(),
+                row: 3,
+            },
+            q.into(),
+            opts.iter().map(|o| o.to_string()).collect(),
+            1,
+            "t",
+        )
+        .unwrap()
+    }
+
+    /// Item text is plain, the template's own markers stay tokens; split refuses the mask
+    /// naming file and row; refuse names the offset.
+    #[test]
+    fn item_text_is_plain_template_markers_are_tokens() {
+        let d = tempfile::tempdir().unwrap();
+        crate::fixtures::tokenizer::write_tokenizer(d.path()).unwrap();
+        let t = Templates::new(
+            "<|im_start|>user\n{question}\n{options}<|im_end|>",
+            DEFAULT_ANSWER_FOR_TEST,
+            "t",
+        )
+        .unwrap();
+        let items = vec![
+            item(
+                "What does <|im_start|> mean?",
+                &["the literal <unused_token_0> string", "water", "air"],
+            ),
+            item("What is H2O?", &["salt", "water", "air"]),
+        ];
+        let load = |mode| super::super::tokenizer::load(d.path(), None, None, mode).unwrap();
+        let tok = load(SpecialTokensInText::Plain);
+        let (rows, _, counts) = build_rows(&items, &t, &tok, 4096).unwrap();
+        let id = |s: &str| tok.tok.token_to_id(s).unwrap();
+        let mask = tok.mask.as_ref().unwrap().1;
+        assert_eq!(mask, id("<unused_token_0>"));
+        for (r, it) in rows.iter().zip(&items) {
+            let r = r.as_ref().unwrap();
+            let p = &r.input_ids[..r.prompt_len as usize];
+            // The template's markers are the prompt's first and last ids; no other marker.
+            assert_eq!(p[0], id("<|im_start|>"));
+            assert_eq!(*p.last().unwrap(), id("<|im_end|>"));
+            assert_eq!(p.iter().filter(|&&i| i == id("<|im_start|>")).count(), 1);
+            assert!(!r.input_ids.contains(&mask));
+            assert_eq!(
+                tok.tok.decode(p, false).unwrap(),
+                t.prompt(it),
+                "the ids decode to the rendered prompt"
+            );
+        }
+        // The plain item's ids are the crate's own.
+        let plain_item = rows[1].as_ref().unwrap();
+        let want = tok.tok.encode(t.prompt(&items[1]), false).unwrap();
+        assert_eq!(
+            &plain_item.input_ids[..plain_item.prompt_len as usize],
+            want.get_ids()
+        );
+        assert_eq!(counts.documents, 1);
+        let s = &counts.per_source["sciq"];
+        assert_eq!(s.per_token["<unused_token_0>"], 1);
+        assert_eq!(s.per_token["<|im_start|>"], 1);
+        // split: the mask's text is refused, naming file and row.
+        let e = build_rows(&items, &t, &load(SpecialTokensInText::Split), 4096).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("data/train.parquet row 3") && e.contains("mask"),
+            "{e}"
+        );
+        // refuse: the first added-token text, with its offset in the rendered prompt.
+        let e = build_rows(&items, &t, &load(SpecialTokensInText::Refuse), 4096).unwrap_err();
+        let at = t
+            .prompt(&items[0])
+            .find("<|im_start|>user\nWhat does <|im_start|>")
+            .unwrap()
+            + "<|im_start|>user\nWhat does ".len();
+        assert!(
+            format!("{e:#}").contains(&format!("byte offset {at}")),
+            "{e:#}"
+        );
+    }
+
+    const DEFAULT_ANSWER_FOR_TEST: &str = super::super::template::DEFAULT_ANSWER;
+}

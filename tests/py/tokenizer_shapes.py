@@ -212,7 +212,7 @@ def chat_reference(tok, ref, prompt):
     piece encoded by the plain reference (the crate encodes the pieces between added tokens
     independently, so this is the same pipeline)."""
     r = render(prompt)
-    a = r.index(prompt) if prompt else len("<s><|im_start|>user\n")
+    a = len("<s><|im_start|>user\n")
     b = a + len(prompt)
     enc = tok.encode(r, add_special_tokens=False)
     dec = tok.get_added_tokens_decoder()
