@@ -58,6 +58,9 @@ say "pack: tokenize + pack stage 1 into parquet shards"
 $BIN pack --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1" --seq-len 256 --json
 
+say "text is text: a fineweb-edu document quotes the mask <unused_token_0> and </s>; packed as plain text, counted"
+python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['totals']['added_token_text']))" "$OUT/shards/stage1/index.json"
+
 say "pack --stream: the same shards read straight from the Hub by HTTP Range"
 $BIN pack --manifest "$OUT/manifests/stage1.toml" --stream --log "$OUT/stream.log" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1-stream" --seq-len 256
@@ -67,6 +70,8 @@ say "mcq: stage-2 SFT shards + stage-3 prompts.jsonl"
 $BIN mcq --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/mcq"
 head -c 600 "$OUT/mcq/prompts.jsonl"; echo
+echo "a sciq option holds the mask's text; the SFT rows encode it as plain text:"
+python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['totals']['added_token_text']))" "$OUT/mcq/sft/index.json"
 
 say "decontam: benchmark n-gram overlap (prompts and stage-1 shards)"
 $BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --prompts "$OUT/mcq/prompts.jsonl"

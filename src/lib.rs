@@ -20,9 +20,11 @@
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
-//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage. No two top-level
+//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
+//! the rule that text from data never becomes an added (control or mask) token. No two top-level
 //! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
+pub mod added_text;
 pub mod audit;
 pub mod cli;
 pub mod decontam;

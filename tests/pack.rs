@@ -58,7 +58,10 @@ fn parquet_rows_are_the_token_stream_and_python_reads_them() {
     assert_eq!(idx["complete"], true);
     assert_eq!(idx["format"], "parquet");
     assert_eq!(idx["dtype"], "uint32");
-    assert_eq!(idx["tokenizer"]["eos_token"], "<|endoftext|>");
+    assert_eq!(
+        idx["tokenizer"]["eos_token"],
+        dlm_data::fixtures::tokenizer::MC5_EOS
+    );
     assert_eq!(idx["totals"]["documents"], docs.len());
     assert_eq!(idx["totals"]["skipped_empty"], 2);
     assert_eq!(idx["totals"]["dropped_tail_tokens"], stream.len() - n * 64);
@@ -204,7 +207,7 @@ fn pad_last_keeps_the_tail() {
     assert_eq!(flat[..stream.len()], stream[..]);
     let pad = tokenizers::Tokenizer::from_file(tok.join("tokenizer.json"))
         .unwrap()
-        .token_to_id("<|pad|>")
+        .token_to_id(dlm_data::fixtures::tokenizer::MC5_EOS)
         .unwrap();
     assert!(flat[stream.len()..].iter().all(|t| *t == pad));
     assert_eq!(index(&out)["totals"]["dropped_tail_tokens"], 0);
@@ -339,7 +342,7 @@ fn json_summary_and_eos_choice() {
     let line = String::from_utf8(o.stdout.clone()).unwrap();
     let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
     assert_eq!(v["rows"], index(&out)["totals"]["rows"]);
-    assert_eq!(v["eos_token"], "<|endoftext|>");
+    assert_eq!(v["eos_token"], dlm_data::fixtures::tokenizer::MC5_EOS);
     assert!(stderr(&o).contains("tokenizer_config.json eos_token"));
     // Unknown EOS is a usage error.
     let o = run_pack(

@@ -10,6 +10,7 @@ use std::process::Command;
 
 use std::str::FromStr;
 
+use dlm_data::added_text::SpecialTokensInText;
 use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
 
 fn shared_tokenizers() -> Option<PathBuf> {
@@ -52,8 +53,10 @@ fn fast_path_ids_identical_to_python_on_every_family() {
     let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('_'))
         .collect();
     names.sort();
+    chat_template_markers_stay_prompt_text_is_plain(&dir.path().join("_chat/minicpm5"));
     for must in [
         "llama3-shaped",
         "qwen2-shaped",
@@ -153,12 +156,167 @@ fn fast_path_ids_identical_to_python_on_every_family() {
                 must_be_fast(name)
             ));
         }
+        // --special-tokens-in-text: plain ids equal Python `tokenizers` on the same
+        // tokenizer.json without its marker added tokens, split ids equal `encode` — on the
+        // fast path and on the crate path (the ranged encoder of mcq / distill / pack's
+        // fallback); every text holding a marker's content reports it, and a text with no hit
+        // has the same ids in both modes.
+        let plain_want = exp["plain_ids"].as_array().unwrap();
+        let mut plain_differs = 0;
+        for (mode, no_fast) in [
+            (SpecialTokensInText::Plain, false),
+            (SpecialTokensInText::Plain, true),
+            (SpecialTokensInText::Split, true),
+            (SpecialTokensInText::Split, false),
+        ] {
+            let t = DocTokenizer::load(
+                &d,
+                &BoundaryFlags {
+                    no_eos: true,
+                    no_fast,
+                    mode,
+                    ..BoundaryFlags::default()
+                },
+            )
+            .unwrap();
+            let mut bad = 0;
+            for (k, text) in texts.iter().enumerate() {
+                let text = text.as_str().unwrap();
+                let want_v = if mode == SpecialTokensInText::Plain {
+                    &plain_want[k]
+                } else {
+                    &ids[k]
+                };
+                let want: Vec<u32> = want_v
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect();
+                let e = t.encode_data(text).unwrap();
+                if mode == SpecialTokensInText::Plain && !no_fast && want_v != &ids[k] {
+                    plain_differs += 1;
+                }
+                let holds = plain_want[k] != ids[k];
+                let mut why = Vec::new();
+                if e.ids != want {
+                    why.push("ids".to_string());
+                }
+                if holds && e.hits.is_empty() {
+                    why.push("a marker's content not reported".into());
+                }
+                if e.hits.is_empty() && want_v != &ids[k] {
+                    why.push("no hit, yet plain and split ids differ".into());
+                }
+                if let Some(h) = e.hits.iter().find(|h| {
+                    let c = t.token_name(h.id);
+                    !text
+                        .get(h.offset..)
+                        .is_some_and(|r| r.starts_with(c.as_str()))
+                        && t.is_fast()
+                }) {
+                    why.push(format!("hit {h:?} not at its content"));
+                }
+                if !why.is_empty() {
+                    bad += 1;
+                    if bad <= 3 {
+                        let at = e
+                            .ids
+                            .iter()
+                            .zip(&want)
+                            .position(|(a, b)| a != b)
+                            .unwrap_or(e.ids.len().min(want.len()));
+                        failures.push(format!(
+                            "{name} {mode:?} no_fast={no_fast} text #{k} {:?}: {}: at id {at}: got {:?} want {:?}",
+                            text.chars().take(80).collect::<String>(),
+                            why.join(", "),
+                            &e.ids[at.saturating_sub(2)..(at + 4).min(e.ids.len())],
+                            &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                        ));
+                    }
+                }
+            }
+            if bad > 0 {
+                failures.push(format!(
+                    "{name} {mode:?} no_fast={no_fast}: {bad} texts wrong"
+                ));
+            }
+        }
+        if plain_want.iter().zip(ids).any(|(p, s)| p != s) && plain_differs == 0 {
+            failures.push(format!("{name}: plain mode never differed from split"));
+        }
         report.push(format!(
-            "{name}: {} texts, {bad} differ, {}",
+            "{name}: {} texts, {bad} differ, {plain_differs} differ in plain mode, {}",
             texts.len(),
             tok.path()
         ));
     }
     eprintln!("{}", report.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The chat-template side (distill): on the MiniCPM5-shaped tokenizer with a Qwen/MiniCPM-style
+/// template, the rendering is unchanged, the template's markers stay tokens and the prompt's
+/// bytes are plain text — ids equal to Python's reference (the rendering split at the template's
+/// markers, each text piece encoded without marker tokens); in split mode ids equal Python's
+/// `encode(rendered)`; prompts without added-token text get the same ids in both modes.
+fn chat_template_markers_stay_prompt_text_is_plain(d: &Path) {
+    let tok = dlm_data::teacher::TeacherTokenizer::open(d).unwrap();
+    let exp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("chat.json")).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let prompts = exp["prompts"].as_array().unwrap();
+    let mut failures = Vec::new();
+    let mut differ = 0;
+    for (k, p) in prompts.iter().enumerate() {
+        let p = p.as_str().unwrap();
+        let plain = ids(&exp["plain_ids"][k]);
+        let split = ids(&exp["split_ids"][k]);
+        let mut hits = Vec::new();
+        let (got, rendered) = tok.encode_prompt(p, true, true, &mut hits).unwrap();
+        assert_eq!(
+            rendered,
+            exp["rendered"][k].as_str().unwrap(),
+            "prompt {p:?}"
+        );
+        if got != plain {
+            failures.push(format!("plain {p:?}:\n got  {got:?}\n want {plain:?}"));
+        }
+        let mut hits2 = Vec::new();
+        let (got_split, _) = tok.encode_prompt(p, true, false, &mut hits2).unwrap();
+        if got_split != split {
+            failures.push(format!(
+                "split {p:?}:\n got  {got_split:?}\n want {split:?}"
+            ));
+        }
+        if plain != split {
+            differ += 1;
+            if hits.is_empty() {
+                failures.push(format!("{p:?}: plain differs from split but no hit"));
+            }
+        } else if !hits.is_empty() && hits.iter().any(|h| tok.ranged.tries.name(h.id) != "<s>") {
+            // A hit with identical ids: only a token the model's merges produce anyway.
+            failures.push(format!("{p:?}: hits {hits:?} yet the same ids"));
+        }
+        // Hits point into the prompt's bytes of the rendering.
+        let a = "<s><|im_start|>user\n".len();
+        assert_eq!(&rendered[a..a + p.len()], p);
+        if let Some(h) = hits
+            .iter()
+            .find(|h| h.offset < a || h.offset >= a + p.len())
+        {
+            failures.push(format!("{p:?}: hit {h:?} outside the prompt's bytes"));
+        }
+    }
+    assert!(
+        differ >= 5,
+        "only {differ} prompts differ between the modes"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -88,6 +88,9 @@ pub fn fingerprint(
     if args.skip_too_long {
         fp["skip_too_long"] = json!(true);
     }
+    if args.special_tokens_in_text != crate::added_text::SpecialTokensInText::Plain {
+        fp["special_tokens_in_text"] = json!(args.special_tokens_in_text.as_str());
+    }
     if let Some(g) = args.max_batch_memory {
         fp["max_batch_memory_gib"] = json!(g);
     }

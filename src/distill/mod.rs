@@ -10,6 +10,7 @@
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
+pub mod encode;
 pub mod fingerprint;
 pub mod limits;
 pub mod mcq;
@@ -89,6 +90,11 @@ pub struct DistillArgs {
     /// Do not render the tokenizer_config.json chat template.
     #[arg(long)]
     pub no_chat_template: bool,
+    /// What prompt text that equals an added token (`<|im_start|>`, `/think`, the mask …)
+    /// becomes: `plain` text (default), the token (`split`; never the mask), or an error naming
+    /// the file and line (`refuse`). The chat template's own markers are encoded as they are.
+    #[arg(long, value_enum, default_value = "plain")]
+    pub special_tokens_in_text: crate::added_text::SpecialTokensInText,
     /// Accept a config that says causal and run it bidirectionally anyway.
     #[arg(long)]
     pub bidirectional: bool,

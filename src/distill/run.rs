@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 use serde_json::{json, Value};
 
 use super::fingerprint::{fingerprint, gen_json};
@@ -218,17 +217,13 @@ fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
     }
     let use_template = !args.no_chat_template;
     let tok = &s.teacher.tokenizer;
-    let ids: Vec<Vec<u32>> = items
-        .par_iter()
-        .map(|it| {
-            let text = tok.render(&it.prompt, use_template)?;
-            tok.encode(&text)
-        })
-        .collect::<Vec<Result<_>>>()
-        .into_iter()
-        .zip(&items)
-        .map(|(r, it)| r.with_context(|| format!("{}:{}", args.prompts.display(), it.line)))
-        .collect::<Result<_>>()?;
+    let (ids, _added) = super::encode::encode_prompts(
+        &s.teacher,
+        &items,
+        use_template,
+        args.special_tokens_in_text,
+        &args.prompts,
+    )?;
     if let Some((it, _)) = items.iter().zip(&ids).find(|(_, x)| x.is_empty()) {
         anyhow::bail!(
             "{}:{}: prompt {:?} encodes to no tokens",

@@ -67,6 +67,15 @@ pub struct McqArgs {
     /// EOS token (default: tokenizer_config.json's eos_token).
     #[arg(long)]
     pub eos_token: Option<String>,
+    /// What question / option text that equals an added token (`<|im_start|>`, the mask …)
+    /// becomes in the SFT rows: `plain` text (default), the token (`split`; never the mask),
+    /// or an error naming the file and row (`refuse`). The template's own text is encoded as is.
+    #[arg(long, value_enum, default_value = "plain")]
+    pub special_tokens_in_text: crate::added_text::SpecialTokensInText,
+    /// The diffusion mask token no item text may become (default: tokenizer_config.json
+    /// `mask_token`, when in the vocabulary).
+    #[arg(long)]
+    pub mask_token: Option<String>,
     /// Longest SFT row in tokens; longer items are left out of the SFT set and counted.
     #[arg(long, default_value_t = 2048, value_parser = crate::sizes::tokens())]
     pub seq_len: usize,
@@ -301,7 +310,12 @@ pub fn run(args: McqArgs) -> Result<()> {
     })?;
     let cache = Cache::resolve(args.cache.as_deref());
     let tok = match &args.tokenizer {
-        Some(p) => Some(tokenizer::load(p, args.eos_token.as_deref())?),
+        Some(p) => Some(tokenizer::load(
+            p,
+            args.eos_token.as_deref(),
+            args.mask_token.as_deref(),
+            args.special_tokens_in_text,
+        )?),
         None => None,
     };
     let loaded = load_items(&m, &lock, &cache, args.seed, args.max_item_bytes)?;
@@ -357,7 +371,10 @@ pub fn run(args: McqArgs) -> Result<()> {
 
     let mut sft_summary = serde_json::Value::Null;
     if let Some(tok) = tok {
-        let (rows, too_long) = sft::build_rows(&items, &templates, &tok, args.seq_len)?;
+        let (rows, too_long, added) = sft::build_rows(&items, &templates, &tok, args.seq_len)?;
+        if added.documents > 0 {
+            tracing::warn!("sft: {}", added.summary("items"));
+        }
         let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
         std::fs::create_dir_all(&sft_dir)
             .with_context(|| format!("creating {}", sft_dir.display()))?;
@@ -435,6 +452,9 @@ pub fn run(args: McqArgs) -> Result<()> {
         totals
             .extra
             .insert("prompt_tokens".into(), prompt_tokens.into());
+        totals
+            .extra
+            .insert("added_token_text".into(), serde_json::to_value(&added)?);
         if loaded.skipped_oversize > 0 {
             totals
                 .extra
@@ -464,6 +484,7 @@ pub fn run(args: McqArgs) -> Result<()> {
             "tokens": tokens,
             "shards": index.shards.len(),
             "too_long": too_long,
+            "added_token_text": added,
         });
     }
     if args.json {

@@ -90,11 +90,26 @@ impl Template {
     }
 
     fn render(&self, item: &McqItem) -> String {
+        self.render_ranges(item).0
+    }
+
+    /// The rendering, and the byte ranges of it that came from the item's data (question,
+    /// options, the gold option's text): those are encoded as plain text
+    /// (`--special-tokens-in-text`), the template's own text as it is.
+    fn render_ranges(&self, item: &McqItem) -> (String, Vec<std::ops::Range<usize>>) {
         let mut out = String::with_capacity(256);
+        let mut data = Vec::new();
+        let mut push_data = |out: &mut String, s: &str| {
+            let a = out.len();
+            out.push_str(s);
+            if !s.is_empty() {
+                data.push(a..out.len());
+            }
+        };
         for p in &self.pieces {
             match p {
                 Piece::Lit(s) => out.push_str(s),
-                Piece::Question => out.push_str(item.question.trim()),
+                Piece::Question => push_data(&mut out, item.question.trim()),
                 Piece::Options => {
                     for (i, o) in item.options.iter().enumerate() {
                         if i > 0 {
@@ -102,7 +117,7 @@ impl Template {
                         }
                         out.push(letter(i));
                         out.push_str(". ");
-                        out.push_str(o.trim());
+                        push_data(&mut out, o.trim());
                     }
                 }
                 Piece::Letters => {
@@ -114,10 +129,10 @@ impl Template {
                     }
                 }
                 Piece::Letter => out.push(item.gold_letter()),
-                Piece::Answer => out.push_str(item.options[item.gold].trim()),
+                Piece::Answer => push_data(&mut out, item.options[item.gold].trim()),
             }
         }
-        out
+        (out, data)
     }
 }
 
@@ -162,6 +177,16 @@ impl Templates {
 
     pub fn answer(&self, item: &McqItem) -> String {
         self.answer.render(item)
+    }
+
+    /// [`Self::prompt`] with the byte ranges that came from the item.
+    pub fn prompt_ranges(&self, item: &McqItem) -> (String, Vec<std::ops::Range<usize>>) {
+        self.prompt.render_ranges(item)
+    }
+
+    /// [`Self::answer`] with the byte ranges that came from the item.
+    pub fn answer_ranges(&self, item: &McqItem) -> (String, Vec<std::ops::Range<usize>>) {
+        self.answer.render_ranges(item)
     }
 }
 
@@ -211,6 +236,15 @@ mod tests {
             "{Q} What is H2O? [A, B, C]\nA. salt\nB. water\nC. air"
         );
         assert_eq!(t.answer(&item()), "B: water");
+        // The data ranges are exactly the question, the options and the gold text.
+        let (p, r) = t.prompt_ranges(&item());
+        let parts: Vec<&str> = r.iter().map(|r| &p[r.clone()]).collect();
+        assert_eq!(parts, ["What is H2O?", "salt", "water", "air"]);
+        let (a, r) = t.answer_ranges(&item());
+        assert_eq!(
+            r.iter().map(|r| &a[r.clone()]).collect::<Vec<_>>(),
+            ["water"]
+        );
     }
 
     #[test]

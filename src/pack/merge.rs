@@ -333,6 +333,18 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
                     let e = by_source.entry(s.clone()).or_insert(0.into());
                     *e = (e.as_u64().unwrap_or(0) + x.as_u64().unwrap_or(0)).into();
                 }
+            } else if k == "added_token_text" {
+                let mut c: crate::added_text::AddedTextCounts = totals
+                    .extra
+                    .get(k)
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default();
+                if let Ok(o) = serde_json::from_value(v.clone()) {
+                    c.merge(&o);
+                }
+                if let Ok(v) = serde_json::to_value(&c) {
+                    totals.extra.insert(k.clone(), v);
+                }
             } else if k != "padded_tokens" {
                 let e = totals.extra.entry(k.clone()).or_insert(0.into());
                 *e = (e.as_u64().unwrap_or(0) + v.as_u64().unwrap_or(0)).into();

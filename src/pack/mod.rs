@@ -197,6 +197,15 @@ pub struct PackArgs {
     /// Always encode through the `tokenizers` crate (disable the exact fast BPE path).
     #[arg(long)]
     pub no_fast_tokenizer: bool,
+    /// What a document's text that equals an added token (`<|endoftext|>`, `<|im_start|>`,
+    /// the mask …) becomes: `plain` text (as if the token did not exist), the token's id
+    /// (`split`, the `tokenizers` default; never the mask), or an error (`refuse`).
+    #[arg(long, value_enum, default_value = "plain")]
+    pub special_tokens_in_text: crate::added_text::SpecialTokensInText,
+    /// The diffusion mask token, which no text may ever encode to (default: tokenizer_config.json
+    /// `mask_token`, when there is one in the vocabulary).
+    #[arg(long)]
+    pub mask_token: Option<String>,
     /// Clear dlm-data's own files (index.json, part-*/shard.* shards) that no matching journal
     /// in --out accounts for, instead of refusing; never an input, never any other file.
     #[arg(long)]

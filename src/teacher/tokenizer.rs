@@ -3,7 +3,13 @@
 //! `add_generation_prompt=true`), and the letter ids A–J of the MCQ answer slot.
 //!
 //! Rendered text is encoded without adding special tokens: the chat template writes any BOS
-//! it wants itself, so the ids are exactly the rendered text's.
+//! it wants itself, so the ids are exactly the rendered text's — except that the bytes which
+//! came from the prompt (data) hold no added token unless `--special-tokens-in-text split`:
+//! [`TeacherTokenizer::render_ranges`] finds them by rendering a second time with the prompt
+//! between two sentinel noncharacters (U+FDD0 / U+FDD1; the Python string methods templates
+//! call see through them) and checking that, with the sentinels removed, that rendering is
+//! byte-identical to the plain one; [`crate::added_text::ranged`] then matches template
+//! bytes against all added tokens and prompt bytes against the non-marker ones only.
 
 use std::path::Path;
 
@@ -12,6 +18,14 @@ use minijinja::value::Value as JValue;
 use minijinja::{Environment, Error as JError, ErrorKind};
 use serde_json::Value;
 use tokenizers::Tokenizer;
+
+use crate::added_text::ranged::Ranged;
+use crate::added_text::Hit;
+
+/// Marks the start of the prompt in the tracking rendering (a noncharacter: never in text).
+const DATA_OPEN: char = '\u{FDD0}';
+/// Marks the end of the prompt in the tracking rendering.
+const DATA_CLOSE: char = '\u{FDD1}';
 
 /// Tokenizer, special tokens and chat template of a teacher checkpoint.
 pub struct TeacherTokenizer {
@@ -23,6 +37,8 @@ pub struct TeacherTokenizer {
     pub pad_id: Option<u32>,
     /// The id of the tokenizer's `mask_token` (a fallback for the mask id).
     pub mask_id: Option<u32>,
+    /// The added-token tries (prompt text stays text).
+    pub ranged: Ranged,
 }
 
 /// `"tok"` or `{"content": "tok", ...}` as found in tokenizer_config.json.
@@ -137,6 +153,7 @@ impl TeacherTokenizer {
         let pad_token = token_field(&cfg, "pad_token", &tc)?;
         let mask_token = token_field(&cfg, "mask_token", &tc)?;
         Ok(TeacherTokenizer {
+            ranged: Ranged::new(&tok)?,
             eos_id: id(&eos_token),
             pad_id: id(&pad_token),
             mask_id: id(&mask_token),
@@ -164,6 +181,100 @@ impl TeacherTokenizer {
             ),
             _ => Ok(prompt.to_string()),
         }
+    }
+
+    /// The prompt as the model sees it ([`Self::render`]) and the byte ranges of it that came
+    /// from `prompt`. Without a template: all of it. With one: found by a second rendering
+    /// with the prompt between sentinels, accepted only when it equals the first with the
+    /// sentinels removed; failing that, the single occurrence of the prompt (or of its trimmed
+    /// text) in the rendering; failing that, none (`None`), for the caller to refuse when the
+    /// prompt holds added-token text.
+    pub fn render_ranges(
+        &self,
+        prompt: &str,
+        use_template: bool,
+    ) -> Result<(String, Option<Vec<std::ops::Range<usize>>>)> {
+        let rendered = self.render(prompt, use_template)?;
+        let Some(t) = self.chat_template.as_ref().filter(|_| use_template) else {
+            let n = rendered.len();
+            return Ok((rendered, Some(vec![0..n])));
+        };
+        if !prompt.contains([DATA_OPEN, DATA_CLOSE]) {
+            let marked = format!("{DATA_OPEN}{prompt}{DATA_CLOSE}");
+            if let Ok(r) = render_chat(
+                t,
+                &marked,
+                self.bos_token.as_deref(),
+                self.eos_token.as_deref(),
+            ) {
+                let mut plain = String::with_capacity(r.len());
+                let mut ranges = Vec::new();
+                let mut open = None;
+                let mut ok = true;
+                for c in r.chars() {
+                    match c {
+                        DATA_OPEN if open.is_none() => open = Some(plain.len()),
+                        DATA_CLOSE => match open.take() {
+                            Some(a) => {
+                                if plain.len() > a {
+                                    ranges.push(a..plain.len());
+                                }
+                            }
+                            None => ok = false,
+                        },
+                        DATA_OPEN => ok = false,
+                        c => plain.push(c),
+                    }
+                }
+                if ok && open.is_none() && plain == rendered {
+                    return Ok((rendered, Some(ranges)));
+                }
+            }
+        }
+        let found = [prompt, prompt.trim()].into_iter().find_map(|p| {
+            let mut it = rendered.match_indices(p);
+            match (it.next(), it.next()) {
+                (Some((a, _)), None) if !p.is_empty() => Some(vec![a..a + p.len()]),
+                _ => None,
+            }
+        });
+        Ok((rendered, found))
+    }
+
+    /// Ids of `prompt` as the model sees it: rendered, the template's own text encoded as it
+    /// is, the prompt's bytes with marker added tokens matched only when `!plain`. Marker
+    /// contents found in the prompt's bytes go to `hits` (offsets in the rendering, returned
+    /// too). A prompt holding added-token text whose bytes cannot be told apart in the
+    /// rendering is an error.
+    pub fn encode_prompt(
+        &self,
+        prompt: &str,
+        use_template: bool,
+        plain: bool,
+        hits: &mut Vec<Hit>,
+    ) -> Result<(Vec<u32>, String)> {
+        let (rendered, ranges) = self.render_ranges(prompt, use_template)?;
+        let ranges = match ranges {
+            Some(r) => r,
+            None => {
+                let mut probe = Vec::new();
+                let n = prompt.len();
+                self.ranged
+                    .encode(&self.tok, prompt, &[0..n], true, &mut probe)?;
+                anyhow::ensure!(
+                    probe.is_empty(),
+                    "the prompt holds added-token text ({:?}) and the chat template transforms it \
+                     so that its bytes cannot be found in the rendering; pass --no-chat-template \
+                     or --special-tokens-in-text split",
+                    self.ranged.tries.name(probe[0].id)
+                );
+                Vec::new()
+            }
+        };
+        let ids = self
+            .ranged
+            .encode(&self.tok, &rendered, &ranges, plain, hits)?;
+        Ok((ids, rendered))
     }
 
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
@@ -224,27 +335,37 @@ fn py_methods(
     method: &str,
     args: &[JValue],
 ) -> Result<JValue, JError> {
-    let s = v
+    let whole = v
         .as_str()
         .ok_or_else(|| JError::from(ErrorKind::UnknownMethod))?;
+    // A prompt between the tracking sentinels (TeacherTokenizer::render_ranges): the methods
+    // act on what is inside and keep the sentinels around the result.
+    let (pre, s, post) = match whole
+        .strip_prefix(DATA_OPEN)
+        .and_then(|x| x.strip_suffix(DATA_CLOSE))
+    {
+        Some(inner) => (DATA_OPEN.to_string(), inner, DATA_CLOSE.to_string()),
+        None => (String::new(), whole, String::new()),
+    };
+    let wrap = |x: &str| JValue::from(format!("{pre}{x}{post}"));
     let arg = |i: usize| args.get(i).and_then(|a| a.as_str());
     Ok(match method {
-        "strip" => JValue::from(match arg(0) {
+        "strip" => wrap(match arg(0) {
             Some(c) => s.trim_matches(|x| c.contains(x)),
             None => s.trim(),
         }),
-        "lstrip" => JValue::from(match arg(0) {
+        "lstrip" => wrap(match arg(0) {
             Some(c) => s.trim_start_matches(|x| c.contains(x)),
             None => s.trim_start(),
         }),
-        "rstrip" => JValue::from(match arg(0) {
+        "rstrip" => wrap(match arg(0) {
             Some(c) => s.trim_end_matches(|x| c.contains(x)),
             None => s.trim_end(),
         }),
         "startswith" => JValue::from(arg(0).is_some_and(|p| s.starts_with(p))),
         "endswith" => JValue::from(arg(0).is_some_and(|p| s.ends_with(p))),
-        "upper" => JValue::from(s.to_uppercase()),
-        "lower" => JValue::from(s.to_lowercase()),
+        "upper" => wrap(&s.to_uppercase()),
+        "lower" => wrap(&s.to_lowercase()),
         _ => return Err(JError::from(ErrorKind::UnknownMethod)),
     })
 }
@@ -349,5 +470,15 @@ mod tests {
         let e =
             render_chat("{{ raise_exception('no system role') }}", "x", None, None).unwrap_err();
         assert!(format!("{e:#}").contains("no system role"));
+    }
+
+    #[test]
+    fn string_methods_see_through_the_tracking_sentinels() {
+        let t =
+            "[{{ messages[0]['content'].strip() }}|{{ messages[0]['content'].startswith('Why') }}]";
+        let plain = render_chat(t, "Why?  ", None, None).unwrap();
+        let marked = render_chat(t, "\u{FDD0}Why?  \u{FDD1}", None, None).unwrap();
+        assert_eq!(plain, "[Why?|True]");
+        assert_eq!(marked, "[\u{FDD0}Why?\u{FDD1}|True]");
     }
 }

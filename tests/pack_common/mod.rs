@@ -201,7 +201,9 @@ pub fn python_check(out: &Path, tok_dir: &Path, docs: &[String], format: &str) -
 /// Expected token stream (ids + EOS per document) from the Rust `tokenizers` crate.
 pub fn expected_stream(tok_dir: &Path, docs: &[String]) -> Vec<u32> {
     let t = tokenizers::Tokenizer::from_file(tok_dir.join("tokenizer.json")).unwrap();
-    let eos = t.token_to_id("<|endoftext|>").unwrap();
+    let eos = t
+        .token_to_id(dlm_data::fixtures::tokenizer::MC5_EOS)
+        .unwrap();
     let mut v = Vec::new();
     for d in docs {
         v.extend(t.encode(d.as_str(), false).unwrap().get_ids());

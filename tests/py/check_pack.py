@@ -8,6 +8,9 @@ DOCS_JSON: a JSON list of document texts in stream order. Checks, for FORMAT:
   megatron  numpy on the documented .bin/.idx layout.
 Then: concatenated rows == (ids + [eos] per document) truncated to whole rows, every row
 seq_len long, doc_offsets marking document starts. Prints "ok <rows> <tokens>".
+The ids are those of `--special-tokens-in-text` as index.json `totals.added_token_text.mode`
+records it (plain when absent): in plain mode every added token whose content is not whitespace
+only is made special and `encode_special_tokens` is on, so text equal to it stays text.
 """
 import glob, json, os, sys
 import numpy as np
@@ -19,6 +22,13 @@ meta = idx.get("dlm_data", idx)
 assert meta["complete"] is True, "index not complete"
 seq = meta["seq_len"]
 tok = Tokenizer.from_file(tokpath)
+if meta["totals"].get("added_token_text", {}).get("mode", "plain") != "split":
+    j = json.loads(tok.to_str())
+    for t in j["added_tokens"]:
+        if t["content"] and not t["content"].isspace():
+            t["special"] = True
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.encode_special_tokens = True
 eos = tok.token_to_id(meta["tokenizer"]["eos_token"])
 assert eos == meta["tokenizer"]["eos_id"]
 docs = json.load(open(docs_path))

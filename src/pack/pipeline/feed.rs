@@ -193,14 +193,8 @@ impl<'a> Feed<'a> {
             return Ok(());
         }
         let (texts, keep) = screen(ctx.args, u, items)?;
-        let encoded = ctx.tok.encode_docs(&texts).map_err(|e| {
-            anyhow!(
-                "{}: rows {}..: {e}",
-                u.file,
-                items.first().map_or(0, |i| i.0)
-            )
-        })?;
-        let mut enc = encoded.into_iter();
+        let encoded = ctx.tok.encode_docs(&texts);
+        let mut enc = encoded.into_iter().zip(&texts);
         for ((row, o), kept) in items.iter().zip(keep) {
             let row = *row;
             match o {
@@ -208,8 +202,12 @@ impl<'a> Feed<'a> {
                 Outcome::Filtered => self.st.totals.skipped_filtered += 1,
                 Outcome::Text(_) if !kept => bump(&mut self.st.totals, "skipped_oversize"),
                 Outcome::Text(_) => {
-                    let ids = enc.next().expect("one encoding per kept text");
-                    match self.document(unit, row, &ids)? {
+                    let (e, text) = enc.next().expect("one encoding per kept text");
+                    let e = e.map_err(|e| anyhow!("{}: row {row}: {e:#}", u.file))?;
+                    if !e.hits.is_empty() {
+                        self.added_text(unit, row, text, &e.hits);
+                    }
+                    match self.document(unit, row, &e.ids)? {
                         Next::Go => continue,
                         Next::SourceExhausted => break,
                     }
@@ -222,6 +220,49 @@ impl<'a> Feed<'a> {
         self.progress
             .rows(unit, items.last().map_or(0, |i| i.0 + 1));
         Ok(())
+    }
+
+    /// A document holding added-token text: counted per source and token in
+    /// `totals.added_token_text`, the first few named in the log.
+    fn added_text(&mut self, unit: usize, row: u64, text: &str, hits: &[crate::added_text::Hit]) {
+        use crate::added_text::{AddedTextCounts, EXAMPLES_LOGGED};
+        // The document a resumed run starts inside was counted before its cursor was saved.
+        if self.resuming
+            && self.resume_at.2 > 0
+            && (unit, row) == (self.resume_at.0, self.resume_at.1)
+        {
+            return;
+        }
+        let u = &self.ctx.units[unit];
+        let tok = &self.ctx.tok;
+        let key = "added_token_text";
+        let mut c: AddedTextCounts = self
+            .st
+            .totals
+            .extra
+            .get(key)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_else(|| AddedTextCounts::new(tok.mode));
+        c.add(&u.source.name, hits, |i| tok.token_name(i));
+        if c.documents <= EXAMPLES_LOGGED as u64 {
+            let h = &hits[0];
+            tracing::warn!(
+                "{}: row {row}: byte offset {}: {:?} (added token {}) in the text, encoded as {} \
+                 {}",
+                u.file,
+                h.offset,
+                tok.token_name(h.id),
+                h.id,
+                match tok.mode {
+                    crate::added_text::SpecialTokensInText::Split => "that token",
+                    _ => "plain text",
+                },
+                crate::added_text::excerpt(text, h.offset)
+            );
+        }
+        if let Ok(v) = serde_json::to_value(&c) {
+            self.st.totals.extra.insert(key.into(), v);
+        }
     }
 
     /// One tokenized document at `row` of `unit`: budget, provenance, then the packer.

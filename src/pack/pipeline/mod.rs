@@ -178,6 +178,13 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         t.skipped_empty,
         t.skipped_filtered
     );
+    if let Some(c) =
+        idx.totals.extra.get("added_token_text").and_then(|v| {
+            serde_json::from_value::<crate::added_text::AddedTextCounts>(v.clone()).ok()
+        })
+    {
+        tracing::warn!("{}", c.summary("documents"));
+    }
     if args.json {
         println!("{}", summary(idx, out_dir, secs, false));
     }
@@ -195,6 +202,7 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "skipped_empty": idx.totals.skipped_empty,
         "skipped_filtered": idx.totals.skipped_filtered,
         "eos_token": idx.tokenizer.eos_token,
+        "added_token_text": idx.totals.extra.get("added_token_text"),
         "seconds": (secs * 1000.0).round() / 1000.0,
         "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },
         "already_complete": already,

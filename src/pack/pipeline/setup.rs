@@ -104,16 +104,23 @@ fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
             bos: args.bos,
             bos_token: args.bos_token.clone(),
             no_fast: args.no_fast_tokenizer,
+            mode: args.special_tokens_in_text,
+            mask_token: args.mask_token.clone(),
         },
     )?;
     let eos_desc = match &tok.eos {
         Some((t, i)) => format!("{t:?} (id {i}, from {})", tok.eos_choice),
         None => "none".into(),
     };
+    let mask_desc = match &tok.mask {
+        Some((t, i)) => format!("{t:?} (id {i})"),
+        None => "none known".into(),
+    };
     tracing::info!(
-        "tokenizer {} (path: {}), EOS {eos_desc}",
+        "tokenizer {} (path: {}), EOS {eos_desc}, mask {mask_desc}, added-token text in documents: {}",
         tok.json_path.display(),
-        tok.path()
+        tok.path(),
+        tok.mode.as_str()
     );
     Ok(tok)
 }

@@ -18,12 +18,13 @@ use std::borrow::Cow;
 use anyhow::{bail, Context, Result};
 use unicode_normalization_alignments::UnicodeNormalization;
 
-use super::added::{AddedInfo, Piece, Trie};
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
 use super::json::{ModelJson, TokJson};
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
+use crate::added_text::trie::{AddedTries, Piece, Trie};
+use crate::added_text::Hit;
 
 #[derive(Clone, Debug)]
 enum NormStep {
@@ -61,8 +62,8 @@ pub struct FastTokenizer {
     norm: Vec<NormStep>,
     pre: PreTok,
     pub bpe: Bpe,
-    raw_added: Option<Trie>,
-    norm_added: Option<Trie>,
+    /// Added tokens: all / non-marker / marker tries for the raw and normalized passes.
+    pub tries: AddedTries,
     /// SentencePiece whole-piece words: split before `rep` unless the preceding char is here
     /// (`None`: never split — no proof the merges cannot cross such a boundary).
     sp_segment: Option<(char, FxSet<char>)>,
@@ -226,6 +227,21 @@ fn apply_norm<'a>(steps: &[NormStep], s: &'a str) -> Cow<'a, str> {
         };
     }
     cur
+}
+
+/// The pieces of `s` split by `trie` alone (all of `s` as text when there is none).
+fn replan(trie: Option<&Trie>, s: &str, pieces: &mut Vec<Piece>) {
+    match trie {
+        Some(t) => {
+            t.split(s, pieces);
+        }
+        None => {
+            pieces.clear();
+            if !s.is_empty() {
+                pieces.push(Piece::Text(0, s.len()));
+            }
+        }
+    }
 }
 
 impl FastTokenizer {
@@ -407,8 +423,7 @@ impl FastTokenizer {
             norm,
             pre,
             bpe,
-            raw_added: None,
-            norm_added: None,
+            tries: AddedTries::new(std::iter::empty(), None)?,
             sp_segment,
             stream_norm: None,
             gpt2,
@@ -432,42 +447,12 @@ impl FastTokenizer {
             crate_norm.as_ref(),
         )
         .map_err(|e| anyhow::anyhow!("added tokens: {e}"))?;
-        let mut raw = Vec::new();
-        let mut normd = Vec::new();
-        let mut decoder: Vec<_> = av.get_added_tokens_decoder().iter().collect();
-        decoder.sort_by_key(|(id, _)| **id);
-        for (&id, t) in decoder {
-            if t.content.is_empty() {
-                continue;
-            }
-            let info = AddedInfo {
-                id,
-                single_word: t.single_word,
-                lstrip: t.lstrip,
-                rstrip: t.rstrip,
-            };
-            if t.normalized {
-                let pat = match &crate_norm {
-                    Some(n) => {
-                        use tokenizers::Normalizer;
-                        let mut ns = tokenizers::NormalizedString::from(t.content.as_str());
-                        n.normalize(&mut ns).map_err(|e| anyhow::anyhow!("{e}"))?;
-                        ns.get().to_string()
-                    }
-                    None => t.content.clone(),
-                };
-                normd.push((pat, info));
-            } else {
-                raw.push((t.content.clone(), info));
-            }
-        }
-        let n_added = raw.len() + normd.len();
+        self.tries = AddedTries::new(av.get_added_tokens_decoder().iter(), crate_norm.as_ref())?;
+        let n_added = self.tries.len();
         if n_added > 0 {
             self.describe
                 .push_str(&format!(", {n_added} added tokens split"));
         }
-        self.raw_added = Trie::new(raw)?;
-        self.norm_added = Trie::new(normd)?;
         // The crate's get_vocab_size(true): model tokens plus added tokens not among them.
         let overlapping = av
             .get_vocab()
@@ -494,32 +479,59 @@ impl FastTokenizer {
 
     /// Ids of `text` (Python: `encode(text, add_special_tokens=False)`).
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_mode(text, false, &mut Vec::new())
+    }
+
+    /// Ids of `text` from data: with `plain`, marker added tokens are not matched (Python:
+    /// the same tokenizer without them); otherwise as [`Self::encode`]. Either way every
+    /// marker token's content found in the text is appended to `hits`.
+    ///
+    /// Speed: the tries of all tokens are scanned once per pass as in split mode; only when
+    /// the automaton reports a marker (rare in real data) are the markers located and the
+    /// text split again by the non-marker tokens alone — when it reports none, the pieces of
+    /// all tokens are exactly those of the non-marker tokens (leftmost-longest matching picks
+    /// the same match at every step when no marker is ever the pick).
+    pub fn encode_mode(&self, text: &str, plain: bool, hits: &mut Vec<Hit>) -> Vec<u32> {
         self.bpe.with_sink(text.len() / 3 + 1, |out| {
-            self.encode_into(text, out);
+            self.encode_into(text, plain, hits, out);
             std::mem::take(&mut out.ids)
         })
     }
 
-    fn encode_into(&self, text: &str, out: &mut Sink<'_>) {
-        match &self.raw_added {
+    fn encode_into(&self, text: &str, plain: bool, hits: &mut Vec<Hit>, out: &mut Sink<'_>) {
+        match &self.tries.raw.all {
             Some(t) if t.any(text) => {
                 let mut pieces = Vec::new();
-                t.split(text, &mut pieces);
+                if t.split(text, &mut pieces) {
+                    if let Some(m) = &self.tries.raw.markers {
+                        let mut occ = Vec::new();
+                        m.occurrences(text, &mut occ);
+                        hits.extend(occ.into_iter().map(|(id, offset, _)| Hit { id, offset }));
+                    }
+                    if plain {
+                        replan(self.tries.raw.plain.as_ref(), text, &mut pieces);
+                    }
+                }
                 for p in pieces {
                     match p {
-                        Piece::Token(id) => out.push(id),
-                        Piece::Text(a, b) => self.normalized_piece(&text[a..b], a == 0, out),
+                        Piece::Token(id, ..) => out.push(id),
+                        Piece::Text(a, b) => {
+                            self.normalized_piece(&text[a..b], a, a == 0, plain, hits, out)
+                        }
                     }
                 }
             }
-            _ => self.normalized_piece(text, true, out),
+            _ => self.normalized_piece(text, 0, true, plain, hits, out),
         }
     }
 
     /// `Some(prepend)` when the normalizer + `PreTok::None` can be run as [`Self::sp_stream`].
     fn streamable_norm(&self) -> Option<bool> {
         let (rep, _) = self.sp_segment.as_ref()?;
-        if !matches!(self.pre, PreTok::None) || self.norm_added.is_some() || self.bpe.has_whole() {
+        if !matches!(self.pre, PreTok::None)
+            || self.tries.norm.all.is_some()
+            || self.bpe.has_whole()
+        {
             return None;
         }
         let r = rep.to_string();
@@ -532,7 +544,17 @@ impl FastTokenizer {
         }
     }
 
-    fn normalized_piece(&self, s: &str, at_origin: bool, out: &mut Sink<'_>) {
+    /// A raw piece `s` (at byte `base` of the text): normalized, then the normalized added
+    /// tokens, then the pre-tokenizer.
+    fn normalized_piece(
+        &self,
+        s: &str,
+        base: usize,
+        at_origin: bool,
+        plain: bool,
+        hits: &mut Vec<Hit>,
+        out: &mut Sink<'_>,
+    ) {
         if let Some(prepend) = self.stream_norm {
             if !s.is_empty() {
                 self.sp_stream(s, prepend, out);
@@ -540,13 +562,39 @@ impl FastTokenizer {
             return;
         }
         let n = apply_norm(&self.norm, s);
-        match &self.norm_added {
+        match &self.tries.norm.all {
             Some(t) if t.any(&n) => {
                 let mut pieces = Vec::new();
-                t.split(&n, &mut pieces);
+                if t.split(&n, &mut pieces) {
+                    if let Some(m) = &self.tries.norm.markers {
+                        let mut occ = Vec::new();
+                        m.occurrences(&n, &mut occ);
+                        let same = matches!(n, Cow::Borrowed(_));
+                        hits.extend(occ.into_iter().map(|(id, off, _)| {
+                            // Where the content starts in the raw piece when the normalizer
+                            // moved it.
+                            let at = if same {
+                                off
+                            } else {
+                                self.tries
+                                    .content
+                                    .get(&id)
+                                    .and_then(|c| s.find(c.as_str()))
+                                    .unwrap_or(off.min(s.len()))
+                            };
+                            Hit {
+                                id,
+                                offset: base + at,
+                            }
+                        }));
+                    }
+                    if plain {
+                        replan(self.tries.norm.plain.as_ref(), &n, &mut pieces);
+                    }
+                }
                 for p in pieces {
                     match p {
-                        Piece::Token(id) => out.push(id),
+                        Piece::Token(id, ..) => out.push(id),
                         Piece::Text(a, b) => self.pre_tokenize(&n[a..b], at_origin && a == 0, out),
                     }
                 }

@@ -11,11 +11,12 @@
 //! Layout, in pipeline order as in the crate: [`added`] (added-token split) → normalizer (in
 //! [`fast`]) → pre-tokenizers [`gpt2`] / [`regex`] (over [`unicode`] classes) → [`bpe`].
 
-pub mod added;
+pub use crate::added_text::trie as added;
 pub mod bpe;
 pub mod fast;
 pub mod gpt2;
 pub mod json;
+pub use crate::added_text::ranged;
 pub mod regex;
 pub mod unicode;
 
@@ -27,6 +28,9 @@ use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
 use fast::FastTokenizer;
+use ranged::Ranged;
+
+use crate::added_text::{Hit, SpecialTokensInText};
 
 /// Special tokens tried, in order, when neither `--eos-token` nor tokenizer_config.json names one.
 pub const EOS_CANDIDATES: &[&str] = &["<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"];
@@ -45,6 +49,20 @@ pub struct DocTokenizer {
     fast: Option<FastTokenizer>,
     /// Why the fast path does not apply (None when it does).
     pub fast_refusal: Option<String>,
+    /// What added-token text in documents becomes (`--special-tokens-in-text`).
+    pub mode: SpecialTokensInText,
+    /// The diffusion mask token (`--mask-token`, else tokenizer_config.json `mask_token`):
+    /// never produced from text, in any mode.
+    pub mask: Option<(String, u32)>,
+    /// The crate path's added-token tries (None on the fast path).
+    ranged: Option<Ranged>,
+}
+
+/// One document's ids and the marker added-token contents found in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    pub hits: Vec<Hit>,
 }
 
 /// `tokenizer.json` for a file or directory argument.
@@ -76,6 +94,10 @@ pub struct BoundaryFlags {
     pub bos_token: Option<String>,
     /// Force the `tokenizers` crate path.
     pub no_fast: bool,
+    /// `--special-tokens-in-text`.
+    pub mode: SpecialTokensInText,
+    /// `--mask-token` (else tokenizer_config.json `mask_token`, when in the vocabulary).
+    pub mask_token: Option<String>,
 }
 
 impl DocTokenizer {
@@ -166,6 +188,14 @@ impl DocTokenizer {
         } else {
             None
         };
+        let mask = match &flags.mask_token {
+            Some(t) => Some((t.clone(), id(t, "--mask-token")?)),
+            None => config_token(&dir, "mask_token").and_then(|t| lookup(&t).map(|i| (t, i))),
+        };
+        let ranged = match &inner {
+            Some(c) => Some(Ranged::new(c)?),
+            None => None,
+        };
         let vocab_size = match (&fast, &inner) {
             (Some(f), _) => f.vocab_size as u32,
             (None, Some(c)) => c.get_vocab_size(true) as u32,
@@ -181,6 +211,41 @@ impl DocTokenizer {
             vocab_size,
             fast,
             fast_refusal,
+            mode: flags.mode,
+            mask,
+            ranged,
+        })
+    }
+
+    /// The content of added token `id` (for counts and messages).
+    pub fn token_name(&self, id: u32) -> String {
+        match (&self.fast, &self.ranged) {
+            (Some(f), _) => f.tries.name(id),
+            (None, Some(r)) => r.tries.name(id),
+            (None, None) => format!("[{id}]"),
+        }
+    }
+
+    /// A document's ids under `--special-tokens-in-text` (no BOS/EOS), with the marker
+    /// added-token contents found in it. Errors (to be prefixed with the file and row): in
+    /// `refuse` mode, any such content; in `split` mode, the mask token's; in any mode, a mask
+    /// id among the ids.
+    pub fn encode_data(&self, text: &str) -> Result<Encoded> {
+        let plain = self.mode != SpecialTokensInText::Split;
+        let mut hits = Vec::new();
+        let ids = match (&self.fast, &self.ranged, &self.inner) {
+            (Some(f), _, _) => f.encode_mode(text, plain, &mut hits),
+            (None, Some(r), Some(c)) => r.encode(c, text, &[0..text.len()], plain, &mut hits)?,
+            _ => anyhow::bail!("no tokenizer loaded"),
+        };
+        self.check(text, &ids, &hits)?;
+        Ok(Encoded { ids, hits })
+    }
+
+    /// The policy checks of [`Self::encode_data`].
+    pub fn check(&self, text: &str, ids: &[u32], hits: &[Hit]) -> Result<()> {
+        crate::added_text::check_policy(self.mode, self.mask.as_ref(), text, ids, hits, |i| {
+            self.token_name(i)
         })
     }
 
@@ -227,20 +292,20 @@ impl DocTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// A document's full token sequence: [BOS] ids [EOS].
-    pub fn encode_doc(&self, text: &str) -> Result<Vec<u32>> {
-        let mut ids = self.encode(text)?;
+    /// A document's full token sequence: [BOS] ids [EOS], under `--special-tokens-in-text`.
+    pub fn encode_doc(&self, text: &str) -> Result<Encoded> {
+        let mut e = self.encode_data(text)?;
         if let Some((_, b)) = &self.bos {
-            ids.insert(0, *b);
+            e.ids.insert(0, *b);
         }
-        if let Some((_, e)) = &self.eos {
-            ids.push(*e);
+        if let Some((_, t)) = &self.eos {
+            e.ids.push(*t);
         }
-        Ok(ids)
+        Ok(e)
     }
 
-    /// Encode many documents in parallel (rayon), results in input order.
-    pub fn encode_docs(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+    /// Encode many documents in parallel (rayon), results (each its own) in input order.
+    pub fn encode_docs(&self, texts: &[&str]) -> Vec<Result<Encoded>> {
         texts.par_iter().map(|t| self.encode_doc(t)).collect()
     }
 }
