@@ -55,6 +55,18 @@ pub fn main() -> Result<()> {
     };
     let out = crate::report::init(cli.quiet, cli.progress_interval as u64);
     init_logging(out);
+    // Commands that write outputs stop at a safe point on SIGTERM/SIGINT/SIGHUP.
+    if matches!(
+        cli.command,
+        Command::Fetch(_)
+            | Command::Pack(_)
+            | Command::Mcq(_)
+            | Command::Decontam(_)
+            | Command::Distill(_)
+            | Command::Merge(_)
+    ) {
+        crate::signals::install();
+    }
     match cli.command {
         Command::Fetch(a) => crate::hub::run_fetch(a),
         Command::Pack(a) => crate::pack::run(a),

@@ -18,7 +18,9 @@
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
-//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage. No two top-level
+//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`lock`] (one writer
+//! per output, never an input overwritten) and [`signals`] (stop at a safe point) guard every
+//! command that writes. No two top-level
 //! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
 pub mod audit;
@@ -30,6 +32,7 @@ pub mod fixtures;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hub;
+pub mod lock;
 pub mod manifest;
 pub mod mcq;
 pub mod merge;
@@ -40,6 +43,7 @@ pub mod report;
 pub mod sampling;
 pub mod secret;
 pub mod shards;
+pub mod signals;
 pub mod sizes;
 pub mod sources;
 pub mod teacher;

@@ -87,6 +87,11 @@ pub fn run(args: DecontamArgs) -> Result<()> {
             "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
         ));
     }
+    // --drop: before any work, no input as the output and one writer.
+    let _lock = match &args.drop {
+        Some(out) => Some(claim_drop(&args, out)?),
+        None => None,
+    };
     let cache = Cache::resolve(args.cache.as_deref());
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);
@@ -195,4 +200,35 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         println!("  report: {}", rpath.display());
     }
     Ok(())
+}
+
+/// `--drop OUT`: UTF-8 paths, never one of the inputs (the scanned shards or prompts, the
+/// benchmark files, the tokenizer), then the exclusive lock (in the directory for --shards,
+/// beside the file for --prompts).
+fn claim_drop(args: &DecontamArgs, out: &std::path::Path) -> Result<crate::lock::OutputLock> {
+    let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    if let Some(d) = &args.shards {
+        inputs.push(("--shards", d));
+    }
+    if let Some(p) = &args.prompts {
+        inputs.push(("--prompts", p));
+    }
+    if let Some(t) = &args.tokenizer {
+        inputs.push(("--tokenizer", t));
+    }
+    for a in &args.against {
+        inputs.push(("--against", a));
+    }
+    crate::lock::require_utf8_all(
+        inputs
+            .iter()
+            .copied()
+            .chain(std::iter::once(("--drop", out))),
+    )?;
+    crate::lock::refuse_inputs("--drop", out, &inputs)?;
+    if args.shards.is_some() {
+        crate::lock::OutputLock::dir(out, "decontam --drop")
+    } else {
+        crate::lock::OutputLock::beside(out, "decontam --drop")
+    }
 }
