@@ -205,7 +205,7 @@ pub fn refuse_inputs(flag: &str, out: &Path, inputs: &[(&str, &Path)]) -> Result
         let in_res = resolved(input);
         if out_id == Some(in_id) || out_res == in_res {
             return Err(crate::error::refused(format!(
-                "{flag} {}: that is the {name} {} (an input of this run); an input is never \
+                "{flag} {} is an input of this run (the {name} {}); an input is never \
                  overwritten: choose another {flag}",
                 out.display(),
                 input.display()
@@ -213,7 +213,8 @@ pub fn refuse_inputs(flag: &str, out: &Path, inputs: &[(&str, &Path)]) -> Result
         }
         if out.is_dir() && in_res.starts_with(&out_res) {
             return Err(crate::error::refused(format!(
-                "{flag} {}: holds the {name} {} (an input of this run); choose another {flag}",
+                "{flag} {}: {} inside it is an input of this run (the {name}); an input is \
+                 never deleted or overwritten: choose another {flag}",
                 out.display(),
                 input.display()
             )));
