@@ -66,11 +66,21 @@ impl fmt::Display for Interrupted {
         write!(
             f,
             "stopped by {}: committed work is kept and temp files removed; rerun the same command to continue",
-            crate::signals::name(self.0)
+            signal_name(self.0)
         )
     }
 }
 impl std::error::Error for Interrupted {}
+
+/// `SIGTERM`, `SIGINT`, `SIGHUP`, else `signal N`.
+pub fn signal_name(sig: i32) -> String {
+    match sig {
+        15 => "SIGTERM".into(),
+        2 => "SIGINT".into(),
+        1 => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
 
 /// The process exit code for an error: 128+N when stopped by signal N, 75 when the output is
 /// busy, 2 when any cause is [`Refused`] or [`Usage`], else 1.

@@ -69,15 +69,7 @@ pub async fn stopped() -> crate::error::Interrupted {
     }
 }
 
-/// `SIGTERM`, `SIGINT`, `SIGHUP`, else `signal N`.
-pub fn name(sig: i32) -> String {
-    match sig {
-        libc::SIGTERM => "SIGTERM".into(),
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGHUP => "SIGHUP".into(),
-        n => format!("signal {n}"),
-    }
-}
+pub use crate::error::signal_name as name;
 
 static PAUSE_HITS: AtomicU32 = AtomicU32::new(0);
 

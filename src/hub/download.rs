@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -137,6 +137,10 @@ impl Downloader {
         std::fs::create_dir_all(blob.parent().unwrap())
             .with_context(|| format!("creating {}", blob.parent().unwrap().display()))?;
         let inc = PathBuf::from(format!("{}.incomplete", blob.display()));
+        // Nothing in blobs/ is followed out of the cache: a link where a partial download
+        // (or its progress record) belongs is removed, never written through.
+        unlink_if_link(&inc)?;
+        unlink_if_link(&parts_path(&inc))?;
         let downloaded = Arc::new(AtomicU64::new(0));
         let bar = self.progress.bar(&format!("{}/{}", t.repo, t.path), t.size);
         let mut attempt = 0u32;
@@ -188,6 +192,7 @@ impl Downloader {
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&p)
             .with_context(|| format!("opening lock {}", p.display()))?;
         tokio::task::spawn_blocking(move || {
@@ -537,8 +542,22 @@ pub fn verify_file(t: &FileTask, path: &Path) -> Result<String> {
     }
 }
 
-/// A blob already in the cache, re-verified: `Some(sha256)` when good. A bad blob is removed.
+/// Remove `p` when it is a symbolic link (only the link: its target is never touched).
+fn unlink_if_link(p: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        tracing::warn!(
+            "{}: a symbolic link where dlm-data keeps its own file; removing the link",
+            p.display()
+        );
+        std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// A blob already in the cache, re-verified: `Some(sha256)` when good. A bad blob is removed,
+/// and so is a link in its place (a blob is a regular file inside the cache).
 fn verify_existing(t: &FileTask, blob: &Path) -> Result<Option<String>> {
+    unlink_if_link(blob)?;
     match std::fs::metadata(blob) {
         Ok(m) if m.is_file() => match verify_file(t, blob) {
             Ok(sha) => Ok(Some(sha)),
@@ -559,6 +578,19 @@ pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
     super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // A directory of snapshots/ replaced by a link out of the cache is refused.
+    let repo_dir = cache.repo_dir(t.role, &t.repo);
+    if let (Ok(real), Ok(root)) = (dir.canonicalize(), repo_dir.canonicalize()) {
+        if !real.starts_with(&root) {
+            bail!(
+                "refusing {}: it resolves to {}, outside the cache directory {}",
+                dir.display(),
+                real.display(),
+                repo_dir.display()
+            );
+        }
+    }
+    unlink_if_link(&crate::util::temp_path(&snap))?;
     let ups = t.path.split('/').count() + 1;
     let target = format!("{}blobs/{}", "../".repeat(ups), t.etag());
     if std::fs::read_link(&snap).ok().as_deref() == Some(Path::new(&target)) {

@@ -187,7 +187,9 @@ pub fn load_items(
                     f.path
                 )));
             }
-            let path = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
+            let path = cache
+                .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
+                .with_context(|| format!("lock {}: source {:?}", lock_path.display(), s.name))?;
             let sha = crate::util::sha256_file(&path).with_context(|| {
                 format!(
                     "source {:?}: locked file {} not in the cache; run fetch",
