@@ -18,13 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use super::cache::Cache;
-use super::client::{net_error, transient, HubClient};
+use super::client::{transient, HubClient};
+use super::stall::RateGuard;
 use super::progress::Progress;
 use crate::manifest::Role;
 
@@ -287,12 +287,14 @@ impl Downloader {
         let mut pos = have;
         let mut stream = resp.bytes_stream();
         let what = format!("{}/{}", t.repo, t.path);
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
+        let mut guard = RateGuard::new(self.client.stall, &format!("{what}: body"));
+        loop {
+            let chunk = match guard.next(&mut stream).await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
                 Err(e) => {
                     w.flush()?;
-                    return Err(net_error(&format!("{what}: body"), e));
+                    return Err(e);
                 }
             };
             if pos + chunk.len() as u64 > t.size {
@@ -393,17 +395,19 @@ impl Downloader {
                 }
                 let mut pos = from;
                 let mut stream = resp.bytes_stream();
+                let mut guard = RateGuard::new(client.stall, &format!("{}: chunk {i}", t.path));
                 let save = |state: &Mutex<Parts>| -> Result<()> {
                     file.sync_data()?;
                     let bytes = serde_json::to_vec(&*state.lock().unwrap())?;
                     crate::util::atomic_write(&pp, &bytes)
                 };
-                while let Some(c) = stream.next().await {
-                    let c = match c {
-                        Ok(c) => c,
+                loop {
+                    let c = match guard.next(&mut stream).await {
+                        Ok(Some(c)) => c,
+                        Ok(None) => break,
                         Err(e) => {
                             save(state.as_ref())?;
-                            return Err(net_error(&format!("{}: chunk {i}", t.path), e));
+                            return Err(e);
                         }
                     };
                     if pos + c.len() as u64 > end {

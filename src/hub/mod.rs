@@ -22,6 +22,7 @@ pub mod log;
 pub mod plan;
 pub mod progress;
 pub mod retry;
+pub mod stall;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,13 @@ pub struct FetchArgs {
     /// Files at least twice this size (MiB) are fetched as parallel ranged chunks.
     #[arg(long, default_value_t = 16, value_parser = crate::sizes::u64_in(1, crate::sizes::MAX_CHUNK_MB))]
     pub chunk_mb: u64,
+    /// A transfer delivering less than --min-rate over this many seconds is a stall: retried
+    /// (within --retries), then an error naming the file.
+    #[arg(long, default_value_t = 30, value_parser = crate::sizes::u64_in(1, 86_400))]
+    pub stall_secs: u64,
+    /// Minimum transfer rate in bytes per second over --stall-secs.
+    #[arg(long, default_value_t = 1024, value_parser = crate::sizes::u64_in(1, 1 << 40))]
+    pub min_rate: u64,
 }
 
 /// `HF_HUB_OFFLINE` set to a true value.
@@ -147,7 +155,12 @@ async fn fetch(
         base: Duration::from_millis(args.retry_base_ms.max(1)),
         max: Duration::from_millis(args.retry_max_ms),
     };
-    let client = Arc::new(HubClient::from_env(retry)?);
+    let mut client = HubClient::from_env(retry)?;
+    client.stall = stall::StallPolicy {
+        window: Duration::from_secs(args.stall_secs),
+        min_bytes_per_sec: args.min_rate,
+    };
+    let client = Arc::new(client);
     let lock_name = lock_path.display().to_string();
 
     // 1. Plan every source concurrently (no data downloaded yet).
