@@ -103,6 +103,12 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     if args.jobs == 0 {
         return Err(crate::error::usage("--jobs must be at least 1"));
     }
+    let paths = [
+        ("--manifest", Some(args.manifest.as_path())),
+        ("--cache", args.cache.as_deref()),
+        ("--log", args.log.as_deref()),
+    ];
+    crate::lock::require_utf8_all(paths.iter().filter_map(|(f, p)| p.map(|p| (*f, p))))?;
     let manifest = Manifest::load(&args.manifest)?;
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
     let cache = Cache::resolve(args.cache.as_deref());
