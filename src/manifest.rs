@@ -297,17 +297,30 @@ mod tests {
             format!("[[source]]\nname='{name}'\nrepo='{repo}'\nrevision='main'\nsplit='train'\nformat='parquet'\n{w}\n")
         };
         for (body, needle) in [
-            (src("a", "o/a", "weight=1e308") + &src("b", "o/b", "weight=1e308"), "sum to inf"),
-            (src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=0"), "sum to 0"),
+            (
+                src("a", "o/a", "weight=1e308") + &src("b", "o/b", "weight=1e308"),
+                "sum to inf",
+            ),
+            (
+                src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=0"),
+                "sum to 0",
+            ),
             (src("a", "o/a", "weight=-1"), "non-negative"),
-            (src("a", "o/a", "") + &src("b", "o/a", ""), "both select o/a"),
+            (
+                src("a", "o/a", "") + &src("b", "o/a", ""),
+                "both select o/a",
+            ),
         ] {
             std::fs::write(&p, &body).unwrap();
             let e = Manifest::load(&p).unwrap_err();
             assert_eq!(crate::error::exit_code(&e), 2);
             assert!(format!("{e:#}").contains(needle), "{needle}: {e:#}");
         }
-        std::fs::write(&p, src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=2")).unwrap();
+        std::fs::write(
+            &p,
+            src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=2"),
+        )
+        .unwrap();
         Manifest::load(&p).unwrap();
     }
 

@@ -71,7 +71,10 @@ pub fn sweep_dead_temps(dir: &Path, is_ours: impl Fn(&std::ffi::OsStr) -> bool) 
         if !b.starts_with(b".") || digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
             continue;
         }
-        let pid: u32 = match std::str::from_utf8(digits).ok().and_then(|d| d.parse().ok()) {
+        let pid: u32 = match std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| d.parse().ok())
+        {
             Some(p) => p,
             None => continue,
         };

@@ -400,7 +400,11 @@ fn an_unlisted_file_in_a_shard_dir_fails_shards() {
         let (code, r, _) = audit(&pl, &["--shards", p(&pl.sft)]);
         assert_eq!(code, 1);
         assert_eq!(failed(&r), vec!["shards"]);
-        assert!(problems(&r, "shards").contains(name), "{}", problems(&r, "shards"));
+        assert!(
+            problems(&r, "shards").contains(name),
+            "{}",
+            problems(&r, "shards")
+        );
         std::fs::remove_file(pl.sft.join(name)).unwrap();
     }
     let (code, _, err) = audit(&pl, &["--shards", p(&pl.sft)]);
@@ -434,16 +438,23 @@ fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
             Box::new(|v| v[2]["correct"] = false.into()),
             "correct is false",
         ),
-        (Box::new(|v| {
-            v.remove(3);
-        }), "have no record"),
+        (
+            Box::new(|v| {
+                v.remove(3);
+            }),
+            "have no record",
+        ),
     ];
     for (f, needle) in &cases {
         edit(f.as_ref());
         let (code, r, _) = audit(&pl, &args);
         assert_eq!(code, 1, "{needle}");
         assert_eq!(failed(&r), vec!["distilled"], "{needle}");
-        assert!(problems(&r, "distilled").contains(needle), "{needle}: {}", problems(&r, "distilled"));
+        assert!(
+            problems(&r, "distilled").contains(needle),
+            "{needle}: {}",
+            problems(&r, "distilled")
+        );
     }
     std::fs::write(&pl.distilled, &orig).unwrap();
     let (code, _, err) = audit(&pl, &args);

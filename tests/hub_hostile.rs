@@ -216,6 +216,10 @@ impl Case {
     }
     /// Run `fetch` with the token set; killed (and the test failed) after 90 s.
     fn fetch(&self, hub: &Hostile, extra: &[&str]) -> Output {
+        run_bounded(self.fetch_cmd(hub, extra), Duration::from_secs(90))
+    }
+    /// The `fetch` command [`Case::fetch`] runs.
+    fn fetch_cmd(&self, hub: &Hostile, extra: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_dlm-data"));
         c.arg("fetch")
             .arg("--manifest")
@@ -235,7 +239,7 @@ impl Case {
             .env("RUST_LOG", "debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        run_bounded(c, Duration::from_secs(90))
+        c
     }
     /// Every file outside the cache, with its bytes (the victim, the manifest, ...).
     fn outside_cache(&self) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -663,7 +667,11 @@ fn a_trickling_transfer_is_a_stall_naming_the_file() {
         &hub,
         &["--stall-secs", "1", "--min-rate", "100", "--retries", "1"],
     );
-    assert_refused(&case, &o, &["data.jsonl", "stalled", "giving up after 2 attempts"]);
+    assert_refused(
+        &case,
+        &o,
+        &["data.jsonl", "stalled", "giving up after 2 attempts"],
+    );
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
 }
 
@@ -702,7 +710,11 @@ fn a_protocol_relative_redirect_leaves_the_hub_without_the_token() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let got = cdn.requests();
     assert_eq!(got.len(), 1, "{got:?}");
-    assert!(got[0].authorization.is_none(), "the token went to {}", cdn.url);
+    assert!(
+        got[0].authorization.is_none(),
+        "the token went to {}",
+        cdn.url
+    );
     assert!(hub
         .requests()
         .iter()
@@ -747,7 +759,10 @@ fn a_partial_download_that_is_a_link_is_never_written_through() {
     after.remove(&case.manifest().with_extension("lock"));
     assert_eq!(after, before);
     let blob = blobs.join(&oid);
-    assert!(!std::fs::symlink_metadata(&blob).unwrap().file_type().is_symlink());
+    assert!(!std::fs::symlink_metadata(&blob)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(std::fs::read(&blob).unwrap(), CONTENT);
 }
 
@@ -764,7 +779,10 @@ fn a_lock_path_leaving_the_cache_is_not_packed() {
     let lock = case.manifest().with_extension("lock");
     let text = std::fs::read_to_string(&lock).unwrap();
     let ups = "../".repeat(8);
-    let evil = format!("{ups}{}", secret.display().to_string().trim_start_matches('/'));
+    let evil = format!(
+        "{ups}{}",
+        secret.display().to_string().trim_start_matches('/')
+    );
     std::fs::write(&lock, text.replace("\"data.jsonl\"", &format!("{evil:?}"))).unwrap();
     let tok = case.dir.path().join("tok");
     dlm_data::fixtures::tokenizer::write_tokenizer(&tok).unwrap();
@@ -783,4 +801,59 @@ fn a_lock_path_leaving_the_cache_is_not_packed() {
     assert_ne!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("refusing"), "{err}");
     assert!(!case.dir.path().join("out").join("index.json").exists());
+}
+
+/// SIGTERM in the middle of a download (paused after its first bytes): exit 143 at once, the
+/// partial file kept as resume state, no temp file, no lock; the rerun completes.
+#[test]
+fn sigterm_mid_download_stops_cleanly_and_the_rerun_completes() {
+    let case = Case::new();
+    let slow = Hostile::start(|r, _| {
+        if r.target.starts_with("/datasets/o/n/resolve/") {
+            Reply::Trickle {
+                headers: vec![("X-Repo-Commit".into(), COMMIT.into())],
+                body: CONTENT.to_vec(),
+                every: Duration::from_millis(20),
+            }
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let pause = case.dir.path().join("paused");
+    let mut c = case.fetch_cmd(&slow, &[]);
+    c.env("DLM_TEST_PAUSE", "fetch-body")
+        .env("DLM_TEST_PAUSE_FILE", &pause);
+    let child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while !pause.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "never paused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(!case.manifest().with_extension("lock").exists());
+    let mut names = Vec::new();
+    let mut stack = vec![case.cache()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert!(!names.iter().any(|n| n.contains(".tmp-")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".incomplete")),
+        "{names:?}"
+    );
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(case.manifest().with_extension("lock").exists());
 }

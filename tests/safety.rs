@@ -38,7 +38,10 @@ fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
                 String::from_utf8_lossy(&o.stderr)
             );
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "never reached {point}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "never reached {point}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     (child, file)
@@ -133,7 +136,11 @@ fn distill_one_writer_and_sigterm_resumes_byte_identical() {
 
     let out = d.path().join("distilled.json");
     // Paused before batch 1: batch 0 is committed.
-    let (a, pause) = spawn_paused(distill_cmd(&prompts, &out, &[]), "distill-batch:2", d.path());
+    let (a, pause) = spawn_paused(
+        distill_cmd(&prompts, &out, &[]),
+        "distill-batch:2",
+        d.path(),
+    );
     for extra in [&[][..], &["--seed", "7"][..]] {
         let b = distill(&prompts, &out, extra);
         assert_eq!(code(&b), BUSY, "{}", err(&b));
@@ -175,8 +182,11 @@ fn distill_sigint_before_the_first_batch_leaves_nothing() {
     write_prompts(&prompts, 4);
     let out = d.path().join("distilled.json");
     for sig in [libc::SIGINT, libc::SIGHUP] {
-        let (a, _pause) =
-            spawn_paused(distill_cmd(&prompts, &out, &[]), "distill-batch:1", d.path());
+        let (a, _pause) = spawn_paused(
+            distill_cmd(&prompts, &out, &[]),
+            "distill-batch:1",
+            d.path(),
+        );
         signal(&a, sig);
         let a = a.wait_with_output().unwrap();
         assert_eq!(code(&a), 128 + sig, "{}", err(&a));
@@ -268,7 +278,11 @@ fn pack_one_writer_force_never_takes_a_live_dir_and_sigterm_resumes() {
     let (tok, input) = pack_setup(d.path());
     let reference = d.path().join("reference");
     pack_common::ok(&pack_common::run_pack(
-        &input, &tok, &reference, &PACK_FLAGS, &[],
+        &input,
+        &tok,
+        &reference,
+        &PACK_FLAGS,
+        &[],
     ));
     let out = d.path().join("out");
     let (a, pause) = spawn_paused(
@@ -285,7 +299,11 @@ fn pack_one_writer_force_never_takes_a_live_dir_and_sigterm_resumes() {
         let b = pack_common::run_pack(&input, &tok, &out, extra, &[]);
         assert_eq!(code(&b), BUSY, "{extra:?}: {}", err(&b));
         assert!(err(&b).contains(&format!("pid {}", a.id())), "{}", err(&b));
-        assert_eq!(pack_common::tree(&out), held, "{extra:?} touched the live output");
+        assert_eq!(
+            pack_common::tree(&out),
+            held,
+            "{extra:?} touched the live output"
+        );
     }
     signal(&a, libc::SIGTERM);
     let a = a.wait_with_output().unwrap();
@@ -416,4 +434,169 @@ fn merge_waits_for_no_live_worker() {
     let m = pack_common::run(&["merge", out.to_str().unwrap()], &[]);
     ok(&m);
     assert!(dlm_data::shards::index::load(&out).unwrap().complete);
+}
+
+/// SIGTERM during mcq (paused after its 2nd SFT shard): exit 143, the journal lists what is
+/// on disk, no temp file; the same mcq then ends identical to an uninterrupted run.
+#[test]
+fn mcq_sigterm_stops_at_a_shard_and_reruns() {
+    let w = mcq_support::world();
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "mcq",
+            "--manifest",
+            mcq_support::p(&w.manifest),
+            "--cache",
+            mcq_support::p(&w.cache),
+            "--out",
+            mcq_support::p(out),
+            "--tokenizer",
+            mcq_support::p(&w.tokenizer),
+            "--format",
+            "megatron",
+            "--rows-per-shard",
+            "5",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |a: Vec<String>| mcq_support::run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let reference = w.root().join("reference");
+    let (c, _, e) = run(args(&reference));
+    assert_eq!(c, 0, "{e}");
+    let out = w.root().join("out");
+    let mut cmd = mcq_support::bin();
+    cmd.args(args(&out));
+    let (a, _pause) = spawn_paused(cmd, "mcq-shard:2", w.root());
+    signal(&a, libc::SIGTERM);
+    let a = a.wait_with_output().unwrap();
+    assert_eq!(code(&a), 128 + libc::SIGTERM, "{}", err(&a));
+    let idx = dlm_data::shards::index::load(&out.join("sft")).unwrap();
+    assert!(!idx.complete);
+    assert_eq!(idx.shards.len(), 2);
+    assert!(temps(&out).is_empty(), "{:?}", temps(&out));
+    let (c, _, e) = run(args(&out));
+    assert_eq!(c, 0, "{e}");
+    let (mut got, mut want) = (
+        pack_common::tree(&out.join("sft")),
+        pack_common::tree(&reference.join("sft")),
+    );
+    got.remove("index.json");
+    want.remove("index.json");
+    assert_eq!(got, want);
+}
+
+/// `decontam --drop` holds its output too: a second one on the same --drop exits 75.
+#[test]
+fn decontam_drop_is_one_writer() {
+    let w = mcq_support::world();
+    let out = w.root().join("out");
+    let (c, _, e) = mcq_support::run_mcq(&w, &out, &[]);
+    assert_eq!(c, 0, "{e}");
+    let prompts = out.join("prompts.jsonl");
+    let clean = w.root().join("clean.jsonl");
+    let args = [
+        "decontam",
+        "--against",
+        mcq_support::p(&w.eval_manifest),
+        "--cache",
+        mcq_support::p(&w.cache),
+        "--prompts",
+        mcq_support::p(&prompts),
+        "--drop",
+        mcq_support::p(&clean),
+    ];
+    let mut cmd = mcq_support::bin();
+    cmd.args(args);
+    let (a, pause) = spawn_paused(cmd, "lock-held", w.root());
+    let (c, _, e) = mcq_support::run(&args);
+    assert_eq!(c, BUSY, "{e}");
+    assert!(e.contains(&format!("pid {}", a.id())), "{e}");
+    std::fs::remove_file(&pause).unwrap();
+    ok(&a.wait_with_output().unwrap());
+    assert!(clean.is_file());
+    // --drop naming the scanned file itself: exit 2, the input intact.
+    let before = std::fs::read(&prompts).unwrap();
+    let mut same = args;
+    same[8] = mcq_support::p(&prompts);
+    let (c, _, e) = mcq_support::run(&same);
+    assert_eq!(c, 2, "{e}");
+    assert_eq!(std::fs::read(&prompts).unwrap(), before);
+}
+
+/// A path that is not UTF-8 is refused up front, naming it (index.json could not record it).
+#[test]
+fn non_utf8_paths_are_refused_naming_them() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = tempfile::tempdir().unwrap();
+    let (tok, input) = pack_setup(d.path());
+    let odd = d.path().join(std::ffi::OsStr::from_bytes(b"tok-\xff\xfe"));
+    std::fs::rename(&tok, &odd).unwrap();
+    let out = d.path().join("out");
+    let o = Command::new(pack_common::bin())
+        .args(["pack", "--input"])
+        .arg(&input)
+        .arg("--tokenizer")
+        .arg(&odd)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    assert!(
+        err(&o).contains("not valid UTF-8") && err(&o).contains("tok-"),
+        "{}",
+        err(&o)
+    );
+    assert!(!out.exists());
+}
+
+/// A distill resumed from another directory with the teacher spelled absolutely records one
+/// `teacher.path` (resolved), and the output equals an uninterrupted run.
+#[test]
+fn distill_resumed_elsewhere_records_one_teacher_path() {
+    let d = tempfile::tempdir().unwrap();
+    let prompts = d.path().join("prompts.jsonl");
+    write_prompts(&prompts, 8);
+    let teacher = teacher_support::copy_teacher(&d.path().join("t"));
+    let run_in = |cwd: &Path, teacher_arg: &Path, out: &Path| {
+        let mut c = Command::new(teacher_support::bin());
+        c.current_dir(cwd)
+            .args(["distill", "--teacher"])
+            .arg(teacher_arg)
+            .arg("--prompts")
+            .arg(&prompts)
+            .arg("--out")
+            .arg(out)
+            .args(teacher_support::small_sampler_args(&[], "3"))
+            .env("RUST_LOG", "warn");
+        c
+    };
+    let reference = d.path().join("reference.json");
+    ok(&run_in(d.path(), Path::new("t"), &reference)
+        .output()
+        .unwrap());
+    let out = d.path().join("distilled.json");
+    let (a, _pause) = spawn_paused(
+        run_in(d.path(), Path::new("t"), &out),
+        "distill-batch:2",
+        d.path(),
+    );
+    signal(&a, libc::SIGTERM);
+    assert_eq!(code(&a.wait_with_output().unwrap()), 128 + libc::SIGTERM);
+    let elsewhere = d.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    ok(&run_in(&elsewhere, &teacher, &out).output().unwrap());
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let paths: std::collections::BTreeSet<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["teacher"]["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths.len(), 1, "{paths:?}");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&reference).unwrap()
+    );
 }

@@ -155,8 +155,9 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
 /// Entries of a shard directory that are neither listed in its index (shards and their extra
 /// files) nor dlm-data's own bookkeeping there (index.json, decontam.json, a run's lock).
 fn unlisted(dir: &std::path::Path, idx: &shard_index::Index) -> Vec<String> {
-    let mut known: std::collections::BTreeSet<String> =
-        crate::shards::outdir::journal_files(idx).into_iter().collect();
+    let mut known: std::collections::BTreeSet<String> = crate::shards::outdir::journal_files(idx)
+        .into_iter()
+        .collect();
     known.insert(crate::shards::outdir::DECONTAM_REPORT.to_string());
     known.insert(crate::lock::DIR_LOCK.to_string());
     let mut out: Vec<String> = std::fs::read_dir(dir)

@@ -568,13 +568,14 @@ impl HubClient {
                         resp.status()
                     )));
                 }
-                let body = body_upto_with(&format!("{repo}/{path}"), resp, want as usize, self.stall)
-                    .await?
-                    .ok_or_else(|| {
-                        transient(format!(
-                            "{repo}/{path}: range {start}-{end}: got more than {want} bytes"
-                        ))
-                    })?;
+                let body =
+                    body_upto_with(&format!("{repo}/{path}"), resp, want as usize, self.stall)
+                        .await?
+                        .ok_or_else(|| {
+                            transient(format!(
+                                "{repo}/{path}: range {start}-{end}: got more than {want} bytes"
+                            ))
+                        })?;
                 if body.len() as u64 != want {
                     return Err(transient(format!(
                         "{repo}/{path}: range {start}-{end}: got {} of {want} bytes",
@@ -778,9 +779,15 @@ mod tests {
             ("/api/renamed/x", "http://hub:8080/api/renamed/x"),
             ("//cdn.example/b/x?sig=1", "http://cdn.example/b/x?sig=1"),
             ("https://cdn.example/x", "https://cdn.example/x"),
-            ("y.parquet", "http://hub:8080/datasets/o/n/resolve/c0/data/y.parquet"),
+            (
+                "y.parquet",
+                "http://hub:8080/datasets/o/n/resolve/c0/data/y.parquet",
+            ),
             ("../z", "http://hub:8080/datasets/o/n/resolve/c0/z"),
-            ("?v=2", "http://hub:8080/datasets/o/n/resolve/c0/data/x.parquet?v=2"),
+            (
+                "?v=2",
+                "http://hub:8080/datasets/o/n/resolve/c0/data/x.parquet?v=2",
+            ),
         ] {
             assert_eq!(redirect_target(base, loc).as_deref(), Some(want), "{loc}");
         }
@@ -803,7 +810,10 @@ mod tests {
         let ok = dedup_listing("l", vec![e("a", "1"), e("a", "1"), e("b", "2")]).unwrap();
         assert_eq!(ok.len(), 2);
         let err = dedup_listing("l", vec![e("a", "1"), e("a", "2")]).unwrap_err();
-        assert!(format!("{err:#}").contains("twice with different content"), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("twice with different content"),
+            "{err:#}"
+        );
     }
 
     #[test]

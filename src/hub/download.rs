@@ -24,8 +24,8 @@ use tokio::sync::Semaphore;
 
 use super::cache::Cache;
 use super::client::{transient, HubClient};
-use super::stall::RateGuard;
 use super::progress::Progress;
+use super::stall::RateGuard;
 use crate::manifest::Role;
 
 /// One file to fetch.
@@ -309,6 +309,7 @@ impl Downloader {
             pos += chunk.len() as u64;
             downloaded.fetch_add(chunk.len() as u64, Ordering::SeqCst);
             bar.inc(chunk.len() as u64);
+            crate::signals::pause_point("fetch-body");
         }
         w.flush()?;
         if pos != t.size {

@@ -135,7 +135,10 @@ mod tests {
         };
         assert!(got <= 31, "{got} bytes before the stall");
         let msg = format!("{e:#}");
-        assert!(msg.contains("o/n/data.bin") && msg.contains("stalled"), "{msg}");
+        assert!(
+            msg.contains("o/n/data.bin") && msg.contains("stalled"),
+            "{msg}"
+        );
         assert!(super::super::client::as_transient(&e).is_some(), "retried");
         // Silence: stalled at the end of the window.
         let mut g = RateGuard::new(p, "f");
