@@ -348,6 +348,27 @@ fn pack_never_writes_over_an_input() {
 
 // ---------------------------------------------------------------- mcq
 
+/// `mcq` over the world into `out` with the SFT set in 5-row shards, plus `extra`.
+fn mcq_args(w: &mcq_support::World, out: &Path, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "mcq",
+        "--manifest",
+        mcq_support::p(&w.manifest),
+        "--cache",
+        mcq_support::p(&w.cache),
+        "--out",
+        mcq_support::p(out),
+        "--tokenizer",
+        mcq_support::p(&w.tokenizer),
+        "--rows-per-shard",
+        "5",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
 /// kill -9 exactly between an SFT shard's rename and its journal line: the same mcq runs
 /// again (the FAQ's promise) and ends identical to an uninterrupted run; a second mcq on a
 /// live --out (another seed) exits 75.
@@ -355,23 +376,7 @@ fn pack_never_writes_over_an_input() {
 fn mcq_rerun_after_a_kill_in_the_journal_window_and_one_writer() {
     let w = mcq_support::world();
     let reference = w.root().join("reference");
-    let flags = |out: &Path| -> Vec<String> {
-        [
-            "mcq",
-            "--manifest",
-            mcq_support::p(&w.manifest),
-            "--cache",
-            mcq_support::p(&w.cache),
-            "--out",
-            mcq_support::p(out),
-            "--tokenizer",
-            mcq_support::p(&w.tokenizer),
-            "--rows-per-shard",
-            "5",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let flags = |out: &Path| mcq_args(&w, out, &[]);
     let (c, _, e) = mcq_support::run(
         &flags(&reference)
             .iter()
@@ -441,25 +446,7 @@ fn merge_waits_for_no_live_worker() {
 #[test]
 fn mcq_sigterm_stops_at_a_shard_and_reruns() {
     let w = mcq_support::world();
-    let args = |out: &Path| -> Vec<String> {
-        [
-            "mcq",
-            "--manifest",
-            mcq_support::p(&w.manifest),
-            "--cache",
-            mcq_support::p(&w.cache),
-            "--out",
-            mcq_support::p(out),
-            "--tokenizer",
-            mcq_support::p(&w.tokenizer),
-            "--format",
-            "megatron",
-            "--rows-per-shard",
-            "5",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let args = |out: &Path| mcq_args(&w, out, &["--format", "megatron"]);
     let run = |a: Vec<String>| mcq_support::run(&a.iter().map(String::as_str).collect::<Vec<_>>());
     let reference = w.root().join("reference");
     let (c, _, e) = run(args(&reference));
