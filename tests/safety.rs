@@ -115,6 +115,8 @@ fn distill_cmd(prompts: &Path, out: &Path, extra: &[&str]) -> Command {
         .arg("--out")
         .arg(out)
         .args(teacher_support::small_sampler_args(extra, "3"))
+        // Several units (windows of 3 prompts), so a run can stop between them.
+        .args(["--window-prompts", "3"])
         .env("RUST_LOG", "warn");
     c
 }
@@ -556,6 +558,7 @@ fn distill_resumed_elsewhere_records_one_teacher_path() {
             .arg("--out")
             .arg(out)
             .args(teacher_support::small_sampler_args(&[], "3"))
+            .args(["--window-prompts", "3"])
             .env("RUST_LOG", "warn");
         c
     };
