@@ -15,6 +15,10 @@
 //!    `{"batch":k,"index":[i0,i1,...]}` giving the prompt index (0-based position in the
 //!    prompts file after `--limit`) of each preceding record, in order.
 //!
+//! Each worker holds `OUT.parts/IIIII-of-NNNNN.lock` (an exclusive `flock`, see [`claim`]) for
+//! its whole run, so a part is never written by two processes; `merge` takes every worker's
+//! lock before it reads the parts.
+//!
 //! Record lines not followed by their commit line are a torn write (the process died): they
 //! are dropped, and resume truncates the part to its last commit line before appending.
 //! [`finalize`] takes any set of parts with one fingerprint, checks that every batch

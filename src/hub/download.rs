@@ -72,6 +72,8 @@ pub struct Downloader {
     pub chunk: u64,
     pub progress: Progress,
     blob_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// `blobs/` directories already swept of dead processes' temp files this run.
+    swept: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,6 +104,7 @@ impl Downloader {
             chunk: chunk.max(1 << 20),
             progress: Progress::new(),
             blob_locks: Mutex::new(HashMap::new()),
+            swept: Mutex::new(Default::default()),
         }
     }
 
@@ -136,6 +139,11 @@ impl Downloader {
         }
         std::fs::create_dir_all(blob.parent().unwrap())
             .with_context(|| format!("creating {}", blob.parent().unwrap().display()))?;
+        let blobs = blob.parent().unwrap().to_path_buf();
+        if self.swept.lock().unwrap().insert(blobs.clone()) {
+            // Temp files (`.NAME.tmp-PID`) a killed fetch left here; live writers' stay.
+            crate::util::sweep_dead_temps(&blobs, |_| true);
+        }
         let inc = PathBuf::from(format!("{}.incomplete", blob.display()));
         // Nothing in blobs/ is followed out of the cache: a link where a partial download
         // (or its progress record) belongs is removed, never written through.
