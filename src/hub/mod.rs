@@ -139,9 +139,19 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(fetch(
-        args, manifest, slice, cache, log_path, lock_path, lock, offline,
-    ))
+    // A stop signal ends the run at once wherever it waits (a listing, a backoff): every write
+    // is synchronous and atomic, so dropping the work between awaits leaves the cache, the
+    // partial downloads (resume state) and the log consistent.
+    let r = rt.block_on(async {
+        tokio::select! {
+            r = fetch(args, manifest, slice, cache, log_path, lock_path, lock, offline) => r,
+            i = crate::signals::stopped() => Err(anyhow::Error::new(i)),
+        }
+    });
+    // A blocking task still waiting (a cache entry's flock another fetch holds) must not keep
+    // a stopped run alive.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
