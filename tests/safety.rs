@@ -511,6 +511,15 @@ fn decontam_drop_is_one_writer() {
     let (c, _, e) = mcq_support::run(&same);
     assert_eq!(c, 2, "{e}");
     assert_eq!(std::fs::read(&prompts).unwrap(), before);
+    // A legal 249-byte --drop whose report name (`<stem>.decontam.json`) would pass NAME_MAX:
+    // refused before the scan, naming the report.
+    let long = w.root().join(format!("{}.jsonl", "z".repeat(243)));
+    let mut long_args = args;
+    long_args[8] = mcq_support::p(&long);
+    let (c, _, e) = mcq_support::run(&long_args);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("decontam.json") && e.contains("255"), "{e}");
+    assert!(!long.exists());
 }
 
 /// A path that is not UTF-8 is refused up front, naming it (index.json could not record it).

@@ -87,6 +87,29 @@ pub fn run(args: DecontamArgs) -> Result<()> {
             "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
         ));
     }
+    // Every report path fits NAME_MAX (checked before the scan, not after it).
+    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
+    let is_shards = args.shards.is_some();
+    let reports = [
+        args.report
+            .clone()
+            .or_else(|| scanned.map(|p| report::default_path(p, is_shards))),
+        args.drop
+            .as_deref()
+            .map(|d| report::default_path(d, is_shards)),
+    ];
+    for r in reports.iter().flatten() {
+        if r.file_name()
+            .is_some_and(|n| n.len() > crate::util::NAME_MAX)
+        {
+            return Err(crate::error::usage(format!(
+                "the report {} would have a name longer than {} bytes: name a shorter file, or \
+                 give --report",
+                r.display(),
+                crate::util::NAME_MAX
+            )));
+        }
+    }
     // --drop: before any work, no input as the output and one writer.
     let _lock = match &args.drop {
         Some(out) => Some(claim_drop(&args, out)?),
