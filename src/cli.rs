@@ -57,6 +57,19 @@ pub fn main() -> Result<()> {
     };
     let out = crate::report::init(cli.quiet, cli.progress_interval as u64);
     init_logging(out);
+    // Commands that write outputs stop at a safe point on SIGTERM/SIGINT/SIGHUP (a decontam
+    // scan without --drop only writes its report atomically: the default action is fine).
+    if matches!(
+        cli.command,
+        Command::Fetch(_)
+            | Command::Pack(_)
+            | Command::Mcq(_)
+            | Command::Distill(_)
+            | Command::Merge(_)
+    ) || matches!(&cli.command, Command::Decontam(a) if a.drop.is_some())
+    {
+        crate::signals::install();
+    }
     match cli.command {
         Command::Fetch(a) => crate::hub::run_fetch(a),
         Command::Pack(a) => crate::pack::run(a),

@@ -21,7 +21,9 @@
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
-//! the rule that text from data never becomes an added (control or mask) token. No two top-level
+//! the rule that text from data never becomes an added (control or mask) token; [`lock`] (one
+//! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
+//! every command that writes. No two top-level
 //! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
 pub mod added_text;
@@ -34,6 +36,7 @@ pub mod fixtures;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hub;
+pub mod lock;
 pub mod manifest;
 pub mod mcq;
 pub mod merge;
@@ -45,6 +48,7 @@ pub mod report;
 pub mod sampling;
 pub mod secret;
 pub mod shards;
+pub mod signals;
 pub mod sizes;
 pub mod sources;
 pub mod teacher;

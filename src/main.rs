@@ -8,7 +8,11 @@ fn main() {
         Err(e) => {
             let text = format!("error: {e:#}");
             eprintln!("{}", dlm_data::secret::redact(&text));
-            dlm_data::error::exit_code(&e)
+            // Stopped by a signal: 128+N whatever error the stop surfaced as.
+            match dlm_data::signals::received() {
+                Some(sig) => 128 + sig,
+                None => dlm_data::error::exit_code(&e),
+            }
         }
     };
     std::process::exit(code);

@@ -223,6 +223,62 @@ impl Manifest {
                 }
             }
         }
+        self.validate_weights()?;
+        self.validate_selections()
+    }
+
+    /// Weights (when given) must mix to something: their sum finite and above zero (two of
+    /// 1e308 overflow to infinity, all 0 select nothing).
+    fn validate_weights(&self) -> Result<()> {
+        let weights: Vec<f64> = self.sources.iter().filter_map(|s| s.weight).collect();
+        if weights.is_empty() {
+            return Ok(());
+        }
+        let sum: f64 = weights.iter().sum();
+        if !(sum.is_finite() && sum > 0.0) {
+            return Err(crate::error::usage(format!(
+                "manifest {}: the sources' `weight` values sum to {sum}: weights must be finite, \
+                 >= 0 and not all zero (they are relative shares; 1, 2, 0.5 ...)",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The same data under two names would be read twice: sources selecting the same repo,
+    /// config, split and files (with the same role) are refused; the same repo/config/split
+    /// with different `files` globs is warned about.
+    fn validate_selections(&self) -> Result<()> {
+        for (i, a) in self.sources.iter().enumerate() {
+            for b in &self.sources[..i] {
+                if a.repo != b.repo || a.config != b.config || a.split != b.split {
+                    continue;
+                }
+                if a.files == b.files && a.role == b.role {
+                    return Err(crate::error::usage(format!(
+                        "manifest {}: sources {:?} and {:?} both select {} config {:?} split \
+                         {:?}: the same data would be used twice; keep one (use `weight` to \
+                         up-weight it)",
+                        self.path.display(),
+                        b.name,
+                        a.name,
+                        a.repo,
+                        a.config,
+                        a.split
+                    )));
+                }
+                tracing::warn!(
+                    "manifest {}: sources {:?} and {:?} both read {} config {:?} split {:?} \
+                     (with different `files`); check that they do not overlap",
+                    self.path.display(),
+                    b.name,
+                    a.name,
+                    a.repo,
+                    a.config,
+                    a.split
+                );
+            }
+        }
         Ok(())
     }
 
@@ -435,6 +491,41 @@ mod tests {
         .unwrap();
         assert!(Lock::load(&lp).unwrap().sources.is_empty());
         assert_eq!(ModelLock::load(&lp).unwrap().models, vec![lm]);
+    }
+
+    #[test]
+    fn weights_must_mix_and_one_selection_has_one_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.toml");
+        let src = |name: &str, repo: &str, w: &str| {
+            format!("[[source]]\nname='{name}'\nrepo='{repo}'\nrevision='main'\nsplit='train'\nformat='parquet'\n{w}\n")
+        };
+        for (body, needle) in [
+            (
+                src("a", "o/a", "weight=1e308") + &src("b", "o/b", "weight=1e308"),
+                "sum to inf",
+            ),
+            (
+                src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=0"),
+                "sum to 0",
+            ),
+            (src("a", "o/a", "weight=-1"), "non-negative"),
+            (
+                src("a", "o/a", "") + &src("b", "o/a", ""),
+                "both select o/a",
+            ),
+        ] {
+            std::fs::write(&p, &body).unwrap();
+            let e = Manifest::load(&p).unwrap_err();
+            assert_eq!(crate::error::exit_code(&e), 2);
+            assert!(format!("{e:#}").contains(needle), "{needle}: {e:#}");
+        }
+        std::fs::write(
+            &p,
+            src("a", "o/a", "weight=0") + &src("b", "o/b", "weight=2"),
+        )
+        .unwrap();
+        Manifest::load(&p).unwrap();
     }
 
     #[test]

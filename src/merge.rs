@@ -42,6 +42,9 @@ pub struct MergeArgs {
 
 pub fn run(args: MergeArgs) -> Result<()> {
     let out = &args.out;
+    crate::lock::require_utf8("merge OUT", out)?;
+    // One writer: OUT, and every worker part read (a worker still running holds its part).
+    let _locks = take_locks(out, args.log.as_deref(), args.cache.as_deref())?;
     let summary = if out.is_dir() {
         if !out.join("parts").is_dir() {
             return Err(crate::error::usage(format!(
@@ -65,6 +68,50 @@ pub fn run(args: MergeArgs) -> Result<()> {
         println!("{summary}");
     }
     Ok(())
+}
+
+/// The locks a merge holds ([`crate::lock`]): pack — `OUT` and each `OUT/parts/*` worker
+/// directory; distill — each worker part's lock in `OUT.parts/`; fetch — the log.
+fn take_locks(
+    out: &Path,
+    log: Option<&Path>,
+    cache: Option<&Path>,
+) -> Result<Vec<crate::lock::OutputLock>> {
+    use crate::lock::OutputLock;
+    let mut locks = Vec::new();
+    if out.is_dir() {
+        let parts = out.join("parts");
+        if !parts.is_dir() {
+            return Ok(locks);
+        }
+        locks.push(OutputLock::dir(out, "merge")?);
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&parts)
+            .with_context(|| format!("listing {}", parts.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        for d in dirs {
+            locks.push(OutputLock::dir(&d, "pack worker")?);
+        }
+    } else if output::parts_dir(out).is_dir() {
+        locks.push(OutputLock::beside(out, "merge")?);
+        for p in output::list_parts(&output::parts_dir(out))? {
+            locks.push(OutputLock::file(
+                &p.with_extension("lock"),
+                "distill worker",
+                out,
+            )?);
+        }
+    } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
+        let log: PathBuf = match log {
+            Some(l) => l.to_path_buf(),
+            None => crate::hub::cache::Cache::resolve(cache).default_log(),
+        };
+        locks.push(OutputLock::beside(&log, "merge")?);
+    }
+    Ok(locks)
 }
 
 fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Value> {

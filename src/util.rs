@@ -8,13 +8,92 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
-/// A temp path beside `path` (same directory, so rename is atomic).
+/// The longest file name Linux file systems accept (bytes).
+pub const NAME_MAX: usize = 255;
+
+/// A temp path beside `path` (same directory, so rename is atomic): `.NAME.tmp-PID`, the pid
+/// telling a later run whether its writer is still alive ([`sweep_dead_temps`]). Within
+/// [`NAME_MAX`] for any legal name (see [`temp_prefix`]).
 pub fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+    let mut name = temp_prefix(path);
+    name.push(std::process::id().to_string());
+    path.with_file_name(name)
+}
+
+/// `.NAME.tmp-` for `path`'s name; when a pid after it could pass [`NAME_MAX`], NAME is cut
+/// to fit and followed by `~` and 16 hex digits of its sha256 (still unique per name).
+pub fn temp_prefix(path: &Path) -> std::ffi::OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let name = path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+    const PID_DIGITS: usize = 10;
+    let fixed = 1 + ".tmp-".len() + PID_DIGITS;
+    let mut out = vec![b'.'];
+    if name.len() + fixed <= NAME_MAX {
+        out.extend_from_slice(name);
+    } else {
+        let keep = NAME_MAX - fixed - 17;
+        out.extend_from_slice(&name[..keep]);
+        out.push(b'~');
+        out.extend_from_slice(sha256_hex(name)[..16].as_bytes());
+    }
+    out.extend_from_slice(b".tmp-");
+    std::ffi::OsString::from_vec(out)
+}
+
+/// Whether process `pid` is alive (or exists under another user).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if p <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(p, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Remove, in `dir`, the temp files (`PREFIXpid`, see [`temp_prefix`]) that `is_ours` accepts
+/// and whose writer process is gone: what a killed run left. Returns the names removed.
+pub fn sweep_dead_temps(dir: &Path, is_ours: impl Fn(&std::ffi::OsStr) -> bool) -> Vec<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut removed = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let b = name.as_bytes();
+        let Some(at) = b.windows(5).rposition(|w| w == b".tmp-") else {
+            continue;
+        };
+        let digits = &b[at + 5..];
+        if !b.starts_with(b".") || digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let pid: u32 = match std::str::from_utf8(digits)
+            .ok()
+            .and_then(|d| d.parse().ok())
+        {
+            Some(p) => p,
+            None => continue,
+        };
+        let prefix = std::ffi::OsStr::from_bytes(&b[..at + 5]);
+        if pid == std::process::id() || pid_alive(pid) || !is_ours(prefix) {
+            continue;
+        }
+        if e.file_type().is_ok_and(|t| t.is_file()) && std::fs::remove_file(e.path()).is_ok() {
+            removed.push(name.to_string_lossy().into_owned());
+        }
+    }
+    if !removed.is_empty() {
+        tracing::info!(
+            "{}: removed temp files of dead processes: {}",
+            dir.display(),
+            removed.join(", ")
+        );
+    }
+    removed
 }
 
 /// Write `bytes` to `path` atomically: temp file, fsync, rename, fsync of the directory.
@@ -104,6 +183,36 @@ pub fn path_within(root: &Path, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` for `secs` since the Unix epoch (civil-from-days, Howard Hinnant).
+pub fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub fn now_rfc3339() -> String {
+    rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    )
+}
+
 /// Hex sha256 of a byte slice.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
@@ -190,6 +299,33 @@ mod tests {
         // What `join` does with an absolute or `..` name from outside data.
         assert!(path_within(root, &root.join("blobs").join("/etc/passwd")).is_err());
         assert!(path_within(root, &root.join("blobs").join("../../../victim")).is_err());
+    }
+
+    #[test]
+    fn temp_names_fit_name_max_and_dead_ones_are_swept() {
+        let d = tempfile::tempdir().unwrap();
+        for n in [1usize, 200, 238, 239, 245, 249, 255] {
+            let name = "é".repeat(n / 2) + &"x".repeat(n % 2);
+            let p = d.path().join(&name);
+            let t = temp_path(&p);
+            let len = t.file_name().unwrap().len();
+            assert!(len <= NAME_MAX, "{n}: {len}");
+            atomic_write(&p, b"ok").unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), b"ok");
+            std::fs::remove_file(&p).unwrap();
+        }
+        let out = d.path().join("distilled.json");
+        let mut dead = temp_prefix(&out);
+        dead.push("999999999");
+        std::fs::write(d.path().join(&dead), b"x").unwrap();
+        let live = temp_path(&out);
+        std::fs::write(&live, b"x").unwrap();
+        std::fs::write(d.path().join(".other.json.tmp-999999999"), b"x").unwrap();
+        let want = temp_prefix(&out);
+        let removed = sweep_dead_temps(d.path(), |p| p == want.as_os_str());
+        assert_eq!(removed, vec![dead.to_string_lossy().into_owned()]);
+        assert!(live.exists(), "a live writer's temp file is kept");
+        assert!(d.path().join(".other.json.tmp-999999999").exists());
     }
 
     #[test]

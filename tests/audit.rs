@@ -23,11 +23,16 @@ fn distilled_for(recs: &[prompts::PromptRecord]) -> serde_json::Value {
     serde_json::Value::Array(
         recs.iter()
             .map(|r| {
+                // The gold letter is the most probable: the record agrees with itself.
+                let mut probs = serde_json::Map::new();
+                probs.insert(r.gold.clone(), 0.75.into());
+                let other = if r.gold == "A" { "B" } else { "A" };
+                probs.insert(other.into(), 0.25.into());
                 serde_json::json!({
                     "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
                     "file": r.file, "row": r.row, "prompt": r.prompt,
                     "response": format!(" {}", r.gold), "response_ids": [1, 2],
-                    "answer": r.gold, "answer_probs": {"A": 0.25}, "answer_logprobs": {"A": -1.3},
+                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
                     "gold": r.gold, "correct": true,
                     "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
                     "teacher": {"path": "teacher", "weights_sha256": "ab".repeat(32), "config_sha256": "cd".repeat(32)}
@@ -383,4 +388,87 @@ fn mds_and_megatron_sft_sets_are_audited() {
             problems(&r, "shards")
         );
     }
+}
+
+/// A file the index does not list in an audited shard directory (a directory reader would
+/// train on it): the shards check fails naming it.
+#[test]
+fn an_unlisted_file_in_a_shard_dir_fails_shards() {
+    let pl = pipeline();
+    for name in ["extra.parquet", "part-00099.parquet"] {
+        std::fs::copy(pl.sft.join("part-00000.parquet"), pl.sft.join(name)).unwrap();
+        let (code, r, _) = audit(&pl, &["--shards", p(&pl.sft)]);
+        assert_eq!(code, 1);
+        assert_eq!(failed(&r), vec!["shards"]);
+        assert!(
+            problems(&r, "shards").contains(name),
+            "{}",
+            problems(&r, "shards")
+        );
+        std::fs::remove_file(pl.sft.join(name)).unwrap();
+    }
+    let (code, _, err) = audit(&pl, &["--shards", p(&pl.sft)]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// A record whose answer contradicts its own answer_probs, one whose `correct` contradicts
+/// answer vs gold, and one missing from the middle: each fails `distilled`, named.
+#[test]
+fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
+    let pl = pipeline();
+    let orig = std::fs::read_to_string(&pl.distilled).unwrap();
+    let args = all(&pl);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let edit = |f: &dyn Fn(&mut Vec<serde_json::Value>)| {
+        let mut v: Vec<serde_json::Value> = serde_json::from_str(&orig).unwrap();
+        f(&mut v);
+        std::fs::write(&pl.distilled, serde_json::to_string(&v).unwrap()).unwrap();
+    };
+    let cases: Vec<(Box<dyn Fn(&mut Vec<serde_json::Value>)>, &str)> = vec![
+        (
+            Box::new(|v| {
+                let gold = v[1]["gold"].as_str().unwrap().to_string();
+                let other = if gold == "A" { "B" } else { "A" };
+                v[1]["answer"] = other.into();
+                v[1]["correct"] = false.into();
+            }),
+            "contradicts answer_probs",
+        ),
+        (
+            Box::new(|v| v[2]["correct"] = false.into()),
+            "correct is false",
+        ),
+        (
+            Box::new(|v| {
+                v.remove(3);
+            }),
+            "have no record",
+        ),
+    ];
+    for (f, needle) in &cases {
+        edit(f.as_ref());
+        let (code, r, _) = audit(&pl, &args);
+        assert_eq!(code, 1, "{needle}");
+        assert_eq!(failed(&r), vec!["distilled"], "{needle}");
+        assert!(
+            problems(&r, "distilled").contains(needle),
+            "{needle}: {}",
+            problems(&r, "distilled")
+        );
+    }
+    std::fs::write(&pl.distilled, &orig).unwrap();
+    let (code, _, err) = audit(&pl, &args);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// An empty prompts.jsonl is a WARN, not a silent PASS.
+#[test]
+fn an_empty_prompts_file_warns() {
+    let pl = pipeline();
+    let empty = pl.out.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let (code, r, _) = audit(&pl, &["--prompts", p(&empty)]);
+    assert_eq!(code, 0);
+    let c = r.checks.iter().find(|c| c.check == "prompts").unwrap();
+    assert_eq!(c.status, Status::Warn, "{c:?}");
 }

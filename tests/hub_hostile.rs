@@ -31,6 +31,12 @@ enum Reply {
     },
     /// Headers, then body bytes until the client hangs up.
     Endless { status: u16 },
+    /// A 200 whose body arrives one byte per `every` (a CDN that trickles).
+    Trickle {
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        every: Duration,
+    },
 }
 
 fn json(status: u16, v: serde_json::Value) -> Reply {
@@ -120,6 +126,23 @@ fn serve(sock: TcpStream, h: &Handler, base: &str, seen: &Mutex<Vec<Req>>) -> st
             w.write_all(head.as_bytes())?;
             w.write_all(&body)?;
         }
+        Reply::Trickle {
+            headers,
+            body,
+            every,
+        } => {
+            let mut head = "HTTP/1.1 200 X\r\nConnection: close\r\n".to_string();
+            for (k, v) in headers {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+            head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+            w.write_all(head.as_bytes())?;
+            for b in body {
+                w.write_all(&[b])?;
+                w.flush()?;
+                std::thread::sleep(every);
+            }
+        }
         Reply::Endless { status } => {
             w.write_all(
                 format!("HTTP/1.1 {status} X\r\nConnection: close\r\nContent-Type: application/json\r\n\r\n[")
@@ -193,6 +216,10 @@ impl Case {
     }
     /// Run `fetch` with the token set; killed (and the test failed) after 90 s.
     fn fetch(&self, hub: &Hostile, extra: &[&str]) -> Output {
+        run_bounded(self.fetch_cmd(hub, extra), Duration::from_secs(90))
+    }
+    /// The `fetch` command [`Case::fetch`] runs.
+    fn fetch_cmd(&self, hub: &Hostile, extra: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_dlm-data"));
         c.arg("fetch")
             .arg("--manifest")
@@ -212,7 +239,7 @@ impl Case {
             .env("RUST_LOG", "debug")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        run_bounded(c, Duration::from_secs(90))
+        c
     }
     /// Every file outside the cache, with its bytes (the victim, the manifest, ...).
     fn outside_cache(&self) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -617,4 +644,216 @@ fn the_well_behaved_fake_hub_fetches() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(case.manifest().with_extension("lock").exists());
     assert!(!case.download_log().contains(TOKEN));
+}
+
+/// A CDN that sends one byte every 200 ms: a stall (under --min-rate over --stall-secs),
+/// retried, then an error naming the file — not a download that never ends.
+#[test]
+fn a_trickling_transfer_is_a_stall_naming_the_file() {
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| {
+        if r.target.starts_with("/datasets/o/n/resolve/") {
+            Reply::Trickle {
+                headers: vec![("X-Repo-Commit".into(), COMMIT.into())],
+                body: CONTENT.to_vec(),
+                every: Duration::from_millis(200),
+            }
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let t0 = Instant::now();
+    let o = case.fetch(
+        &hub,
+        &["--stall-secs", "1", "--min-rate", "100", "--retries", "1"],
+    );
+    assert_refused(
+        &case,
+        &o,
+        &["data.jsonl", "stalled", "giving up after 2 attempts"],
+    );
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+}
+
+/// `Location: //host/path` is another host (RFC 3986): followed without the token. On the
+/// Hub host a relative Location keeps it.
+#[test]
+fn a_protocol_relative_redirect_leaves_the_hub_without_the_token() {
+    let case = Case::new();
+    let cdn = Hostile::start(|r, _| {
+        if r.target.starts_with("/cdn/") {
+            Reply::Full {
+                status: 200,
+                headers: vec![],
+                body: CONTENT.to_vec(),
+            }
+        } else {
+            json(404, serde_json::json!({"error": "nope"}))
+        }
+    });
+    let cdn_host = cdn.url.trim_start_matches("http://").to_string();
+    let hub = Hostile::start(move |r, _| {
+        if r.target.starts_with("/datasets/o/n/resolve/") {
+            with_headers(
+                302,
+                &[
+                    ("X-Repo-Commit", COMMIT),
+                    ("Location", &format!("//{cdn_host}/cdn/data.jsonl")),
+                ],
+                "",
+            )
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got = cdn.requests();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].authorization.is_none(),
+        "the token went to {}",
+        cdn.url
+    );
+    assert!(hub
+        .requests()
+        .iter()
+        .all(|r| r.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
+}
+
+/// A listing naming one path twice with different content is refused, naming the path.
+#[test]
+fn a_path_listed_twice_differently_is_refused() {
+    let case = Case::new();
+    let mut twice = good_listing();
+    let other = b"other bytes\n";
+    twice.as_array_mut().unwrap().push(serde_json::json!({
+        "type": "file",
+        "oid": dlm_data::util::git_blob_sha1(other),
+        "size": other.len(),
+        "path": "data.jsonl"
+    }));
+    let hub = Hostile::start(move |r, _| normal(r, &twice));
+    let o = case.fetch(&hub, &[]);
+    assert_refused(&case, &o, &["data.jsonl", "twice with different content"]);
+}
+
+/// `blobs/<oid>.incomplete` planted as a link to a file outside the cache: the link is
+/// removed and the download goes into the cache; the outside file is untouched.
+#[test]
+fn a_partial_download_that_is_a_link_is_never_written_through() {
+    let case = Case::new();
+    let victim = case.dir.path().join("victim");
+    let blobs = case.cache().join("datasets--o--n").join("blobs");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let oid = dlm_data::util::git_blob_sha1(CONTENT);
+    std::os::unix::fs::symlink(&victim, blobs.join(format!("{oid}.incomplete"))).unwrap();
+    // And the blob itself as a link to the victim: never adopted.
+    std::os::unix::fs::symlink(&victim, blobs.join(&oid)).unwrap();
+    let before = case.outside_cache();
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    let mut after = case.outside_cache();
+    after.remove(&case.manifest().with_extension("lock"));
+    assert_eq!(after, before);
+    let blob = blobs.join(&oid);
+    assert!(!std::fs::symlink_metadata(&blob)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(&blob).unwrap(), CONTENT);
+}
+
+/// A lock entry edited to `../../…` is refused by `pack` like a listing path would be: the
+/// file outside the cache is never packed.
+#[test]
+fn a_lock_path_leaving_the_cache_is_not_packed() {
+    let case = Case::new();
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let secret = case.dir.path().join("secret.jsonl");
+    std::fs::write(&secret, CONTENT).unwrap();
+    let lock = case.manifest().with_extension("lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let ups = "../".repeat(8);
+    let evil = format!(
+        "{ups}{}",
+        secret.display().to_string().trim_start_matches('/')
+    );
+    std::fs::write(&lock, text.replace("\"data.jsonl\"", &format!("{evil:?}"))).unwrap();
+    let tok = case.dir.path().join("tok");
+    dlm_data::fixtures::tokenizer::write_tokenizer(&tok).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args(["pack", "--manifest"])
+        .arg(case.manifest())
+        .arg("--cache")
+        .arg(case.cache())
+        .arg("--tokenizer")
+        .arg(&tok)
+        .arg("--out")
+        .arg(case.dir.path().join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("refusing"), "{err}");
+    assert!(!case.dir.path().join("out").join("index.json").exists());
+}
+
+/// SIGTERM in the middle of a download (paused after its first bytes): exit 143 at once, the
+/// partial file kept as resume state, no temp file, no lock; the rerun completes.
+#[test]
+fn sigterm_mid_download_stops_cleanly_and_the_rerun_completes() {
+    let case = Case::new();
+    let slow = Hostile::start(|r, _| {
+        if r.target.starts_with("/datasets/o/n/resolve/") {
+            Reply::Trickle {
+                headers: vec![("X-Repo-Commit".into(), COMMIT.into())],
+                body: CONTENT.to_vec(),
+                every: Duration::from_millis(20),
+            }
+        } else {
+            normal(r, &good_listing())
+        }
+    });
+    let pause = case.dir.path().join("paused");
+    let mut c = case.fetch_cmd(&slow, &[]);
+    c.env("DLM_TEST_PAUSE", "fetch-body")
+        .env("DLM_TEST_PAUSE_FILE", &pause);
+    let child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while !pause.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "never paused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(128 + libc::SIGTERM), "{err}");
+    assert!(err.contains("SIGTERM"), "{err}");
+    assert!(!case.manifest().with_extension("lock").exists());
+    let mut names = Vec::new();
+    let mut stack = vec![case.cache()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    assert!(!names.iter().any(|n| n.contains(".tmp-")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with(".incomplete")),
+        "{names:?}"
+    );
+    let hub = Hostile::start(|r, _| normal(r, &good_listing()));
+    let o = case.fetch(&hub, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(case.manifest().with_extension("lock").exists());
 }

@@ -114,6 +114,12 @@ pub fn check_prompts(
         });
         recs.push(r);
     }
+    if recs.is_empty() {
+        c.warn(format!(
+            "{}: no prompt records: nothing to distill or audit downstream",
+            path.display()
+        ));
+    }
     let mut counts: Vec<_> = per_source.into_iter().collect();
     counts.sort();
     c.summary = format!(
@@ -172,6 +178,7 @@ pub fn check_distilled(
             return c;
         }
     };
+    let parts = compare_with_parts(path, &recs, &mut c);
     let pos: HashMap<&str, usize> = prompts
         .iter()
         .enumerate()
@@ -220,6 +227,15 @@ pub fn check_distilled(
                 c.fail(format!("{at} ({id}): out of prompt order"));
             }
         }
+        // A prompt missing between two records: a lost record, unless the run skipped
+        // prompts too long for the teacher (its parts record --skip-too-long).
+        let skipped = last.map_or(p, |l: usize| p.saturating_sub(l + 1));
+        if skipped > 0 && !parts.skip_too_long {
+            c.fail(format!(
+                "{at} ({id}): {skipped} prompt(s) before it have no record (first: {:?})",
+                prompts[last.map_or(0, |l| l + 1)].id
+            ));
+        }
         last = Some(p);
         let t = r.get("teacher");
         let w = t
@@ -236,6 +252,9 @@ pub fn check_distilled(
         *teachers
             .entry((w.to_string(), cfg.to_string()))
             .or_default() += 1;
+        if let Err(why) = answer_agrees(r) {
+            c.fail(format!("{at} ({id}): {why}"));
+        }
         if let Some(b) = r.get("correct").and_then(Value::as_bool) {
             with_correct += 1;
             correct += b as u64;
@@ -289,4 +308,106 @@ pub fn check_distilled(
         ));
     }
     c
+}
+
+/// A record's `answer` must be the most probable letter of its own `answer_probs` (null
+/// together), and `correct` must be `answer == gold` (null when either is).
+fn answer_agrees(r: &Value) -> Result<(), String> {
+    let answer = r.get("answer").unwrap_or(&Value::Null);
+    let probs = r.get("answer_probs").unwrap_or(&Value::Null);
+    match (answer, probs) {
+        (Value::Null, Value::Null) => {}
+        (Value::String(a), Value::Object(m)) => {
+            let p = |k: &str| m.get(k).and_then(Value::as_f64);
+            let Some(pa) = p(a) else {
+                return Err(format!("answer {a:?} is not one of answer_probs' letters"));
+            };
+            if let Some((k, pk)) = m
+                .iter()
+                .filter_map(|(k, v)| v.as_f64().map(|x| (k, x)))
+                .find(|(_, x)| *x > pa)
+            {
+                return Err(format!(
+                    "answer {a:?} (p {pa}) contradicts answer_probs: {k:?} has p {pk}"
+                ));
+            }
+        }
+        _ => return Err("answer and answer_probs disagree (one is null)".to_string()),
+    }
+    let gold = r.get("gold").and_then(Value::as_str);
+    let want = match (answer.as_str(), gold) {
+        (Some(a), Some(g)) => Value::Bool(a == g),
+        _ => Value::Null,
+    };
+    let got = r.get("correct").unwrap_or(&Value::Null);
+    if *got != want {
+        return Err(format!(
+            "correct is {got} but answer {answer} vs gold {} says {want}",
+            gold.map_or("null".to_string(), |g| format!("{g:?}"))
+        ));
+    }
+    Ok(())
+}
+
+/// What the part files beside a distilled output say.
+#[derive(Default)]
+struct PartsSeen {
+    /// The run skipped prompts too long for the teacher (gaps are expected).
+    skip_too_long: bool,
+}
+
+/// Where `OUT.parts/` exists, the records must be exactly the parts' committed records in
+/// prompt order (what `distill`/`merge` finalised); a difference fails naming the record.
+fn compare_with_parts(path: &Path, recs: &[Value], c: &mut Check) -> PartsSeen {
+    use crate::distill::output;
+    let mut seen = PartsSeen::default();
+    let Ok(files) = output::list_parts(&output::parts_dir(path)) else {
+        return seen;
+    };
+    if files.is_empty() {
+        return seen;
+    }
+    let mut by_index: std::collections::BTreeMap<usize, String> = Default::default();
+    for f in &files {
+        let part = match output::read_part(f) {
+            Ok(p) => p,
+            Err(e) => {
+                c.fail(format!("{e:#}"));
+                return seen;
+            }
+        };
+        if part.header["fingerprint"]["skip_too_long"] == Value::Bool(true) {
+            seen.skip_too_long = true;
+        }
+        for b in part.batches.values() {
+            for (i, r) in b.index.iter().zip(&b.records) {
+                by_index.insert(*i, r.clone());
+            }
+        }
+    }
+    let expected: Vec<Value> = by_index
+        .values()
+        .filter_map(|t| serde_json::from_str(t).ok())
+        .collect();
+    if expected.len() != recs.len() {
+        c.fail(format!(
+            "{}: {} records, but its parts in {} commit {}",
+            path.display(),
+            recs.len(),
+            output::parts_dir(path).display(),
+            expected.len()
+        ));
+    } else if let Some(k) = (0..recs.len()).find(|&k| recs[k] != expected[k]) {
+        c.fail(format!(
+            "{} record {k}: differs from the record its part files committed (edited after \
+             the run?)",
+            path.display()
+        ));
+    } else {
+        c.note(format!(
+            "matches its {} part file(s) record for record",
+            files.len()
+        ));
+    }
+    seen
 }

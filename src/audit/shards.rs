@@ -78,6 +78,12 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
             rows += sh.rows;
             tokens += sh.tokens;
         }
+        for name in unlisted(dir, &idx) {
+            c.fail(format!(
+                "{d}: holds {name}, which index.json does not list: a directory reader would \
+                 read data this audit never checked (remove it, or re-run the stage)"
+            ));
+        }
         total_rows += rows;
         if rows != idx.totals.rows {
             c.fail(format!(
@@ -144,4 +150,30 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
         dirs.len()
     );
     c
+}
+
+/// Entries of a shard directory that are neither listed in its index (shards and their extra
+/// files) nor dlm-data's own bookkeeping there (index.json, decontam.json, a run's lock).
+fn unlisted(dir: &std::path::Path, idx: &shard_index::Index) -> Vec<String> {
+    let mut known: std::collections::BTreeSet<String> = crate::shards::outdir::journal_files(idx)
+        .into_iter()
+        .collect();
+    known.insert(crate::shards::outdir::DECONTAM_REPORT.to_string());
+    known.insert(crate::lock::DIR_LOCK.to_string());
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if e.path().is_dir() {
+                format!("{n}/")
+            } else {
+                n
+            }
+        })
+        .filter(|n| !known.contains(n))
+        .collect();
+    out.sort();
+    out
 }

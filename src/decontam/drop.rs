@@ -73,6 +73,7 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> 
             let mut mds_entries = Vec::new();
             let mut dropped_rows = 0;
             for (si, sh) in index.shards.iter().enumerate() {
+                crate::signals::check()?;
                 if index.format == "parquet" {
                     let (entry, n) =
                         filter_shard(&dir.join(&sh.file), &out.join(&sh.file), &drop_rows[si])?;

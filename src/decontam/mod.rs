@@ -87,6 +87,34 @@ pub fn run(args: DecontamArgs) -> Result<()> {
             "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
         ));
     }
+    // Every report path fits NAME_MAX (checked before the scan, not after it).
+    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
+    let is_shards = args.shards.is_some();
+    let reports = [
+        args.report
+            .clone()
+            .or_else(|| scanned.map(|p| report::default_path(p, is_shards))),
+        args.drop
+            .as_deref()
+            .map(|d| report::default_path(d, is_shards)),
+    ];
+    for r in reports.iter().flatten() {
+        if r.file_name()
+            .is_some_and(|n| n.len() > crate::util::NAME_MAX)
+        {
+            return Err(crate::error::usage(format!(
+                "the report {} would have a name longer than {} bytes: name a shorter file, or \
+                 give --report",
+                r.display(),
+                crate::util::NAME_MAX
+            )));
+        }
+    }
+    // --drop: before any work, no input as the output and one writer.
+    let _lock = match &args.drop {
+        Some(out) => Some(claim_drop(&args, out)?),
+        None => None,
+    };
     let cache = Cache::resolve(args.cache.as_deref());
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);
@@ -195,4 +223,35 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         println!("  report: {}", rpath.display());
     }
     Ok(())
+}
+
+/// `--drop OUT`: UTF-8 paths, never one of the inputs (the scanned shards or prompts, the
+/// benchmark files, the tokenizer), then the exclusive lock (in the directory for --shards,
+/// beside the file for --prompts).
+fn claim_drop(args: &DecontamArgs, out: &std::path::Path) -> Result<crate::lock::OutputLock> {
+    let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
+    if let Some(d) = &args.shards {
+        inputs.push(("--shards", d));
+    }
+    if let Some(p) = &args.prompts {
+        inputs.push(("--prompts", p));
+    }
+    if let Some(t) = &args.tokenizer {
+        inputs.push(("--tokenizer", t));
+    }
+    for a in &args.against {
+        inputs.push(("--against", a));
+    }
+    crate::lock::require_utf8_all(
+        inputs
+            .iter()
+            .copied()
+            .chain(std::iter::once(("--drop", out))),
+    )?;
+    crate::lock::refuse_inputs("--drop", out, &inputs)?;
+    if args.shards.is_some() {
+        crate::lock::OutputLock::dir(out, "decontam --drop")
+    } else {
+        crate::lock::OutputLock::beside(out, "decontam --drop")
+    }
 }

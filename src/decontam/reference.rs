@@ -130,7 +130,7 @@ fn load_manifest(
         sorted.sort_by(|x, y| x.path.cmp(&y.path));
         let mut n_items = 0;
         for (fi, f) in sorted.into_iter().enumerate() {
-            let local = cache.snapshot_path(Role::EvalReference, &ls.repo, &ls.commit, &f.path);
+            let local = cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
             let sha = crate::util::sha256_file(&local).with_context(|| {
                 format!(
                     "eval-reference {:?}: {} is not in the cache; run fetch",

@@ -15,6 +15,10 @@
 //!    `{"batch":k,"index":[i0,i1,...]}` giving the prompt index (0-based position in the
 //!    prompts file after `--limit`) of each preceding record, in order.
 //!
+//! Each worker holds `OUT.parts/IIIII-of-NNNNN.lock` (an exclusive `flock`, see [`claim`]) for
+//! its whole run, so a part is never written by two processes; `merge` takes every worker's
+//! lock before it reads the parts.
+//!
 //! Record lines not followed by their commit line are a torn write (the process died): they
 //! are dropped, and resume truncates the part to its last commit line before appending.
 //! [`finalize`] takes any set of parts with one fingerprint, checks that every batch
@@ -77,6 +81,92 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         }
     }
     r
+}
+
+/// `OUT.parts/IIIII-of-NNNNN.lock`: the lock one worker's part is written under.
+pub fn part_lock_path(out: &Path, slice: WorkerSlice) -> PathBuf {
+    parts_dir(out).join(format!("{}.lock", slice.part_dir_name()))
+}
+
+/// Everything `distill` checks and takes before any work: UTF-8 paths, an `--out` (and its
+/// `OUT.parts`) name within NAME_MAX, `--out` never an input (the prompts, any file of the
+/// teacher directory), then the worker's exclusive lock ([`crate::lock`]); temp files that
+/// dead runs left beside `--out` and in `OUT.parts/` are removed. Hold the result for the
+/// whole run.
+pub fn claim(
+    out: &Path,
+    slice: WorkerSlice,
+    prompts: &Path,
+    teacher: &Path,
+) -> Result<crate::lock::OutputLock> {
+    crate::lock::require_utf8_all([
+        ("--out", out),
+        ("--prompts", prompts),
+        ("--teacher", teacher),
+    ])?;
+    let parts = parts_dir(out);
+    if let Some(n) = parts.file_name() {
+        if n.len() > crate::util::NAME_MAX {
+            return Err(crate::error::usage(format!(
+                "--out {}: the name is too long for the {} directory beside it ({} bytes, the \
+                 file system allows {}); choose a name of at most {} bytes",
+                out.display(),
+                ".parts",
+                n.len(),
+                crate::util::NAME_MAX,
+                crate::util::NAME_MAX - ".parts".len()
+            )));
+        }
+    }
+    let mut inputs: Vec<(String, PathBuf)> = vec![("prompts file".into(), prompts.to_path_buf())];
+    inputs.push(("teacher directory".into(), teacher.to_path_buf()));
+    if let Ok(rd) = std::fs::read_dir(teacher) {
+        for e in rd.flatten() {
+            inputs.push(("teacher file".into(), e.path()));
+        }
+    }
+    let named: Vec<(&str, &Path)> = inputs
+        .iter()
+        .map(|(n, p)| (n.as_str(), p.as_path()))
+        .collect();
+    crate::lock::refuse_inputs("--out", out, &named)?;
+    crate::lock::refuse_inputs("--out", &parts, &named)?;
+    let created = !parts.exists();
+    std::fs::create_dir_all(&parts).with_context(|| format!("creating {}", parts.display()))?;
+    let lock = crate::lock::OutputLock::file(&part_lock_path(out, slice), "distill", out);
+    let lock = match lock {
+        Ok(l) => l,
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_dir(&parts);
+            }
+            return Err(e);
+        }
+    };
+    let own = crate::util::temp_prefix(out);
+    if let Some(dir) = out.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        crate::util::sweep_dead_temps(dir, |p| p == own.as_os_str());
+    }
+    crate::util::sweep_dead_temps(&parts, |_| true);
+    // A run that committed nothing leaves nothing: the directory goes with the lock when
+    // this run created it and nothing else is in it.
+    Ok(if created {
+        lock.remove_dir_on_release(&parts)
+    } else {
+        lock
+    })
+}
+
+/// Between batches: the test hook `distill-batch` ([`crate::signals::pause_point`]), then stop
+/// here when SIGTERM/SIGINT/SIGHUP arrived (committed batches stay; an empty part goes).
+pub fn safe_point() -> Result<()> {
+    crate::signals::pause_point("distill-batch");
+    crate::signals::check()
 }
 
 /// The header line of a part.

@@ -103,6 +103,8 @@ fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
 
 /// What [`setup`] resolves before any prompt is read.
 struct Setup {
+    /// This worker's exclusive lock ([`output::claim`]), released when the run ends.
+    _lock: crate::lock::OutputLock,
     slice: WorkerSlice,
     budget: u64,
     teacher: Teacher,
@@ -122,6 +124,8 @@ fn setup(args: &DistillArgs) -> Result<Setup> {
             args.out.display()
         )));
     }
+    // One writer per worker part, never an input overwritten; held for the whole run.
+    let lock = output::claim(&args.out, slice, &args.prompts, &args.teacher)?;
     let budget = args.batch_memory_bytes()?;
     let teacher = Teacher::open(
         &args.teacher,
@@ -183,6 +187,7 @@ fn setup(args: &DistillArgs) -> Result<Setup> {
         )));
     }
     Ok(Setup {
+        _lock: lock,
         slice,
         budget,
         teacher,
@@ -537,6 +542,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     let mut tally = Tally::default();
     let full_steps = super::sampler::block_rule_steps(&s.params, s.params.gen_length - 1);
     for &k in &o.todo.clone() {
+        output::safe_point()?;
         let be = backend.as_mut().expect("backend for work").as_mut();
         let unit = &units[k];
         let (rows, forwards) =

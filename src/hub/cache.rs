@@ -156,6 +156,28 @@ impl Cache {
             .join(path)
     }
 
+    /// [`Cache::snapshot_path`] for reading a file a lock names, checked like a listing path:
+    /// a 40-hex commit, a repo-relative path with no `..`, absolute or empty component, and —
+    /// through its symlinks — a file inside the repo's cache directory (a snapshot link or a
+    /// blob replaced by a link to a file outside the cache is refused, naming both).
+    pub fn locked_file(&self, role: Role, repo: &str, commit: &str, path: &str) -> Result<PathBuf> {
+        let p = self.snapshot_link(role, repo, commit, path)?;
+        let Ok(real) = std::fs::canonicalize(&p) else {
+            return Ok(p); // missing: the caller reports it (run fetch)
+        };
+        let dir = self.repo_dir(role, repo);
+        let inside = std::fs::canonicalize(&dir).is_ok_and(|d| real.starts_with(d));
+        if !inside {
+            bail!(
+                "refusing {}: it resolves to {}, outside the cache directory {}",
+                p.display(),
+                real.display(),
+                dir.display()
+            );
+        }
+        Ok(p)
+    }
+
     /// [`Cache::snapshot_path`] for writing: a 40-hex commit, a safe repo path, and the result
     /// inside `snapshots/<commit>/`.
     pub fn snapshot_link(

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use super::names::{check_repo_path, clip, is_hex_digest, shown, RepoKind};
 use super::retry::{retryable_status, server_wait, wait_header, RetryPolicy};
+use super::stall::{RateGuard, StallPolicy};
 
 /// Largest JSON/API answer read into memory (a revision's siblings, one tree page).
 pub const MAX_API_BODY: usize = 64 << 20;
@@ -186,6 +187,8 @@ pub struct HubClient {
     token: Option<Token>,
     pub retry: RetryPolicy,
     kind: RepoKind,
+    /// What counts as a stalled transfer ([`super::stall`]).
+    pub stall: StallPolicy,
 }
 
 /// The commit sha of a `/api/datasets/{id}/revision/{rev}` answer (`what` names the request):
@@ -225,12 +228,24 @@ pub fn check_entry_digests(e: &TreeEntry) -> Result<()> {
 }
 
 /// Up to `limit` bytes of a body; `None` when it is longer (reading stops there).
-async fn body_upto(what: &str, mut resp: Response, limit: usize) -> Result<Option<bytes::Bytes>> {
+async fn body_upto(what: &str, resp: Response, limit: usize) -> Result<Option<bytes::Bytes>> {
+    body_upto_with(what, resp, limit, StallPolicy::default()).await
+}
+
+/// [`body_upto`], a body slower than `stall` allows being a (transient) stall.
+async fn body_upto_with(
+    what: &str,
+    resp: Response,
+    limit: usize,
+    stall: StallPolicy,
+) -> Result<Option<bytes::Bytes>> {
     if resp.content_length().is_some_and(|n| n > limit as u64) {
         return Ok(None);
     }
     let mut buf = bytes::BytesMut::new();
-    while let Some(c) = resp.chunk().await.map_err(|e| net_error(what, e))? {
+    let mut guard = RateGuard::new(stall, what);
+    let mut body = resp.bytes_stream();
+    while let Some(c) = guard.next(&mut body).await? {
         if buf.len() + c.len() > limit {
             return Ok(None);
         }
@@ -273,6 +288,7 @@ impl HubClient {
             token,
             retry,
             kind: RepoKind::Dataset,
+            stall: StallPolicy::default(),
         })
     }
 
@@ -284,6 +300,7 @@ impl HubClient {
             token: self.token.clone(),
             retry: self.retry,
             kind,
+            stall: self.stall,
         }
     }
 
@@ -446,7 +463,7 @@ impl HubClient {
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
+        dedup_listing(&what, out)
     }
 
     /// GET a file. `Ok` is the response that carries the bytes (Hub for regular files, CDN for
@@ -480,16 +497,17 @@ impl HubClient {
                     .and_then(|v| v.to_str().ok())
                     .ok_or_else(|| anyhow!("{what}: redirect without Location"))?
                     .to_string();
-                if loc.starts_with('/') {
+                // RFC 3986 reference resolution against the URL just fetched: `/path`,
+                // `//host/path`, `path`, `../path` and absolute URLs alike.
+                let next = redirect_target(&url, &loc)
+                    .ok_or_else(|| anyhow!("{what}: unsupported redirect target"))?;
+                if same_origin(&next, &self.endpoint) {
                     // Renamed repo: follow on the Hub host (keeps the token).
-                    url = format!("{}{}", self.endpoint, loc);
+                    url = next;
                     continue;
                 }
-                if !loc.starts_with("http://") && !loc.starts_with("https://") {
-                    bail!("{what}: unsupported redirect target");
-                }
-                // The CDN: no Authorization header, ever.
-                let mut req = self.http.get(&loc);
+                // Any other host (the CDN): no Authorization header, ever.
+                let mut req = self.http.get(&next);
                 if let Some(r) = &range_h {
                     req = req.header(RANGE, r);
                 }
@@ -530,13 +548,14 @@ impl HubClient {
                         resp.status()
                     )));
                 }
-                let body = body_upto(&format!("{repo}/{path}"), resp, want as usize)
-                    .await?
-                    .ok_or_else(|| {
-                        transient(format!(
-                            "{repo}/{path}: range {start}-{end}: got more than {want} bytes"
-                        ))
-                    })?;
+                let body =
+                    body_upto_with(&format!("{repo}/{path}"), resp, want as usize, self.stall)
+                        .await?
+                        .ok_or_else(|| {
+                            transient(format!(
+                                "{repo}/{path}: range {start}-{end}: got more than {want} bytes"
+                            ))
+                        })?;
                 if body.len() as u64 != want {
                     return Err(transient(format!(
                         "{repo}/{path}: range {start}-{end}: got {} of {want} bytes",
@@ -665,6 +684,42 @@ pub fn next_link(h: &HeaderMap) -> Option<String> {
     None
 }
 
+/// `loc` (a `Location` header) resolved against `base` per RFC 3986 (section 5.2); `None`
+/// unless the result is an http(s) URL.
+pub fn redirect_target(base: &str, loc: &str) -> Option<String> {
+    let next = reqwest::Url::parse(base).ok()?.join(loc.trim()).ok()?;
+    matches!(next.scheme(), "http" | "https").then(|| next.to_string())
+}
+
+/// A listing that names one path twice: identical entries collapse to one; entries that
+/// disagree (oid, size or LFS object) are refused, naming the path: which bytes would be
+/// fetched is not defined.
+pub fn dedup_listing(what: &str, sorted: Vec<TreeEntry>) -> Result<Vec<TreeEntry>> {
+    let mut out: Vec<TreeEntry> = Vec::with_capacity(sorted.len());
+    for e in sorted {
+        if let Some(prev) = out.last() {
+            if prev.path == e.path {
+                let same = prev.oid == e.oid
+                    && prev.size == e.size
+                    && prev.lfs.as_ref().map(|l| (&l.oid, l.size))
+                        == e.lfs.as_ref().map(|l| (&l.oid, l.size));
+                if !same {
+                    bail!(
+                        "{what}: the listing names {} twice with different content (oid {} vs \
+                         {}): refusing the listing",
+                        shown(&e.path),
+                        shown(&prev.oid),
+                        shown(&e.oid)
+                    );
+                }
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
 fn origin(url: &str) -> &str {
     let after = url.find("://").map(|i| i + 3).unwrap_or(0);
     match url[after..].find('/') {
@@ -691,6 +746,50 @@ mod tests {
         assert_eq!(next_link(&h).as_deref(), Some("http://h/api/x?cursor=5"));
         assert!(same_origin("http://h:1/a?b", "http://h:1"));
         assert!(!same_origin("http://evil/a", "http://h:1"));
+    }
+
+    #[test]
+    fn redirects_resolve_per_rfc_3986() {
+        let base = "http://hub:8080/datasets/o/n/resolve/c0/data/x.parquet";
+        for (loc, want) in [
+            ("/api/renamed/x", "http://hub:8080/api/renamed/x"),
+            ("//cdn.example/b/x?sig=1", "http://cdn.example/b/x?sig=1"),
+            ("https://cdn.example/x", "https://cdn.example/x"),
+            (
+                "y.parquet",
+                "http://hub:8080/datasets/o/n/resolve/c0/data/y.parquet",
+            ),
+            ("../z", "http://hub:8080/datasets/o/n/resolve/c0/z"),
+            (
+                "?v=2",
+                "http://hub:8080/datasets/o/n/resolve/c0/data/x.parquet?v=2",
+            ),
+        ] {
+            assert_eq!(redirect_target(base, loc).as_deref(), Some(want), "{loc}");
+        }
+        // A protocol-relative Location leaves the Hub host: the token must not follow it.
+        let t = redirect_target(base, "//evil.example/steal").unwrap();
+        assert!(!same_origin(&t, "http://hub:8080"));
+        assert!(redirect_target(base, "ftp://x/y").is_none());
+        assert!(redirect_target(base, "file:///etc/passwd").is_none());
+    }
+
+    #[test]
+    fn a_path_listed_twice_must_agree() {
+        let e = |path: &str, oid: &str| TreeEntry {
+            kind: "file".into(),
+            oid: oid.into(),
+            size: 3,
+            path: path.into(),
+            lfs: None,
+        };
+        let ok = dedup_listing("l", vec![e("a", "1"), e("a", "1"), e("b", "2")]).unwrap();
+        assert_eq!(ok.len(), 2);
+        let err = dedup_listing("l", vec![e("a", "1"), e("a", "2")]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("twice with different content"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -11,22 +11,22 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use super::cache::{Area, Cache};
-use super::client::{net_error, transient, HubClient};
+use super::client::{transient, HubClient};
 use super::names::RepoKind;
 use super::progress::Progress;
+use super::stall::RateGuard;
 use crate::manifest::Role;
 
 /// One file to fetch.
@@ -85,6 +85,8 @@ pub struct Downloader {
     pub chunk: u64,
     pub progress: Progress,
     blob_locks: Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<()>>>>,
+    /// `blobs/` directories already swept of dead processes' temp files this run.
+    swept: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -116,6 +118,7 @@ impl Downloader {
             chunk: chunk.max(1 << 20),
             progress: Progress::new(),
             blob_locks: Mutex::new(HashMap::new()),
+            swept: Mutex::new(Default::default()),
         }
     }
 
@@ -158,7 +161,16 @@ impl Downloader {
         }
         std::fs::create_dir_all(blob.parent().unwrap())
             .with_context(|| format!("creating {}", blob.parent().unwrap().display()))?;
+        let blobs = blob.parent().unwrap().to_path_buf();
+        if self.swept.lock().unwrap().insert(blobs.clone()) {
+            // Temp files (`.NAME.tmp-PID`) a killed fetch left here; live writers' stay.
+            crate::util::sweep_dead_temps(&blobs, |_| true);
+        }
         let inc = PathBuf::from(format!("{}.incomplete", blob.display()));
+        // Nothing in blobs/ is followed out of the cache: a link where a partial download
+        // (or its progress record) belongs is removed, never written through.
+        unlink_if_link(&inc)?;
+        unlink_if_link(&parts_path(&inc))?;
         let downloaded = Arc::new(AtomicU64::new(0));
         let bar = self.progress.bar(&format!("{}/{}", t.repo, t.path), t.size);
         let mut attempt = 0u32;
@@ -210,6 +222,7 @@ impl Downloader {
             .create(true)
             .truncate(false)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&p)
             .with_context(|| format!("opening lock {}", p.display()))?;
         tokio::task::spawn_blocking(move || {
@@ -304,12 +317,14 @@ impl Downloader {
         let mut pos = have;
         let mut stream = resp.bytes_stream();
         let what = format!("{}/{}", t.repo, t.path);
-        while let Some(chunk) = stream.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
+        let mut guard = RateGuard::new(self.client.stall, &format!("{what}: body"));
+        loop {
+            let chunk = match guard.next(&mut stream).await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
                 Err(e) => {
                     w.flush()?;
-                    return Err(net_error(&format!("{what}: body"), e));
+                    return Err(e);
                 }
             };
             if pos + chunk.len() as u64 > t.size {
@@ -324,6 +339,7 @@ impl Downloader {
             pos += chunk.len() as u64;
             downloaded.fetch_add(chunk.len() as u64, Ordering::SeqCst);
             bar.inc(chunk.len() as u64);
+            crate::signals::pause_point("fetch-body");
         }
         w.flush()?;
         if pos != t.size {
@@ -410,17 +426,19 @@ impl Downloader {
                 }
                 let mut pos = from;
                 let mut stream = resp.bytes_stream();
+                let mut guard = RateGuard::new(client.stall, &format!("{}: chunk {i}", t.path));
                 let save = |state: &Mutex<Parts>| -> Result<()> {
                     file.sync_data()?;
                     let bytes = serde_json::to_vec(&*state.lock().unwrap())?;
                     crate::util::atomic_write(&pp, &bytes)
                 };
-                while let Some(c) = stream.next().await {
-                    let c = match c {
-                        Ok(c) => c,
+                loop {
+                    let c = match guard.next(&mut stream).await {
+                        Ok(Some(c)) => c,
+                        Ok(None) => break,
                         Err(e) => {
                             save(state.as_ref())?;
-                            return Err(net_error(&format!("{}: chunk {i}", t.path), e));
+                            return Err(e);
                         }
                     };
                     if pos + c.len() as u64 > end {
@@ -559,8 +577,22 @@ pub fn verify_file(t: &FileTask, path: &Path) -> Result<String> {
     }
 }
 
-/// A blob already in the cache, re-verified: `Some(sha256)` when good. A bad blob is removed.
+/// Remove `p` when it is a symbolic link (only the link: its target is never touched).
+fn unlink_if_link(p: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+        tracing::warn!(
+            "{}: a symbolic link where dlm-data keeps its own file; removing the link",
+            p.display()
+        );
+        std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// A blob already in the cache, re-verified: `Some(sha256)` when good. A bad blob is removed,
+/// and so is a link in its place (a blob is a regular file inside the cache).
 fn verify_existing(t: &FileTask, blob: &Path) -> Result<Option<String>> {
+    unlink_if_link(blob)?;
     match std::fs::metadata(blob) {
         Ok(m) if m.is_file() => match verify_file(t, blob) {
             Ok(sha) => Ok(Some(sha)),
@@ -581,6 +613,19 @@ pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
     super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // A directory of snapshots/ replaced by a link out of the cache is refused.
+    let repo_dir = cache.repo_dir(t.role, &t.repo);
+    if let (Ok(real), Ok(root)) = (dir.canonicalize(), repo_dir.canonicalize()) {
+        if !real.starts_with(&root) {
+            bail!(
+                "refusing {}: it resolves to {}, outside the cache directory {}",
+                dir.display(),
+                real.display(),
+                repo_dir.display()
+            );
+        }
+    }
+    unlink_if_link(&crate::util::temp_path(&snap))?;
     let ups = t.path.split('/').count() + 1;
     let target = format!("{}blobs/{}", "../".repeat(ups), t.etag());
     if std::fs::read_link(&snap).ok().as_deref() == Some(Path::new(&target)) {

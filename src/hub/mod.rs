@@ -28,6 +28,7 @@ pub mod names;
 pub mod plan;
 pub mod progress;
 pub mod retry;
+pub mod stall;
 pub mod stream;
 
 use std::path::{Path, PathBuf};
@@ -89,6 +90,13 @@ pub struct FetchArgs {
     /// `DIR/<name>/`), as `hf download --local-dir` does.
     #[arg(long)]
     pub local_dir: Option<PathBuf>,
+    /// A transfer delivering less than --min-rate over this many seconds is a stall: retried
+    /// (within --retries), then an error naming the file.
+    #[arg(long, default_value_t = 30, value_parser = crate::sizes::u64_in(1, 86_400))]
+    pub stall_secs: u64,
+    /// Minimum transfer rate in bytes per second over --stall-secs.
+    #[arg(long, default_value_t = 1024, value_parser = crate::sizes::u64_in(1, 1 << 40))]
+    pub min_rate: u64,
 }
 
 /// `HF_HUB_OFFLINE` set to a true value.
@@ -107,6 +115,12 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     if args.jobs == 0 {
         return Err(crate::error::usage("--jobs must be at least 1"));
     }
+    let paths = [
+        ("--manifest", Some(args.manifest.as_path())),
+        ("--cache", args.cache.as_deref()),
+        ("--log", args.log.as_deref()),
+    ];
+    crate::lock::require_utf8_all(paths.iter().filter_map(|(f, p)| p.map(|p| (*f, p))))?;
     let manifest = Manifest::load(&args.manifest)?;
     if args.local_dir.is_some() && manifest.models.is_empty() {
         return Err(crate::error::usage(format!(
@@ -143,9 +157,19 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(fetch(
-        args, manifest, slice, cache, log_path, lock_path, lock, offline,
-    ))
+    // A stop signal ends the run at once wherever it waits (a listing, a backoff): every write
+    // is synchronous and atomic, so dropping the work between awaits leaves the cache, the
+    // partial downloads (resume state) and the log consistent.
+    let r = rt.block_on(async {
+        tokio::select! {
+            r = fetch(args, manifest, slice, cache, log_path, lock_path, lock, offline) => r,
+            i = crate::signals::stopped() => Err(anyhow::Error::new(i)),
+        }
+    });
+    // A blocking task still waiting (a cache entry's flock another fetch holds) must not keep
+    // a stopped run alive.
+    rt.shutdown_timeout(Duration::from_secs(2));
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -169,7 +193,12 @@ async fn fetch(
         base: Duration::from_millis(args.retry_base_ms.max(1)),
         max: Duration::from_millis(args.retry_max_ms),
     };
-    let client = Arc::new(HubClient::from_env(retry)?);
+    let mut client = HubClient::from_env(retry)?;
+    client.stall = stall::StallPolicy {
+        window: Duration::from_secs(args.stall_secs),
+        min_bytes_per_sec: args.min_rate,
+    };
+    let client = Arc::new(client);
     let lock_name = lock_path.display().to_string();
 
     // 1. Plan every source concurrently (no data downloaded yet).

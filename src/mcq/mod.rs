@@ -196,7 +196,9 @@ pub fn load_items(
                     f.path
                 )));
             }
-            let path = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
+            let path = cache
+                .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
+                .with_context(|| format!("lock {}: source {:?}", lock_path.display(), s.name))?;
             let sha = crate::util::sha256_file(&path).with_context(|| {
                 format!(
                     "source {:?}: locked file {} not in the cache; run fetch",
@@ -298,7 +300,24 @@ fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
 
 pub fn run(args: McqArgs) -> Result<()> {
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    // Before any work: paths recorded exactly, no input as the output, one writer.
+    let given: Vec<(&str, &std::path::Path)> = [
+        ("--out", Some(args.out.as_path())),
+        ("--manifest", Some(args.manifest.as_path())),
+        ("--tokenizer", args.tokenizer.as_deref()),
+        ("--template", args.template.as_deref()),
+        ("--cache", args.cache.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .collect();
+    crate::lock::require_utf8_all(given.iter().copied())?;
     let m = Manifest::load_data(&args.manifest)?;
+    let lock_file = m.lock_path();
+    let mut inputs: Vec<(&str, &std::path::Path)> = given[1..].to_vec();
+    inputs.push(("lock", lock_file.as_path()));
+    crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
+    let _lock = crate::lock::OutputLock::dir(&out_dir(&args, slice), "mcq")?;
     check_policy(&m)?;
     let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
     let lock_path = m.lock_path();
@@ -351,10 +370,14 @@ pub fn run(args: McqArgs) -> Result<()> {
     if args.tokenizer.is_some() {
         let mut claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
         if let Some(old) = outdir::own_index(&sft_dir) {
-            // Its shards, and the decontam report about them (stale once they are replaced).
+            // Its shards, and the decontam report about them (stale once they are replaced);
+            // after an interrupted run also the one shard renamed before it was journaled.
             claim = claim
                 .remove(outdir::journal_files(&old))
                 .remove([outdir::DECONTAM_REPORT]);
+            if !old.complete {
+                claim = claim.remove(outdir::shard_files(&old.format, old.shards.len()));
+            }
         }
         claim.apply(&sft_dir)?;
     }
@@ -362,6 +385,7 @@ pub fn run(args: McqArgs) -> Result<()> {
         .iter()
         .map(|it| prompts::PromptRecord::from_item(it, &templates))
         .collect();
+    crate::signals::check()?;
     prompts::write(&prompts_path, &records)?;
     eprintln!(
         "prompts: {} items → {}",
@@ -413,12 +437,15 @@ pub fn run(args: McqArgs) -> Result<()> {
         let mut mds_entries = Vec::new();
         crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
         for (k, chunk) in kept.chunks(args.rows_per_shard.max(1)).enumerate() {
+            crate::signals::check()?;
             let batch = sft_shards::to_batch(chunk, args.format)?;
             let mut w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
             if args.format == ShardFormat::Megatron {
                 let (name, sha) = sft_shards::write_sidecar(&sft_dir, &w.entry.file, chunk)?;
                 w.entry.extra_files.insert(name, sha);
             }
+            // Test hook: the window between a shard's rename and its journal line.
+            crate::signals::pause_point("mcq-shard");
             index.shards.push(w.entry);
             mds_entries.extend(w.mds);
             crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;

@@ -252,6 +252,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     };
     let mut provenance: Vec<ProvenanceRange> = Vec::new();
     for u in &units {
+        crate::signals::check()?;
         let owner = u["owner"].as_u64().context("unit owner")? as usize;
         let file = u["file"].as_str().unwrap_or_default();
         let source: Arc<str> = Arc::from(u["source"].as_str().unwrap_or_default());

@@ -259,7 +259,9 @@ impl Plan {
                         continue;
                     }
                 };
-                let p = cache.snapshot_path(Role::Train, &ls.repo, &ls.commit, &f.path);
+                let p = cache
+                    .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
+                    .with_context(|| format!("{}: source {:?}", lock_path.display(), s.name))?;
                 let meta = std::fs::metadata(&p).map_err(|_| {
                     anyhow::anyhow!(
                         "source {:?}: locked file {} is not in the cache ({}); run `dlm-data fetch --manifest {} --cache {}`",

@@ -81,7 +81,8 @@ impl Claim {
             let e = e.with_context(|| format!("listing {}", dir.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
             let path = e.path();
-            if self.keep.contains(&name) {
+            // The lock of the run claiming the directory is never touched.
+            if self.keep.contains(&name) || name == crate::lock::DIR_LOCK {
                 continue;
             }
             let is_file = e.file_type().map(|t| !t.is_dir()).unwrap_or(false);

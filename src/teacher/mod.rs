@@ -178,7 +178,12 @@ impl Teacher {
         let weights = Weights::open(dir, &config)
             .with_context(|| format!("teacher weights in {}", dir.display()))?;
         let identity = TeacherIdentity {
-            path: dir.display().to_string(),
+            // Absolute and resolved: a run resumed from another directory, or with the path
+            // spelled differently, records the same teacher.
+            path: std::fs::canonicalize(dir)
+                .unwrap_or_else(|_| dir.to_path_buf())
+                .display()
+                .to_string(),
             weights_sha256: weights.sha256.clone(),
             config_sha256: crate::util::sha256_file(&cfg_path)?,
         };

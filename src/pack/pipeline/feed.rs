@@ -46,6 +46,7 @@ pub(super) fn pack_loop(
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
     for msg in rx {
+        crate::signals::check()?;
         match msg {
             ReadMsg::Failed(e) => return Err(e),
             ReadMsg::UnitStart { unit, first_row } => feed.unit_start(unit, first_row),

@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::hub::cache::Cache;
+use crate::manifest::Manifest;
 use crate::pack::plan::{Plan, Unit};
 use crate::pack::remote::Streaming;
 use crate::pack::tokenize::{BoundaryFlags, DocTokenizer};
@@ -16,6 +17,8 @@ use crate::worker::WorkerSlice;
 
 /// Everything the later steps need, fixed before the output directory is touched.
 pub(super) struct Setup {
+    /// The exclusive lock on `out_dir` ([`crate::lock`]), held for the whole run.
+    pub _lock: crate::lock::OutputLock,
     pub worker: WorkerSlice,
     /// `--stream`: the Hub reader shared with the reader thread.
     pub streaming: Option<Arc<Streaming>>,
@@ -37,6 +40,39 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         return Err(crate::error::usage("--seq-len must be at least 1"));
     }
     let worker = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let out_dir = if worker.is_whole() {
+        args.out.clone()
+    } else {
+        args.out.join("parts").join(worker.part_dir_name())
+    };
+    // Before any work: paths we can record exactly, no input as the output, one writer.
+    let given: Vec<(&str, &Path)> = [
+        ("--out", Some(args.out.as_path())),
+        ("--input", args.input.as_deref()),
+        ("--manifest", args.manifest.as_deref()),
+        ("--tokenizer", Some(args.tokenizer.as_path())),
+        ("--cache", args.cache.as_deref()),
+        ("--log", args.log.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .collect();
+    crate::lock::require_utf8_all(given.iter().copied())?;
+    let lock_file = args
+        .manifest
+        .as_deref()
+        .and_then(|m| Manifest::load(m).ok())
+        .map(|m| m.lock_path());
+    let mut inputs: Vec<(&str, &Path)> = given[1..]
+        .iter()
+        .filter(|(f, _)| *f != "--log")
+        .copied()
+        .collect();
+    if let Some(l) = &lock_file {
+        inputs.push(("lock", l.as_path()));
+    }
+    crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
+    let lock = crate::lock::OutputLock::dir(&out_dir, "pack")?;
     let streaming = if args.stream {
         Some(Arc::new(Streaming::new(args, worker)?))
     } else {
@@ -68,12 +104,14 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
     } else {
         ShardFormat::Parquet
     };
-    let out_dir = if worker.is_whole() {
-        args.out.clone()
-    } else {
-        args.out.join("parts").join(worker.part_dir_name())
-    };
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    // The files read are inputs too (cache blobs through their snapshot links).
+    let unit_inputs: Vec<(&str, &Path)> = plan
+        .units
+        .iter()
+        .filter(|u| u.remote.is_none())
+        .map(|u| ("input file", u.path.as_path()))
+        .collect();
+    crate::lock::refuse_inputs("--out", &args.out, &unit_inputs)?;
 
     let units: Vec<Unit> = plan
         .units
@@ -83,6 +121,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         .map(|(_, u)| u.clone())
         .collect();
     Ok(Setup {
+        _lock: lock,
         worker,
         streaming,
         plan,

@@ -73,6 +73,8 @@ pub(super) fn write_shards(
                     .with_context(|| format!("encoding shard {n} in {}", dir.display()))?;
             }
             WriteMsg::Shard { mut batch, cursor } => {
+                // A safe point: stop before the next shard once a signal arrived.
+                crate::signals::check()?;
                 let w = match open.take() {
                     Some(mut s) => s
                         .write(&batch)
@@ -95,6 +97,7 @@ pub(super) fn write_shards(
                     idx.provenance = c.provenance.clone();
                     idx.extra.insert("resume".into(), serde_json::to_value(&c)?);
                     index::save(dir, &idx, is_mds.then_some(&mds[..]))?;
+                    crate::signals::pause_point("pack-shard");
                     if let Some(ms) = throttle {
                         // Tests and demos: slow down so a kill lands mid-run.
                         std::thread::sleep(std::time::Duration::from_millis(ms));
