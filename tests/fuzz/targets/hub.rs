@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use dlm_data::hub::client::{check_entry_digests, next_link, parse_revision, TreeEntry};
-use dlm_data::hub::names::check_repo_path;
 use dlm_data::hub::configs::{files_for, infer_splits, parse_readme_configs};
+use dlm_data::hub::names::check_repo_path;
 use dlm_data::hub::retry::{server_wait, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
@@ -211,7 +211,12 @@ impl Target for HubTree {
         for e in page {
             check_repo_path(&e.path)?;
             // A listed path that passed the check must stay inside the snapshot.
-            let p = cache.snapshot_path(Default::default(), "o/r", &"0".repeat(40), &e.path);
+            let p = cache.snapshot_path(
+                dlm_data::manifest::Role::default(),
+                "o/r",
+                &"0".repeat(40),
+                &e.path,
+            );
             assert!(
                 p.starts_with("/cache-root")
                     && !p
@@ -230,10 +235,10 @@ impl Target for HubTree {
                     };
                     for p in [
                         cache
-                            .blob_path(Default::default(), "o/r", etag)
+                            .blob_path(dlm_data::manifest::Role::default(), "o/r", etag)
                             .unwrap_or_else(refused),
                         cache
-                            .lock_path(Default::default(), "o/r", etag)
+                            .lock_path(dlm_data::manifest::Role::default(), "o/r", etag)
                             .unwrap_or_else(refused),
                     ] {
                         assert!(
