@@ -472,3 +472,27 @@ fn an_empty_prompts_file_warns() {
     let c = r.checks.iter().find(|c| c.check == "prompts").unwrap();
     assert_eq!(c.status, Status::Warn, "{c:?}");
 }
+
+/// A lock entry removed by hand (its data would silently drop out of `pack`): the log still
+/// records the verified download, so `download-log` WARNs naming the source and the file.
+#[test]
+fn a_lock_entry_removed_by_hand_warns() {
+    let pl = pipeline();
+    let lock_path = pl.w.manifest.with_extension("lock");
+    let mut lock = Lock::load(&lock_path).unwrap();
+    let src = lock
+        .sources
+        .iter_mut()
+        .find(|s| s.files.iter().any(|f| f.path == MMLU_AUX))
+        .unwrap();
+    src.files.retain(|f| f.path != MMLU_AUX);
+    lock.save(&lock_path).unwrap();
+    let (_, r, _) = audit(&pl, &[]);
+    let c = r.checks.iter().find(|c| c.check == "download-log").unwrap();
+    assert_eq!(c.status, Status::Warn, "{c:?}");
+    let notes = c.notes.join("\n");
+    assert!(
+        notes.contains(MMLU_AUX) && notes.contains("removed by hand"),
+        "{notes}"
+    );
+}

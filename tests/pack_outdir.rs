@@ -213,7 +213,28 @@ fn index_records_absolute_paths() {
     let p = idx["tokenizer"]["path"].as_str().unwrap();
     assert!(Path::new(p).is_absolute(), "{p}");
     assert!(Path::new(p).exists(), "{p}");
-    let _ = input;
+    // --input too (issue 27): the provenance names the file absolutely, and a rerun from
+    // another directory with the path spelled absolutely is the same run (already complete).
+    let f = idx["provenance"][0]["file"].as_str().unwrap();
+    assert_eq!(Path::new(f), input.canonicalize().unwrap(), "{f}");
+    let again = std::process::Command::new(bin())
+        .current_dir("/")
+        .arg("pack")
+        .arg("--input")
+        .arg(&input)
+        .arg("--tokenizer")
+        .arg(d.path().join("tok"))
+        .arg("--out")
+        .arg(d.path().join("rel-out"))
+        .args(["--seq-len", "16"])
+        .output()
+        .unwrap();
+    ok(&again);
+    assert!(
+        stderr(&again).contains("already complete"),
+        "{}",
+        stderr(&again)
+    );
 }
 
 /// A full disk (RLIMIT_FSIZE, no root needed): the error names the shard file and the OS

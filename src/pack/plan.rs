@@ -37,7 +37,7 @@ pub struct SourceInfo {
 #[derive(Debug, Clone)]
 pub struct Unit {
     pub source: Arc<SourceInfo>,
-    /// Repo-relative path (manifest) or the path as given (`--input`).
+    /// Repo-relative path (manifest), or for `--input` the path made absolute and resolved.
     pub file: String,
     pub path: PathBuf,
     pub bytes: u64,
@@ -119,7 +119,9 @@ impl Plan {
         Ok(Plan {
             units: vec![Unit {
                 source: src.clone(),
-                file: path.display().to_string(),
+                // Absolute and resolved, like every other path the index records: a rerun from
+                // another directory (or spelled differently) is the same input.
+                file: crate::shards::index::abs_path(path),
                 path: path.to_path_buf(),
                 bytes: meta.len(),
                 remote: None,
