@@ -37,7 +37,7 @@ SEQ = 2048
 os.makedirs(WORK, exist_ok=True)
 
 # EOS per family (py_pack_ref.py hard-codes "<|endoftext|>"; the wrapper below maps it).
-EOS = {"mistral-7b-v0.1": "</s>", "phi-3-mini": "<|endoftext|>", "t5-small": "</s>", "falcon-7b": "<|endoftext|>",
+EOS = {"mistral-7b-v0.1": "</s>", "minicpm5-shaped": "</s>", "phi-3-mini": "<|endoftext|>", "t5-small": "</s>", "falcon-7b": "<|endoftext|>",
        "bert-base-uncased": "[SEP]", "bert-base-chinese": "[SEP]", "roberta-base": "</s>", "clip": "<|endoftext|>"}
 KIND = {"bert-base-uncased": "WordPiece", "bert-base-chinese": "WordPiece", "t5-small": "Unigram"}
 
@@ -71,7 +71,7 @@ def trained(docs):
         "qwen2-shaped": (pre_tokenizers.Sequence([split(ts.QWEN2), bl]), normalizers.NFC(), False),
         "o200k-shaped": (pre_tokenizers.Sequence([split(ts.O200K), bl]), None, False),
         "deepseek3-shaped": (pre_tokenizers.Sequence([split(p) for p in ts.DEEPSEEK3] + [bl]), None, False),
-        "minicpm5-shaped": (pre_tokenizers.Sequence([split(ts.LLAMA3), bl]), None, False),
+        "minicpm5-shaped": (None, None, False),  # built by tokenizer_shapes.minicpm5_shaped
     }
     out = {}
     for name, (pre, norm, ignore) in shapes.items():
@@ -79,6 +79,10 @@ def trained(docs):
             continue
         d = os.path.join(WORK, "tok", name)
         p = os.path.join(d, "tokenizer.json")
+        if not os.path.exists(p) and name == "minicpm5-shaped":
+            # The real file's structure (chained Splits, 510 added tokens; tests/py/tokenizer_shapes.py).
+            os.makedirs(d, exist_ok=True)
+            ts.minicpm5_shaped(docs, 32000).save(p)
         if not os.path.exists(p):
             t = Tokenizer(models.BPE(ignore_merges=ignore))
             t.normalizer, t.pre_tokenizer, t.decoder = norm, pre, decoders.ByteLevel()
