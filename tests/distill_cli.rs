@@ -582,6 +582,7 @@ fn early_exit_records_equal_full_decode_at_every_batch_size() {
             let j = summary(&o);
             assert_eq!(j["early_exit"], true);
             assert_eq!(j["generated"], 24);
+            assert_eq!(j["added_token_text"]["documents"], 0, "{j}");
             let early = j["rows_finished_early"].as_u64().unwrap();
             saw_early += early;
             let (run_, full_) = (

@@ -213,6 +213,8 @@ struct Encoded {
     letter_ids: Vec<u32>,
     mcq: bool,
     skipped: usize,
+    /// Prompts holding added-token text (`--special-tokens-in-text`), per source and token.
+    added: crate::added_text::AddedTextCounts,
 }
 
 fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
@@ -222,7 +224,7 @@ fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
     }
     let use_template = !args.no_chat_template;
     let tok = &s.teacher.tokenizer;
-    let (ids, _added) = super::encode::encode_prompts(
+    let (ids, added) = super::encode::encode_prompts(
         &s.teacher,
         &items,
         use_template,
@@ -262,6 +264,7 @@ fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
         letter_ids,
         mcq,
         skipped,
+        added,
     })
 }
 
@@ -639,6 +642,7 @@ fn finish(
         "batch_forward_passes": x.batch_forwards,
         "mcq_correct": t.correct.0,
         "mcq_with_gold": t.correct.1,
+        "added_token_text": e.added,
     });
     if s.slice.is_whole() {
         let f = finalize_run(&args.out, args.format)?;
