@@ -7,8 +7,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use dlm_data::hub::client::{check_entry_digests, next_link, parse_revision, TreeEntry};
-use dlm_data::hub::names::check_repo_path;
 use dlm_data::hub::configs::{files_for, infer_splits, parse_readme_configs};
+use dlm_data::hub::names::check_repo_path;
 use dlm_data::hub::retry::{server_wait, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
