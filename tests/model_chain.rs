@@ -42,11 +42,16 @@ fn distilled_for(recs: &[prompts::PromptRecord], teacher: &Path) -> serde_json::
     serde_json::Value::Array(
         recs.iter()
             .map(|r| {
+                // The gold letter is the most probable: the record agrees with itself.
+                let mut probs = serde_json::Map::new();
+                probs.insert(r.gold.clone(), 0.75.into());
+                let other = if r.gold == "A" { "B" } else { "A" };
+                probs.insert(other.into(), 0.25.into());
                 serde_json::json!({
                     "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
                     "file": r.file, "row": r.row, "prompt": r.prompt,
                     "response": format!(" {}", r.gold), "response_ids": [1, 2],
-                    "answer": r.gold, "answer_probs": {"A": 0.25}, "answer_logprobs": {"A": -1.3},
+                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
                     "gold": r.gold, "correct": true,
                     "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
                     "teacher": {"path": teacher.display().to_string(), "weights_sha256": a.weights_sha256, "config_sha256": a.config_sha256}

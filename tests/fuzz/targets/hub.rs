@@ -212,7 +212,7 @@ impl Target for HubTree {
             check_repo_path(&e.path)?;
             // A listed path that passed the check must stay inside the snapshot.
             let p = cache.snapshot_path(
-                dlm_data::manifest::Role::default(),
+                dlm_data::manifest::Role::Train,
                 "o/r",
                 &"0".repeat(40),
                 &e.path,
@@ -235,10 +235,10 @@ impl Target for HubTree {
                     };
                     for p in [
                         cache
-                            .blob_path(dlm_data::manifest::Role::default(), "o/r", etag)
+                            .blob_path(dlm_data::manifest::Role::Train, "o/r", etag)
                             .unwrap_or_else(refused),
                         cache
-                            .lock_path(dlm_data::manifest::Role::default(), "o/r", etag)
+                            .lock_path(dlm_data::manifest::Role::Train, "o/r", etag)
                             .unwrap_or_else(refused),
                     ] {
                         assert!(
