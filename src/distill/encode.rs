@@ -49,6 +49,9 @@ pub fn encode_prompts(
                 anyhow::anyhow!("{}:{}: prompt {:?}: {e:#}", file.display(), it.line, it.id)
             })
         })
+        .collect::<Vec<Result<_>>>()
+        .into_iter()
+        // The first bad prompt in file order, whatever the thread that hit it.
         .collect::<Result<_>>()?;
     let mut counts = AddedTextCounts::new(mode);
     let mut ids = Vec::with_capacity(done.len());
