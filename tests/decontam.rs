@@ -303,7 +303,7 @@ fn mds_and_megatron_shards_scan_and_drop() {
         let clean = w.root().join(format!("{fmt}-clean"));
         decontam(&w, &["--shards", p(&sft)], &["--drop", p(&clean)]);
         let cidx = shard_index::load_complete(&clean).unwrap();
-        assert_eq!(cidx.format, fmt);
+        assert_eq!(cidx.format.name(), fmt);
         assert_eq!(cidx.totals.rows, (recs.len() - 1) as u64);
         assert_eq!(cidx.totals.extra["dropped_contaminated_rows"], 1);
         for sh in &cidx.shards {

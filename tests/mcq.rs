@@ -279,7 +279,7 @@ fn sft_formats_round_trip() {
         assert_eq!(code, 0, "{fmt}: {err}");
         let sft = out.join("sft");
         let idx = shard_index::load_complete(&sft).unwrap();
-        assert_eq!(idx.format, fmt);
+        assert_eq!(idx.format.name(), fmt);
         assert_eq!(idx.shards.len(), recs.len().div_ceil(7), "{fmt}");
         for sh in &idx.shards {
             let path = sft.join(&sh.file);

@@ -98,7 +98,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
             ));
         }
         if idx.kind == shard_index::Kind::Pretrain
-            && idx.format != "megatron"
+            && idx.format != crate::shards::ShardFormat::Megatron
             && tokens != rows * idx.seq_len
         {
             c.fail(format!(
@@ -141,7 +141,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
         c.note(format!(
             "{d}: {} {} shard(s), {rows} rows, {tokens} tokens, {docs} documents from {} file(s)",
             idx.shards.len(),
-            idx.format,
+            idx.format.name(),
             idx.provenance.len()
         ));
     }

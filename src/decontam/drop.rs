@@ -20,6 +20,7 @@ use parquet::file::properties::WriterProperties;
 use super::targets::{Kind, Target};
 use crate::shards::index::{self as shard_index, ShardEntry};
 use crate::shards::outdir::{self, Claim};
+use crate::shards::ShardFormat;
 
 /// What a drop removed.
 pub struct Dropped {
@@ -74,7 +75,7 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> 
             let mut dropped_rows = 0;
             for (si, sh) in index.shards.iter().enumerate() {
                 crate::signals::check()?;
-                if index.format == "parquet" {
+                if index.format == ShardFormat::Parquet {
                     let (entry, n) =
                         filter_shard(&dir.join(&sh.file), &out.join(&sh.file), &drop_rows[si])?;
                     dropped_rows += n;
@@ -83,14 +84,7 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> 
                         ..entry
                     });
                 } else {
-                    let (w, n) = super::rewrite::rewrite(
-                        &index.format,
-                        &index.dtype,
-                        &dir.join(&sh.file),
-                        out,
-                        si,
-                        &drop_rows[si],
-                    )?;
+                    let (w, n) = super::rewrite::rewrite(index, dir, out, si, &drop_rows[si])?;
                     dropped_rows += n;
                     shards.push(w.entry);
                     mds_entries.extend(w.mds);
@@ -114,7 +108,7 @@ pub fn write(target: &Target, bad: &HashSet<usize>, out: &Path, force: bool) -> 
                 "decontam_filtered_from".into(),
                 serde_json::json!({"path": dir.display().to_string(), "index_sha256": target.sha256}),
             );
-            let mds = (index.format == "mds").then_some(mds_entries.as_slice());
+            let mds = (index.format == ShardFormat::Mds).then_some(mds_entries.as_slice());
             shard_index::save(out, &new, mds)?;
             Ok(Dropped {
                 documents: bad.len() as u64,

@@ -6,8 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Int32Type, Int64Type, UInt16Type, UInt32Type, UInt64Type};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -122,69 +120,9 @@ pub fn load_prompts(path: &Path) -> Result<Target> {
     })
 }
 
-fn ids_of(col: &dyn Array, i: usize) -> Option<Vec<u32>> {
-    let v = match col.data_type() {
-        DataType::List(_) => col.as_list::<i32>().value(i),
-        DataType::LargeList(_) => col.as_list::<i64>().value(i),
-        DataType::FixedSizeList(_, _) => col.as_fixed_size_list().value(i),
-        _ => return None,
-    };
-    let n = v.len();
-    Some(match v.data_type() {
-        DataType::UInt32 => v.as_primitive::<UInt32Type>().values().to_vec(),
-        DataType::Int32 => v
-            .as_primitive::<Int32Type>()
-            .values()
-            .iter()
-            .map(|x| *x as u32)
-            .collect(),
-        DataType::UInt16 => v
-            .as_primitive::<UInt16Type>()
-            .values()
-            .iter()
-            .map(|x| *x as u32)
-            .collect(),
-        DataType::Int64 => v
-            .as_primitive::<Int64Type>()
-            .values()
-            .iter()
-            .map(|x| *x as u32)
-            .collect(),
-        DataType::UInt64 => v
-            .as_primitive::<UInt64Type>()
-            .values()
-            .iter()
-            .map(|x| *x as u32)
-            .collect(),
-        _ => return None,
-    })
-    .filter(|x: &Vec<u32>| x.len() == n)
-}
-
-/// The token column of a shard: `input_ids`, else `tokens`, else the first list column.
-fn token_column(schema: &arrow::datatypes::Schema) -> Option<String> {
-    for name in ["input_ids", "tokens", "ids"] {
-        if schema.column_with_name(name).is_some() {
-            return Some(name.to_string());
-        }
-    }
-    schema
-        .fields()
-        .iter()
-        .find(|f| matches!(f.data_type(), DataType::List(_) | DataType::LargeList(_)))
-        .map(|f| f.name().clone())
-}
-
 /// Decode a shard directory back into documents.
 pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Target> {
     let index = shard_index::load(dir)?;
-    if !matches!(index.format.as_str(), "parquet" | "mds" | "megatron") {
-        return Err(crate::error::usage(format!(
-            "{}: format {:?} cannot be scanned (parquet, mds and megatron shards only)",
-            dir.display(),
-            index.format
-        )));
-    }
     let tok_path = tokenizer_override
         .map(crate::mcq::tokenizer::resolve)
         .unwrap_or_else(|| PathBuf::from(&index.tokenizer.path));
@@ -214,97 +152,8 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         bytes += std::fs::metadata(&path)
             .with_context(|| format!("{}: shard listed in index.json is missing", path.display()))?
             .len();
-        // Pretraining Megatron rows are seq_len tokens; SFT rows (one `.idx` document each)
-        // go through the row path below.
-        if index.format == "megatron" && index.kind != shard_index::Kind::Sft {
-            let (docs, spans_m) = megatron_docs(&path, &index, si)?;
-            let decoded: Vec<String> = docs
-                .par_iter()
-                .map(|(ids, _)| {
-                    tok.decode(ids, true)
-                        .map_err(|e| anyhow!("{}: decode: {e}", path.display()))
-                })
-                .collect::<Result<_>>()?;
-            for ((text, (_, first)), span) in decoded.into_iter().zip(docs).zip(spans_m) {
-                texts.push(text);
-                origins.push(Origin {
-                    shard: Some(sh.file.clone()),
-                    shard_row: Some(first),
-                    ..Origin::default()
-                });
-                spans.push(span);
-            }
-            continue;
-        }
-        // Token ids per row, plus SFT provenance when the shard has it.
-        let mut rows: Vec<(Vec<u32>, Option<Origin>)> = match index.format.as_str() {
-            "mds" => mds_rows(&path)?,
-            "megatron" => crate::mcq::sft_shards::read_megatron(&path, &index.dtype)?
-                .into_iter()
-                .map(|r| {
-                    let o = if r.id.is_empty() {
-                        Origin::default()
-                    } else {
-                        Origin {
-                            id: Some(r.id),
-                            source: Some(r.prov.source),
-                            repo: Some(r.prov.repo),
-                            commit: Some(r.prov.commit),
-                            file: Some(r.prov.file),
-                            row: Some(r.prov.row),
-                            ..Origin::default()
-                        }
-                    };
-                    (r.input_ids, Some(o))
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let parquet = index.format == "parquet";
-        let reader = if parquet {
-            Some(crate::sources::guarded::open(&path)?)
-        } else {
-            None
-        };
-        for b in reader.into_iter().flatten() {
-            let b = b.with_context(|| format!("decoding {}", path.display()))?;
-            let tc = token_column(&b.schema())
-                .ok_or_else(|| anyhow!("{}: no token column", path.display()))?;
-            let col = b.column_by_name(&tc).unwrap();
-            let sft =
-                b.column_by_name("prompt_len").is_some() && b.column_by_name("file").is_some();
-            for i in 0..b.num_rows() {
-                let ids = ids_of(col.as_ref(), i).ok_or_else(|| {
-                    anyhow!(
-                        "{} row {}: {tc} is not a list of integers",
-                        path.display(),
-                        rows.len()
-                    )
-                })?;
-                let o = if sft {
-                    let s = |n: &str| {
-                        b.column_by_name(n)
-                            .and_then(|c| crate::mcq::columns::str_at(c.as_ref(), i))
-                            .map(str::to_string)
-                    };
-                    Some(Origin {
-                        id: s("id"),
-                        source: s("source"),
-                        repo: s("repo"),
-                        commit: s("commit"),
-                        file: s("file"),
-                        row: b
-                            .column_by_name("row")
-                            .and_then(|c| crate::mcq::columns::int_at(c.as_ref(), i))
-                            .map(|x| x as u64),
-                        ..Origin::default()
-                    })
-                } else {
-                    None
-                };
-                rows.push((ids, o));
-            }
-        }
+        let batch = index.read_shard(dir, si)?;
+        let rows = rows_with_origin(batch, &index, &path)?;
         // Documents: SFT → one per row; pretraining → EOS-delimited runs across rows.
         let mut docs: Vec<(Vec<u32>, Origin, RowSpan)> = Vec::new();
         if rows.first().map(|r| r.1.is_some()).unwrap_or(false) {
@@ -398,73 +247,55 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
     })
 }
 
-/// A Megatron `.bin` (raw little-endian tokens of the index's dtype) split at EOS into
-/// documents; rows are `seq_len` tokens, as `pack` writes them.
-fn megatron_docs(
-    bin: &Path,
+/// A shard's rows (ids) with, for SFT rows, their provenance: parquet and MDS from the row's
+/// columns, Megatron from its `.rows.jsonl` sidecar. Pretraining rows carry none.
+fn rows_with_origin(
+    batch: crate::shards::RowBatch,
     index: &ShardIndex,
-    shard: usize,
-) -> Result<(Vec<(Vec<u32>, u64)>, Vec<RowSpan>)> {
-    let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
-    let toks: Vec<u32> = match index.dtype.as_str() {
-        "uint16" => bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-            .collect(),
-        "uint32" | "int32" => bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        other => bail!("{}: unsupported dtype {other:?}", bin.display()),
-    };
-    let seq = index.seq_len.max(1);
-    let eos = index.tokenizer.eos_id;
-    let (mut docs, mut spans) = (Vec::new(), Vec::new());
-    let mut start = 0usize;
-    for (i, &t) in toks.iter().enumerate() {
-        if t == eos || i + 1 == toks.len() {
-            let end = if t == eos { i } else { i + 1 };
-            if end > start {
-                let first = start as u64 / seq;
-                let last = (end as u64 - 1) / seq;
-                docs.push((toks[start..end].to_vec(), first));
-                spans.push(RowSpan { shard, first, last });
-            }
-            start = i + 1;
-        }
+    path: &Path,
+) -> Result<Vec<(Vec<u32>, Option<Origin>)>> {
+    use crate::shards::{Column, ShardFormat};
+    if index.format == ShardFormat::Megatron && index.kind == shard_index::Kind::Sft {
+        return Ok(crate::mcq::sft_shards::rows_of(&batch, index.format, path)?
+            .into_iter()
+            .map(|r| {
+                let o = if r.id.is_empty() {
+                    Origin::default()
+                } else {
+                    Origin {
+                        id: Some(r.id),
+                        source: Some(r.prov.source),
+                        repo: Some(r.prov.repo),
+                        commit: Some(r.prov.commit),
+                        file: Some(r.prov.file),
+                        row: Some(r.prov.row),
+                        ..Origin::default()
+                    }
+                };
+                (r.input_ids, Some(o))
+            })
+            .collect());
     }
-    Ok((docs, spans))
-}
-
-/// MDS samples as rows; SFT samples (with `prompt_len` and `file`) carry their provenance.
-fn mds_rows(path: &Path) -> Result<Vec<(Vec<u32>, Option<Origin>)>> {
-    use crate::shards::mds_read::Value;
-    crate::shards::mds_read::read(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let ids = match s.get("input_ids") {
-                Some(Value::Ids(v)) => v.clone(),
-                _ => bail!("{} sample {i}: no input_ids array", path.display()),
-            };
-            let st = |k: &str| match s.get(k) {
-                Some(Value::Str(x)) => Some(x.clone()),
-                _ => None,
-            };
-            let sft = s.contains_key("prompt_len") && s.contains_key("file");
-            let o = sft.then(|| Origin {
-                id: st("id"),
-                source: st("source"),
-                repo: st("repo"),
-                commit: st("commit"),
-                file: st("file"),
-                row: match s.get("row") {
-                    Some(Value::U32(r)) => Some(*r as u64),
+    let sft = batch.column("prompt_len").is_some() && batch.column("file").is_some();
+    let s = |n: &str, i: usize| match batch.column(n) {
+        Some(Column::Str(v)) => Some(v[i].clone()),
+        _ => None,
+    };
+    let origins: Vec<Option<Origin>> = (0..batch.rows())
+        .map(|i| {
+            sft.then(|| Origin {
+                id: s("id", i),
+                source: s("source", i),
+                repo: s("repo", i),
+                commit: s("commit", i),
+                file: s("file", i),
+                row: match batch.column("row") {
+                    Some(Column::U32(v)) => Some(v[i] as u64),
                     _ => None,
                 },
                 ..Origin::default()
-            });
-            Ok((ids, o))
+            })
         })
-        .collect()
+        .collect();
+    Ok(batch.input_ids.into_iter().zip(origins).collect())
 }

@@ -421,9 +421,9 @@ pub fn run(args: McqArgs) -> Result<()> {
             version: 1,
             tool: Index::tool_name(),
             kind: Kind::Sft,
-            format: args.format.name().into(),
+            format: args.format,
             seq_len: args.seq_len as u64,
-            dtype: "uint32".into(),
+            dtype,
             tokenizer: tok.info.clone(),
             shards: Vec::new(),
             totals: Totals::default(),
@@ -431,6 +431,7 @@ pub fn run(args: McqArgs) -> Result<()> {
             manifest: Some(crate::shards::index::abs_path(&m.path)),
             lock_sha256: Some(crate::util::sha256_file(&lock_path)?),
             complete: false,
+            args: None,
             extra,
         };
         let is_mds = args.format == ShardFormat::Mds;

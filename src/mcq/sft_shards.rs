@@ -5,15 +5,15 @@
 //! `[0, prompt_len, length]`): `prompt_len` is the first sequence length in the `.idx`, and
 //! the per-row columns go to a `part-NNNNN.rows.jsonl` sidecar (one JSON object per row,
 //! listed in the shard's `extra_files`, so `audit` re-hashes it).
-//! [`read_dir`] reads any of the three formats back (tests, decontam).
+//! [`read_dir`] reads any of the three formats back through [`crate::shards::ShardReader`]
+//! (tests, decontam).
 
 use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
 use super::sft::SftRow;
-use crate::shards::ShardFormat;
-use crate::shards::{mds_read, Column, RowBatch};
+use crate::shards::{Column, Dtype, RowBatch, ShardFormat};
 
 /// The shard batch for `rows`.
 pub fn to_batch(rows: &[&SftRow], format: ShardFormat) -> Result<RowBatch> {
@@ -81,205 +81,74 @@ pub fn write_sidecar(dir: &Path, bin_file: &str, rows: &[&SftRow]) -> Result<(St
     Ok((name, sha))
 }
 
-/// Every SFT row of the shard directory `dir`, in order. Megatron rows without a sidecar
-/// carry no id or provenance (empty strings, row 0).
+/// Every SFT row of the shard directory `dir`, in order, read through the index's
+/// [`crate::shards::ShardReader`]. Megatron rows without a sidecar carry no id or provenance
+/// (empty strings, row 0).
 pub fn read_dir(dir: &Path) -> Result<Vec<SftRow>> {
     let idx = crate::shards::index::load_complete(dir)?;
     let mut out = Vec::new();
-    for sh in &idx.shards {
-        let path = dir.join(&sh.file);
-        let rows = match idx.format.as_str() {
-            "parquet" => read_parquet(&path)?,
-            "mds" => read_mds(&path)?,
-            "megatron" => read_megatron(&path, &idx.dtype)?,
-            f => bail!("{}: unknown format {f:?}", dir.display()),
-        };
-        ensure!(
-            rows.len() as u64 == sh.rows,
-            "{}: {} rows, index.json says {}",
-            path.display(),
-            rows.len(),
-            sh.rows
-        );
-        out.extend(rows);
+    for (k, sh) in idx.shards.iter().enumerate() {
+        let batch = idx.read_shard(dir, k)?;
+        out.extend(rows_of(&batch, idx.format, &dir.join(&sh.file))?);
     }
     Ok(out)
 }
 
-fn read_parquet(path: &Path) -> Result<Vec<SftRow>> {
-    use crate::mcq::columns::{int_at, str_at};
-    use arrow::array::AsArray;
-    use arrow::datatypes::UInt32Type;
-    let reader = crate::sources::guarded::open(path)?;
-    let mut out = Vec::new();
-    for b in reader {
-        let b = b?;
-        let col = |n: &str| {
-            b.column_by_name(n)
-                .cloned()
-                .ok_or_else(|| anyhow!("{}: no column {n}", path.display()))
-        };
-        let toks = col("input_ids")?;
-        let toks = toks.as_list::<i32>();
-        let named: Vec<_> = [
-            "id",
-            "source",
-            "repo",
-            "commit",
-            "file",
-            "prompt_len",
-            "row",
-        ]
-        .iter()
-        .map(|n| col(n))
-        .collect::<Result<_>>()?;
-        for i in 0..b.num_rows() {
-            let s = |k: usize| {
-                str_at(named[k].as_ref(), i)
-                    .map(str::to_string)
-                    .ok_or_else(|| anyhow!("{} row {i}: bad string column", path.display()))
-            };
-            let n = |k: usize| {
-                int_at(named[k].as_ref(), i)
-                    .ok_or_else(|| anyhow!("{} row {i}: bad integer column", path.display()))
-            };
-            let v = toks.value(i);
-            let v = v.as_primitive::<UInt32Type>();
-            out.push(SftRow {
-                id: s(0)?,
-                prov: crate::provenance::Provenance {
-                    source: s(1)?,
-                    repo: s(2)?,
-                    commit: s(3)?,
-                    file: s(4)?,
-                    row: n(6)? as u64,
-                },
-                input_ids: v.values().to_vec(),
-                prompt_len: n(5)? as u32,
-            });
-        }
+/// The SFT rows of one shard's batch (`path` names the shard in errors; a Megatron shard's
+/// sidecar is read beside it).
+pub fn rows_of(b: &RowBatch, format: ShardFormat, path: &Path) -> Result<Vec<SftRow>> {
+    if format == ShardFormat::Megatron {
+        return megatron_rows(b, path);
     }
-    Ok(out)
-}
-
-fn read_mds(path: &Path) -> Result<Vec<SftRow>> {
-    use mds_read::Value;
-    mds_read::read(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut s)| {
-            let mut take = |k: &str| {
-                s.remove(k)
-                    .ok_or_else(|| anyhow!("{} sample {i}: no column {k}", path.display()))
-            };
-            let (Value::Ids(ids), Value::U32(pl), Value::U32(row)) =
-                (take("input_ids")?, take("prompt_len")?, take("row")?)
-            else {
-                bail!("{} sample {i}: wrong column types", path.display());
-            };
-            let mut st = |k: &str| match take(k)? {
-                Value::Str(x) => Ok(x),
-                _ => Err(anyhow!(
-                    "{} sample {i}: {k} is not a string",
-                    path.display()
-                )),
-            };
-            Ok(SftRow {
-                id: st("id")?,
-                prov: crate::provenance::Provenance {
-                    source: st("source")?,
-                    repo: st("repo")?,
-                    commit: st("commit")?,
-                    file: st("file")?,
-                    row: row as u64,
-                },
-                input_ids: ids,
-                prompt_len: pl,
-            })
-        })
-        .collect()
-}
-
-/// `.idx` of a Megatron shard: (sequence lengths, document indices).
-pub fn megatron_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
-    let b = std::fs::read(idx_path).with_context(|| format!("reading {}", idx_path.display()))?;
-    let bad = || anyhow!("{}: not a Megatron .idx", idx_path.display());
-    ensure!(
-        b.len() >= 34 && &b[..9] == crate::shards::megatron::MAGIC,
-        bad()
-    );
-    let s = u64::from_le_bytes(b[18..26].try_into().unwrap());
-    let d = u64::from_le_bytes(b[26..34].try_into().unwrap());
-    // Checked: a hostile header must not overflow into a length that matches.
-    let want = 12u64
-        .checked_mul(s)
-        .zip(8u64.checked_mul(d))
-        .and_then(|(a, c)| a.checked_add(c)?.checked_add(34));
-    ensure!(want == Some(b.len() as u64), bad());
-    let (s, d) = (s as usize, d as usize);
-    let lens: Vec<u32> = (0..s)
-        .map(|i| i32::from_le_bytes(b[34 + 4 * i..38 + 4 * i].try_into().unwrap()))
-        .map(|l| {
-            u32::try_from(l)
-                .map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display()))
-        })
-        .collect::<Result<_>>()?;
-    let p = 34 + 12 * s;
-    let docs: Vec<u64> = (0..d)
-        .map(|i| i64::from_le_bytes(b[p + 8 * i..p + 8 + 8 * i].try_into().unwrap()) as u64)
-        .collect();
-    // Document indices must walk the sequences in order, and a document's tokens fit u32.
-    for (k, w) in docs.windows(2).enumerate() {
-        ensure!(
-            w[0] <= w[1] && w[1] <= s as u64,
-            "{}: document index {} ({}..{}) out of order or past the {s} sequences",
-            idx_path.display(),
-            k,
-            w[0],
-            w[1]
-        );
-        let sum: u64 = lens[w[0] as usize..w[1] as usize]
-            .iter()
-            .map(|&l| l as u64)
-            .sum();
-        ensure!(
-            sum <= u32::MAX as u64,
-            "{}: document {k} has {sum} tokens",
-            idx_path.display()
-        );
-    }
-    Ok((lens, docs))
-}
-
-/// Rows of one Megatron SFT shard, with id and provenance from its sidecar when present.
-pub fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
-    let (lens, docs) = megatron_idx(&bin.with_extension("idx"))?;
-    let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
-    let toks: Vec<u32> = match dtype {
-        "uint16" => bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
-            .collect(),
-        _ => bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect(),
+    let col = |n: &str| {
+        b.column(n)
+            .ok_or_else(|| anyhow!("{}: no column {n}", path.display()))
     };
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    for w in docs.windows(2) {
-        let seqs = &lens[w[0] as usize..w[1] as usize];
+    let strs = |n: &str| match col(n)? {
+        Column::Str(v) => Ok(v),
+        _ => Err(anyhow!("{}: column {n} is not a string", path.display())),
+    };
+    let ints = |n: &str| match col(n)? {
+        Column::U32(v) => Ok(v),
+        _ => Err(anyhow!("{}: column {n} is not uint32", path.display())),
+    };
+    let (id, source, repo, commit, file) = (
+        strs("id")?,
+        strs("source")?,
+        strs("repo")?,
+        strs("commit")?,
+        strs("file")?,
+    );
+    let (prompt_len, row) = (ints("prompt_len")?, ints("row")?);
+    Ok((0..b.rows())
+        .map(|i| SftRow {
+            id: id[i].clone(),
+            prov: crate::provenance::Provenance {
+                source: source[i].clone(),
+                repo: repo[i].clone(),
+                commit: commit[i].clone(),
+                file: file[i].clone(),
+                row: row[i] as u64,
+            },
+            input_ids: b.input_ids[i].clone(),
+            prompt_len: prompt_len[i],
+        })
+        .collect())
+}
+
+/// Megatron SFT rows: each `.idx` document is prompt and answer (two sequences); id and
+/// provenance come from the `.rows.jsonl` sidecar when present.
+fn megatron_rows(b: &RowBatch, bin: &Path) -> Result<Vec<SftRow>> {
+    let Some(Column::U32List(offs)) = b.column("doc_offsets") else {
+        bail!("{}: no sequence boundaries", bin.display());
+    };
+    let mut out = Vec::with_capacity(b.rows());
+    for (ids, o) in b.input_ids.iter().zip(offs) {
         ensure!(
-            seqs.len() == 2,
+            o.len() == 3,
             "{}: an SFT document has {} sequences, not 2",
             bin.display(),
-            seqs.len()
-        );
-        let n = (seqs[0] + seqs[1]) as usize;
-        ensure!(
-            at + n <= toks.len(),
-            "{}: .bin shorter than .idx says",
-            bin.display()
+            o.len() - 1
         );
         out.push(SftRow {
             id: String::new(),
@@ -290,16 +159,10 @@ pub fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
                 file: String::new(),
                 row: 0,
             },
-            input_ids: toks[at..at + n].to_vec(),
-            prompt_len: seqs[0],
+            input_ids: ids.clone(),
+            prompt_len: o[1],
         });
-        at += n;
     }
-    ensure!(
-        at == toks.len(),
-        "{}: .bin longer than .idx says",
-        bin.display()
-    );
     let name = bin.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let side = bin.with_file_name(sidecar_name(name));
     if side.exists() {
@@ -334,4 +197,10 @@ pub fn read_megatron(bin: &Path, dtype: &str) -> Result<Vec<SftRow>> {
         }
     }
     Ok(out)
+}
+
+/// Rows of one Megatron SFT shard (`part-NNNNN.bin`), with id and provenance from its
+/// sidecar when present.
+pub fn read_megatron(bin: &Path, dtype: Dtype) -> Result<Vec<SftRow>> {
+    megatron_rows(&crate::shards::megatron::read(bin, dtype)?, bin)
 }

@@ -9,14 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, ListArray, UInt32Array};
 use serde_json::Value;
 
 use super::packer::{shuffle_rows, Packer};
 use super::ShardFormat;
 use crate::shards::index::{self, Index, ProvenanceRange};
 use crate::shards::outdir::{self, Claim};
-use crate::shards::{Dtype, RowBatch};
+use crate::shards::settings::PackSettings;
+use crate::shards::RowBatch;
 
 /// One row of a part: ids and its `doc_offsets`.
 type Row = (Vec<u32>, Vec<u32>);
@@ -30,30 +30,17 @@ struct PartRows {
     next_prov: usize,
 }
 
-fn read_parquet_rows(path: &Path) -> Result<Vec<Row>> {
-    let reader = crate::sources::guarded::open(path)?;
-    let mut rows = Vec::new();
-    for rb in reader {
-        let rb = rb.with_context(|| format!("reading {}", path.display()))?;
-        let list = |name: &str| -> Result<ListArray> {
-            rb.column_by_name(name)
-                .and_then(|c| c.as_any().downcast_ref::<ListArray>().cloned())
-                .ok_or_else(|| anyhow!("{}: no list column {name:?}", path.display()))
-        };
-        let (ids, offs) = (list("input_ids")?, list("doc_offsets")?);
-        let vals = |l: &ListArray, i: usize| -> Result<Vec<u32>> {
-            let a = l.value(i);
-            let u = a
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .ok_or_else(|| anyhow!("{}: ids are not uint32", path.display()))?;
-            Ok(u.values().to_vec())
-        };
-        for i in 0..rb.num_rows() {
-            rows.push((vals(&ids, i)?, vals(&offs, i)?));
-        }
-    }
-    Ok(rows)
+/// A part's shard as rows of (ids, `doc_offsets`), read through the index's reader.
+fn read_rows(idx: &Index, dir: &Path, k: usize) -> Result<Vec<Row>> {
+    let b = idx.read_shard(dir, k)?;
+    let Some(crate::shards::Column::U32List(offs)) = b.column("doc_offsets") else {
+        bail!(
+            "{}: no doc_offsets column",
+            dir.join(&idx.shards[k].file).display()
+        );
+    };
+    let offs = offs.clone();
+    Ok(b.input_ids.into_iter().zip(offs).collect())
 }
 
 impl PartRows {
@@ -72,30 +59,12 @@ impl PartRows {
             let (k, first) = found.ok_or_else(|| {
                 anyhow!("{}: row {r} is past the part's shards", self.dir.display())
             })?;
-            let path = self.dir.join(&self.idx.shards[k].file);
-            let rows = read_parquet_rows(&path)?;
-            if rows.len() as u64 != self.idx.shards[k].rows {
-                bail!(
-                    "{}: {} rows, the part index says {}",
-                    path.display(),
-                    rows.len(),
-                    self.idx.shards[k].rows
-                );
-            }
+            let rows = read_rows(&self.idx, &self.dir, k)?;
             self.loaded = Some((first, k, rows));
         }
         let (first, _, rows) = self.loaded.as_ref().unwrap();
         Ok(&rows[(r - first) as usize])
     }
-}
-
-fn parse_format(s: &str) -> Result<ShardFormat> {
-    Ok(match s {
-        "parquet" => ShardFormat::Parquet,
-        "mds" => ShardFormat::Mds,
-        "megatron" => ShardFormat::Megatron,
-        o => bail!("unknown format {o:?} in the part arguments"),
-    })
 }
 
 /// Merge `out/parts/*` into `out`. Refuses missing or incomplete parts (by name) and parts of
@@ -151,14 +120,18 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         )));
     }
     // One run: identical arguments except the worker.
-    let identity = |i: &Index| -> Value {
-        let mut a = i.extra.get("args").cloned().unwrap_or(Value::Null);
-        a["worker"] = serde_json::json!([0, 1]);
-        a
+    let identity = |p: &PartRows| -> Result<PackSettings> {
+        match &p.idx.args {
+            Some(a) => Ok(a.as_one_process()),
+            None => Err(crate::error::refused(format!(
+                "{}: the part's index records no pack arguments; rerun that task",
+                p.dir.display()
+            ))),
+        }
     };
-    let args = identity(&parts[0].idx);
+    let args = identity(&parts[0])?;
     for p in &parts[1..] {
-        if identity(&p.idx) != args {
+        if identity(p)? != args {
             return Err(crate::error::refused(format!(
                 "{} and {} were written by different pack commands; remove the stale part",
                 parts[0].dir.display(),
@@ -167,11 +140,8 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         }
     }
     let first = parts[0].idx.clone();
-    let format = parse_format(args["format"].as_str().unwrap_or(""))?;
-    let dtype = match first.dtype.as_str() {
-        "uint16" => Dtype::U16,
-        _ => Dtype::U32,
-    };
+    let format = args.format;
+    let dtype = first.dtype;
     let seq_len = first.seq_len as usize;
     if !(1..=crate::sizes::MAX_TOKENS as usize).contains(&seq_len) {
         bail!(
@@ -181,11 +151,10 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             crate::sizes::MAX_TOKENS
         );
     }
-    let shard_bytes = args["shard_bytes"].as_u64().context("args.shard_bytes")?;
-    let rows_per_shard = (shard_bytes / (seq_len as u64 * 4)).max(1) as usize;
-    let shuffle = args["shuffle_seed"].as_u64();
+    let rows_per_shard = args.rows_per_shard();
+    let shuffle = args.shuffle_seed;
     let pad =
-        if args["pad_last"].as_bool() == Some(true) {
+        if args.pad_last {
             Some(first.extra.get("pad_id").and_then(Value::as_u64).context(
                 "part index lacks pad_id (written by an older dlm-data); rerun the workers",
             )? as u32)
@@ -203,7 +172,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     if let Some(old) = outdir::own_index(out) {
         claim = claim
             .remove(outdir::journal_files(&old))
-            .remove(outdir::shard_files(&old.format, old.shards.len()));
+            .remove(outdir::shard_files(old.format, old.shards.len()));
     }
     claim.apply(out)?;
 
@@ -214,7 +183,8 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         complete: false,
         ..first.clone()
     };
-    merged.format = format.name().into();
+    merged.format = format;
+    merged.args = Some(args.clone());
     merged.extra = BTreeMap::new();
     for k in [
         "eos_choice",
@@ -226,7 +196,6 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             merged.extra.insert(k.into(), v.clone());
         }
     }
-    merged.extra.insert("args".into(), args.clone());
     let mut mds: Vec<Value> = Vec::new();
     let mut rows = 0u64;
     let mut tokens = 0u64;

@@ -73,8 +73,9 @@ pub enum DtypeArg {
     Uint16,
 }
 
-/// What to do with a document larger than `--max-doc-bytes`.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+/// What to do with a document larger than `--max-doc-bytes` (`"Fail"` / `"Skip"` in the
+/// index's `args`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Oversize {
     /// Stop with an error naming the file and row (default).
     Fail,

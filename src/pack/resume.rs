@@ -17,6 +17,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::shards::index::{Index, ProvenanceRange, Totals};
+use crate::shards::settings::PackSettings;
 
 /// Where the next shard starts, and the state to restore there.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -50,7 +51,7 @@ pub enum Found {
 }
 
 /// Inspect `dir` for a previous run with fingerprint `args`.
-pub fn inspect(dir: &Path, args: &serde_json::Value, force: bool) -> Result<Found> {
+pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
     let p = crate::shards::index::index_path(dir);
     if !p.exists() {
         return Ok(Found::Fresh);
@@ -60,7 +61,7 @@ pub fn inspect(dir: &Path, args: &serde_json::Value, force: bool) -> Result<Foun
         Err(_) if force => return Ok(Found::Fresh),
         Err(e) => return Err(e),
     };
-    let prev = idx.extra.get("args");
+    let prev = idx.args.as_ref();
     if prev != Some(args) && force {
         return Ok(Found::Fresh);
     }

@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use super::settings::PackSettings;
+use super::{Dtype, RowBatch, ShardFormat, ShardReader};
+
 /// The file name of the index inside an output directory.
 pub const INDEX_FILE: &str = "index.json";
 
@@ -104,10 +107,10 @@ pub struct Index {
     pub tool: String,
     pub kind: Kind,
     /// `parquet`, `mds` or `megatron`.
-    pub format: String,
+    pub format: ShardFormat,
     pub seq_len: u64,
     /// `uint32` or `uint16`.
-    pub dtype: String,
+    pub dtype: Dtype,
     pub tokenizer: TokenizerInfo,
     pub shards: Vec<ShardEntry>,
     pub totals: Totals,
@@ -115,7 +118,12 @@ pub struct Index {
     pub manifest: Option<String>,
     pub lock_sha256: Option<String>,
     pub complete: bool,
-    /// Any other keys (pack's `args`, `resume` cursor, `eos_choice`, ...), kept verbatim.
+    /// `pack` (and `merge`, `decontam --drop` of its output): the settings it was written
+    /// with, the resume fingerprint. Serialised before `extra`, whose keys all sort after
+    /// `"args"`, so the key order is the one the untyped index had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<PackSettings>,
+    /// Any other keys (`resume` cursor, `eos_choice`, ...), kept verbatim.
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
 }
@@ -124,6 +132,25 @@ impl Index {
     /// `dlm-data <version>`, the `tool` value writers put in.
     pub fn tool_name() -> String {
         format!("dlm-data {}", env!("CARGO_PKG_VERSION"))
+    }
+
+    /// The reader of this output's shards (its format and dtype).
+    pub fn reader(&self) -> Box<dyn ShardReader> {
+        self.format.reader(self.dtype)
+    }
+
+    /// Shard `k` of the output in `dir`, its row count checked against the index.
+    pub fn read_shard(&self, dir: &Path, k: usize) -> Result<RowBatch> {
+        let sh = &self.shards[k];
+        let b = self.reader().read(dir, sh)?;
+        anyhow::ensure!(
+            b.rows() as u64 == sh.rows,
+            "{}: {} rows, index.json says {}",
+            dir.join(&sh.file).display(),
+            b.rows(),
+            sh.rows
+        );
+        Ok(b)
     }
 }
 
@@ -214,9 +241,9 @@ mod tests {
             version: 1,
             tool: Index::tool_name(),
             kind: Kind::Pretrain,
-            format: "parquet".into(),
+            format: ShardFormat::Parquet,
             seq_len: 8,
-            dtype: "uint32".into(),
+            dtype: Dtype::U32,
             tokenizer: TokenizerInfo {
                 path: "t/tokenizer.json".into(),
                 sha256: "00".into(),
@@ -242,6 +269,7 @@ mod tests {
             manifest: None,
             lock_sha256: None,
             complete: true,
+            args: None,
             extra: BTreeMap::new(),
         }
     }

@@ -14,7 +14,24 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, WrittenShard};
+use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+
+/// The MDS shard writer (ids as `dtype`) and reader ([`super::mds_read`]).
+pub struct Mds {
+    pub dtype: Dtype,
+}
+
+impl ShardWriter for Mds {
+    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
+        write(dir, n, batch, self.dtype)
+    }
+}
+
+impl ShardReader for Mds {
+    fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch> {
+        super::mds_read::read_batch(&dir.join(&entry.file))
+    }
+}
 
 /// MosaicML's default shard size limit, recorded in the config (readers ignore it).
 const SIZE_LIMIT: u64 = 1 << 26;

@@ -1,11 +1,13 @@
-//! Reads MDS shards back (the inverse of [`super::mds`]): `decontam` scans them and tests
-//! round-trip them. Handles the encodings our writer emits: `ndarray:<uint16|uint32>` with
+//! Reads MDS shards back (the inverse of [`super::mds`]), as samples or as the [`RowBatch`]
+//! they were written from. Handles the encodings our writer emits: `ndarray:<uint16|uint32>` with
 //! dynamic 1-d shape, `str`, `uint32`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
+
+use super::{Column, RowBatch};
 
 /// One decoded column value of a sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +152,52 @@ pub fn read(path: &Path) -> Result<Vec<Sample>> {
         bytes
     };
     decode(&raw).with_context(|| format!("{}: not a readable MDS shard", path.display()))
+}
+
+/// An MDS shard as a batch: `input_ids` plus its other columns (in the shard's sorted order).
+pub fn read_batch(path: &Path) -> Result<RowBatch> {
+    let samples = read(path)?;
+    let mut b = RowBatch::default();
+    for (i, mut s) in samples.into_iter().enumerate() {
+        match s.remove("input_ids") {
+            Some(Value::Ids(v)) => b.input_ids.push(v),
+            _ => bail!("{} sample {i}: no input_ids array", path.display()),
+        }
+        if i == 0 {
+            for (k, v) in &s {
+                b.columns.push((
+                    k.clone(),
+                    match v {
+                        Value::Ids(_) => Column::U32List(vec![]),
+                        Value::U32(_) => Column::U32(vec![]),
+                        Value::Str(_) => Column::Str(vec![]),
+                    },
+                ));
+            }
+        }
+        ensure!(
+            s.len() == b.columns.len(),
+            "{} sample {i}: {} columns, the first sample has {}",
+            path.display(),
+            s.len() + 1,
+            b.columns.len() + 1
+        );
+        for (k, c) in &mut b.columns {
+            let bad = || {
+                anyhow!(
+                    "{} sample {i}: column {k} missing or of another type",
+                    path.display()
+                )
+            };
+            match (c, s.remove(k.as_str()).ok_or_else(bad)?) {
+                (Column::U32List(c), Value::Ids(v)) => c.push(v),
+                (Column::U32(c), Value::U32(v)) => c.push(v),
+                (Column::Str(c), Value::Str(v)) => c.push(v),
+                _ => return Err(bad()),
+            }
+        }
+    }
+    Ok(b)
 }
 
 #[cfg(test)]

@@ -11,9 +11,26 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::{ensure, Result};
+use anyhow::{anyhow, ensure, Context, Result};
 
-use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, WrittenShard};
+use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+
+/// The Megatron shard writer and reader (ids as `dtype`).
+pub struct Megatron {
+    pub dtype: Dtype,
+}
+
+impl ShardWriter for Megatron {
+    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
+        write(dir, n, batch, self.dtype)
+    }
+}
+
+impl ShardReader for Megatron {
+    fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch> {
+        read(&dir.join(&entry.file), self.dtype)
+    }
+}
 
 pub const MAGIC: &[u8; 9] = b"MMIDIDX\x00\x00";
 
@@ -98,6 +115,110 @@ pub fn write(dir: &Path, n: usize, batch: &RowBatch, dtype: Dtype) -> Result<Wri
             extra_files: extra,
         },
         mds: None,
+    })
+}
+
+/// The `.idx` of a Megatron shard: (sequence lengths, document indices), checked against
+/// its own header and for documents that walk the sequences in order.
+pub fn read_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
+    let b = std::fs::read(idx_path).with_context(|| format!("reading {}", idx_path.display()))?;
+    let bad = || anyhow!("{}: not a Megatron .idx", idx_path.display());
+    ensure!(b.len() >= 34 && &b[..9] == MAGIC, bad());
+    let s = u64::from_le_bytes(b[18..26].try_into().unwrap());
+    let d = u64::from_le_bytes(b[26..34].try_into().unwrap());
+    // Checked: a hostile header must not overflow into a length that matches.
+    let want = 12u64
+        .checked_mul(s)
+        .zip(8u64.checked_mul(d))
+        .and_then(|(a, c)| a.checked_add(c)?.checked_add(34));
+    ensure!(want == Some(b.len() as u64), bad());
+    let (s, d) = (s as usize, d as usize);
+    let lens: Vec<u32> = (0..s)
+        .map(|i| i32::from_le_bytes(b[34 + 4 * i..38 + 4 * i].try_into().unwrap()))
+        .map(|l| {
+            u32::try_from(l)
+                .map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display()))
+        })
+        .collect::<Result<_>>()?;
+    let p = 34 + 12 * s;
+    let docs: Vec<u64> = (0..d)
+        .map(|i| i64::from_le_bytes(b[p + 8 * i..p + 8 + 8 * i].try_into().unwrap()) as u64)
+        .collect();
+    // Document indices must walk the sequences in order, and a document's tokens fit u32.
+    for (k, w) in docs.windows(2).enumerate() {
+        ensure!(
+            w[0] <= w[1] && w[1] <= s as u64,
+            "{}: document index {} ({}..{}) out of order or past the {s} sequences",
+            idx_path.display(),
+            k,
+            w[0],
+            w[1]
+        );
+        let sum: u64 = lens[w[0] as usize..w[1] as usize]
+            .iter()
+            .map(|&l| l as u64)
+            .sum();
+        ensure!(
+            sum <= u32::MAX as u64,
+            "{}: document {k} has {sum} tokens",
+            idx_path.display()
+        );
+    }
+    Ok((lens, docs))
+}
+
+/// The ids of a `.bin` as `dtype`.
+pub fn read_bin(bin: &Path, dtype: Dtype) -> Result<Vec<u32>> {
+    let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
+    ensure!(
+        bytes.len() % dtype.size() == 0,
+        "{}: {} bytes is not a whole number of {} ids",
+        bin.display(),
+        bytes.len(),
+        dtype.name()
+    );
+    Ok(match dtype {
+        Dtype::U16 => bytes
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]) as u32)
+            .collect(),
+        Dtype::U32 => bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+    })
+}
+
+/// A shard (`part-NNNNN.bin` and its `.idx`) as rows: one row per `.idx` document, its
+/// `doc_offsets` the document's sequence boundaries.
+pub fn read(bin: &Path, dtype: Dtype) -> Result<RowBatch> {
+    let (lens, docs) = read_idx(&bin.with_extension("idx"))?;
+    let toks = read_bin(bin, dtype)?;
+    let (mut ids, mut offs) = (Vec::new(), Vec::new());
+    let mut at = 0usize;
+    for w in docs.windows(2) {
+        let mut o = vec![0u32];
+        for l in &lens[w[0] as usize..w[1] as usize] {
+            o.push(o.last().unwrap() + l);
+        }
+        let n = *o.last().unwrap() as usize;
+        ensure!(
+            at + n <= toks.len(),
+            "{}: .bin shorter than .idx says",
+            bin.display()
+        );
+        ids.push(toks[at..at + n].to_vec());
+        offs.push(o);
+        at += n;
+    }
+    ensure!(
+        at == toks.len(),
+        "{}: .bin longer than .idx says",
+        bin.display()
+    );
+    Ok(RowBatch {
+        input_ids: ids,
+        columns: vec![("doc_offsets".into(), Column::U32List(offs))],
     })
 }
 

@@ -12,6 +12,7 @@ pub mod mds_read;
 pub mod megatron;
 pub mod outdir;
 pub mod parquet;
+pub mod settings;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -106,10 +107,14 @@ impl RowBatch {
     }
 }
 
-/// Token id width on disk (MDS and Megatron; parquet is always uint32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Token id width on disk (MDS and Megatron; parquet is always uint32). Recorded in
+/// `index.json` as `"uint32"` / `"uint16"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Dtype {
+    /// Megatron's `.idx` code for these ids is int32 (4); older readers wrote that name.
+    #[serde(rename = "uint32", alias = "int32")]
     U32,
+    #[serde(rename = "uint16")]
     U16,
 }
 
@@ -157,7 +162,38 @@ pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(Str
     Ok((crate::util::sha256_hex(bytes), bytes.len() as u64))
 }
 
-/// Write shard number `n` of `batch` in `format` into `dir`.
+/// Writes shards of one format: shard number `n` of `batch` into `dir`, durably, returning
+/// what the index records.
+pub trait ShardWriter: Send + Sync {
+    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard>;
+}
+
+/// Reads shards of one format back into the [`RowBatch`] a writer took: `input_ids` plus the
+/// per-row columns the format stores (parquet and MDS: every column; Megatron: `doc_offsets`
+/// from each `.idx` document's sequences).
+pub trait ShardReader: Send + Sync {
+    fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch>;
+}
+
+impl ShardFormat {
+    /// The writer of this format, ids stored as `dtype` (parquet: always uint32).
+    pub fn writer(self, dtype: Dtype) -> Box<dyn ShardWriter> {
+        match self {
+            ShardFormat::Parquet => Box::new(parquet::Parquet),
+            ShardFormat::Mds => Box::new(mds::Mds { dtype }),
+            ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
+        }
+    }
+    /// The reader of this format, ids stored as `dtype`.
+    pub fn reader(self, dtype: Dtype) -> Box<dyn ShardReader> {
+        match self {
+            ShardFormat::Parquet => Box::new(parquet::Parquet),
+            ShardFormat::Mds => Box::new(mds::Mds { dtype }),
+            ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
+        }
+    }
+}
+
 /// Write a parquet shard encoded while its rows arrived ([`parquet::Streaming`]), durably.
 pub fn write_parquet_streamed(dir: &Path, n: usize, s: parquet::Streaming) -> Result<WrittenShard> {
     let name = parquet::shard_name(n);
@@ -176,6 +212,7 @@ pub fn write_parquet_streamed(dir: &Path, n: usize, s: parquet::Streaming) -> Re
     })
 }
 
+/// Write shard number `n` of `batch` in `format` into `dir` ([`ShardFormat::writer`]).
 pub fn write_shard(
     format: ShardFormat,
     dir: &Path,
@@ -184,14 +221,5 @@ pub fn write_shard(
     dtype: Dtype,
 ) -> Result<WrittenShard> {
     batch.check()?;
-    use ShardFormat as F;
-    match format {
-        F::Parquet => {
-            let mut s = parquet::Streaming::new(batch)?;
-            s.write(batch)?;
-            write_parquet_streamed(dir, n, s)
-        }
-        F::Mds => mds::write(dir, n, batch, dtype),
-        F::Megatron => megatron::write(dir, n, batch, dtype),
-    }
+    format.writer(dtype).write(dir, n, batch)
 }

@@ -139,11 +139,12 @@ pub fn own_index(dir: &Path) -> Option<Index> {
 
 /// The files shard number `n` of `format` is written as (what an interrupted writer may have
 /// renamed into place before journaling it).
-pub fn shard_files(format: &str, n: usize) -> Vec<String> {
+pub fn shard_files(format: super::ShardFormat, n: usize) -> Vec<String> {
+    use super::ShardFormat as F;
     match format {
-        "parquet" => vec![super::parquet::shard_name(n)],
-        "mds" => vec![format!("{}.zstd", super::mds::raw_name(n))],
-        "megatron" => {
+        F::Parquet => vec![super::parquet::shard_name(n)],
+        F::Mds => vec![format!("{}.zstd", super::mds::raw_name(n))],
+        F::Megatron => {
             let p = super::megatron::prefix(n);
             vec![
                 format!("{p}.bin"),
@@ -151,7 +152,6 @@ pub fn shard_files(format: &str, n: usize) -> Vec<String> {
                 format!("{p}.rows.jsonl"),
             ]
         }
-        _ => vec![],
     }
 }
 

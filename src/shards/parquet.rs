@@ -12,7 +12,92 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::{Column, RowBatch};
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::UInt32Type;
+
+use super::{Column, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+
+/// The parquet shard writer and reader.
+pub struct Parquet;
+
+impl ShardWriter for Parquet {
+    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
+        let mut s = Streaming::new(batch)?;
+        s.write(batch)?;
+        super::write_parquet_streamed(dir, n, s)
+    }
+}
+
+impl ShardReader for Parquet {
+    fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch> {
+        read(&dir.join(&entry.file))
+    }
+}
+
+/// The rows of one `list<uint32>` column, cast from any integer list type.
+fn lists(col: &ArrayRef, path: &Path, name: &str) -> Result<Vec<Vec<u32>>> {
+    let list_t = DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, true)));
+    let cast = arrow::compute::cast(col, &list_t)
+        .map_err(|e| anyhow!("{}: column {name} is not a list of token ids ({e})", path.display()))?;
+    let l = cast.as_list::<i32>();
+    let vals = l.values().as_primitive::<UInt32Type>().values();
+    let offs = l.value_offsets();
+    Ok((0..l.len())
+        .map(|i| vals[offs[i] as usize..offs[i + 1] as usize].to_vec())
+        .collect())
+}
+
+/// Read a parquet shard back into the batch it was written from: `input_ids`, and every
+/// other column as `list<uint32>` → [`Column::U32List`], `uint32` → [`Column::U32`],
+/// `utf8` → [`Column::Str`], in file order.
+pub fn read(path: &Path) -> Result<RowBatch> {
+    let reader = crate::sources::guarded::open(path)?;
+    let mut out = RowBatch::default();
+    for (k, rb) in reader.enumerate() {
+        let rb = rb.with_context(|| format!("reading {}", path.display()))?;
+        let schema = rb.schema();
+        if k == 0 {
+            for f in schema.fields().iter().filter(|f| f.name() != "input_ids") {
+                let c = match f.data_type() {
+                    DataType::List(_) | DataType::LargeList(_) => Column::U32List(Vec::new()),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Column::Str(Vec::new()),
+                    t if t.is_integer() => Column::U32(Vec::new()),
+                    t => anyhow::bail!("{}: column {} has type {t}, not one a shard holds", path.display(), f.name()),
+                };
+                out.columns.push((f.name().clone(), c));
+            }
+        }
+        let ids = rb
+            .column_by_name("input_ids")
+            .ok_or_else(|| anyhow!("{}: no input_ids column", path.display()))?;
+        out.input_ids.extend(lists(ids, path, "input_ids")?);
+        for (name, c) in &mut out.columns {
+            let a = rb
+                .column_by_name(name)
+                .ok_or_else(|| anyhow!("{}: row group {k} lacks column {name}", path.display()))?;
+            let bad = |i: usize| anyhow!("{} row {i}: column {name} is null or out of range", path.display());
+            match c {
+                Column::U32List(v) => v.extend(lists(a, path, name)?),
+                Column::Str(v) => {
+                    for i in 0..a.len() {
+                        v.push(crate::mcq::columns::str_at(a.as_ref(), i).ok_or_else(|| bad(i))?.to_string());
+                    }
+                }
+                Column::U32(v) => {
+                    for i in 0..a.len() {
+                        let x = crate::mcq::columns::int_at(a.as_ref(), i).ok_or_else(|| bad(i))?;
+                        v.push(u32::try_from(x).map_err(|_| bad(i))?);
+                    }
+                }
+            }
+        }
+    }
+    out.check().with_context(|| path.display().to_string())?;
+    Ok(out)
+}
 
 /// Rows per row group: ~8 MiB of uint32 tokens at seq-len 2048.
 const ROW_GROUP_ROWS: usize = 1024;

@@ -12,7 +12,11 @@ use crate::pack::resume::{self, Cursor, Found};
 use crate::pack::PackArgs;
 use crate::shards::index::{self, Index, Kind, TokenizerInfo};
 use crate::shards::outdir::{self, Claim};
-use crate::shards::ShardFormat;
+use crate::shards::settings::PackSettings;
+use crate::shards::{Dtype, ShardFormat};
+use crate::pack::plan::Plan;
+use crate::pack::tokenize::DocTokenizer;
+use crate::worker::WorkerSlice;
 
 /// What the journal says about `--out`.
 pub(super) enum Opened {
@@ -34,7 +38,7 @@ pub(super) struct Journal {
 /// Inspect, claim and initialise `s.out_dir`'s journal.
 pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
     let out_dir = &s.out_dir;
-    let fingerprint = fingerprint(args, s);
+    let fingerprint = s.settings.clone();
     let (prior, cursor) = match resume::inspect(out_dir, &fingerprint, args.force)? {
         Found::Complete(idx) => return Ok(Opened::Complete(idx)),
         Found::Resume(idx, c) => {
@@ -62,7 +66,7 @@ pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
     if let Some(p) = &prior {
         claim = claim
             .keep(outdir::journal_files(p))
-            .remove(outdir::shard_files(&p.format, p.shards.len()));
+            .remove(outdir::shard_files(p.format, p.shards.len()));
     }
     claim.apply(out_dir)?;
 
@@ -94,16 +98,16 @@ fn base_index(
     s: &Setup,
     prior: Option<&Index>,
     cursor: &Cursor,
-    fingerprint: Value,
+    fingerprint: PackSettings,
 ) -> Result<Index> {
     let (tok, worker, plan) = (&s.tok, s.worker, &s.plan);
     Ok(Index {
         version: 1,
         tool: Index::tool_name(),
         kind: Kind::Pretrain,
-        format: s.part_format.name().into(),
+        format: s.part_format,
         seq_len: args.seq_len as u64,
-        dtype: s.dtype.name().into(),
+        dtype: s.dtype,
         tokenizer: TokenizerInfo {
             path: index::abs_path(&tok.json_path),
             sha256: tok.sha256.clone(),
@@ -117,9 +121,9 @@ fn base_index(
         manifest: plan.manifest.as_deref().map(index::abs_path),
         lock_sha256: plan.lock_sha256.clone(),
         complete: false,
+        args: Some(fingerprint),
         extra: {
             let mut m = BTreeMap::new();
-            m.insert("args".into(), fingerprint);
             m.insert("eos_choice".into(), json!(tok.eos_choice));
             // Which encoder the ids came from, and the share of documents that went through the
             // `tokenizers` crate instead of the exact fast path (per tokenizer: 0 or 1).
@@ -153,27 +157,37 @@ fn base_index(
     })
 }
 
-/// The resume fingerprint: every argument and input that changes the output bytes. A rerun
-/// with a different one is refused (or, with `--force`, starts fresh).
-fn fingerprint(args: &PackArgs, s: &Setup) -> Value {
-    let (plan, tok, worker) = (&s.plan, &s.tok, s.worker);
-    json!({
-        "units": plan.units.iter().map(|u| json!([&*u.source.name, u.file, u.bytes])).collect::<Vec<_>>(),
-        "lock_sha256": plan.lock_sha256,
-        "text_column": args.input.as_ref().map(|_| &args.text_column),
-        "tokenizer_sha256": tok.sha256,
-        "eos": tok.eos.as_ref().map(|e| e.1),
-        "bos": tok.bos.as_ref().map(|b| b.1),
-        "seq_len": args.seq_len,
-        "format": args.format.name(),
-        "dtype": s.dtype.name(),
-        "shuffle_seed": args.shuffle_seed,
-        "pad_last": args.pad_last,
-        "tokens": args.tokens,
-        "shard_bytes": args.shard_bytes,
-        "max_doc_bytes": args.max_doc_bytes,
-        "max_word_bytes": args.max_word_bytes,
-        "on_oversize": format!("{:?}", args.on_oversize),
-        "worker": [worker.index, worker.count],
-    })
+/// The resume fingerprint: every argument and input that changes the output bytes, as the
+/// typed settings the index records. A rerun with different ones is refused (or, with
+/// `--force`, starts fresh).
+pub(super) fn settings(
+    args: &PackArgs,
+    plan: &Plan,
+    tok: &DocTokenizer,
+    dtype: Dtype,
+    worker: WorkerSlice,
+) -> PackSettings {
+    PackSettings {
+        units: plan
+            .units
+            .iter()
+            .map(|u| (u.source.name.to_string(), u.file.clone(), u.bytes))
+            .collect(),
+        lock_sha256: plan.lock_sha256.clone(),
+        text_column: args.input.as_ref().map(|_| args.text_column.clone()),
+        tokenizer_sha256: tok.sha256.clone(),
+        eos: tok.eos.as_ref().map(|e| e.1),
+        bos: tok.bos.as_ref().map(|b| b.1),
+        seq_len: args.seq_len,
+        format: args.format,
+        dtype,
+        shuffle_seed: args.shuffle_seed,
+        pad_last: args.pad_last,
+        tokens: args.tokens,
+        shard_bytes: args.shard_bytes,
+        max_doc_bytes: args.max_doc_bytes,
+        max_word_bytes: args.max_word_bytes,
+        on_oversize: args.on_oversize,
+        worker: [worker.index, worker.count],
+    }
 }

@@ -68,7 +68,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             "--pad-last: no pad token and no EOS to pad with",
         ));
     }
-    let rows_per_shard = ((args.shard_bytes / (args.seq_len as u64 * 4)).max(1)) as usize;
+    let rows_per_shard = s.settings.rows_per_shard();
     let exhausted: Arc<Vec<AtomicBool>> = Arc::new(
         s.plan
             .sources

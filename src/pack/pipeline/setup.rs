@@ -12,6 +12,7 @@ use crate::pack::plan::{Plan, Unit};
 use crate::pack::remote::Streaming;
 use crate::pack::tokenize::{BoundaryFlags, DocTokenizer};
 use crate::pack::{DtypeArg, PackArgs};
+use crate::shards::settings::PackSettings;
 use crate::shards::{Dtype, ShardFormat};
 use crate::worker::WorkerSlice;
 
@@ -31,6 +32,8 @@ pub(super) struct Setup {
     pub out_dir: PathBuf,
     /// The units of the plan this worker owns, in global order.
     pub units: Vec<Unit>,
+    /// The settings resolved from the flags, recorded as the index's `args`.
+    pub settings: PackSettings,
 }
 
 /// Check the flags, plan the units, load the tokenizer, pick the dtype; create the output
@@ -120,6 +123,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         .filter(|(k, _)| worker.owns(*k))
         .map(|(_, u)| u.clone())
         .collect();
+    let settings = super::journal::settings(args, &plan, &tok, dtype, worker);
     Ok(Setup {
         _lock: lock,
         worker,
@@ -130,6 +134,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         part_format,
         out_dir,
         units,
+        settings,
     })
 }
 

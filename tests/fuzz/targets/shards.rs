@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use dlm_data::mcq::sft::SftRow;
-use dlm_data::mcq::sft_shards::{megatron_idx, read_megatron, to_batch};
+use dlm_data::mcq::sft_shards::{read_megatron, to_batch};
+use dlm_data::shards::megatron::read_idx as megatron_idx;
 use dlm_data::provenance::Provenance;
 use dlm_data::shards::ShardFormat;
 use dlm_data::shards::{index, mds, mds_read, megatron, parquet as pq, Dtype, RowBatch};
@@ -137,9 +138,9 @@ fn sample_index(format: &str, mds_shards: Option<&[serde_json::Value]>) -> Resul
         version: 1,
         tool: index::Index::tool_name(),
         kind: index::Kind::Sft,
-        format: format.into(),
+        format: serde_json::from_value(serde_json::json!(format))?,
         seq_len: 2048,
-        dtype: "uint32".into(),
+        dtype: dlm_data::shards::Dtype::U32,
         tokenizer: index::TokenizerInfo {
             path: "/work/tokenizer/tokenizer.json".into(),
             sha256: "ab".repeat(32),
@@ -177,6 +178,7 @@ fn sample_index(format: &str, mds_shards: Option<&[serde_json::Value]>) -> Resul
         manifest: Some("manifests/mcq.toml".into()),
         lock_sha256: Some("ef".repeat(32)),
         complete: true,
+        args: None,
         extra: Default::default(),
     };
     index::to_json(&idx, mds_shards)
@@ -288,7 +290,7 @@ impl Target for MegatronIdx {
         std::fs::write(&idx, input)?;
         let (lens, docs) = megatron_idx(&idx)?;
         let _ = (lens.len(), docs.len());
-        read_megatron(&self.bin, "uint32")?;
+        read_megatron(&self.bin, dlm_data::shards::Dtype::U32)?;
         Ok(())
     }
 }

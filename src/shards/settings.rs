@@ -1,0 +1,94 @@
+//! The pack settings an output was written with (`index.json`'s `"args"`): every argument and
+//! input that changes the output bytes, resolved once from the CLI, saved as written, and read
+//! back typed by resume (the fingerprint a rerun must match) and `merge` (how to re-cut parts).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Dtype, ShardFormat};
+use crate::pack::Oversize;
+
+/// `index.json`'s `"args"`. Field order is the on-disk key order (byte-identical indexes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackSettings {
+    /// Every input unit in plan order: (source, file, bytes).
+    pub units: Vec<(String, String, u64)>,
+    pub lock_sha256: Option<String>,
+    /// `--text-column` (with `--input` only).
+    pub text_column: Option<String>,
+    pub tokenizer_sha256: String,
+    /// EOS / BOS ids appended / prepended to each document.
+    pub eos: Option<u32>,
+    pub bos: Option<u32>,
+    pub seq_len: usize,
+    /// `--format` (a worker's parts are parquet whatever this says; `merge` writes this).
+    pub format: ShardFormat,
+    pub dtype: Dtype,
+    pub shuffle_seed: Option<u64>,
+    pub pad_last: bool,
+    /// `--tokens` budget.
+    pub tokens: Option<u64>,
+    pub shard_bytes: u64,
+    pub max_doc_bytes: u64,
+    pub max_word_bytes: u64,
+    pub on_oversize: Oversize,
+    /// `[index, count]` of `--shard I/N` (`[0, 1]` for one process).
+    pub worker: [usize; 2],
+}
+
+impl PackSettings {
+    /// Rows per shard: `--shard-bytes` of uint32 rows of `seq_len` tokens (at least one).
+    /// Megatron shards, which hold whole documents, close at the same token count.
+    pub fn rows_per_shard(&self) -> usize {
+        rows_per_shard(self.shard_bytes, self.seq_len)
+    }
+
+    /// The same run's settings as one process would have them (what every worker of one
+    /// `--shard I/N` run shares).
+    pub fn as_one_process(&self) -> PackSettings {
+        PackSettings {
+            worker: [0, 1],
+            ..self.clone()
+        }
+    }
+}
+
+/// Rows of `seq_len` uint32 tokens in `shard_bytes` (at least one).
+pub fn rows_per_shard(shard_bytes: u64, seq_len: usize) -> usize {
+    (shard_bytes / (seq_len as u64 * 4)).max(1) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_the_recorded_one() {
+        let s = PackSettings {
+            units: vec![("web".into(), "a.parquet".into(), 10)],
+            lock_sha256: None,
+            text_column: Some("text".into()),
+            tokenizer_sha256: "ab".into(),
+            eos: Some(2),
+            bos: None,
+            seq_len: 8,
+            format: ShardFormat::Megatron,
+            dtype: Dtype::U16,
+            shuffle_seed: None,
+            pad_last: false,
+            tokens: None,
+            shard_bytes: 64,
+            max_doc_bytes: 1,
+            max_word_bytes: 2,
+            on_oversize: Oversize::Skip,
+            worker: [1, 2],
+        };
+        let v = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            v,
+            r#"{"units":[["web","a.parquet",10]],"lock_sha256":null,"text_column":"text","tokenizer_sha256":"ab","eos":2,"bos":null,"seq_len":8,"format":"megatron","dtype":"uint16","shuffle_seed":null,"pad_last":false,"tokens":null,"shard_bytes":64,"max_doc_bytes":1,"max_word_bytes":2,"on_oversize":"Skip","worker":[1,2]}"#
+        );
+        assert_eq!(serde_json::from_str::<PackSettings>(&v).unwrap(), s);
+        assert_eq!(s.rows_per_shard(), 2);
+        assert_eq!(s.as_one_process().worker, [0, 1]);
+    }
+}
