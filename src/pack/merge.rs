@@ -177,6 +177,9 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     claim.apply(out)?;
 
     let mut packer = Packer::new(seq_len, rows_per_shard);
+    if format == ShardFormat::Megatron {
+        packer = packer.whole_docs();
+    }
     let mut n = 0usize;
     let mut merged = Index {
         shards: Vec::new(),

@@ -8,6 +8,12 @@
 //! segment in `doc_offsets`). In segment mode ([`Packer::end_segment`], used by `--shard
 //! I/N` workers) a unit's partial last row is emitted as a short row instead, so `merge`
 //! can concatenate segments and re-cut them exactly (see the module docs of [`super`]).
+//!
+//! In whole-document mode ([`Packer::whole_docs`], `--format megatron`: Megatron's own
+//! convention) nothing is cut: each document (BOS? ids EOS) is one row, `doc_offsets`
+//! `[0, len]`, and a shard closes at the first document boundary at or past
+//! `rows_per_shard × seq_len` tokens, so no document is split between shards and Megatron's
+//! `GPTDataset` does the packing (an EOS before every document boundary it crosses).
 
 use std::sync::Arc;
 
@@ -35,6 +41,10 @@ pub struct Packer {
     /// Segment mode: record a document starting at a row's first token too (as a second `0`
     /// in `doc_offsets`), so `merge` can tell it from a continuation.
     mark_row_start_docs: bool,
+    /// Whole-document mode: one row per document (see the module doc).
+    whole_docs: bool,
+    /// Whole-document mode: tokens in the current shard.
+    shard_tokens: usize,
 }
 
 impl Packer {
@@ -51,7 +61,15 @@ impl Packer {
             rows_closed: 0,
             shard_rows: 0,
             mark_row_start_docs: false,
+            whole_docs: false,
+            shard_tokens: 0,
         }
+    }
+
+    /// Whole-document mode (Megatron): every document is its own row, never cut.
+    pub fn whole_docs(mut self) -> Packer {
+        self.whole_docs = true;
+        self
     }
 
     /// Segment mode (worker parts): also mark documents that start a row (see the field).
@@ -90,7 +108,7 @@ impl Packer {
         );
         self.rows_closed += 1;
         self.shard_rows += 1;
-        if self.shard_rows == self.rows_per_shard {
+        if !self.whole_docs && self.shard_rows == self.rows_per_shard {
             out.push(ShardOut {
                 batch: self.take_batch(),
                 doc_tokens_done,
@@ -122,6 +140,7 @@ impl Packer {
 
     fn take_batch(&mut self) -> RowBatch {
         self.shard_rows = 0;
+        self.shard_tokens = 0;
         RowBatch {
             input_ids: std::mem::take(&mut self.ids),
             columns: vec![
@@ -141,6 +160,22 @@ impl Packer {
     /// the shards completed by this document.
     pub fn push_doc(&mut self, tokens: &[u32], source: &Arc<str>, skip: usize) -> Vec<ShardOut> {
         let mut out = Vec::new();
+        if self.whole_docs {
+            // A resumed document (skip > 0) was written whole before the cut.
+            if skip == 0 && !tokens.is_empty() {
+                self.row.extend_from_slice(tokens);
+                self.row_source = Some(source.clone());
+                self.shard_tokens += tokens.len();
+                self.close_row(&mut out, tokens.len());
+                if self.shard_tokens >= self.rows_per_shard.saturating_mul(self.seq_len) {
+                    out.push(ShardOut {
+                        batch: self.take_batch(),
+                        doc_tokens_done: tokens.len(),
+                    });
+                }
+            }
+            return out;
+        }
         let mut i = skip.min(tokens.len());
         if i < tokens.len() && skip == 0 && (!self.row.is_empty() || self.mark_row_start_docs) {
             self.row_offsets.push(self.row.len() as u32);
@@ -273,6 +308,27 @@ mod tests {
         assert_eq!(padded, 3);
         assert_eq!(last.input_ids[1], vec![5, 9, 9, 9]);
         assert_eq!(offsets(&last)[1], vec![0, 1, 4]);
+    }
+
+    #[test]
+    fn whole_docs_are_rows_and_shards_end_at_documents() {
+        let src: Arc<str> = Arc::from("s");
+        // seq_len 4 × 2 rows: a shard closes at the first document end at or past 8 tokens.
+        let mut p = Packer::new(4, 2).whole_docs();
+        assert!(p.push_doc(&[1, 2, 3], &src, 0).is_empty());
+        let shards = p.push_doc(&[4, 5, 6, 7, 8, 9], &src, 0);
+        assert_eq!(shards.len(), 1);
+        assert_eq!(shards[0].doc_tokens_done, 6);
+        let b = &shards[0].batch;
+        assert_eq!(b.input_ids, vec![vec![1, 2, 3], vec![4, 5, 6, 7, 8, 9]]);
+        assert_eq!(offsets(b), vec![vec![0, 3], vec![0, 6]]);
+        // A resumed document already written whole adds nothing.
+        assert!(p.push_doc(&[4, 5, 6, 7, 8, 9], &src, 6).is_empty());
+        assert!(p.push_doc(&[10], &src, 0).is_empty());
+        let (last, dropped, padded) = p.finish(Some(0));
+        assert_eq!((dropped, padded), (0, 0), "nothing cut, nothing padded");
+        assert_eq!(last.unwrap().input_ids, vec![vec![10]]);
+        assert_eq!(p.rows_closed(), 3);
     }
 
     #[test]

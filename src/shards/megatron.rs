@@ -2,9 +2,12 @@
 //! little-endian, no header) + `part-NNNNN.idx` (`MMIDIDX` header), the layout of
 //! `megatron/core/datasets/indexed_dataset.py`.
 //!
-//! Mapping: each packed row is one Megatron *document* of exactly seq-len tokens, and each
-//! document fragment inside a row (from `doc_offsets`) is one *sequence*, so
-//! `document_indices` = row boundaries and `sequence_lengths` = the cu_seqlens segments.
+//! Mapping: each row of the batch is one Megatron *document* and each `doc_offsets` segment of
+//! it one *sequence* (`document_indices` = row boundaries, `sequence_lengths` = the segments).
+//! `pack` hands this writer whole source documents, one per row (Megatron's own convention,
+//! as `preprocess_data.py --append-eod` writes: one sequence per document, EOS appended), so
+//! `GPTDataset` does the packing and every document boundary it crosses follows an EOS. SFT
+//! rows are one document of two sequences, prompt and answer.
 //! The `.idx` has no uint32 code: uint32 ids are written with code 4 (int32), byte-identical
 //! for every id below 2^31 (checked); uint16 uses code 8.
 

@@ -5,9 +5,13 @@ usage: check_pack.py OUT_DIR TOKENIZER_JSON DOCS_JSON FORMAT
 DOCS_JSON: a JSON list of document texts in stream order. Checks, for FORMAT:
   parquet   pyarrow reads every OUT/*.parquet (sorted), schema input_ids list<uint32>;
   mds       streaming.StreamingDataset when importable, else the MDS layout with numpy;
-  megatron  numpy on the documented .bin/.idx layout.
-Then: concatenated rows == (ids + [eos] per document) truncated to whole rows, every row
-seq_len long, doc_offsets marking document starts. Prints "ok <rows> <tokens>".
+  megatron  numpy on the documented .bin/.idx layout: Megatron's own convention, one sequence
+            and one document per source document (EOS appended), every document whole; then
+            GPTDataset's sampling (megatron/core/datasets/gpt_dataset.py: shuffled document
+            index, sample index over the concatenation, samples of seq_len + 1 tokens) re-done
+            with numpy: every place a sample crosses into the next document follows an EOS.
+Then (parquet, mds): concatenated rows == (ids + [eos] per document) truncated to whole rows,
+every row seq_len long, doc_offsets marking document starts. Prints "ok <rows> <tokens>".
 The ids are those of `--special-tokens-in-text` as index.json `totals.added_token_text.mode`
 records it (plain when absent): in plain mode every added token whose content is not whitespace
 only is made special and `encode_special_tokens` is on, so text equal to it stays text.
@@ -97,6 +101,7 @@ elif fmt == "mds":
         print("read the MDS layout with numpy (streaming not installed)")
 elif fmt == "megatron":
     dt = {4: np.int32, 8: np.uint16}
+    docs_out = []
     for s in meta["shards"]:
         prefix = os.path.join(out, s["file"][:-4])
         raw = open(prefix + ".idx", "rb").read()
@@ -108,12 +113,43 @@ elif fmt == "megatron":
         ptrs = np.frombuffer(raw, np.int64, S, 34 + 4 * S)
         didx = np.frombuffer(raw, np.int64, D, 34 + 12 * S)
         assert len(raw) == 34 + 12 * S + 8 * D
+        # One sequence per document: document_indices = 0..S.
+        assert D == S + 1 and (didx == np.arange(S + 1)).all(), didx
+        assert S == s["rows"], (S, s["rows"])
         bin_ = np.memmap(prefix + ".bin", dtype=dt[code], mode="r")
-        for d in range(D - 1):
-            a, b = didx[d], didx[d + 1]
-            seqs = [bin_[ptrs[k] // bin_.itemsize: ptrs[k] // bin_.itemsize + lens[k]] for k in range(a, b)]
-            rows.append([int(x) for q in seqs for x in q])
-            offsets.append([0] + list(np.cumsum([len(q) for q in seqs])))
+        for k in range(S):
+            q = bin_[ptrs[k] // bin_.itemsize: ptrs[k] // bin_.itemsize + lens[k]]
+            docs_out.append([int(x) for x in q])
+    # Whole documents, each ending in EOS, in stream order: nothing cut, nothing dropped.
+    flat = [x for d in docs_out for x in d]
+    assert flat == stream, "tokens differ from Python tokenizers (documents in order, whole)"
+    assert all(d and d[-1] == eos for d in docs_out), "a document without its EOS"
+    assert [len(d) for d in docs_out] == [b - a for a, b in zip(sorted(starts), sorted(starts)[1:] + [len(stream)])]
+    # GPTDataset (megatron-core gpt_dataset.py _build_document_sample_shuffle_indices with
+    # helpers.build_sample_idx): per epoch a shuffled document order, its concatenation cut
+    # into samples of seq_len + 1 tokens, consecutive samples overlapping by one token.
+    rng = np.random.RandomState(1234)
+    crossings = 0
+    for epoch in range(2):
+        order = np.arange(len(docs_out)); rng.shuffle(order)
+        cat, bounds = [], []
+        for d in order:
+            if cat:
+                bounds.append(len(cat))
+            cat.extend(docs_out[d])
+        nsamp = (len(cat) - 1) // seq
+        for i in range(nsamp):
+            lo, hi = i * seq, i * seq + seq + 1
+            for b in bounds:
+                if lo < b < hi:
+                    crossings += 1
+                    assert cat[b - 1] == eos, ("sample", i, "crosses a document boundary without EOS")
+    assert meta["totals"]["rows"] == len(docs_out)
+    assert meta["totals"]["tokens"] == len(flat)
+    assert meta["totals"]["dropped_tail_tokens"] == 0
+    print("gptdataset-equivalent: %d document crossings, all after EOS" % crossings)
+    print("ok", len(docs_out), len(flat))
+    sys.exit(0)
 else:
     sys.exit("unknown format " + fmt)
 

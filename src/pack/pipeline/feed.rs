@@ -93,6 +93,8 @@ impl<'a> Feed<'a> {
             Packer::new(ctx.args.seq_len, rows_per_shard).with_rows_closed(start.rows_emitted);
         if ctx.segment_mode {
             packer = packer.marking_row_start_docs();
+        } else if ctx.args.format == crate::shards::ShardFormat::Megatron {
+            packer = packer.whole_docs();
         }
         Feed {
             ctx,
