@@ -64,7 +64,7 @@ python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['tota
 say "pack --stream: the same shards read straight from the Hub by HTTP Range"
 $BIN pack --manifest "$OUT/manifests/stage1.toml" --stream --log "$OUT/stream.log" \
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1-stream" --seq-len 256
-cmp "$OUT/shards/stage1-stream/part-00000.parquet" "$OUT/shards/stage1/part-00000.parquet" && echo "stream == fetch + pack"
+cmp "$OUT/shards/stage1-stream/data/part-00000.parquet" "$OUT/shards/stage1/data/part-00000.parquet" && echo "stream == fetch + pack"
 
 say "mcq: stage-2 SFT shards + stage-3 prompts.jsonl"
 $BIN mcq --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" \

@@ -167,7 +167,7 @@ fn clean_pipeline_passes_every_link() {
 #[test]
 fn edited_shard_byte_breaks_shards_only() {
     let pl = pipeline();
-    let f = pl.sft.join("part-00000.parquet");
+    let f = pl.sft.join("data/part-00000.parquet");
     let mut b = std::fs::read(&f).unwrap();
     let mid = b.len() / 2;
     b[mid] ^= 0x01;

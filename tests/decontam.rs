@@ -81,7 +81,7 @@ fn planted_question_found_in_prompts_and_shards() {
     assert_eq!(r.hits[0].document.id.as_deref(), Some("sciq-train-000005"));
     assert_eq!(
         r.hits[0].document.shard.as_deref(),
-        Some("part-00000.parquet")
+        Some("data/part-00000.parquet")
     );
     assert!(out.join("sft/decontam.json").exists());
 }
@@ -448,10 +448,10 @@ fn drop_on_a_full_disk_leaves_no_temp_files() {
         "{err}"
     );
     // (A --drop directory the failed run created and left empty is removed with its lock.)
-    let left: Vec<String> = std::fs::read_dir(&clean)
-        .into_iter()
-        .flatten()
-        .flatten()
+    // Parquet shards (and their temp files) sit in data/.
+    let left: Vec<String> = [clean.clone(), clean.join("data")]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.contains(".tmp") || n.ends_with(".lock"))
         .collect();

@@ -128,7 +128,14 @@ fn out_is_claimed_reruns_replace_only_their_own_files() {
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "data")
         .collect();
+    names.extend(
+        std::fs::read_dir(out.join("sft").join("data"))
+            .unwrap()
+            .flatten()
+            .map(|e| format!("data/{}", e.file_name().to_string_lossy())),
+    );
     names.sort();
     let mut listed: Vec<String> = idx.shards.iter().map(|s| s.file.clone()).collect();
     listed.push("index.json".into());

@@ -25,12 +25,22 @@ fn pack(input: &Path, tok: &Path, out: &Path, extra: &[&str]) -> std::process::O
     run_pack(input, tok, out, &a, &[])
 }
 
+/// The files of `dir`, those of its parquet `data/` as `data/NAME`.
 fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let mut v: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n == "data" && e.path().is_dir() {
+            v.extend(
+                std::fs::read_dir(e.path())
+                    .unwrap()
+                    .flatten()
+                    .map(|f| format!("data/{}", f.file_name().to_string_lossy())),
+            );
+        } else {
+            v.push(n);
+        }
+    }
     v.sort();
     v
 }
@@ -170,11 +180,11 @@ fn resume_removes_only_the_next_unjournaled_shard() {
     let k = idx["shards"].as_array().unwrap().len();
     assert!(k < n, "the run finished before the kill");
     // The next shard (renamed, not journaled) and a temp file: ours, removed on resume.
-    let next = format!("part-{k:05}.parquet");
+    let next = format!("data/part-{k:05}.parquet");
     std::fs::write(out2.join(&next), b"half-journaled").unwrap();
-    std::fs::write(out2.join(format!(".{next}.tmp")), b"tmp").unwrap();
+    std::fs::write(out2.join(format!("data/.part-{k:05}.parquet.tmp")), b"tmp").unwrap();
     // A shard two further on cannot be ours: refused, nothing removed.
-    let far = format!("part-{:05}.parquet", k + 5);
+    let far = format!("data/part-{:05}.parquet", k + 5);
     std::fs::write(out2.join(&far), b"foreign").unwrap();
     let o = pack(&input, &tok, &out2, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

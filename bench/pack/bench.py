@@ -77,7 +77,7 @@ print(f"corpus: {c1} ({text_mb:.1f} MB of text), tokenizer: {tok} (32k byte-leve
 dt_py, rss_py, out_py = timed([sys.executable, REF, c1, os.path.join(tok, "tokenizer.json"), os.path.join(WORK, "ref.parquet"), str(SEQ)])
 dt_rs, rss_rs, out_rs = ours(c1, tok, os.path.join(WORK, "out"))
 summary = json.loads(out_rs.strip().splitlines()[-1])
-mine = ids(sorted(glob.glob(os.path.join(WORK, "out", "*.parquet"))))
+mine = ids([os.path.join(WORK, "out", s["file"]) for s in json.load(open(os.path.join(WORK, "out", "index.json")))["shards"]])
 ref = ids([os.path.join(WORK, "ref.parquet")])
 same = mine.shape == ref.shape and bool((mine == ref).all())
 tokens = len(mine)

@@ -1,7 +1,9 @@
-"""The benchmark corpus, natural English built from files every Debian/Python machine has (no
-downloads): the Python standard library's docstrings (parsed with `ast`, nothing imported),
-/usr/share/common-licenses, and the Debian copyright/changelog files under /usr/share/doc.
-Shared by bench/pack/bench.py and bench/tokenizers/bench.py."""
+"""The benchmark corpora, built from files every Debian/Python machine has (no downloads).
+Prose: natural English — the Python standard library's docstrings (parsed with `ast`, nothing
+imported), /usr/share/common-licenses, and the Debian copyright/changelog files under
+/usr/share/doc. Code: every standard-library .py source file whole (indentation, long
+identifiers, docstrings, comments) interleaved with those docs — technical documentation with
+code. Shared by bench/pack/bench.py, bench/pack/scale.py and bench/tokenizers/bench.py."""
 import ast, glob, gzip, os, sysconfig
 
 import pyarrow as pa
@@ -33,6 +35,34 @@ def natural_docs():
         except Exception:
             pass
     return docs
+
+
+def code_docs():
+    """Every standard-library .py source file of at least 200 bytes, whole, in path order."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    docs = []
+    for path in sorted(glob.glob(os.path.join(stdlib, "**", "*.py"), recursive=True)):
+        if "site-packages" in path:
+            continue
+        try:
+            t = open(path, encoding="utf-8").read()
+        except Exception:
+            continue
+        if len(t) > 200:
+            docs.append(t)
+    return docs
+
+
+def code_and_docs():
+    """Source files and the natural documents interleaved: code-heavy technical text."""
+    code, prose = code_docs(), natural_docs()
+    out = []
+    for i in range(max(len(code), len(prose))):
+        if i < len(code):
+            out.append(code[i])
+        if i < len(prose):
+            out.append(prose[i])
+    return out
 
 
 def corpus(WORK, n_mb, name, base=None):

@@ -11,9 +11,12 @@ and plain's with split's when no document held added-token text (else it is `n/a
 Families: every real tokenizer.json in ../shared/tokenizers/ (read in place), plus Llama-3-,
 Qwen2-, o200k-, DeepSeek-V3- and MiniCPM5-shaped byte-level BPEs trained here on the corpus with
 the real files' pre-tokenizer/normalizer settings (tests/py/tokenizer_shapes.py), 32k vocab.
-Corpus: natural English from this machine's files (bench/pack/corpus.py), --mb MB (default 8).
+Corpora (bench/pack/corpus.py, from this machine's files), --mb MB each (default 8): prose
+(natural English) and code (the stdlib's .py sources whole, interleaved with docs: long
+whitespace runs, indentation, long identifiers, markup). Both are reported, each with its own
+table and summary; --corpus prose|code runs one.
 
-usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R]
+usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R] [--corpus prose|code]
 """
 import glob, json, math, os, subprocess, sys, time
 
@@ -23,13 +26,14 @@ import pyarrow.parquet as pq
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "pack"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "py"))
-from corpus import corpus, natural_docs  # noqa: E402
+from corpus import code_and_docs, corpus, natural_docs  # noqa: E402
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 MB = int(sys.argv[sys.argv.index("--mb") + 1]) if "--mb" in sys.argv else 8
 ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
 # Best of REPEAT interleaved runs per side: on a shared machine the load moves between runs.
 REPEAT = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 2
+CORPORA = [sys.argv[sys.argv.index("--corpus") + 1]] if "--corpus" in sys.argv else ["prose", "code"]
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 SHARED = os.environ.get("DLM_SHARED_TOKENIZERS", os.path.join(ROOT, "..", "shared", "tokenizers"))
 REF = os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py")
@@ -123,9 +127,6 @@ def ours(c, tokp, eos, out, threads=None, mode=None):
 
 def main():
     docs = natural_docs()
-    c = corpus(WORK, MB, f"corpus-{MB}mb.parquet")
-    texts = pq.read_table(c, columns=["text"]).column(0).to_pylist()
-    text_mb = sum(len(t.encode()) for t in texts) / 1e6
     fams = {}
     if os.path.isdir(SHARED):
         for f in sorted(os.listdir(SHARED)):
@@ -138,14 +139,29 @@ def main():
     wrap = os.path.join(WORK, "ref_wrap.py")
     open(wrap, "w").write(WRAP)
     print("command: " + " ".join(sys.argv))
-    print(f"corpus: {c} ({text_mb:.1f} MB of English text), {os.cpu_count()} cores, seq_len {SEQ}")
+    bad = []
+    for which in CORPORA:
+        if which == "prose":
+            c = corpus(WORK, MB, f"corpus-{MB}mb.parquet")
+        else:
+            c = corpus(WORK, MB, f"code-corpus-{MB}mb.parquet", base=code_and_docs())
+        bad += table(which, c, fams, wrap)
+    if bad:
+        sys.exit("ids differ: " + ", ".join(bad))
+
+
+def table(which, c, fams, wrap):
+    texts = pq.read_table(c, columns=["text"]).column(0).to_pylist()
+    text_mb = sum(len(t.encode()) for t in texts) / 1e6
+    what = "English prose" if which == "prose" else "code and docs (stdlib sources + docs)"
+    print(f"\ncorpus {which}: {c} ({text_mb:.1f} MB of {what}), {os.cpu_count()} cores, seq_len {SEQ}")
     print(f"{'family':28} {'kind':10} {'ids':>5} {'python s':>9} {'ours s':>7} {'ratio':>7} {'Mtok/s':>7} {'1-thr':>6} "
           f"{'split s':>7} {'plain/split':>11} {'held':>5}  path")
     rows = []
     for name, p in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
-        refout = os.path.join(WORK, f"ref-{name}.parquet")
-        out = os.path.join(WORK, f"out-{name}")
+        refout = os.path.join(WORK, f"ref-{which}-{name}.parquet")
+        out = os.path.join(WORK, f"out-{which}-{name}")
         dt_py = dt_rs = dt_sp = float("inf")
         for _ in range(REPEAT):
             dt_py = min(dt_py, timed([sys.executable, wrap, eos, REF, c, p, refout, str(SEQ)])[0])
@@ -153,8 +169,8 @@ def main():
             dt_rs = min(dt_rs, d)
             d, sidx = ours(c, p, eos, out + "-split", mode="split")
             dt_sp = min(dt_sp, d)
-        mine = ids(sorted(glob.glob(os.path.join(out, "*.parquet"))))
-        split_ids = ids(sorted(glob.glob(os.path.join(out + "-split", "*.parquet"))))
+        mine = ids([os.path.join(out, s["file"]) for s in idx["shards"]])
+        split_ids = ids([os.path.join(out + "-split", s["file"]) for s in sidx["shards"]])
         ref = ids([refout])
         held = idx["totals"].get("added_token_text", {}).get("documents", 0)
         same = split_ids.shape == ref.shape and bool((split_ids == ref).all())
@@ -174,12 +190,11 @@ def main():
         if sel:
             g = math.exp(sum(math.log(r[3]) for r in sel) / len(sel))
             w = min(sel, key=lambda r: r[3])
-            print(f"{label}: geo-mean {g:.2f}x, worst {w[3]:.2f}x ({w[0]})")
+            print(f"{which} corpus, {label}: geo-mean {g:.2f}x, worst {w[3]:.2f}x ({w[0]})")
             ws = max(sel, key=lambda r: r[5])
             gs = math.exp(sum(math.log(r[5]) for r in sel) / len(sel))
-            print(f"{label}: plain/split time geo-mean {gs:.3f}, worst {ws[5]:.3f} ({ws[0]})")
-    if not all(r[2] for r in rows):
-        sys.exit("ids differ: " + ", ".join(r[0] for r in rows if not r[2]))
+            print(f"{which} corpus, {label}: plain/split time geo-mean {gs:.3f}, worst {ws[5]:.3f} ({ws[0]})")
+    return [f"{r[0]} ({which})" for r in rows if not r[2]]
 
 
 main()

@@ -152,6 +152,11 @@ fn index_tokenizer(index: &shard_index::Index) -> Option<std::path::PathBuf> {
 }
 
 fn filter_shard(src: &Path, dst: &Path, drop: &BTreeSet<u64>) -> Result<(ShardEntry, u64)> {
+    if let Some(parent) = dst.parent() {
+        // Parquet shards sit in `data/`.
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
     let tmp = crate::util::temp_path(dst);
     let r = filter_shard_to(src, dst, &tmp, drop);
     if r.is_err() {

@@ -75,7 +75,9 @@ pub enum DtypeArg {
 
 /// What to do with a document larger than `--max-doc-bytes` (`"Fail"` / `"Skip"` in the
 /// index's `args`).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
 pub enum Oversize {
     /// Stop with an error naming the file and row (default).
     Fail,

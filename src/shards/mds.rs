@@ -14,7 +14,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+use super::{Column, Dtype, EncodedShard, RowBatch, ShardEntry, ShardReader, ShardWriter};
 
 /// The MDS shard writer (ids as `dtype`) and reader ([`super::mds_read`]).
 pub struct Mds {
@@ -22,8 +22,8 @@ pub struct Mds {
 }
 
 impl ShardWriter for Mds {
-    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
-        write(dir, n, batch, self.dtype)
+    fn encode(&self, n: usize, batch: &RowBatch) -> Result<EncodedShard> {
+        encode_shard(n, batch, self.dtype)
     }
 }
 
@@ -185,13 +185,12 @@ pub fn encode(batch: &RowBatch, dtype: Dtype) -> Result<(Vec<u8>, serde_json::Va
     Ok((out, cfg))
 }
 
-/// Write shard `n` (`shard.NNNNN.mds.zstd`) and return its entries.
-pub fn write(dir: &Path, n: usize, batch: &RowBatch, dtype: Dtype) -> Result<WrittenShard> {
+/// Shard `n` (`shard.NNNNN.mds.zstd`) compressed, with its MosaicML index entry.
+fn encode_shard(n: usize, batch: &RowBatch, dtype: Dtype) -> Result<EncodedShard> {
     let (raw, cfg) = encode(batch, dtype)?;
     let zip = zstd::bulk::compress(&raw, ZSTD_LEVEL)?;
     let raw_base = raw_name(n);
     let zip_base = format!("{raw_base}.zstd");
-    let (sha, len) = write_durable(dir, &zip_base, &zip)?;
     let mut m = serde_json::Map::new();
     // sort_keys order, like MosaicML's own index.json.
     let mut entry: BTreeMap<String, serde_json::Value> = BTreeMap::new();
@@ -212,15 +211,10 @@ pub fn write(dir: &Path, n: usize, batch: &RowBatch, dtype: Dtype) -> Result<Wri
     for (k, v) in entry {
         m.insert(k, v);
     }
-    Ok(WrittenShard {
-        entry: ShardEntry {
-            file: zip_base,
-            sha256: sha,
-            bytes: len,
-            rows: batch.rows() as u64,
-            tokens: batch.tokens(),
-            extra_files: BTreeMap::new(),
-        },
+    Ok(EncodedShard {
+        files: vec![(zip_base, zip)],
+        rows: batch.rows() as u64,
+        tokens: batch.tokens(),
         mds: Some(serde_json::Value::Object(m)),
     })
 }

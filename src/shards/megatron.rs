@@ -11,12 +11,11 @@
 //! The `.idx` has no uint32 code: uint32 ids are written with code 4 (int32), byte-identical
 //! for every id below 2^31 (checked); uint16 uses code 8.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{anyhow, ensure, Context, Result};
 
-use super::{write_durable, Column, Dtype, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+use super::{Column, Dtype, EncodedShard, RowBatch, ShardEntry, ShardReader, ShardWriter};
 
 /// The Megatron shard writer and reader (ids as `dtype`).
 pub struct Megatron {
@@ -24,8 +23,15 @@ pub struct Megatron {
 }
 
 impl ShardWriter for Megatron {
-    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
-        write(dir, n, batch, self.dtype)
+    fn encode(&self, n: usize, batch: &RowBatch) -> Result<EncodedShard> {
+        let (bin, idx) = encode(batch, self.dtype)?;
+        let p = prefix(n);
+        Ok(EncodedShard {
+            files: vec![(format!("{p}.bin"), bin), (format!("{p}.idx"), idx)],
+            rows: batch.rows() as u64,
+            tokens: batch.tokens(),
+            mds: None,
+        })
     }
 }
 
@@ -97,28 +103,6 @@ pub fn encode(batch: &RowBatch, dtype: Dtype) -> Result<(Vec<u8>, Vec<u8>)> {
         idx.extend_from_slice(&d.to_le_bytes());
     }
     Ok((bin, idx))
-}
-
-/// Write shard `n` (`part-NNNNN.bin` + `.idx`; the `.idx` last, so a present `.idx` means a
-/// whole pair).
-pub fn write(dir: &Path, n: usize, batch: &RowBatch, dtype: Dtype) -> Result<WrittenShard> {
-    let (bin, idx) = encode(batch, dtype)?;
-    let p = prefix(n);
-    let (sha, len) = write_durable(dir, &format!("{p}.bin"), &bin)?;
-    let (isha, _) = write_durable(dir, &format!("{p}.idx"), &idx)?;
-    let mut extra = BTreeMap::new();
-    extra.insert(format!("{p}.idx"), isha);
-    Ok(WrittenShard {
-        entry: ShardEntry {
-            file: format!("{p}.bin"),
-            sha256: sha,
-            bytes: len,
-            rows: batch.rows() as u64,
-            tokens: batch.tokens(),
-            extra_files: extra,
-        },
-        mds: None,
-    })
 }
 
 /// The `.idx` of a Megatron shard: (sequence lengths, document indices), checked against

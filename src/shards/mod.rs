@@ -140,11 +140,22 @@ pub struct WrittenShard {
     pub mds: Option<serde_json::Value>,
 }
 
-/// Write `bytes` durably as `dir/name`: temp file in `dir`, fsync, rename, fsync dir.
-/// Returns (sha256, size).
+/// Write `bytes` durably as `dir/name` (`name` may sit in a subdirectory, e.g. `data/`, made
+/// if missing): temp file beside it, fsync, rename, fsync dir. Returns (sha256, size).
 pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(String, u64)> {
     let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
+    let (parent, base) = match name.rsplit_once('/') {
+        Some((sub, base)) => {
+            let p = dir.join(sub);
+            if !p.is_dir() {
+                std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
+                crate::util::fsync_dir(&p);
+            }
+            (p, base)
+        }
+        None => (dir.to_path_buf(), name),
+    };
+    let tmp = parent.join(format!(".{base}.tmp"));
     let written = (|| -> Result<()> {
         let mut f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
@@ -162,10 +173,52 @@ pub(crate) fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<(Str
     Ok((crate::util::sha256_hex(bytes), bytes.len() as u64))
 }
 
-/// Writes shards of one format: shard number `n` of `batch` into `dir`, durably, returning
-/// what the index records.
+/// A shard encoded in memory, not yet on disk: its files in write order (the first is the
+/// shard's `file`, the others its `extra_files`, e.g. Megatron's `.idx`, written last so a
+/// present `.idx` means a whole pair).
+#[derive(Debug)]
+pub struct EncodedShard {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub rows: u64,
+    pub tokens: u64,
+    /// MDS: the shard's MosaicML index entry.
+    pub mds: Option<serde_json::Value>,
+}
+
+impl EncodedShard {
+    /// Write the files durably into `dir`, in order; what the index records.
+    pub fn commit(self, dir: &Path) -> Result<WrittenShard> {
+        let mut files = self.files.into_iter();
+        let (name, bytes) = files
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("an encoded shard without files"))?;
+        let (sha256, len) = write_durable(dir, &name, &bytes)?;
+        let mut extra_files = BTreeMap::new();
+        for (n, b) in files {
+            let (sha, _) = write_durable(dir, &n, &b)?;
+            extra_files.insert(n, sha);
+        }
+        Ok(WrittenShard {
+            entry: ShardEntry {
+                file: name,
+                sha256,
+                bytes: len,
+                rows: self.rows,
+                tokens: self.tokens,
+                extra_files,
+            },
+            mds: self.mds,
+        })
+    }
+}
+
+/// Writes shards of one format: shard number `n` of `batch`, encoded in memory (any thread),
+/// then written durably into `dir` (in shard order, by whoever journals them).
 pub trait ShardWriter: Send + Sync {
-    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard>;
+    fn encode(&self, n: usize, batch: &RowBatch) -> Result<EncodedShard>;
+    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
+        self.encode(n, batch)?.commit(dir)
+    }
 }
 
 /// Reads shards of one format back into the [`RowBatch`] a writer took: `input_ids` plus the
@@ -192,24 +245,6 @@ impl ShardFormat {
             ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
         }
     }
-}
-
-/// Write a parquet shard encoded while its rows arrived ([`parquet::Streaming`]), durably.
-pub fn write_parquet_streamed(dir: &Path, n: usize, s: parquet::Streaming) -> Result<WrittenShard> {
-    let name = parquet::shard_name(n);
-    let (bytes, rows, tokens) = s.finish()?;
-    let (sha, len) = write_durable(dir, &name, &bytes)?;
-    Ok(WrittenShard {
-        entry: ShardEntry {
-            file: name,
-            sha256: sha,
-            bytes: len,
-            rows,
-            tokens,
-            extra_files: BTreeMap::new(),
-        },
-        mds: None,
-    })
 }
 
 /// Write shard number `n` of `batch` in `format` into `dir` ([`ShardFormat::writer`]).

@@ -4,7 +4,8 @@
 //! Before `pack`, `merge`, `mcq` or `decontam --drop` write into a directory they *claim* it
 //! ([`Claim::apply`]). Every entry already there is one of:
 //! - **kept**: files this run continues from (a resumed pack's recorded shards) and the
-//!   subdirectories the command owns (`parts/`, `sft/`);
+//!   subdirectories the command owns (`parts/`, `sft/`); parquet's `data/` is checked entry by
+//!   entry (`data/part-NNNNN.parquet`) by the same rules;
 //! - **removable**: files a dlm-data journal there proves this tool wrote ([`journal_files`]:
 //!   the shards an `index.json` lists, the index itself, and the one shard an interrupted
 //!   writer may have renamed before journaling it), and this tool's own temp files
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::index::Index;
+use super::parquet::DATA_DIR;
 
 /// What a command may do with the entries of its output directory.
 #[derive(Debug, Default, Clone)]
@@ -68,8 +70,9 @@ impl Claim {
         self.inputs.iter().any(|i| i == &c || i.starts_with(&c))
     }
 
-    /// Check every entry of `dir` (missing is fine), then remove the removable ones. Nothing
-    /// is removed when any entry is refused.
+    /// Check every entry of `dir` (missing is fine) — and of its parquet `data/` subdirectory,
+    /// entry by entry as `data/NAME` — then remove the removable ones. Nothing is removed when
+    /// any entry is refused.
     pub fn apply(&self, dir: &Path) -> Result<()> {
         let rd = match std::fs::read_dir(dir) {
             Ok(rd) => rd,
@@ -80,44 +83,77 @@ impl Claim {
         for e in rd {
             let e = e.with_context(|| format!("listing {}", dir.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
             // The lock of the run claiming the directory is never touched.
-            if self.keep.contains(&name) || name == crate::lock::DIR_LOCK {
+            if name == crate::lock::DIR_LOCK {
                 continue;
             }
-            let is_file = e.file_type().map(|t| !t.is_dir()).unwrap_or(false);
-            let removable = is_file
-                && (self.remove.contains(&name)
-                    || is_own_temp(&name)
-                    || (self.force && is_own_format(&name)));
-            if removable && self.is_input(&path) {
-                return Err(crate::error::refused(format!(
-                    "{}: {} is an input of this {} run; it is never deleted or overwritten: choose another --out",
-                    dir.display(),
-                    name,
-                    self.what
-                )));
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir && name == DATA_DIR && !self.keep.contains(&name) {
+                let sub = e.path();
+                for f in
+                    std::fs::read_dir(&sub).with_context(|| format!("listing {}", sub.display()))?
+                {
+                    let f = f.with_context(|| format!("listing {}", sub.display()))?;
+                    let base = f.file_name().to_string_lossy().into_owned();
+                    let is_file = f.file_type().map(|t| !t.is_dir()).unwrap_or(false);
+                    doomed.extend(self.check(
+                        dir,
+                        &format!("{DATA_DIR}/{base}"),
+                        &base,
+                        f.path(),
+                        is_file,
+                    )?);
+                }
+                continue;
             }
-            if !removable {
-                let hint = if self.force || !is_file {
-                    "move it away or choose an empty or new --out"
-                } else if is_own_format(&name) {
-                    "choose an empty or new --out, or pass --force to clear dlm-data's own files"
-                } else {
-                    "choose an empty or new --out (--force clears only dlm-data's own shard and index files)"
-                };
-                return Err(crate::error::refused(format!(
-                    "{}: holds {name}, which no dlm-data journal there says this tool wrote; {} refuses to delete or overwrite it: {hint}",
-                    dir.display(),
-                    self.what
-                )));
-            }
-            doomed.push(path);
+            doomed.extend(self.check(dir, &name, &name, e.path(), !is_dir)?);
         }
         for p in doomed {
             std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
         Ok(())
+    }
+
+    /// One entry (`name` relative to `dir`, `base` its file name): `None` when kept, its path
+    /// when removable, an error naming it otherwise.
+    fn check(
+        &self,
+        dir: &Path,
+        name: &str,
+        base: &str,
+        path: PathBuf,
+        is_file: bool,
+    ) -> Result<Option<PathBuf>> {
+        if self.keep.contains(name) {
+            return Ok(None);
+        }
+        let removable = is_file
+            && (self.remove.contains(name)
+                || is_own_temp(base)
+                || (self.force && is_own_format(base)));
+        if removable && self.is_input(&path) {
+            return Err(crate::error::refused(format!(
+                "{}: {} is an input of this {} run; it is never deleted or overwritten: choose another --out",
+                dir.display(),
+                name,
+                self.what
+            )));
+        }
+        if !removable {
+            let hint = if self.force || !is_file {
+                "move it away or choose an empty or new --out"
+            } else if is_own_format(base) {
+                "choose an empty or new --out, or pass --force to clear dlm-data's own files"
+            } else {
+                "choose an empty or new --out (--force clears only dlm-data's own shard and index files)"
+            };
+            return Err(crate::error::refused(format!(
+                "{}: holds {name}, which no dlm-data journal there says this tool wrote; {} refuses to delete or overwrite it: {hint}",
+                dir.display(),
+                self.what
+            )));
+        }
+        Ok(Some(path))
     }
 }
 
@@ -235,6 +271,41 @@ mod tests {
             .apply(d.path())
             .unwrap();
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn data_subdirectory_is_claimed_entry_by_entry() {
+        let d = tempfile::tempdir().unwrap();
+        let data = d.path().join(DATA_DIR);
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("part-00000.parquet"), b"x").unwrap();
+        std::fs::write(data.join("part-00001.parquet"), b"x").unwrap();
+        std::fs::write(data.join(".part-00002.parquet.tmp"), b"x").unwrap();
+        let e = Claim::new("pack", false)
+            .keep(["data/part-00000.parquet"])
+            .apply(d.path())
+            .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("data/part-00001.parquet"),
+            "{e:#}"
+        );
+        assert!(
+            data.join(".part-00002.parquet.tmp").exists(),
+            "nothing removed on refusal"
+        );
+        Claim::new("pack", false)
+            .keep(["data/part-00000.parquet"])
+            .remove(["data/part-00001.parquet"])
+            .apply(d.path())
+            .unwrap();
+        let left: Vec<_> = std::fs::read_dir(&data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("part-00000.parquet")]);
+        std::fs::write(data.join("notes.txt"), b"x").unwrap();
+        let e = Claim::new("pack", true).apply(d.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("data/notes.txt"), "{e:#}");
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! Parquet shards (`--format parquet`, the default): zstd, `input_ids: list<uint32>`, and the
 //! batch's metadata columns (`doc_offsets: list<uint32>`, `source: string`, ...), readable by
-//! pyarrow and the `datasets` parquet loader. Shards are `part-NNNNN.parquet`, so sorting the
-//! file names gives row order.
+//! pyarrow and the `datasets` parquet loader. Shards are `data/part-NNNNN.parquet`, so sorting
+//! the file names gives row order, and `OUT/data` holds nothing but the shards: pyarrow
+//! (`pq.read_table`, `pyarrow.dataset`), polars `scan_parquet` and `datasets.load_dataset(
+//! "parquet", data_dir=...)` read it whole without naming files (none of them can read `OUT`
+//! itself while `OUT/index.json` is there: pyarrow and `datasets` take every file not starting
+//! with `.`/`_` for parquet, polars refuses a directory of mixed extensions, hidden or not).
 
 use std::sync::Arc;
 
@@ -18,16 +22,16 @@ use anyhow::{anyhow, Context};
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::UInt32Type;
 
-use super::{Column, RowBatch, ShardEntry, ShardReader, ShardWriter, WrittenShard};
+use super::{Column, EncodedShard, RowBatch, ShardEntry, ShardReader, ShardWriter};
 
 /// The parquet shard writer and reader.
 pub struct Parquet;
 
 impl ShardWriter for Parquet {
-    fn write(&self, dir: &Path, n: usize, batch: &RowBatch) -> Result<WrittenShard> {
+    fn encode(&self, n: usize, batch: &RowBatch) -> Result<EncodedShard> {
         let mut s = Streaming::new(batch)?;
         s.write(batch)?;
-        super::write_parquet_streamed(dir, n, s)
+        s.into_shard(n)
     }
 }
 
@@ -40,8 +44,12 @@ impl ShardReader for Parquet {
 /// The rows of one `list<uint32>` column, cast from any integer list type.
 fn lists(col: &ArrayRef, path: &Path, name: &str) -> Result<Vec<Vec<u32>>> {
     let list_t = DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, true)));
-    let cast = arrow::compute::cast(col, &list_t)
-        .map_err(|e| anyhow!("{}: column {name} is not a list of token ids ({e})", path.display()))?;
+    let cast = arrow::compute::cast(col, &list_t).map_err(|e| {
+        anyhow!(
+            "{}: column {name} is not a list of token ids ({e})",
+            path.display()
+        )
+    })?;
     let l = cast.as_list::<i32>();
     let vals = l.values().as_primitive::<UInt32Type>().values();
     let offs = l.value_offsets();
@@ -63,9 +71,15 @@ pub fn read(path: &Path) -> Result<RowBatch> {
             for f in schema.fields().iter().filter(|f| f.name() != "input_ids") {
                 let c = match f.data_type() {
                     DataType::List(_) | DataType::LargeList(_) => Column::U32List(Vec::new()),
-                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Column::Str(Vec::new()),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                        Column::Str(Vec::new())
+                    }
                     t if t.is_integer() => Column::U32(Vec::new()),
-                    t => anyhow::bail!("{}: column {} has type {t}, not one a shard holds", path.display(), f.name()),
+                    t => anyhow::bail!(
+                        "{}: column {} has type {t}, not one a shard holds",
+                        path.display(),
+                        f.name()
+                    ),
                 };
                 out.columns.push((f.name().clone(), c));
             }
@@ -78,12 +92,21 @@ pub fn read(path: &Path) -> Result<RowBatch> {
             let a = rb
                 .column_by_name(name)
                 .ok_or_else(|| anyhow!("{}: row group {k} lacks column {name}", path.display()))?;
-            let bad = |i: usize| anyhow!("{} row {i}: column {name} is null or out of range", path.display());
+            let bad = |i: usize| {
+                anyhow!(
+                    "{} row {i}: column {name} is null or out of range",
+                    path.display()
+                )
+            };
             match c {
                 Column::U32List(v) => v.extend(lists(a, path, name)?),
                 Column::Str(v) => {
                     for i in 0..a.len() {
-                        v.push(crate::mcq::columns::str_at(a.as_ref(), i).ok_or_else(|| bad(i))?.to_string());
+                        v.push(
+                            crate::mcq::columns::str_at(a.as_ref(), i)
+                                .ok_or_else(|| bad(i))?
+                                .to_string(),
+                        );
                     }
                 }
                 Column::U32(v) => {
@@ -102,9 +125,12 @@ pub fn read(path: &Path) -> Result<RowBatch> {
 /// Rows per row group: ~8 MiB of uint32 tokens at seq-len 2048.
 const ROW_GROUP_ROWS: usize = 1024;
 
-/// `part-00000.parquet`
+/// The subdirectory of an output that holds its parquet shards.
+pub const DATA_DIR: &str = "data";
+
+/// `data/part-00000.parquet` (relative to the output directory)
 pub fn shard_name(n: usize) -> String {
-    format!("part-{n:05}.parquet")
+    format!("{DATA_DIR}/part-{n:05}.parquet")
 }
 
 fn u32_lists(rows: &[Vec<u32>]) -> ArrayRef {
@@ -215,6 +241,17 @@ impl Streaming {
     pub fn finish(self) -> Result<(Vec<u8>, u64, u64)> {
         let (rows, tokens) = (self.rows, self.tokens);
         Ok((self.w.into_inner()?, rows, tokens))
+    }
+
+    /// The complete file as shard number `n`.
+    pub fn into_shard(self, n: usize) -> Result<EncodedShard> {
+        let (bytes, rows, tokens) = self.finish()?;
+        Ok(EncodedShard {
+            files: vec![(shard_name(n), bytes)],
+            rows,
+            tokens,
+            mds: None,
+        })
     }
 }
 

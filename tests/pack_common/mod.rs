@@ -189,6 +189,24 @@ pub fn python_check(out: &Path, tok_dir: &Path, docs: &[String], format: &str) -
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("ok "));
+    if format == "parquet" {
+        // The output's data/ directory, read whole as a dataset (no file names).
+        let o = Command::new(std::env::var("DLM_PYTHON").unwrap())
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/py/check_dataset_dir.py"
+            ))
+            .arg(out)
+            .output()
+            .unwrap();
+        let so = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && so.contains("pq.read_table, pyarrow.dataset"),
+            "dataset-directory check failed:\n{so}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        eprintln!("{}", so.trim());
+    }
     if format == "mds" && std::env::var_os("DLM_REQUIRE_STREAMING").is_some() {
         assert!(
             stdout.contains("read with streaming.StreamingDataset"),
@@ -212,11 +230,11 @@ pub fn expected_stream(tok_dir: &Path, docs: &[String]) -> Vec<u32> {
     v
 }
 
-/// All `input_ids` of the parquet shards, in file-name order.
+/// All `input_ids` of the parquet shards (`OUT/data/`), in file-name order.
 pub fn parquet_rows(out: &Path) -> Vec<Vec<u32>> {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::UInt32Type;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(out)
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("data"))
         .unwrap()
         .flatten()
         .map(|e| e.path())

@@ -3,7 +3,7 @@ Python `tokenizers` run over the same documents.
 
 usage: check_pack.py OUT_DIR TOKENIZER_JSON DOCS_JSON FORMAT
 DOCS_JSON: a JSON list of document texts in stream order. Checks, for FORMAT:
-  parquet   pyarrow reads every OUT/*.parquet (sorted), schema input_ids list<uint32>;
+  parquet   pyarrow reads every OUT/data/*.parquet (sorted), schema input_ids list<uint32>;
   mds       streaming.StreamingDataset when importable, else the MDS layout with numpy;
   megatron  numpy on the documented .bin/.idx layout: Megatron's own convention, one sequence
             and one document per source document (EOS appended), every document whole; then
@@ -45,8 +45,8 @@ for e in tok.encode_batch(docs, add_special_tokens=False):
 rows, offsets = [], []
 if fmt == "parquet":
     import pyarrow as pa, pyarrow.parquet as pq
-    files = sorted(glob.glob(os.path.join(out, "*.parquet")))
-    assert [os.path.basename(f) for f in files] == [s["file"] for s in meta["shards"]]
+    files = sorted(glob.glob(os.path.join(out, "data", "*.parquet")))
+    assert ["data/" + os.path.basename(f) for f in files] == [s["file"] for s in meta["shards"]]
     for f in files:
         t = pq.read_table(f)
         assert t.schema.field("input_ids").type == pa.list_(pa.uint32()), t.schema

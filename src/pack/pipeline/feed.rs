@@ -5,17 +5,19 @@
 //! here.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use anyhow::{anyhow, Result};
+use rayon::prelude::*;
 
+use super::profile::Clock;
 use super::progress::Progress;
 use super::read::ReadMsg;
 use super::write::{WriteMsg, WriterStopped};
 use crate::pack::packer::Packer;
 use crate::pack::plan::Unit;
 use crate::pack::resume::Cursor;
-use crate::pack::tokenize::DocTokenizer;
+use crate::pack::tokenize::{DocTokenizer, Encoded};
 use crate::pack::{Oversize, PackArgs};
 use crate::shards::index::{ProvenanceRange, Totals};
 use crate::shards::RowBatch;
@@ -36,7 +38,65 @@ pub(super) struct PackCtx<'a> {
     pub pad: Option<u32>,
 }
 
-/// Tokenize and pack in document order; hand full shards to the writer.
+/// Batches tokenized at once by [`TOKENIZE_THREADS`] threads (each batch split over the
+/// rayon pool): while one batch waits for its longest document, the others keep every core
+/// busy, and the main thread packs finished batches meanwhile.
+const TOKENIZE_THREADS: usize = 3;
+/// Batches between the reader and the packer (read, tokenizing or tokenized, in order).
+const AHEAD: usize = 2 * TOKENIZE_THREADS;
+
+/// A reader message in stream order, its batch's screening and tokenization under way.
+enum Slot {
+    Ready(ReadMsg),
+    Rows {
+        unit: usize,
+        /// The batch's rows back, with their screening and ids.
+        done: Receiver<(Vec<(u64, Outcome)>, Result<Screened>)>,
+    },
+}
+
+/// A batch screened and tokenized: per row whether it is kept, and each kept row's encoding
+/// (an error is reported when the packer reaches that row).
+struct Screened {
+    keep: Vec<bool>,
+    docs: Vec<Result<Encoded>>,
+}
+
+type Job = (
+    usize,
+    Vec<(u64, Outcome)>,
+    SyncSender<(Vec<(u64, Outcome)>, Result<Screened>)>,
+);
+
+/// Screen and tokenize one batch of `unit` (any thread; rayon inside).
+fn encode_batch(ctx: &PackCtx, unit: usize, items: &[(u64, Outcome)]) -> Result<Screened> {
+    let u = &ctx.units[unit];
+    if ctx.exhausted[u.source.index].load(Ordering::Relaxed) {
+        // The packer drops this batch unread; spare the work.
+        return Ok(Screened {
+            keep: Vec::new(),
+            docs: Vec::new(),
+        });
+    }
+    let (texts, keep) = screen(ctx.args, u, items)?;
+    let profile = super::profile::enabled();
+    let docs = texts
+        .par_iter()
+        .map(|t| {
+            let mut c = Clock::start();
+            let r = ctx.tok.encode_doc(t);
+            if profile {
+                c.lap(|p| &p.tokenize_cpu);
+            }
+            r
+        })
+        .collect();
+    Ok(Screened { keep, docs })
+}
+
+/// Tokenize and pack in document order; hand full shards to the writer. Batches are screened
+/// and tokenized ahead of the packer, [`TOKENIZE_THREADS`] at a time; the packer takes them
+/// in stream order, so the output does not depend on the thread count.
 pub(super) fn pack_loop(
     ctx: &PackCtx,
     start: Cursor,
@@ -45,16 +105,67 @@ pub(super) fn pack_loop(
     wtx: &SyncSender<WriteMsg>,
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
-    for msg in rx {
-        crate::signals::check()?;
-        match msg {
-            ReadMsg::Failed(e) => return Err(e),
-            ReadMsg::UnitStart { unit, first_row } => feed.unit_start(unit, first_row),
-            ReadMsg::UnitEnd { unit } => feed.unit_end(unit)?,
-            ReadMsg::Rows { unit, items } => feed.rows(unit, &items)?,
+    let (jtx, jrx) = sync_channel::<Job>(AHEAD);
+    let jrx = std::sync::Mutex::new(jrx);
+    std::thread::scope(|scope| -> Result<()> {
+        let (otx, orx) = sync_channel::<Slot>(AHEAD);
+        for k in 0..TOKENIZE_THREADS {
+            let jrx = &jrx;
+            std::thread::Builder::new()
+                .name(format!("pack-tokenize-{k}"))
+                .spawn_scoped(scope, move || loop {
+                    let job = jrx
+                        .lock()
+                        .map_err(|_| ())
+                        .and_then(|r| r.recv().map_err(|_| ()));
+                    let Ok((unit, items, done)) = job else { return };
+                    let enc = encode_batch(ctx, unit, &items);
+                    let _ = done.send((items, enc));
+                })?;
         }
-    }
-    feed.finish()
+        // Dispatch: reader messages into stream order, batches to the tokenizing threads.
+        std::thread::Builder::new()
+            .name("pack-dispatch".into())
+            .spawn_scoped(scope, move || {
+                for msg in rx {
+                    let slot = match msg {
+                        ReadMsg::Rows { unit, items } => {
+                            let (dtx, drx) = sync_channel(1);
+                            if jtx.send((unit, items, dtx)).is_err() {
+                                return;
+                            }
+                            Slot::Rows { unit, done: drx }
+                        }
+                        m => Slot::Ready(m),
+                    };
+                    if otx.send(slot).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        let mut clock = Clock::start();
+        for slot in orx {
+            clock.lap(|p| &p.wait_read);
+            crate::signals::check()?;
+            match slot {
+                Slot::Ready(ReadMsg::Failed(e)) => return Err(e),
+                Slot::Ready(ReadMsg::UnitStart { unit, first_row }) => {
+                    feed.unit_start(unit, first_row)
+                }
+                Slot::Ready(ReadMsg::UnitEnd { unit }) => feed.unit_end(unit)?,
+                Slot::Ready(ReadMsg::Rows { .. }) => unreachable!("batches are dispatched"),
+                Slot::Rows { unit, done } => {
+                    let (items, enc) = done
+                        .recv()
+                        .map_err(|_| anyhow!("a tokenizing thread stopped"))?;
+                    clock.lap(|p| &p.wait_tokenize);
+                    feed.rows(unit, &items, enc)?;
+                }
+            }
+            clock.lap(|p| &p.pack);
+        }
+        feed.finish()
+    })
 }
 
 /// The packing state: the packer, the cursor (`st`, what a resumed run restores) and where
@@ -110,9 +221,13 @@ impl<'a> Feed<'a> {
     }
 
     fn send(&self, batch: RowBatch, cursor: Option<Cursor>) -> Result<()> {
-        self.wtx
+        let mut c = Clock::start();
+        let r = self
+            .wtx
             .send(WriteMsg::Shard { batch, cursor })
-            .map_err(|_| anyhow::Error::new(WriterStopped))
+            .map_err(|_| anyhow::Error::new(WriterStopped));
+        c.lap(|p| &p.wait_write);
+        r
     }
 
     /// Count a finished shard (with its rows streamed before) in the cursor.
@@ -132,9 +247,11 @@ impl<'a> Feed<'a> {
         while let Some(batch) = self.packer.take_chunk(crate::shards::parquet::CHUNK_ROWS) {
             self.streamed.0 += batch.rows() as u64;
             self.streamed.1 += batch.tokens();
+            let mut c = Clock::start();
             self.wtx
                 .send(WriteMsg::Rows { batch })
                 .map_err(|_| anyhow::Error::new(WriterStopped))?;
+            c.lap(|p| &p.wait_write);
         }
         Ok(())
     }
@@ -187,17 +304,26 @@ impl<'a> Feed<'a> {
         Ok(())
     }
 
-    /// A batch of rows of `unit`: screen, tokenize, pack.
-    fn rows(&mut self, unit: usize, items: &[(u64, Outcome)]) -> Result<()> {
+    /// A batch of rows of `unit`, screened and tokenized ([`encode_batch`]): pack.
+    fn rows(
+        &mut self,
+        unit: usize,
+        items: &[(u64, Outcome)],
+        encoded: Result<Screened>,
+    ) -> Result<()> {
         let ctx = self.ctx;
         let u = &ctx.units[unit];
         let src = u.source.index;
         if ctx.exhausted[src].load(Ordering::Relaxed) {
             return Ok(());
         }
-        let (texts, keep) = screen(ctx.args, u, items)?;
-        let encoded = ctx.tok.encode_docs(&texts);
-        let mut enc = encoded.into_iter().zip(&texts);
+        let Screened { keep, docs } = encoded?;
+        // The kept texts, in the order `screen` handed them to the tokenizer.
+        let texts = items.iter().zip(&keep).filter_map(|((_, o), k)| match o {
+            Outcome::Text(t) if *k => Some(t.as_str()),
+            _ => None,
+        });
+        let mut enc = docs.into_iter().zip(texts);
         for ((row, o), kept) in items.iter().zip(keep) {
             let row = *row;
             match o {

@@ -8,14 +8,14 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::setup::{pad_id, Setup};
+use crate::pack::plan::Plan;
 use crate::pack::resume::{self, Cursor, Found};
+use crate::pack::tokenize::DocTokenizer;
 use crate::pack::PackArgs;
 use crate::shards::index::{self, Index, Kind, TokenizerInfo};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::settings::PackSettings;
 use crate::shards::{Dtype, ShardFormat};
-use crate::pack::plan::Plan;
-use crate::pack::tokenize::DocTokenizer;
 use crate::worker::WorkerSlice;
 
 /// What the journal says about `--out`.

@@ -11,6 +11,7 @@
 
 mod feed;
 mod journal;
+mod profile;
 mod progress;
 mod read;
 mod setup;
@@ -134,6 +135,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         (Ok(()), Ok(idx)) => idx,
     };
     report(&args, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
+    profile::report(t0.elapsed().as_secs_f64(), final_idx.totals.tokens);
     Ok(())
 }
 

@@ -7,6 +7,7 @@ use std::sync::mpsc::SyncSender;
 
 use anyhow::Result;
 
+use super::profile::Clock;
 use crate::pack::plan::Unit;
 use crate::pack::remote::Streaming;
 use crate::sources::{Outcome, Stop};
@@ -55,6 +56,7 @@ pub(super) fn read_units(
         if !exhausted[src].load(Ordering::Relaxed) {
             let mut items: Vec<(u64, Outcome)> = Vec::new();
             let mut bytes = 0usize;
+            let mut clock = Clock::start();
             let mut sink = |row: u64, o: Outcome| -> Result<()> {
                 if let Outcome::Text(t) = &o {
                     bytes += t.len();
@@ -63,14 +65,13 @@ pub(super) fn read_units(
                 if bytes >= BATCH_TEXT_BYTES || items.len() >= BATCH_MAX_ROWS {
                     bytes = 0;
                     let batch = std::mem::take(&mut items);
-                    if tx
-                        .send(ReadMsg::Rows {
-                            unit: k,
-                            items: batch,
-                        })
-                        .is_err()
-                        || exhausted[src].load(Ordering::Relaxed)
-                    {
+                    clock.lap(|p| &p.read_busy);
+                    let sent = tx.send(ReadMsg::Rows {
+                        unit: k,
+                        items: batch,
+                    });
+                    clock.lap(|p| &p.read_blocked);
+                    if sent.is_err() || exhausted[src].load(Ordering::Relaxed) {
                         return Err(Stop.into());
                     }
                 }

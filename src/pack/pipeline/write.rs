@@ -1,16 +1,21 @@
-//! The writer thread of a pack run: writes each finished shard durably (shuffled first when
-//! `--shuffle-seed` says so), then journals it in `index.json` with the resume cursor, so a
-//! killed run resumes after the last shard recorded; the end marks the index complete.
+//! The writer thread of a pack run: encodes finished shards (shuffled first when
+//! `--shuffle-seed` says so) on encoder threads, several at once, then writes each durably and
+//! journals it in `index.json` with the resume cursor, in shard order, so a killed run resumes
+//! after the last shard recorded; the end marks the index complete.
 
+use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context, Result};
 
+use super::profile::Clock;
 use crate::pack::packer::shuffle_rows;
 use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
-use crate::shards::{parquet, Dtype, RowBatch, ShardFormat};
+use crate::shards::{parquet, Dtype, EncodedShard, RowBatch, ShardFormat, ShardWriter};
 
 /// What the packing thread hands the writer.
 pub(super) enum WriteMsg {
@@ -39,7 +44,41 @@ impl std::fmt::Display for WriterStopped {
 }
 impl std::error::Error for WriterStopped {}
 
-/// The writer thread: write each shard durably, then journal it in the index.
+/// Shards encoded at once, each on its own thread: encoding and compression keep pace with
+/// tokenization on many cores, while files are still written and journaled one at a time, in
+/// order (so a crash leaves at most one shard past the journal, as resume expects).
+fn encoders() -> usize {
+    (rayon::current_num_threads() / 4).clamp(1, 8)
+}
+
+/// A shard being encoded on its own thread.
+struct InFlight {
+    cursor: Option<Cursor>,
+    handle: JoinHandle<Result<EncodedShard>>,
+}
+
+/// The parquet shard being encoded from `Rows` messages, on its own thread.
+struct OpenShard {
+    tx: SyncSender<RowBatch>,
+    handle: JoinHandle<Result<EncodedShard>>,
+}
+
+fn spawn_encoder<F>(n: usize, f: F) -> Result<JoinHandle<Result<EncodedShard>>>
+where
+    F: FnOnce() -> Result<EncodedShard> + Send + 'static,
+{
+    Ok(std::thread::Builder::new()
+        .name(format!("pack-encode-{n}"))
+        .spawn(move || {
+            let mut c = Clock::start();
+            let r = f();
+            c.lap(|p| &p.encode_cpu);
+            r
+        })?)
+}
+
+/// The writer thread: encode shards (several at once), write each durably in order, then
+/// journal it in the index.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_shards(
     dir: &Path,
@@ -55,9 +94,47 @@ pub(super) fn write_shards(
     let throttle: Option<u64> = std::env::var("DLM_PACK_THROTTLE_MS")
         .ok()
         .and_then(|v| v.parse().ok());
-    // The parquet shard being encoded from `Rows` messages.
-    let mut open: Option<parquet::Streaming> = None;
+    let max_in_flight = encoders();
+    let mut open: Option<OpenShard> = None;
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut first_pending = n;
+    let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype));
+    // Write and journal the oldest shard in flight.
+    let mut commit =
+        |f: InFlight, idx: &mut Index, mds: &mut Vec<serde_json::Value>| -> Result<()> {
+            let k = first_pending;
+            first_pending += 1;
+            let mut c = Clock::start();
+            let enc = f
+                .handle
+                .join()
+                .map_err(|_| anyhow!("shard encoder panicked"))?
+                .with_context(|| format!("encoding shard {k} in {}", dir.display()))?;
+            c.lap(|p| &p.write_wait);
+            let w = enc
+                .commit(dir)
+                .with_context(|| format!("writing shard {k} in {}", dir.display()))?;
+            idx.shards.push(w.entry);
+            if let Some(m) = w.mds {
+                mds.push(m);
+            }
+            if let Some(c) = f.cursor {
+                idx.totals = c.totals.clone();
+                idx.provenance = c.provenance.clone();
+                idx.extra.insert("resume".into(), serde_json::to_value(&c)?);
+                index::save(dir, idx, is_mds.then_some(&mds[..]))?;
+                crate::signals::pause_point("pack-shard");
+                if let Some(ms) = throttle {
+                    // Tests and demos: slow down so a kill lands mid-run.
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+            }
+            c.lap(|p| &p.write_io);
+            Ok(())
+        };
+    let mut clock = Clock::start();
     for msg in rx {
+        clock.lap(|p| &p.write_wait);
         match msg {
             WriteMsg::Rows { batch } => {
                 anyhow::ensure!(
@@ -65,46 +142,62 @@ pub(super) fn write_shards(
                     "streamed rows for a {format:?} shard (shuffled: {})",
                     shuffle.is_some()
                 );
-                let s = match &mut open {
-                    Some(s) => s,
-                    None => open.insert(parquet::Streaming::new(&batch)?),
+                let o = match &mut open {
+                    Some(o) => o,
+                    None => {
+                        let (tx, brx) = sync_channel::<RowBatch>(16);
+                        let k = n;
+                        let handle = spawn_encoder(k, move || {
+                            let mut s: Option<parquet::Streaming> = None;
+                            for b in brx {
+                                let st = match &mut s {
+                                    Some(st) => st,
+                                    None => s.insert(parquet::Streaming::new(&b)?),
+                                };
+                                st.write(&b)?;
+                            }
+                            s.ok_or_else(|| anyhow!("a streamed shard without rows"))?
+                                .into_shard(k)
+                        })?;
+                        open.insert(OpenShard { tx, handle })
+                    }
                 };
-                s.write(&batch)
-                    .with_context(|| format!("encoding shard {n} in {}", dir.display()))?;
+                if o.tx.send(batch).is_err() {
+                    // The encoder stopped: its error is reported when the shard is joined.
+                    let o = open.take().expect("open shard");
+                    in_flight.push_back(InFlight {
+                        cursor: None,
+                        handle: o.handle,
+                    });
+                    return Err(commit(in_flight.pop_front().unwrap(), &mut idx, &mut mds)
+                        .err()
+                        .unwrap_or_else(|| anyhow!("shard encoder stopped")));
+                }
             }
             WriteMsg::Shard { mut batch, cursor } => {
                 // A safe point: stop before the next shard once a signal arrived.
                 crate::signals::check()?;
-                let w = match open.take() {
-                    Some(mut s) => s
-                        .write(&batch)
-                        .and_then(|_| crate::shards::write_parquet_streamed(dir, n, s)),
+                let handle = match open.take() {
+                    Some(o) => {
+                        let _ = o.tx.send(batch);
+                        drop(o.tx);
+                        o.handle
+                    }
                     None => {
                         if let Some(seed) = shuffle {
                             shuffle_rows(&mut batch, seed, n);
                         }
-                        crate::shards::write_shard(format, dir, n, &batch, dtype)
+                        let (w, k) = (writer.clone(), n);
+                        spawn_encoder(k, move || w.encode(k, &batch))?
                     }
-                }
-                .with_context(|| format!("writing shard {n} in {}", dir.display()))?;
+                };
                 n += 1;
-                idx.shards.push(w.entry);
-                if let Some(m) = w.mds {
-                    mds.push(m);
-                }
-                if let Some(c) = cursor {
-                    idx.totals = c.totals.clone();
-                    idx.provenance = c.provenance.clone();
-                    idx.extra.insert("resume".into(), serde_json::to_value(&c)?);
-                    index::save(dir, &idx, is_mds.then_some(&mds[..]))?;
-                    crate::signals::pause_point("pack-shard");
-                    if let Some(ms) = throttle {
-                        // Tests and demos: slow down so a kill lands mid-run.
-                        std::thread::sleep(std::time::Duration::from_millis(ms));
-                    }
-                }
+                in_flight.push_back(InFlight { cursor, handle });
             }
             WriteMsg::Finish { totals, provenance } => {
+                while let Some(f) = in_flight.pop_front() {
+                    commit(f, &mut idx, &mut mds)?;
+                }
                 idx.totals = totals;
                 idx.provenance = provenance;
                 idx.extra.remove("resume");
@@ -113,6 +206,13 @@ pub(super) fn write_shards(
                 return Ok(idx);
             }
         }
+        // Journal what is done; wait only when too many shards are in flight.
+        while in_flight.len() > max_in_flight
+            || in_flight.front().is_some_and(|f| f.handle.is_finished())
+        {
+            commit(in_flight.pop_front().unwrap(), &mut idx, &mut mds)?;
+        }
+        clock = Clock::start();
     }
     Err(anyhow!(
         "pack stopped before the end of the input; rerun the same command to resume"

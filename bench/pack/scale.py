@@ -1,0 +1,234 @@
+"""`make bench-pack-scale`: how `dlm-data pack` scales with threads, against the Python pipeline
+(../shared/bench/py_pack_ref.py) in the same run, per tokenizer family.
+
+Corpus (built here, no downloads): code and documentation from this machine's Python install —
+every stdlib .py source file whole (indentation, long identifiers, docstrings), plus the
+natural-English docs of bench/pack/corpus.py — repeated with a per-copy header line until it is
+at least --mb MB (default 1024). Families: a Llama-3/MiniCPM5-shaped byte-level BPE trained
+here (32k, the Llama-3 split regex), and the real Mistral-7B (SentencePiece BPE) and phi-2
+(GPT-2 byte-level) tokenizer.json files read in place (--shared DIR, else ../shared/tokenizers
+or ./shared/tokenizers).
+
+Per family and thread count (RAYON_NUM_THREADS; 1 2 4 8 16 by default): dlm-data's Mtok/s on
+the whole corpus, the Python pipeline's Mtok/s on a --ref-mb slice of it (default 24 MB: the
+pipeline at one thread would take an hour on 1 GB; the slice is a prefix of the same cyclic
+mix), their ratio, and dlm-data's speedup and parallel efficiency against its own 1-thread
+run. `--stages` adds dlm-data's per-stage busy seconds (DLM_PACK_PROFILE=1): reader, tokenize,
+packer, writer, which names the serial stage that caps it.
+
+Runs on a box without Rust: BIN is a prebuilt `dlm-data` (release). Needs python3 with pyarrow,
+numpy and tokenizers.
+
+usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 24] [--threads 1,2,4,8,16]
+                [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
+                [--stages]
+"""
+import json, os, subprocess, sys, time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "py"))
+from corpus import code_and_docs, code_docs, natural_docs  # noqa: E402
+
+
+def opt(name, default):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+MB = int(opt("--mb", "1024"))
+REF_MB = int(opt("--ref-mb", "24"))
+THREADS = [int(t) for t in opt("--threads", "1,2,4,8,16").split(",")]
+FAMILIES = opt("--families", "llama3-shaped,mistral-7b-v0.1,phi-2").split(",")
+STAGES = "--stages" in sys.argv
+SEQ = 2048
+EOS = {"mistral-7b-v0.1": "</s>"}
+
+
+def first_existing(*paths):
+    for p in paths:
+        if p and os.path.exists(p):
+            return os.path.abspath(p)
+    return None
+
+
+SHARED = first_existing(opt("--shared", None), os.environ.get("DLM_SHARED_TOKENIZERS"),
+                        os.path.join(ROOT, "..", "shared", "tokenizers"), os.path.join(ROOT, "shared", "tokenizers"))
+REF = first_existing(opt("--ref", None), os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py"),
+                     os.path.join(ROOT, "shared", "bench", "py_pack_ref.py"))
+os.makedirs(WORK, exist_ok=True)
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+def build_corpus(mb, name):
+    """At least `mb` MB: code and docs interleaved, cycled; each copy gets a header line, so
+    repeated documents are not byte-identical (no tokenizer cache sees the same text twice)."""
+    path = os.path.join(WORK, name)
+    if os.path.exists(path):
+        return path
+    base = code_and_docs()
+    tmp = path + ".tmp"
+    w = None
+    size, k, batch = 0, 0, []
+    while size < mb * 1_000_000:
+        d = f"# copy {k // len(base)} of document {k % len(base)}\n" + base[k % len(base)]
+        batch.append(d)
+        size += len(d.encode())
+        k += 1
+        if len(batch) == 4096:
+            t = pa.table({"text": batch})
+            w = w or pq.ParquetWriter(tmp, t.schema, compression="zstd")
+            w.write_table(t, row_group_size=4096)
+            batch = []
+    if batch:
+        t = pa.table({"text": batch})
+        w = w or pq.ParquetWriter(tmp, t.schema, compression="zstd")
+        w.write_table(t, row_group_size=4096)
+    w.close()
+    os.rename(tmp, path)
+    return path
+
+
+def slice_of(path, mb, name):
+    out = os.path.join(WORK, name)
+    if os.path.exists(out):
+        return out
+    pf = pq.ParquetFile(path)
+    texts, size = [], 0
+    for rb in pf.iter_batches(batch_size=1024, columns=["text"]):
+        for t in rb.column(0).to_pylist():
+            texts.append(t)
+            size += len(t.encode())
+            if size >= mb * 1_000_000:
+                break
+        if size >= mb * 1_000_000:
+            break
+    pq.write_table(pa.table({"text": texts}), out, compression="zstd", row_group_size=4096)
+    return out
+
+
+def llama3_shaped(docs):
+    import tokenizer_shapes as ts
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    d = os.path.join(WORK, "tok", "llama3-shaped")
+    p = os.path.join(d, "tokenizer.json")
+    if os.path.exists(p):
+        return p
+    bl = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)
+    t = Tokenizer(models.BPE(ignore_merges=True))
+    t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(ts.LLAMA3), behavior="isolated"), bl])
+    t.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<|mask|>"]
+    tr = trainers.BpeTrainer(vocab_size=32000, special_tokens=specials, show_progress=False,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    t.train_from_iterator(docs, trainer=tr)
+    os.makedirs(d, exist_ok=True)
+    t.save(p)
+    return p
+
+
+# The reference program unchanged, with token_to_id("<|endoftext|>") answered by the family's EOS.
+WRAP = """import runpy, sys, tokenizers
+eos, ref = sys.argv.pop(1), sys.argv.pop(1)
+_Real = tokenizers.Tokenizer
+class Tokenizer:
+    def __init__(self, t):
+        self._t, self._eos = t, t.token_to_id(eos)
+    @staticmethod
+    def from_file(p):
+        return Tokenizer(_Real.from_file(p))
+    def token_to_id(self, x):
+        return self._eos if x == "<|endoftext|>" else self._t.token_to_id(x)
+    def __getattr__(self, k):
+        return getattr(self._t, k)
+tokenizers.Tokenizer = Tokenizer
+runpy.run_path(ref, run_name="__main__")
+"""
+
+
+def env_for(threads, profile=False):
+    e = dict(os.environ)
+    e["RAYON_NUM_THREADS"] = str(threads)
+    e["RAYON_RS_NUM_CPUS"] = str(threads)
+    if profile:
+        e["DLM_PACK_PROFILE"] = "1"
+    return e
+
+
+def run(cmd, env):
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
+    return dt, p.stdout, p.stderr
+
+
+def ours(corpus, tok, eos, threads):
+    out = os.path.join(WORK, "out")
+    subprocess.run(["rm", "-rf", out])
+    dt, so, se = run([BIN, "pack", "--input", corpus, "--text-column", "text", "--tokenizer", tok,
+                      "--eos-token", eos, "--out", out, "--seq-len", str(SEQ), "--json"], env_for(threads, STAGES))
+    s = json.loads(so.strip().splitlines()[-1])
+    stages = [l for l in se.splitlines() if l.startswith("pack profile")]
+    return dt, s["tokens"], (stages[-1] if stages else "")
+
+
+def python_ref(corpus, tok, eos, threads, wrap):
+    out = os.path.join(WORK, "ref.parquet")
+    dt, so, _ = run([sys.executable, wrap, eos, REF, corpus, tok, out, str(SEQ)], env_for(threads))
+    ntok = int(so.split(" tokens")[0].split()[-1])
+    return dt, ntok
+
+
+def main():
+    t_start = time.perf_counter()
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"{BIN}: no dlm-data binary (build it with `cargo build --release` and carry it)")
+    if REF is None:
+        sys.exit("py_pack_ref.py not found: pass --ref PATH (../shared/bench/py_pack_ref.py)")
+    say("command: " + " ".join(sys.argv))
+    corpus = build_corpus(MB, f"code-corpus-{MB}mb.parquet")
+    ref_corpus = slice_of(corpus, REF_MB, f"code-corpus-{MB}mb-first{REF_MB}mb.parquet")
+    meta = pq.ParquetFile(corpus).metadata
+    say(f"corpus: {corpus} ({os.path.getsize(corpus) / 1e6:.0f} MB zstd parquet, {meta.num_rows} documents, >= {MB} MB of text: "
+        f"stdlib sources + docs), python slice {REF_MB} MB; {os.cpu_count()} cores; seq_len {SEQ}; built in {time.perf_counter() - t_start:.0f} s")
+    wrap = os.path.join(WORK, "ref_wrap.py")
+    open(wrap, "w").write(WRAP)
+    fams = {}
+    for f in FAMILIES:
+        if f == "llama3-shaped":
+            fams[f] = llama3_shaped(code_docs()[:2000] + natural_docs()[:2000])
+        elif SHARED and os.path.isfile(os.path.join(SHARED, f, "tokenizer.json")):
+            fams[f] = os.path.join(SHARED, f, "tokenizer.json")
+        else:
+            say(f"note: {f}: no tokenizer.json under {SHARED} (pass --shared DIR); skipped")
+    results = {}
+    say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}  stages")
+    for name, tok in fams.items():
+        eos = EOS.get(name, "<|endoftext|>")
+        base = None
+        for th in THREADS:
+            dt, ntok, stages = ours(corpus, tok, eos, th)
+            dtp, ntp = python_ref(ref_corpus, tok, eos, th, wrap)
+            m, mp = ntok / dt / 1e6, ntp / dtp / 1e6
+            base = base or (m if th == 1 else None)
+            sp = m / base if base else float("nan")
+            eff = sp / th if base else float("nan")
+            results.setdefault(name, []).append({"threads": th, "dlm_mtok_s": round(m, 2), "py_mtok_s": round(mp, 3),
+                                                 "ratio": round(m / mp, 2), "speedup": round(sp, 2), "tokens": ntok,
+                                                 "seconds": round(dt, 2), "stages": stages})
+            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}  {stages}")
+    json.dump(results, open(os.path.join(WORK, "scale.json"), "w"), indent=1)
+    say(f"goal: Mtok/s at 16 threads >= 12x Mtok/s at 1 (75% parallel efficiency). total {time.perf_counter() - t_start:.0f} s; "
+        f"results in {os.path.join(WORK, 'scale.json')}")
+
+
+main()

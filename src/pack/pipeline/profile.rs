@@ -1,0 +1,94 @@
+//! `DLM_PACK_PROFILE=1`: where a pack run's time goes, per pipeline stage, printed on stderr at
+//! the end (`pack profile: ...`). The serial stages (reader thread, packer on the main thread,
+//! writer thread) each cap the run at tokens ÷ their busy seconds; the line names those caps,
+//! so a run that stops scaling says which stage stopped it. Off, it costs one relaxed load per
+//! measured section.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Nanoseconds per stage (summed over threads for the parallel ones).
+#[derive(Default)]
+pub(super) struct Profile {
+    /// Reader thread: decoding input, rendering rows (busy), and blocked handing batches on.
+    pub read_busy: AtomicU64,
+    pub read_blocked: AtomicU64,
+    /// Screening + tokenizing batches (CPU time over all threads).
+    pub tokenize_cpu: AtomicU64,
+    /// Main thread: packing documents into rows and shards.
+    pub pack: AtomicU64,
+    /// Main thread: waiting for the reader, for tokenized batches, for the writer.
+    pub wait_read: AtomicU64,
+    pub wait_tokenize: AtomicU64,
+    pub wait_write: AtomicU64,
+    /// Shard encoding and compression (CPU time over the encoder threads).
+    pub encode_cpu: AtomicU64,
+    /// Writer thread: writing, fsync and journaling shards in order.
+    pub write_io: AtomicU64,
+    /// Writer thread: waiting for the next message or an encoder.
+    pub write_wait: AtomicU64,
+}
+
+pub(super) static PROFILE: OnceLock<Profile> = OnceLock::new();
+
+/// Whether `DLM_PACK_PROFILE` is set (read once).
+pub(super) fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("DLM_PACK_PROFILE").is_some_and(|v| v != "0"))
+}
+
+/// A running clock that adds its elapsed time to a stage when stopped (no-op when disabled).
+pub(super) struct Clock(Option<Instant>);
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock(enabled().then(Instant::now))
+    }
+    /// Add the time since start to `stage(profile)` and restart.
+    pub fn lap(&mut self, stage: impl Fn(&Profile) -> &AtomicU64) {
+        if let Some(t) = self.0 {
+            let now = Instant::now();
+            let p = PROFILE.get_or_init(Profile::default);
+            stage(p).fetch_add((now - t).as_nanos() as u64, Ordering::Relaxed);
+            self.0 = Some(now);
+        }
+    }
+}
+
+/// The end-of-run line, when enabled.
+pub(super) fn report(wall: f64, tokens: u64) {
+    if !enabled() {
+        return;
+    }
+    let p = PROFILE.get_or_init(Profile::default);
+    let s = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e9;
+    let cap = |busy: f64| {
+        if busy > 0.0 {
+            format!("{:.0}", tokens as f64 / busy / 1e6)
+        } else {
+            "-".into()
+        }
+    };
+    // The packer's laps include its blocked sends to the writer.
+    let (rb, pk, wio) = (
+        s(&p.read_busy),
+        (s(&p.pack) - s(&p.wait_write)).max(0.0),
+        s(&p.write_io),
+    );
+    eprintln!(
+        "pack profile: wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} cpu-s | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | encode {:.2} cpu-s | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
+        s(&p.read_blocked),
+        s(&p.tokenize_cpu),
+        s(&p.wait_read),
+        s(&p.wait_tokenize),
+        s(&p.wait_write),
+        s(&p.encode_cpu),
+        s(&p.write_wait),
+        cap(rb),
+        cap(pk),
+        cap(wio),
+        tokens as f64 / wall.max(1e-9) / 1e6,
+        threads = rayon::current_num_threads(),
+    );
+}
