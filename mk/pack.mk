@@ -44,3 +44,17 @@ BENCH_TOK_MB ?= 8
 bench-tokenizers: $(VENV)/.stamp
 	$(CARGO) build --release --bins
 	$(PY) bench/tokenizers/bench.py target/release/dlm-data target/bench-tokenizers --mb $(BENCH_TOK_MB)
+
+# Scaling (issue #31): pack vs the Python pipeline at 1/2/4/8/16 threads, per family, on a
+# >= 1 GB code-and-docs corpus built from this machine's Python install. Runs on a box without
+# Rust: BIN is a prebuilt release binary (built here when missing and cargo exists), PYBENCH
+# any python3 with pyarrow, numpy and tokenizers. BENCH_SCALE_ARGS passes --threads,
+# --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages.
+.PHONY: bench-pack-scale
+BENCH_SCALE_MB ?= 1024
+BENCH_SCALE_BIN ?= target/release/dlm-data
+BENCH_SCALE_WORK ?= target/bench-pack-scale
+PYBENCH ?= $(if $(wildcard $(PY)),$(PY),python3)
+bench-pack-scale:
+	@test -x $(BENCH_SCALE_BIN) || $(CARGO) build --release --bins
+	$(PYBENCH) bench/pack/scale.py $(BENCH_SCALE_BIN) $(BENCH_SCALE_WORK) --mb $(BENCH_SCALE_MB) $(BENCH_SCALE_ARGS)

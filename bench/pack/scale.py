@@ -10,7 +10,7 @@ here (32k, the Llama-3 split regex), and the real Mistral-7B (SentencePiece BPE)
 or ./shared/tokenizers).
 
 Per family and thread count (RAYON_NUM_THREADS; 1 2 4 8 16 by default): dlm-data's Mtok/s on
-the whole corpus, the Python pipeline's Mtok/s on a --ref-mb slice of it (default 24 MB: the
+the whole corpus, the Python pipeline's Mtok/s on a --ref-mb slice of it (default 12 MB: the
 pipeline at one thread would take an hour on 1 GB; the slice is a prefix of the same cyclic
 mix), their ratio, and dlm-data's speedup and parallel efficiency against its own 1-thread
 run. `--stages` adds dlm-data's per-stage busy seconds (DLM_PACK_PROFILE=1): reader, tokenize,
@@ -19,7 +19,7 @@ packer, writer, which names the serial stage that caps it.
 Runs on a box without Rust: BIN is a prebuilt `dlm-data` (release). Needs python3 with pyarrow,
 numpy and tokenizers.
 
-usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 24] [--threads 1,2,4,8,16]
+usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
                 [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
                 [--stages]
 """
@@ -41,7 +41,7 @@ def opt(name, default):
 
 BIN, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 MB = int(opt("--mb", "1024"))
-REF_MB = int(opt("--ref-mb", "24"))
+REF_MB = int(opt("--ref-mb", "12"))
 THREADS = [int(t) for t in opt("--threads", "1,2,4,8,16").split(",")]
 FAMILIES = opt("--families", "llama3-shaped,mistral-7b-v0.1,phi-2").split(",")
 STAGES = "--stages" in sys.argv
@@ -225,7 +225,8 @@ def main():
             results.setdefault(name, []).append({"threads": th, "dlm_mtok_s": round(m, 2), "py_mtok_s": round(mp, 3),
                                                  "ratio": round(m / mp, 2), "speedup": round(sp, 2), "tokens": ntok,
                                                  "seconds": round(dt, 2), "stages": stages})
-            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}  {stages}")
+            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}  "
+                f"[{time.perf_counter() - t_start:.0f} s] {stages}")
     json.dump(results, open(os.path.join(WORK, "scale.json"), "w"), indent=1)
     say(f"goal: Mtok/s at 16 threads >= 12x Mtok/s at 1 (75% parallel efficiency). total {time.perf_counter() - t_start:.0f} s; "
         f"results in {os.path.join(WORK, 'scale.json')}")

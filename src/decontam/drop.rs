@@ -172,7 +172,7 @@ fn filter_shard_to(
     tmp: &Path,
     drop: &BTreeSet<u64>,
 ) -> Result<(ShardEntry, u64)> {
-    let reader = crate::sources::guarded::open(src)?;
+    let reader = crate::shards::guarded::open(src)?;
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3)?))
         .build();

@@ -64,7 +64,7 @@ pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
     let name = path.to_string_lossy().to_ascii_lowercase();
     let mut out = Vec::new();
     if name.ends_with(".parquet") {
-        for b in crate::sources::guarded::open(path)? {
+        for b in crate::shards::guarded::open(path)? {
             batch_rows(
                 &b.with_context(|| format!("decoding {}", path.display()))?,
                 &mut out,

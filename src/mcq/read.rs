@@ -79,7 +79,7 @@ pub struct FileCtx<'a> {
 
 /// Read every row of `path` (a parquet file) into `out`.
 pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<ReadStats> {
-    use crate::sources::guarded;
+    use crate::shards::guarded;
     let reader = guarded::build(guarded::builder(path)?.with_batch_size(8192), path)?;
     let mut stats = ReadStats::default();
     let mut layout = None;

@@ -73,17 +73,7 @@ pub enum DtypeArg {
     Uint16,
 }
 
-/// What to do with a document larger than `--max-doc-bytes` (`"Fail"` / `"Skip"` in the
-/// index's `args`).
-#[derive(
-    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
-)]
-pub enum Oversize {
-    /// Stop with an error naming the file and row (default).
-    Fail,
-    /// Skip it and count it (`totals.skipped_oversize`).
-    Skip,
-}
+pub use crate::shards::settings::Oversize;
 
 pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');

@@ -62,7 +62,7 @@ fn lists(col: &ArrayRef, path: &Path, name: &str) -> Result<Vec<Vec<u32>>> {
 /// other column as `list<uint32>` → [`Column::U32List`], `uint32` → [`Column::U32`],
 /// `utf8` → [`Column::Str`], in file order.
 pub fn read(path: &Path) -> Result<RowBatch> {
-    let reader = crate::sources::guarded::open(path)?;
+    let reader = super::guarded::open(path)?;
     let mut out = RowBatch::default();
     for (k, rb) in reader.enumerate() {
         let rb = rb.with_context(|| format!("reading {}", path.display()))?;
@@ -101,18 +101,29 @@ pub fn read(path: &Path) -> Result<RowBatch> {
             match c {
                 Column::U32List(v) => v.extend(lists(a, path, name)?),
                 Column::Str(v) => {
-                    for i in 0..a.len() {
-                        v.push(
-                            crate::mcq::columns::str_at(a.as_ref(), i)
-                                .ok_or_else(|| bad(i))?
-                                .to_string(),
-                        );
+                    let s = arrow::compute::cast(a, &DataType::Utf8)?;
+                    let s = s.as_string::<i32>();
+                    for i in 0..s.len() {
+                        if s.is_null(i) {
+                            return Err(bad(i));
+                        }
+                        v.push(s.value(i).to_string());
                     }
                 }
                 Column::U32(v) => {
-                    for i in 0..a.len() {
-                        let x = crate::mcq::columns::int_at(a.as_ref(), i).ok_or_else(|| bad(i))?;
-                        v.push(u32::try_from(x).map_err(|_| bad(i))?);
+                    // A checked cast: a value out of uint32 range is an error, not a wrap.
+                    let opts = arrow::compute::CastOptions {
+                        safe: false,
+                        ..Default::default()
+                    };
+                    let u = arrow::compute::cast_with_options(a, &DataType::UInt32, &opts)
+                        .map_err(|e| anyhow!("{}: column {name}: {e}", path.display()))?;
+                    let u = u.as_primitive::<UInt32Type>();
+                    for i in 0..u.len() {
+                        if u.is_null(i) {
+                            return Err(bad(i));
+                        }
+                        v.push(u.value(i));
                     }
                 }
             }

@@ -5,7 +5,18 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Dtype, ShardFormat};
-use crate::pack::Oversize;
+
+/// What to do with a document larger than `--max-doc-bytes` (`"Fail"` / `"Skip"` in the
+/// index's `args`).
+#[derive(
+    clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize,
+)]
+pub enum Oversize {
+    /// Stop with an error naming the file and row (default).
+    Fail,
+    /// Skip it and count it (`totals.skipped_oversize`).
+    Skip,
+}
 
 /// `index.json`'s `"args"`. Field order is the on-disk key order (byte-identical indexes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,6 @@
 //! 0-based: parquet row, JSON array element, JSONL line). Errors name the file and the row.
 //! A sink may stop the read early by returning [`Stop`].
 
-pub mod guarded;
 pub mod json_array;
 pub mod jsonl;
 pub mod parquet;

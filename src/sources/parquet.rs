@@ -31,13 +31,13 @@ fn open(
     start_row: u64,
     batch_rows: usize,
 ) -> Result<impl Iterator<Item = std::result::Result<RecordBatch, arrow::error::ArrowError>>> {
-    let b = super::guarded::builder(path).with_context(|| name.to_string())?;
+    let b = crate::shards::guarded::builder(path).with_context(|| name.to_string())?;
     let mask = projection(b.schema(), b.parquet_schema(), tpl, name)?;
     let b = b
         .with_projection(mask)
         .with_batch_size(batch_rows)
         .with_offset(start_row as usize);
-    super::guarded::build(b, path).with_context(|| name.to_string())
+    crate::shards::guarded::build(b, path).with_context(|| name.to_string())
 }
 
 /// Only the template's root columns, found by name.
@@ -318,7 +318,7 @@ fn read_inner(
 
 /// Number of rows and row groups of a parquet file (footer only).
 pub fn row_counts(path: &Path, name: &str) -> Result<Vec<u64>> {
-    let b = super::guarded::builder(path).with_context(|| name.to_string())?;
+    let b = crate::shards::guarded::builder(path).with_context(|| name.to_string())?;
     Ok(b.metadata()
         .row_groups()
         .iter()

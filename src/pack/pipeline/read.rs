@@ -94,7 +94,10 @@ pub(super) fn read_units(
                 ));
                 return;
             }
-            if !items.is_empty() && tx.send(ReadMsg::Rows { unit: k, items }).is_err() {
+            clock.lap(|p| &p.read_busy);
+            let sent = items.is_empty() || tx.send(ReadMsg::Rows { unit: k, items }).is_ok();
+            clock.lap(|p| &p.read_blocked);
+            if !sent {
                 return;
             }
         }
