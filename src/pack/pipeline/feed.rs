@@ -38,12 +38,13 @@ pub(super) struct PackCtx<'a> {
     pub pad: Option<u32>,
 }
 
-/// Batches tokenized at once by [`TOKENIZE_THREADS`] threads (each batch split over the
-/// rayon pool): while one batch waits for its longest document, the others keep every core
-/// busy, and the main thread packs finished batches meanwhile.
-const TOKENIZE_THREADS: usize = 3;
-/// Batches between the reader and the packer (read, tokenizing or tokenized, in order).
-const AHEAD: usize = 2 * TOKENIZE_THREADS;
+/// Batches tokenized at once, one per tokenizing thread (each batch split over the rayon
+/// pool): while one batch waits for its longest document (a code file can be 1 MB), the
+/// others keep every core busy, and the main thread packs finished batches meanwhile. One per
+/// two pool threads, at least 3.
+fn tokenize_threads() -> usize {
+    (rayon::current_num_threads() / 2).clamp(3, 32)
+}
 
 /// A reader message in stream order, its batch's screening and tokenization under way.
 enum Slot {
@@ -95,7 +96,7 @@ fn encode_batch(ctx: &PackCtx, unit: usize, items: &[(u64, Outcome)]) -> Result<
 }
 
 /// Tokenize and pack in document order; hand full shards to the writer. Batches are screened
-/// and tokenized ahead of the packer, [`TOKENIZE_THREADS`] at a time; the packer takes them
+/// and tokenized ahead of the packer, [`tokenize_threads`] at a time; the packer takes them
 /// in stream order, so the output does not depend on the thread count.
 pub(super) fn pack_loop(
     ctx: &PackCtx,
@@ -105,11 +106,14 @@ pub(super) fn pack_loop(
     wtx: &SyncSender<WriteMsg>,
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
-    let (jtx, jrx) = sync_channel::<Job>(AHEAD);
+    let tokenizers = tokenize_threads();
+    // Batches between the reader and the packer (read, tokenizing or tokenized, in order).
+    let ahead = 2 * tokenizers;
+    let (jtx, jrx) = sync_channel::<Job>(ahead);
     let jrx = std::sync::Mutex::new(jrx);
     std::thread::scope(|scope| -> Result<()> {
-        let (otx, orx) = sync_channel::<Slot>(AHEAD);
-        for k in 0..TOKENIZE_THREADS {
+        let (otx, orx) = sync_channel::<Slot>(ahead);
+        for k in 0..tokenizers {
             let jrx = &jrx;
             std::thread::Builder::new()
                 .name(format!("pack-tokenize-{k}"))

@@ -69,12 +69,7 @@ where
 {
     Ok(std::thread::Builder::new()
         .name(format!("pack-encode-{n}"))
-        .spawn(move || {
-            let mut c = Clock::start();
-            let r = f();
-            c.lap(|p| &p.encode_cpu);
-            r
-        })?)
+        .spawn(f)?)
 }
 
 /// The writer thread: encode shards (several at once), write each durably in order, then
@@ -150,14 +145,21 @@ pub(super) fn write_shards(
                         let handle = spawn_encoder(k, move || {
                             let mut s: Option<parquet::Streaming> = None;
                             for b in brx {
+                                // Time encoding only, not waiting for rows.
+                                let mut c = Clock::start();
                                 let st = match &mut s {
                                     Some(st) => st,
                                     None => s.insert(parquet::Streaming::new(&b)?),
                                 };
                                 st.write(&b)?;
+                                c.lap(|p| &p.encode_cpu);
                             }
-                            s.ok_or_else(|| anyhow!("a streamed shard without rows"))?
-                                .into_shard(k)
+                            let mut c = Clock::start();
+                            let r = s
+                                .ok_or_else(|| anyhow!("a streamed shard without rows"))?
+                                .into_shard(k);
+                            c.lap(|p| &p.encode_cpu);
+                            r
                         })?;
                         open.insert(OpenShard { tx, handle })
                     }
@@ -188,7 +190,12 @@ pub(super) fn write_shards(
                             shuffle_rows(&mut batch, seed, n);
                         }
                         let (w, k) = (writer.clone(), n);
-                        spawn_encoder(k, move || w.encode(k, &batch))?
+                        spawn_encoder(k, move || {
+                            let mut c = Clock::start();
+                            let r = w.encode(k, &batch);
+                            c.lap(|p| &p.encode_cpu);
+                            r
+                        })?
                     }
                 };
                 n += 1;
