@@ -328,7 +328,7 @@ impl<'a> Feed<'a> {
             _ => None,
         });
         let mut enc = docs.into_iter().zip(texts);
-        for ((row, o), kept) in items.iter().zip(keep) {
+        for ((row, o), &kept) in items.iter().zip(&keep) {
             let row = *row;
             match o {
                 Outcome::Empty => self.st.totals.skipped_empty += 1,
