@@ -114,6 +114,8 @@ pub struct Bpe {
     whole: Option<FxMap<Vec<u8>, u32>>,
     /// The chars that precede `seg_rep` inside some merge result (when asked for).
     pub seg_left: Option<FxSet<char>>,
+    /// No merge can cross a newline (see [`Bpe::encode_split_newlines`]).
+    newline_barrier: bool,
     /// Distinct tokens in the model vocabulary (the crate's `get_vocab_size`).
     pub vocab_len: usize,
     /// Token → id of the model vocabulary.
@@ -281,6 +283,9 @@ impl Bpe {
         let mut merges: FxMap<u64, u64> = FxMap::default();
         merges.reserve(merge_list.len());
         let mut seg_left: FxSet<char> = FxSet::default();
+        // Whether no merge involves a newline symbol ('\n' itself, or its byte-fallback token):
+        // then a newline is a barrier no merge crosses (checked below with the alphabet).
+        let mut newline_merges = false;
         let mut merged = String::new();
         for (rank, (a, b)) in merge_list.iter().enumerate() {
             let ia = *vocab.get(a.as_ref()).context("merge token not in vocab")?;
@@ -296,6 +301,13 @@ impl Bpe {
                 (ia as u64) << 32 | ib as u64,
                 (rank as u64) << 32 | im as u64,
             );
+            if a.contains('\n')
+                || b.contains('\n')
+                || a.as_ref() == "<0x0A>"
+                || b.as_ref() == "<0x0A>"
+            {
+                newline_merges = true;
+            }
             if let Some(rep) = seg_rep {
                 let mut prev: Option<char> = None;
                 for c in merged.chars() {
@@ -331,10 +343,23 @@ impl Bpe {
         } else {
             None
         };
+        // A newline symbol that no merge touches and that never becomes an unk (which
+        // `fuse_unk` could fuse with its neighbours): character-level alphabets only.
+        let newline_barrier = !byte_level
+            && !newline_merges
+            && (vocab.contains_key("\n")
+                || (matches!(
+                    &alphabet,
+                    Alphabet::Chars {
+                        fallback: Some(_),
+                        ..
+                    }
+                ) && vocab.contains_key("<0x0A>")));
         Ok(Bpe {
             alphabet,
             merges,
             whole,
+            newline_barrier,
             seg_left: seg_rep.map(|_| seg_left),
             vocab_len: vocab.len(),
             vocab: vocab
@@ -418,6 +443,28 @@ impl Bpe {
     /// Plain BPE of `word` (no ignore_merges), cached for short words.
     pub fn encode_plain(&self, word: &str, out: &mut Sink<'_>) {
         self.encode_cached(word, out, false);
+    }
+
+    /// [`Self::encode_plain`] of a character-level word, cut at its newlines when no merge
+    /// involves a newline (proven at load): code's `"):\n"` tails then share the cache with
+    /// every other line, and long multi-line words stay off the O(n log n) path. Exact: a
+    /// merge across a cut would need a merge with the newline symbol on one side.
+    pub fn encode_split_newlines(&self, word: &str, out: &mut Sink<'_>) {
+        if !self.newline_barrier {
+            return self.encode_cached(word, out, false);
+        }
+        let b = word.as_bytes();
+        let mut start = 0;
+        for i in memchr::memchr_iter(b'\n', b) {
+            if i > start {
+                self.encode_cached(&word[start..i], out, false);
+            }
+            self.encode_cached("\n", out, false);
+            start = i + 1;
+        }
+        if start < b.len() {
+            self.encode_cached(&word[start..], out, false);
+        }
     }
 
     /// BPE of `word` through the caches; `whole`: the ignore_merges lookup after a first-level

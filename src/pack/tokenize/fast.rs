@@ -719,7 +719,7 @@ impl FastTokenizer {
             }
             let Some((i, len)) = next else { break };
             if !seg.is_empty() && prev.is_some_and(|p| self.sp_splits_after(p, rep, left)) {
-                self.bpe.encode_plain(&seg, out);
+                self.bpe.encode_split_newlines(&seg, out);
                 seg.clear();
             }
             seg.push_str(reps);
@@ -727,7 +727,7 @@ impl FastTokenizer {
             pos = i + len;
         }
         if !seg.is_empty() {
-            self.bpe.encode_plain(&seg, out);
+            self.bpe.encode_split_newlines(&seg, out);
         }
     }
 
@@ -756,7 +756,7 @@ impl FastTokenizer {
             return;
         }
         let Some((rep, left)) = &self.sp_segment else {
-            self.bpe.encode_plain(w, out);
+            self.bpe.encode_split_newlines(w, out);
             return;
         };
         let mut start = 0;
@@ -764,14 +764,14 @@ impl FastTokenizer {
         for (i, c) in w.char_indices() {
             if c == *rep && i > start {
                 if prev.is_some_and(|p| self.sp_splits_after(p, *rep, left)) {
-                    self.bpe.encode_plain(&w[start..i], out);
+                    self.bpe.encode_split_newlines(&w[start..i], out);
                     start = i;
                 }
             }
             prev = Some(c);
         }
         if start < w.len() {
-            self.bpe.encode_plain(&w[start..], out);
+            self.bpe.encode_split_newlines(&w[start..], out);
         }
     }
 }
