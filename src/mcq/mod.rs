@@ -376,7 +376,7 @@ pub fn run(args: McqArgs) -> Result<()> {
                 .remove(outdir::journal_files(&old))
                 .remove([outdir::DECONTAM_REPORT]);
             if !old.complete {
-                claim = claim.remove(outdir::shard_files(&old.format, old.shards.len()));
+                claim = claim.remove(outdir::shard_files(old.format, old.shards.len()));
             }
         }
         claim.apply(&sft_dir)?;
