@@ -395,8 +395,13 @@ fn mds_and_megatron_sft_sets_are_audited() {
 #[test]
 fn an_unlisted_file_in_a_shard_dir_fails_shards() {
     let pl = pipeline();
-    for name in ["extra.parquet", "part-00099.parquet"] {
-        std::fs::copy(pl.sft.join("part-00000.parquet"), pl.sft.join(name)).unwrap();
+    // Beside index.json, and inside data/ where a reader of the directory reads every file.
+    for name in [
+        "extra.parquet",
+        "data/part-00099.parquet",
+        "data/extra.parquet",
+    ] {
+        std::fs::copy(pl.sft.join("data/part-00000.parquet"), pl.sft.join(name)).unwrap();
         let (code, r, _) = audit(&pl, &["--shards", p(&pl.sft)]);
         assert_eq!(code, 1);
         assert_eq!(failed(&r), vec!["shards"]);

@@ -396,7 +396,7 @@ fn mcq_rerun_after_a_kill_in_the_journal_window_and_one_writer() {
     assert_eq!(c, BUSY, "{e}");
     signal(&a, libc::SIGKILL);
     let _ = a.wait_with_output().unwrap();
-    assert!(out.join("sft").join("part-00001.parquet").exists());
+    assert!(out.join("sft").join("data/part-00001.parquet").exists());
     let (c, _, e) = mcq_support::run(&flags(&out).iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(c, 0, "{e}");
     let (mut got, mut want) = (

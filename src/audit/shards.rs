@@ -160,20 +160,25 @@ fn unlisted(dir: &std::path::Path, idx: &shard_index::Index) -> Vec<String> {
         .collect();
     known.insert(crate::shards::outdir::DECONTAM_REPORT.to_string());
     known.insert(crate::lock::DIR_LOCK.to_string());
-    let mut out: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if e.path().is_dir() {
-                format!("{n}/")
-            } else {
-                n
+    let data = crate::shards::parquet::DATA_DIR;
+    let mut out: Vec<String> = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if e.path().is_dir() && n == data {
+            // Parquet shards sit in data/: every file there must be listed too (a directory
+            // reader of data/ reads them all).
+            for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let f = format!("{data}/{}", f.file_name().to_string_lossy());
+                if !known.contains(&f) {
+                    out.push(f);
+                }
             }
-        })
-        .filter(|n| !known.contains(n))
-        .collect();
+        } else if e.path().is_dir() {
+            out.push(format!("{n}/"));
+        } else if !known.contains(&n) {
+            out.push(n);
+        }
+    }
     out.sort();
     out
 }
