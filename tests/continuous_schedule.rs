@@ -25,7 +25,26 @@ struct KernelModel<'a> {
     max_b: usize,
 }
 
-impl KernelModel<'_> {
+impl<'a> KernelModel<'a> {
+    /// An empty device.
+    fn new(be: &'a mut dyn TeacherBackend, p: RunParams<'a>) -> Self {
+        KernelModel {
+            be,
+            p,
+            l: Layout {
+                b: 0,
+                lp: 0,
+                x: vec![],
+                pads: vec![],
+                keys: vec![],
+                phase: [0; 4],
+                rows: vec![],
+            },
+            loads: 0,
+            max_b: 0,
+        }
+    }
+
     fn s(&self) -> usize {
         self.l.lp + self.p.gen.gen_length
     }
@@ -241,21 +260,7 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                     free_rows,
                     stop_ids: &stops,
                 };
-                let mut dev = KernelModel {
-                    be: &mut be,
-                    p,
-                    l: Layout {
-                        b: 0,
-                        lp: 0,
-                        x: vec![],
-                        pads: vec![],
-                        keys: vec![],
-                        phase: [0; 4],
-                        rows: vec![],
-                    },
-                    loads: 0,
-                    max_b: 0,
-                };
+                let mut dev = KernelModel::new(&mut be, p);
                 // budget: rows × longest prompt (a memory limit that closes admission early).
                 let fits = |rows: usize, longest: usize| rows * longest <= budget;
                 let (got, forwards) =
@@ -295,21 +300,7 @@ fn forced_stop_ends_rows_at_the_given_length() {
         free_rows: true,
         stop_ids: &[],
     };
-    let mut dev = KernelModel {
-        be: &mut be,
-        p,
-        l: Layout {
-            b: 0,
-            lp: 0,
-            x: vec![],
-            pads: vec![],
-            keys: vec![],
-            phase: [0; 4],
-            rows: vec![],
-        },
-        loads: 0,
-        max_b: 0,
-    };
+    let mut dev = KernelModel::new(&mut be, p);
     let (got, _) = schedule::run(&mut dev, &ps, &keys, &p, 4, &|_, _| true, Some(&forced)).unwrap();
     for (i, r) in got.iter().enumerate() {
         let f = forced[i];
