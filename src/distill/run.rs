@@ -152,11 +152,8 @@ fn setup(args: &DistillArgs) -> Result<Setup> {
         cache_refresh: args.cache_refresh,
     };
     params.validate()?;
-    if params.cache != super::Cache::None && args.device == "cpu" {
-        return Err(crate::error::usage(format!(
-            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
-            params.cache.as_str()
-        )));
+    if args.device == "cpu" {
+        super::sampler::host_loop_can_run(&params)?;
     }
     if args.gemm_tune && args.device == "cpu" {
         return Err(crate::error::usage(
@@ -281,11 +278,17 @@ fn plan_units(args: &DistillArgs, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
     if args.early_exit() {
         return plan::windows(&lengths, args.window_prompts());
     }
-    let shape = shape_of(args, &s.teacher, &s.params);
-    let extra = extra_positions(&s.params, e);
     plan::plan_within(&lengths, args.batch_size(), |rows, longest| {
-        limits::fits(&shape, rows, longest.saturating_add(extra), s.budget)
+        fits(args, s, e, rows, longest)
     })
+}
+
+/// Whether `rows` prompts whose longest is `longest` tokens fit one forward's memory budget,
+/// with their generation (and the MCQ answer slot when any prompt is MCQ).
+fn fits(args: &DistillArgs, s: &Setup, e: &Encoded, rows: usize, longest: usize) -> bool {
+    let shape = shape_of(args, &s.teacher, &s.params);
+    let need = longest.saturating_add(extra_positions(&s.params, e));
+    limits::fits(&shape, rows, need, s.budget)
 }
 
 /// This worker's part file, opened or resumed, and the units still to do.
@@ -359,11 +362,7 @@ fn decode_unit(
     }
     // --logits-eos-inf: EOS is never chosen, so rows never finish early.
     let stop = (!p.logits_eos_inf).then_some(stop_ids);
-    let shape = shape_of(args, t, p);
-    let extra = extra_positions(p, e);
-    let fits = |rows: usize, longest: usize| {
-        limits::fits(&shape, rows, longest.saturating_add(extra), s.budget)
-    };
+    let fits = |rows: usize, longest: usize| fits(args, s, e, rows, longest);
     let sched = RowSchedule {
         slots: args.batch_size(),
         fits: &fits,

@@ -233,12 +233,7 @@ pub fn generate(
             return out;
         }
     }
-    if p.cache != super::Cache::None {
-        return Err(crate::error::usage(format!(
-            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
-            p.cache.as_str()
-        )));
-    }
+    host_loop_can_run(p)?;
     let mut lay = layout(prompts, p.gen_length, p.mask_id, pad_id);
     let (b, lp, l) = (lay.b, lay.lp, lay.l);
     let bl = p.block_length;
@@ -310,6 +305,18 @@ pub fn generate(
         .collect())
 }
 
+/// The host loop is exact: a KV cache (`--cache prefix|dual`) runs only where a backend runs
+/// the whole loop (the GPU). A usage error otherwise.
+pub fn host_loop_can_run(p: &GenParams) -> Result<()> {
+    if p.cache != super::Cache::None {
+        return Err(crate::error::usage(format!(
+            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            p.cache.as_str()
+        )));
+    }
+    Ok(())
+}
+
 /// One row alone, LLaDA's loop with per-row early exit: the prompt unpadded, the row's random
 /// stream keyed by `key`; `stop_ids` (EOS/EoT) finish the row by
 /// [`finished_at`](crate::sampling::early_exit::finished_at) — `None` decodes every block.
@@ -328,12 +335,7 @@ pub fn generate_row(
         shift == 0 || !prompt.is_empty(),
         "--logits-shift 1 needs a non-empty prompt"
     );
-    if p.cache != super::Cache::None {
-        return Err(crate::error::usage(format!(
-            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
-            p.cache.as_str()
-        )));
-    }
+    host_loop_can_run(p)?;
     let (lp, bl, spb) = (prompt.len(), p.block_length, p.steps_per_block());
     let l = lp + p.gen_length;
     let mut tokens: Vec<u32> = prompt.to_vec();
