@@ -208,7 +208,13 @@ pub fn run(
         let compact =
             next >= n && boundary && (retired || live < batch.b()) && live * 2 <= batch.b();
         if !admit.is_empty() || compact {
-            let (nb, layout) = relayout(dev, batch, &admit, prompts, keys, p, compact)?;
+            // The tokens read to retire rows this iteration are still current: no second read.
+            let xold = match x.take() {
+                Some(x) => x,
+                None if batch.b() > 0 => dev.tokens()?,
+                None => vec![],
+            };
+            let (nb, layout) = relayout(xold, batch, &admit, prompts, keys, p, compact);
             dev.load(&layout)?;
             batch = nb;
         }
@@ -252,19 +258,19 @@ pub fn run(
 
 /// The new batch after admitting `admit`: the live rows (kept in their slots, or moved to the
 /// front when `compact`), the admitted prompts in free slots, left padding to the longest.
+/// `xold`: the device's tokens of the old batch.
 fn relayout(
-    dev: &mut dyn RowDevice,
+    xold: Vec<u32>,
     old: Batch,
     admit: &[usize],
     prompts: &[Vec<u32>],
     keys: &[u64],
     p: &RunParams,
     compact: bool,
-) -> Result<(Batch, Layout)> {
+) -> (Batch, Layout) {
     let g = p.gen;
     let gen = g.gen_length;
     let os = old.lp + gen;
-    let xold = if old.b() > 0 { dev.tokens()? } else { vec![] };
     // (slot content, previous row) in the new batch.
     let mut placed: Vec<Option<(Slot, Option<usize>)>> = old
         .slots
@@ -345,7 +351,7 @@ fn relayout(
         phase: old.phase,
         lp,
     };
-    Ok((batch, l))
+    (batch, l)
 }
 
 /// The forced stop of the timing bench: retire live rows whose first `forced + 1` positions
