@@ -347,7 +347,7 @@ fn decode_unit(
     if !args.early_exit() {
         let out =
             generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
-        let full = super::sampler::block_rule_steps(p, p.gen_length - 1);
+        let full = p.block_rule_steps(p.gen_length - 1);
         let rows = out
             .into_iter()
             .map(|gen| RowOut {
@@ -542,7 +542,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     // Timed from here: the decoding, not the teacher's load (the summary's prompts/s).
     let start = Instant::now();
     let mut tally = Tally::default();
-    let full_steps = super::sampler::block_rule_steps(&s.params, s.params.gen_length - 1);
+    let full_steps = s.params.block_rule_steps(s.params.gen_length - 1);
     for &k in &o.todo.clone() {
         output::safe_point()?;
         let be = backend.as_mut().expect("backend for work").as_mut();

@@ -37,11 +37,7 @@ use crate::sampling::early_exit::{finished_at, RowOut};
 use crate::sampling::GenParams;
 use crate::teacher::TeacherBackend;
 
-/// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
-pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {
-    let (base, rem) = (mask_count / steps, mask_count % steps);
-    (0..steps).map(|i| base + usize::from(i < rem)).collect()
-}
+pub use crate::sampling::num_transfer_tokens;
 
 /// One committed token.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -382,7 +378,7 @@ pub fn generate_row(
                     gen: tokens[lp..].to_vec(),
                     steps,
                     blocks: nb + 1,
-                    block_rule_steps: fixed.then(|| block_rule_steps(p, e)),
+                    block_rule_steps: fixed.then(|| p.block_rule_steps(e)),
                 });
             }
         }
@@ -394,17 +390,6 @@ pub fn generate_row(
         early: false,
         block_rule_steps: fixed.then_some(steps),
     })
-}
-
-/// Forward passes a fixed-schedule row runs when it stops at the end of the block holding its
-/// first EOS/EoT at generated position `eos` (steps that commit nothing are skipped).
-pub fn block_rule_steps(p: &GenParams, eos: usize) -> usize {
-    let (bl, spb) = (p.block_length, p.steps_per_block());
-    let per_block = num_transfer_tokens(bl, spb)
-        .iter()
-        .filter(|&&k| k > 0)
-        .count();
-    (eos / bl + 1) * per_block
 }
 
 /// One forward over block `nb` and one [`step_row`] per row (`k(row)` commits at most, row

@@ -127,10 +127,33 @@ impl GenParams {
         self.steps / self.num_blocks()
     }
 
+    /// LLaDA's `get_num_transfer_tokens` for a fully masked block: equal shares, the
+    /// remainder to the earliest steps.
+    pub fn block_transfer_counts(&self) -> Vec<usize> {
+        num_transfer_tokens(self.block_length, self.steps_per_block())
+    }
+
+    /// Forward passes a fixed-schedule row runs when it stops at the end of the block holding
+    /// its first EOS/EoT at generated position `eos` (steps that commit nothing are skipped).
+    pub fn block_rule_steps(&self, eos: usize) -> usize {
+        let per_block = self
+            .block_transfer_counts()
+            .iter()
+            .filter(|&&k| k > 0)
+            .count();
+        (eos / self.block_length + 1) * per_block
+    }
+
     /// Whether the step `step_in_block` of a block is a full pass (always without a cache;
     /// with one, a block's first step and, under `cache_refresh` K, every K-th after it, each
     /// refreshing the cache) rather than a window over the cache.
     pub fn full_pass_at(&self, step_in_block: usize) -> bool {
         self.cache == Cache::None || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
     }
+}
+
+/// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
+pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {
+    let (base, rem) = (mask_count / steps, mask_count % steps);
+    (0..steps).map(|i| base + usize::from(i < rem)).collect()
 }

@@ -407,6 +407,7 @@ fn row_out(gen: Vec<u32>, steps: usize, block: i32, p: &RunParams) -> RowOut {
         blocks: block as usize + 1,
         steps,
         block_rule_steps: g.threshold.is_none().then(|| match stop {
+            // A device runs every step of a block, those committing nothing included.
             Some(e) => (e / g.block_length + 1) * g.steps_per_block(),
             None => steps,
         }),

@@ -127,10 +127,9 @@ impl GenParams {
     /// LLaDA's `get_num_transfer_tokens` for a fully masked block: equal shares, the
     /// remainder to the earliest steps.
     pub fn num_transfer(&self) -> Vec<i32> {
-        let spb = self.steps_per_block();
-        let (base, rem) = (self.block_length / spb, self.block_length % spb);
-        (0..spb)
-            .map(|i| (base + usize::from(i < rem)) as i32)
+        self.block_transfer_counts()
+            .into_iter()
+            .map(|k| k as i32)
             .collect()
     }
 }
