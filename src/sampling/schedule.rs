@@ -177,6 +177,11 @@ pub fn run(
             retired = true;
         }
         let live = batch.live();
+        if live == 0 {
+            // Every row finished mid-block (early exit): an empty lockstep batch starts a new
+            // phase, else no prompt could ever join it.
+            batch.phase[1] = 0;
+        }
         let boundary = p.free_rows || batch.phase[1] == 0;
         let mut admit = vec![];
         if next < n && boundary && !(g.cache == Cache::Prefix && live > 0) {
