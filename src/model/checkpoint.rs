@@ -23,28 +23,9 @@ pub fn weight_files(dir: &Path) -> Result<Vec<String>> {
     }
     let index = dir.join(INDEX);
     if index.is_file() {
-        let text = std::fs::read_to_string(&index)
-            .with_context(|| format!("reading {}", index.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .with_context(|| format!("{}: invalid JSON", index.display()))?;
-        let map = v["weight_map"]
-            .as_object()
-            .with_context(|| format!("{}: no `weight_map` object", index.display()))?;
-        let mut files: Vec<String> = map
-            .values()
-            .filter_map(|f| f.as_str().map(str::to_string))
-            .collect();
-        files.sort();
-        files.dedup();
-        for f in &files {
-            if f.contains('/') || f.contains("..") || f.is_empty() {
-                bail!(
-                    "{}: shard name {f:?} is not a plain file name",
-                    index.display()
-                );
-            }
-        }
-        return Ok(files);
+        return Ok(crate::teacher::weights::ShardIndex::read(&index)?
+            .files()
+            .to_vec());
     }
     bail!("{}: neither {SINGLE} nor {INDEX} found", dir.display())
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
+use serde::Deserialize;
 
 use super::config::LlamaConfig;
 
@@ -88,6 +89,46 @@ fn open_shard(path: &Path) -> Result<Shard> {
     })
 }
 
+/// `model.safetensors.index.json`: which shard file holds each tensor.
+#[derive(Debug, Deserialize)]
+pub struct ShardIndex {
+    pub weight_map: BTreeMap<String, String>,
+    #[serde(skip)]
+    files: Vec<String>,
+}
+
+impl ShardIndex {
+    /// Read and check `index`: every shard a plain file name in the checkpoint directory.
+    pub fn read(index: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(index)
+            .with_context(|| format!("reading {}", index.display()))?;
+        let mut idx: ShardIndex = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not an index with a `weight_map` object of file names",
+                index.display()
+            )
+        })?;
+        let mut files: Vec<String> = idx.weight_map.values().cloned().collect();
+        files.sort();
+        files.dedup();
+        for f in &files {
+            if f.contains('/') || f.contains("..") || f.is_empty() {
+                anyhow::bail!(
+                    "{}: shard name {f:?} is not a plain file name",
+                    index.display()
+                );
+            }
+        }
+        idx.files = files;
+        Ok(idx)
+    }
+
+    /// The shard files, sorted, each once.
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+}
+
 impl Weights {
     /// Open the weights of the checkpoint directory `dir` and validate them against `cfg`.
     pub fn open(dir: &Path, cfg: &LlamaConfig) -> Result<Self> {
@@ -104,28 +145,10 @@ impl Weights {
             sha256 = crate::util::sha256_file(&single)?;
             shards.push(s);
         } else if index.is_file() {
-            let text = std::fs::read_to_string(&index)
-                .with_context(|| format!("reading {}", index.display()))?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("{}: invalid JSON", index.display()))?;
-            let map = v
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .with_context(|| format!("{}: no `weight_map` object", index.display()))?;
-            let mut files: Vec<String> = map
-                .values()
-                .filter_map(|f| f.as_str().map(str::to_string))
-                .collect();
-            files.sort();
-            files.dedup();
+            let idx = ShardIndex::read(&index)?;
+            let (map, files) = (&idx.weight_map, idx.files());
             let mut listing = String::new();
             for (k, file) in files.iter().enumerate() {
-                if file.contains('/') || file.contains("..") {
-                    anyhow::bail!(
-                        "{}: shard name {file:?} is not a plain file name",
-                        index.display()
-                    );
-                }
                 let path = dir.join(file);
                 let s = open_shard(&path)?;
                 listing.push_str(&format!("{}  {file}\n", crate::util::sha256_file(&path)?));
@@ -141,9 +164,8 @@ impl Weights {
                 shards.push(s);
             }
             for (name, file) in map {
-                let file = file.as_str().unwrap_or_default();
                 match names.get(name) {
-                    Some(&k) if files[k] == file => {}
+                    Some(&k) if files[k] == *file => {}
                     Some(&k) => anyhow::bail!(
                         "{}: tensor `{name}` is listed in {file} but stored in {}",
                         index.display(),
