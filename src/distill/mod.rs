@@ -146,15 +146,14 @@ pub struct DistillArgs {
     #[arg(long, value_name = "GIB")]
     pub max_batch_memory: Option<u64>,
     /// Decode every block of every row, in fixed batches (the schedule before early exit; for
-    /// comparisons). By default on the CPU a row stops as soon as an EOS/EoT is committed with
-    /// every position before it committed — its record cannot change after that — and its
-    /// slot is refilled with the next prompt (continuous batching). Records are the same
-    /// either way.
+    /// comparisons). By default a row stops as soon as an EOS/EoT is committed with every
+    /// position before it committed — its record cannot change after that — and its slot is
+    /// refilled with the next prompt (continuous batching). Records are the same either way
+    /// on the CPU; on a GPU up to batch-shape float noise (docs/commands/distill.md).
     #[arg(long, conflicts_with = "early_exit")]
     pub no_early_exit: bool,
-    /// Early exit + continuous batching with --device cuda, where it is not yet the default:
-    /// the GPU path is built and its kernels checked, but it has not yet been run on a device
-    /// (docs/commands/distill.md, "Early exit").
+    /// Early exit + continuous batching (the default on every device; kept so scripts that
+    /// opted in before it was the GPU default still run).
     #[arg(long)]
     pub early_exit: bool,
     /// Prompts per continuous-batching window (default: 16 × --batch-size). A window is
@@ -179,10 +178,10 @@ impl DistillArgs {
 }
 
 impl DistillArgs {
-    /// Whether rows exit early and batches refill: the default on the CPU, `--early-exit` on
-    /// a GPU; never with `--no-early-exit`.
+    /// Whether rows exit early and batches refill: the default on every device (measured on
+    /// the H200: bench/results/early-exit.md); never with `--no-early-exit`.
     pub fn early_exit(&self) -> bool {
-        !self.no_early_exit && (self.device == "cpu" || self.early_exit)
+        !self.no_early_exit
     }
 
     /// `--window-prompts`, else 16 batches' worth.
@@ -240,10 +239,10 @@ mod tests {
     }
 
     #[test]
-    fn early_exit_defaults_on_for_the_cpu_only() {
+    fn early_exit_is_the_default_on_every_device() {
         assert!(parse(&[]).early_exit());
         assert!(!parse(&["--no-early-exit"]).early_exit());
-        assert!(!parse(&["--device", "cuda"]).early_exit());
+        assert!(parse(&["--device", "cuda"]).early_exit());
         assert!(parse(&["--device", "cuda", "--early-exit"]).early_exit());
         assert!(!parse(&["--device", "cuda:1", "--no-early-exit"]).early_exit());
         assert_eq!(parse(&["--batch-size", "3"]).window_prompts(), 48);

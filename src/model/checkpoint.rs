@@ -16,6 +16,46 @@ use serde::{Deserialize, Serialize};
 pub const SINGLE: &str = "model.safetensors";
 pub const INDEX: &str = "model.safetensors.index.json";
 
+/// `model.safetensors.index.json`: which shard file holds each tensor.
+#[derive(Debug, Deserialize)]
+pub struct ShardIndex {
+    pub weight_map: BTreeMap<String, String>,
+    #[serde(skip)]
+    files: Vec<String>,
+}
+
+impl ShardIndex {
+    /// Read and check `index`: every shard a plain file name in the checkpoint directory.
+    pub fn read(index: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(index)
+            .with_context(|| format!("reading {}", index.display()))?;
+        let mut idx: ShardIndex = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{}: not an index with a `weight_map` object of file names",
+                index.display()
+            )
+        })?;
+        let mut files: Vec<String> = idx.weight_map.values().cloned().collect();
+        files.sort();
+        files.dedup();
+        for f in &files {
+            if f.contains('/') || f.contains("..") || f.is_empty() {
+                bail!(
+                    "{}: shard name {f:?} is not a plain file name",
+                    index.display()
+                );
+            }
+        }
+        idx.files = files;
+        Ok(idx)
+    }
+
+    /// The shard files, sorted, each once.
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+}
+
 /// The safetensors files holding `dir`'s weights, relative names, sorted.
 pub fn weight_files(dir: &Path) -> Result<Vec<String>> {
     if dir.join(SINGLE).is_file() {
@@ -23,9 +63,7 @@ pub fn weight_files(dir: &Path) -> Result<Vec<String>> {
     }
     let index = dir.join(INDEX);
     if index.is_file() {
-        return Ok(crate::teacher::weights::ShardIndex::read(&index)?
-            .files()
-            .to_vec());
+        return Ok(ShardIndex::read(&index)?.files().to_vec());
     }
     bail!("{}: neither {SINGLE} nor {INDEX} found", dir.display())
 }

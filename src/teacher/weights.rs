@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
-use serde::Deserialize;
 
 use super::config::LlamaConfig;
 
@@ -89,46 +88,6 @@ fn open_shard(path: &Path) -> Result<Shard> {
     })
 }
 
-/// `model.safetensors.index.json`: which shard file holds each tensor.
-#[derive(Debug, Deserialize)]
-pub struct ShardIndex {
-    pub weight_map: BTreeMap<String, String>,
-    #[serde(skip)]
-    files: Vec<String>,
-}
-
-impl ShardIndex {
-    /// Read and check `index`: every shard a plain file name in the checkpoint directory.
-    pub fn read(index: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(index)
-            .with_context(|| format!("reading {}", index.display()))?;
-        let mut idx: ShardIndex = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "{}: not an index with a `weight_map` object of file names",
-                index.display()
-            )
-        })?;
-        let mut files: Vec<String> = idx.weight_map.values().cloned().collect();
-        files.sort();
-        files.dedup();
-        for f in &files {
-            if f.contains('/') || f.contains("..") || f.is_empty() {
-                anyhow::bail!(
-                    "{}: shard name {f:?} is not a plain file name",
-                    index.display()
-                );
-            }
-        }
-        idx.files = files;
-        Ok(idx)
-    }
-
-    /// The shard files, sorted, each once.
-    pub fn files(&self) -> &[String] {
-        &self.files
-    }
-}
-
 impl Weights {
     /// Open the weights of the checkpoint directory `dir` and validate them against `cfg`.
     pub fn open(dir: &Path, cfg: &LlamaConfig) -> Result<Self> {
@@ -145,7 +104,7 @@ impl Weights {
             sha256 = crate::util::sha256_file(&single)?;
             shards.push(s);
         } else if index.is_file() {
-            let idx = ShardIndex::read(&index)?;
+            let idx = crate::model::checkpoint::ShardIndex::read(&index)?;
             let (map, files) = (&idx.weight_map, idx.files());
             let mut listing = String::new();
             for (k, file) in files.iter().enumerate() {
