@@ -264,3 +264,29 @@ impl Pipeline {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_example_parses_and_resolves_beside_itself() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/pipeline.toml");
+        let p = Pipeline::load(&path).unwrap();
+        let dir = path.parent().unwrap();
+        assert_eq!(p.pack.manifest.as_deref(), Some(dir.join("stage1.toml").as_path()));
+        assert_eq!(p.tokenizer, dir.join("../tokenizer"));
+        let names: Vec<_> = p.manifests().iter().map(|m| m.file_name().unwrap().to_owned()).collect();
+        assert_eq!(names, ["base.toml", "stage1.toml", "mcq.toml", "eval-reference.toml"]);
+    }
+
+    #[test]
+    fn pack_needs_exactly_one_of_manifest_and_inputs() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("p.toml");
+        std::fs::write(&f, "tokenizer = \"t\"\n[pack]\nout = \"o\"\n").unwrap();
+        let e = Pipeline::load(&f).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(format!("{e:#}").contains("exactly one of `manifest` and `inputs`"), "{e:#}");
+    }
+}
