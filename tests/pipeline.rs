@@ -485,3 +485,79 @@ fn a_bad_pipeline_file_is_named_with_its_key() {
     // Nothing was written.
     assert!(!w.root().join("shards").exists());
 }
+
+/// A pack run that failed before its first shard (a typo'd `--text-column`) does not lock its
+/// `--out`: the corrected rerun packs there. A rerun with other arguments into a directory
+/// that holds shards is refused naming each differing argument, recorded and new value.
+#[test]
+fn a_run_that_committed_nothing_locks_nothing_and_refusals_name_the_difference() {
+    let fx = fixtures();
+    let input = fx.join("hub/HuggingFaceFW/fineweb-edu/sample/10BT/000_00000.parquet");
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let pack = |column: &str, seq: &str| {
+        bin()
+            .args(["pack", "--input"])
+            .arg(&input)
+            .args(["--text-column", column, "--seq-len", seq, "--tokenizer"])
+            .arg(fx.join("tokenizer"))
+            .arg("--out")
+            .arg(&out)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let o = pack("txet", "64");
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err(&o).contains("txet"), "{}", err(&o));
+    let o = pack("text", "64");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let idx: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    assert_eq!(idx["complete"], true);
+    assert_eq!(idx["args"]["text_column"], "text");
+    // Same arguments: a no-op. Other arguments: refused, naming what differs.
+    let before = snapshot(&out);
+    let o = pack("text", "64");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(snapshot(&out), before);
+    let o = pack("text", "32");
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("seq_len: recorded 64, now 32"), "{e}");
+    assert!(!e.contains("text_column"), "only what differs is named: {e}");
+    assert_eq!(snapshot(&out), before, "a refused run changed the output");
+}
+
+/// `--force` clears only this tool's own files: decontam's reports (journaled as dlm-data's)
+/// go with the shards, a file of the user's is refused and kept.
+#[test]
+fn force_clears_own_files_only() {
+    let w = work();
+    write_pipeline(&w);
+    for step in ["fetch", "pack", "mcq", "decontam"] {
+        let (code, _, e) = run_json(&w, &["--only", step]);
+        assert_eq!(code, 0, "{e}");
+    }
+    let mcq = w.root().join("shards/mcq");
+    assert!(mcq.join("prompts.decontam.json").is_file());
+    // mcq again with another seed: the prompts change, the report on them is stale and goes.
+    let tok = fixtures().join("tokenizer").display().to_string();
+    let args: Vec<String> = [
+        "mcq", "--manifest", "manifests/mcq.toml", "--tokenizer", &tok, "--out", "shards/mcq",
+        "--seed", "7",
+    ]
+    .map(String::from)
+    .to_vec();
+    let o = w.run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(!mcq.join("prompts.decontam.json").exists(), "a stale report was kept");
+    // A file of the user's: refused (even with --force), and kept.
+    std::fs::write(mcq.join("notes.txt"), "mine").unwrap();
+    let mut forced = args.clone();
+    forced.push("--force".into());
+    let o = w.run(&forced);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("notes.txt"), "{}", err(&o));
+    assert_eq!(std::fs::read_to_string(mcq.join("notes.txt")).unwrap(), "mine");
+}

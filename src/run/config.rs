@@ -197,11 +197,8 @@ impl Pipeline {
                 path.display()
             )));
         }
-        let dir = path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."))
-            .to_path_buf();
+        // A file in the current directory: its relative paths stay as written.
+        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
         p.resolve(&dir);
         Ok(p)
     }
