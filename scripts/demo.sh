@@ -70,7 +70,7 @@ python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['models'][0]; print(
 echo "lock: $OUT/manifests/stage1.lock   download log: $CACHE/download.log"
 
 say "run again (what tomorrow night's cron does): every step complete, skipped; the audit re-checks"
-$BIN run "$OUT/pipeline.toml" --json
+$BIN run "$OUT/pipeline.toml" --json | python3 -c "import json,sys; v=json.load(sys.stdin); print('run --json:', ', '.join(s['step']+' '+s['status'] for s in v['steps']), '| verdict:', v['verdict'])"
 
 say "fetch again offline: verified from cache + lock, zero requests"
 HF_HUB_OFFLINE=1 $BIN fetch --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE"
