@@ -108,10 +108,13 @@ pub fn dispatch(command: Command) -> Result<()> {
 /// One step of `dlm-data run`: its command line parsed and run as if typed (never `run`
 /// itself).
 fn run_step(argv: &[String]) -> Result<()> {
-    let cli = Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
-        .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
+    let cli =
+        Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
+            .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
     if matches!(cli.command, Command::Run(_)) {
-        return Err(crate::error::usage("a pipeline step cannot be `run` itself"));
+        return Err(crate::error::usage(
+            "a pipeline step cannot be `run` itself",
+        ));
     }
     dispatch(cli.command)
 }

@@ -219,10 +219,16 @@ pub fn now_rfc3339() -> String {
 /// recorded run" refusals.
 pub fn json_differences(recorded: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
     fn short(v: Option<&serde_json::Value>) -> String {
-        let t = v.map(|v| v.to_string()).unwrap_or_else(|| "(absent)".into());
+        let t = v
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "(absent)".into());
         if t.chars().count() > 160 {
             let head: String = t.chars().take(150).collect();
-            format!("{head}… ({} chars, sha256 {})", t.len(), &sha256_hex(t.as_bytes())[..12])
+            format!(
+                "{head}… ({} chars, sha256 {})",
+                t.len(),
+                &sha256_hex(t.as_bytes())[..12]
+            )
         } else {
             t
         }
@@ -241,7 +247,11 @@ pub fn json_differences(recorded: &serde_json::Value, now: &serde_json::Value) -
         }
     }
     if out.is_empty() && recorded != now {
-        out.push(format!("recorded {}, now {}", short(Some(recorded)), short(Some(now))));
+        out.push(format!(
+            "recorded {}, now {}",
+            short(Some(recorded)),
+            short(Some(now))
+        ));
     }
     out
 }

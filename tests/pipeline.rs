@@ -191,8 +191,13 @@ fn the_readme_pipeline_runs_twice_in_the_same_directories() {
     let w = work();
     let cmds = localised(readme_commands());
     let names: Vec<&str> = cmds.iter().map(|c| c[0].as_str()).collect();
-    for must in ["fetch", "pack", "mcq", "decontam", "distill", "lineage", "audit"] {
-        assert!(names.contains(&must), "README pipeline lacks {must}: {names:?}");
+    for must in [
+        "fetch", "pack", "mcq", "decontam", "distill", "lineage", "audit",
+    ] {
+        assert!(
+            names.contains(&must),
+            "README pipeline lacks {must}: {names:?}"
+        );
     }
     // Decontam of the SFT shards is part of the documented pipeline.
     assert!(
@@ -234,10 +239,9 @@ fn the_readme_pipeline_runs_twice_in_the_same_directories() {
                     .collect();
                 assert!(changed.is_empty(), "the second round changed {changed:?}");
                 // The lineage did not grow: the same three stages.
-                let l: serde_json::Value = serde_json::from_slice(
-                    &std::fs::read(w.root().join("lineage.json")).unwrap(),
-                )
-                .unwrap();
+                let l: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(w.root().join("lineage.json")).unwrap())
+                        .unwrap();
                 assert_eq!(l["stages"].as_array().unwrap().len(), 3);
             }
         }
@@ -433,14 +437,20 @@ fn an_overlapping_run_exits_75_naming_the_holder() {
         .unwrap();
     let t0 = Instant::now();
     while !pause.exists() {
-        assert!(first.try_wait().unwrap().is_none(), "the first run ended early");
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first run ended early"
+        );
         assert!(t0.elapsed() < Duration::from_secs(60), "never paused");
         std::thread::sleep(Duration::from_millis(5));
     }
     let t1 = Instant::now();
     let o = w.cmd().args(["run", "pipeline.toml"]).output().unwrap();
     assert_eq!(o.status.code(), Some(75), "{}", err(&o));
-    assert!(t1.elapsed() < Duration::from_secs(10), "did not exit at once");
+    assert!(
+        t1.elapsed() < Duration::from_secs(10),
+        "did not exit at once"
+    );
     let e = err(&o);
     assert!(e.contains(&format!("pid {}", first.id())), "{e}");
     assert!(e.contains("started 20"), "{e}");
@@ -525,7 +535,10 @@ fn a_run_that_committed_nothing_locks_nothing_and_refusals_name_the_difference()
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     let e = err(&o);
     assert!(e.contains("seq_len: recorded 64, now 32"), "{e}");
-    assert!(!e.contains("text_column"), "only what differs is named: {e}");
+    assert!(
+        !e.contains("text_column"),
+        "only what differs is named: {e}"
+    );
     assert_eq!(snapshot(&out), before, "a refused run changed the output");
 }
 
@@ -544,14 +557,24 @@ fn force_clears_own_files_only() {
     // mcq again with another seed: the prompts change, the report on them is stale and goes.
     let tok = fixtures().join("tokenizer").display().to_string();
     let args: Vec<String> = [
-        "mcq", "--manifest", "manifests/mcq.toml", "--tokenizer", &tok, "--out", "shards/mcq",
-        "--seed", "7",
+        "mcq",
+        "--manifest",
+        "manifests/mcq.toml",
+        "--tokenizer",
+        &tok,
+        "--out",
+        "shards/mcq",
+        "--seed",
+        "7",
     ]
     .map(String::from)
     .to_vec();
     let o = w.run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    assert!(!mcq.join("prompts.decontam.json").exists(), "a stale report was kept");
+    assert!(
+        !mcq.join("prompts.decontam.json").exists(),
+        "a stale report was kept"
+    );
     // A file of the user's: refused (even with --force), and kept.
     std::fs::write(mcq.join("notes.txt"), "mine").unwrap();
     let mut forced = args.clone();
@@ -559,5 +582,8 @@ fn force_clears_own_files_only() {
     let o = w.run(&forced);
     assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     assert!(err(&o).contains("notes.txt"), "{}", err(&o));
-    assert_eq!(std::fs::read_to_string(mcq.join("notes.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(mcq.join("notes.txt")).unwrap(),
+        "mine"
+    );
 }

@@ -67,7 +67,11 @@ pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
     }
     // A run that committed nothing (it failed before its first shard) locks nothing: the
     // rerun starts afresh and its claim replaces that run's index.
-    if prev != Some(args) && !idx.complete && idx.shards.is_empty() && idx.tool.starts_with("dlm-data") {
+    if prev != Some(args)
+        && !idx.complete
+        && idx.shards.is_empty()
+        && idx.tool.starts_with("dlm-data")
+    {
         tracing::info!(
             "{}: an earlier run with other arguments committed no shard; starting afresh",
             p.display()

@@ -175,9 +175,8 @@ impl Pipeline {
     pub fn load(path: &Path) -> Result<Pipeline> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the pipeline file {}", path.display()))?;
-        let mut p: Pipeline = toml::from_str(&text).map_err(|e| {
-            crate::error::usage(format!("pipeline file {}: {e}", path.display()))
-        })?;
+        let mut p: Pipeline = toml::from_str(&text)
+            .map_err(|e| crate::error::usage(format!("pipeline file {}: {e}", path.display())))?;
         if p.version != 1 {
             return Err(crate::error::usage(format!(
                 "pipeline file {}: version = {}: this dlm-data reads version 1",
@@ -271,10 +270,25 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/pipeline.toml");
         let p = Pipeline::load(&path).unwrap();
         let dir = path.parent().unwrap();
-        assert_eq!(p.pack.manifest.as_deref(), Some(dir.join("stage1.toml").as_path()));
+        assert_eq!(
+            p.pack.manifest.as_deref(),
+            Some(dir.join("stage1.toml").as_path())
+        );
         assert_eq!(p.tokenizer, dir.join("../tokenizer"));
-        let names: Vec<_> = p.manifests().iter().map(|m| m.file_name().unwrap().to_owned()).collect();
-        assert_eq!(names, ["base.toml", "stage1.toml", "mcq.toml", "eval-reference.toml"]);
+        let names: Vec<_> = p
+            .manifests()
+            .iter()
+            .map(|m| m.file_name().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "base.toml",
+                "stage1.toml",
+                "mcq.toml",
+                "eval-reference.toml"
+            ]
+        );
     }
 
     #[test]
@@ -284,6 +298,9 @@ mod tests {
         std::fs::write(&f, "tokenizer = \"t\"\n[pack]\nout = \"o\"\n").unwrap();
         let e = Pipeline::load(&f).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(format!("{e:#}").contains("exactly one of `manifest` and `inputs`"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("exactly one of `manifest` and `inputs`"),
+            "{e:#}"
+        );
     }
 }

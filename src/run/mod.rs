@@ -152,7 +152,8 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
             crate::signals::check()?;
             let ts = Instant::now();
             if step.name == "audit" {
-                let argv = std::iter::once("dlm-data".to_string()).chain(step.commands[0].iter().cloned());
+                let argv =
+                    std::iter::once("dlm-data".to_string()).chain(step.commands[0].iter().cloned());
                 let AuditLine::Audit(a) = AuditLine::try_parse_from(argv).map_err(|e| {
                     crate::error::usage(format!(
                         "pipeline file {}: step audit: `{}`: {}",

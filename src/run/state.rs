@@ -93,7 +93,12 @@ fn one(p: &Path) -> Result<String> {
     if md.len() <= HASH_LIMIT {
         return crate::util::sha256_file(p);
     }
-    Ok(format!("size {} mtime {}.{}", md.len(), md.mtime(), md.mtime_nsec()))
+    Ok(format!(
+        "size {} mtime {}.{}",
+        md.len(),
+        md.mtime(),
+        md.mtime_nsec()
+    ))
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
@@ -107,7 +112,8 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
             .display()
             .to_string();
         // Lock files come and go with the runs that hold them.
-        if rel.ends_with(".lock") && rel.contains("/.") || rel.starts_with('.') && rel.ends_with(".lock") {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.ends_with(".lock") {
             continue;
         }
         if md.is_dir() {

@@ -104,7 +104,10 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     push_opt(&mut c, "--tokens", &k.tokens);
     push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
     c.extend(k.args.iter().cloned());
-    watch.extend([p.tokenizer.clone(), k.out.join(crate::shards::index::INDEX_FILE)]);
+    watch.extend([
+        p.tokenizer.clone(),
+        k.out.join(crate::shards::index::INDEX_FILE),
+    ]);
     steps.push(Step {
         name: "pack",
         commands: vec![c],
@@ -183,9 +186,9 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
             }
             if d.prompts {
                 let pr = m.out.join("prompts.jsonl");
-                let rep = m
-                    .out
-                    .join(crate::shards::outdir::prompts_decontam_report("prompts.jsonl"));
+                let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
+                    "prompts.jsonl",
+                ));
                 scan("--prompts", pr.clone(), pr, rep);
             }
         }
@@ -229,10 +232,7 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     let mut c = vec!["audit".to_string()];
     for m in p.manifests() {
         // Benchmarks are never training inputs: audit reads them through the reports.
-        let is_eval = p
-            .decontam
-            .as_ref()
-            .is_some_and(|d| d.against.contains(&m));
+        let is_eval = p.decontam.as_ref().is_some_and(|d| d.against.contains(&m));
         if !is_eval {
             c.extend(["--manifest".into(), s(&m)]);
         }
