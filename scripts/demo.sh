@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: the whole pipeline end to end on the embedded default — fixture datasets in the
 # real Hub layouts, served by the project's hub emulator — printing where every output went.
-#   fixtures → hub-emulator → fetch (base model, stage1, mcq, eval-reference) → pack → mcq
-#   → decontam → distill (tiny teacher, CPU) → lineage (three stages) → audit of the whole chain
+#   fixtures → hub-emulator → `dlm-data run pipeline.toml` (fetch of base model, stage1, mcq,
+#   eval-reference → pack → mcq → decontam → distill with the tiny teacher on the CPU → audit),
+#   run again (all complete) → lineage (three stages) → audit of the whole chain
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-target/debug/dlm-data}
@@ -28,15 +29,48 @@ echo "HF_ENDPOINT=$HF_ENDPOINT (pid $EMU)"
 cp manifests/base.toml manifests/stage1.toml manifests/mcq.toml manifests/eval-reference.toml "$OUT/manifests/"
 CACHE="$OUT/cache"
 
-say "fetch: the base model at its pinned commit (lock, download.log, architecture.json, --local-dir)"
-$BIN fetch --manifest "$OUT/manifests/base.toml" --cache "$CACHE" --local-dir "$OUT/models/base"
-python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['models'][0]; print(m['repo'], m['commit'], len(m['tensors']), 'tensors,', m['parameters'], 'parameters')" "$OUT/manifests/architecture.json"
+# The whole job as one pipeline file (docs/commands/run.md): paths relative to the file.
+cat > "$OUT/pipeline.toml" <<'TOML'
+version = 1
+tokenizer = "fixtures/tokenizer"
+cache = "cache"
 
-say "fetch: stage 1, MCQ and eval-reference sources (pinned commits, eval splits refused)"
-for m in stage1 mcq eval-reference; do
-  $BIN fetch --manifest "$OUT/manifests/$m.toml" --cache "$CACHE" --jobs 4
-done
+[base]
+manifest = "manifests/base.toml"
+local_dir = "models/base"
+
+[fetch]
+jobs = 4
+
+[pack]
+manifest = "manifests/stage1.toml"
+out = "shards/stage1"
+seq_len = 256
+
+[mcq]
+manifest = "manifests/mcq.toml"
+out = "mcq"
+
+[decontam]
+against = ["manifests/eval-reference.toml"]
+
+[distill]
+teacher = "fixtures/teacher"
+out = "distilled.json"
+limit = 6
+gen_length = 16
+block_length = 8
+steps = 16
+batch_size = 3
+TOML
+
+say "run: fetch (base at its pinned commit, stage 1, MCQ, eval-reference) → pack → mcq → decontam (stage-1 shards, SFT shards, prompts) → distill (tiny teacher, CPU) → audit"
+$BIN run "$OUT/pipeline.toml"
+python3 -c "import json,sys; m=json.load(open(sys.argv[1]))['models'][0]; print('base:', m['repo'], m['commit'], len(m['tensors']), 'tensors,', m['parameters'], 'parameters')" "$OUT/manifests/architecture.json"
 echo "lock: $OUT/manifests/stage1.lock   download log: $CACHE/download.log"
+
+say "run again (what tomorrow night's cron does): every step complete, skipped; the audit re-checks"
+$BIN run "$OUT/pipeline.toml" --json | python3 -c "import json,sys; v=json.load(sys.stdin); print('run --json:', ', '.join(s['step']+' '+s['status'] for s in v['steps']), '| verdict:', v['verdict'])"
 
 say "fetch again offline: verified from cache + lock, zero requests"
 HF_HUB_OFFLINE=1 $BIN fetch --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE"
@@ -54,10 +88,6 @@ TOML
 set +e; $BIN fetch --manifest "$OUT/manifests/bad.toml" --cache "$CACHE"; rc=$?; set -e
 echo "exit code: $rc"; [ "$rc" = 2 ]
 
-say "pack: tokenize + pack stage 1 into parquet shards"
-$BIN pack --manifest "$OUT/manifests/stage1.toml" --cache "$CACHE" \
-  --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1" --seq-len 256 --json
-
 say "text is text: a fineweb-edu document quotes the mask <unused_token_0> and </s>; packed as plain text, counted"
 python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['totals']['added_token_text']))" "$OUT/shards/stage1/index.json"
 
@@ -66,21 +96,12 @@ $BIN pack --manifest "$OUT/manifests/stage1.toml" --stream --log "$OUT/stream.lo
   --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/shards/stage1-stream" --seq-len 256
 cmp "$OUT/shards/stage1-stream/data/part-00000.parquet" "$OUT/shards/stage1/data/part-00000.parquet" && echo "stream == fetch + pack"
 
-say "mcq: stage-2 SFT shards + stage-3 prompts.jsonl"
-$BIN mcq --manifest "$OUT/manifests/mcq.toml" --cache "$CACHE" \
-  --tokenizer "$OUT/fixtures/tokenizer" --out "$OUT/mcq"
+say "mcq wrote stage-2 SFT shards + stage-3 prompts.jsonl"
 head -c 600 "$OUT/mcq/prompts.jsonl"; echo
 echo "a sciq option holds the mask's text; the SFT rows encode it as plain text:"
 python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))['totals']['added_token_text']))" "$OUT/mcq/sft/index.json"
 
-say "decontam: benchmark n-gram overlap (prompts and stage-1 shards)"
-$BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --prompts "$OUT/mcq/prompts.jsonl"
-$BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --shards "$OUT/shards/stage1"
-$BIN decontam --against "$OUT/manifests/eval-reference.toml" --cache "$CACHE" --shards "$OUT/mcq/sft"
-
-say "distill: tiny teacher on the CPU over a few prompts"
-$BIN distill --teacher "$OUT/fixtures/teacher" --prompts "$OUT/mcq/prompts.jsonl" \
-  --out "$OUT/distilled.json" --limit 6 --gen-length 16 --block-length 8 --steps 16 --batch-size 3
+say "distill wrote the tiny teacher's records"
 python3 -c "import json,sys; r=json.load(open(sys.argv[1]))[0]; print(json.dumps({k: r[k] for k in ('id','answer','answer_probs','gold','correct','response')}, indent=1))" "$OUT/distilled.json"
 
 say "lineage: each training stage records its parent, output and data (fixture checkpoints stand in for training)"
@@ -104,6 +125,7 @@ say "outputs"
 cat <<TXT
   fixtures        $OUT/fixtures/{hub,tokenizer,teacher}
   cache + log     $CACHE  ($CACHE/download.log)
+  pipeline        $OUT/pipeline.toml  (run journal: $OUT/pipeline.run.json)
   locks           $OUT/manifests/{base,stage1,mcq,eval-reference}.lock
   base model      $OUT/models/base  (architecture: $OUT/manifests/architecture.json)
   lineage         $OUT/lineage.json  (shipped: $OUT/shipped)

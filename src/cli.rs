@@ -44,6 +44,9 @@ pub enum Command {
     HubEmulator(crate::hub::emulator::EmulatorArgs),
     /// Generate the project's fixtures: datasets, tokenizer, tiny teacher.
     Fixtures(crate::fixtures::FixturesArgs),
+    /// Run the whole pipeline of a TOML file (fetch → pack → mcq → decontam → distill →
+    /// audit), skipping complete steps, ending with the audit verdict.
+    Run(crate::run::RunArgs),
 }
 
 /// Parse arguments and run. Exit codes are chosen by the caller from the error.
@@ -66,11 +69,17 @@ pub fn main() -> Result<()> {
             | Command::Mcq(_)
             | Command::Distill(_)
             | Command::Merge(_)
+            | Command::Run(_)
     ) || matches!(&cli.command, Command::Decontam(a) if a.drop.is_some())
     {
         crate::signals::install();
     }
-    match cli.command {
+    dispatch(cli.command)
+}
+
+/// Run one parsed command (also how `dlm-data run` runs its steps).
+pub fn dispatch(command: Command) -> Result<()> {
+    match command {
         Command::Fetch(a) => crate::hub::run_fetch(a),
         Command::Pack(a) => crate::pack::run(a),
         Command::Mcq(a) => crate::mcq::run(a),
@@ -92,7 +101,22 @@ pub fn main() -> Result<()> {
             crate::hub::emulator::run(a)
         }
         Command::Fixtures(a) => crate::fixtures::run(a),
+        Command::Run(a) => crate::run::run(a, &run_step),
     }
+}
+
+/// One step of `dlm-data run`: its command line parsed and run as if typed (never `run`
+/// itself).
+fn run_step(argv: &[String]) -> Result<()> {
+    let cli =
+        Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
+            .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
+    if matches!(cli.command, Command::Run(_)) {
+        return Err(crate::error::usage(
+            "a pipeline step cannot be `run` itself",
+        ));
+    }
+    dispatch(cli.command)
 }
 
 /// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default

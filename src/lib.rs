@@ -17,6 +17,8 @@
 //!    by `fetch`), checkpoint digests, lineage.json (`lineage add`), checked by `audit`.
 //! 7. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
 //!    merging their outputs into exactly what one process would have written.
+//! 8. [`run`] — `dlm-data run PIPELINE.toml`: the stages above from one file, in order,
+//!    complete steps skipped, ending with the audit verdict.
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
@@ -45,6 +47,7 @@ pub mod pack;
 pub mod policy;
 pub mod provenance;
 pub mod report;
+pub mod run;
 pub mod sampling;
 pub mod secret;
 pub mod shards;

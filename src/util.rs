@@ -214,6 +214,48 @@ pub fn now_rfc3339() -> String {
 }
 
 /// Hex sha256 of a byte slice.
+/// Each top-level field that differs between a recorded JSON object and the one a rerun
+/// would record, as `field: recorded R, now N` (long values cut), for "differs from the
+/// recorded run" refusals.
+pub fn json_differences(recorded: &serde_json::Value, now: &serde_json::Value) -> Vec<String> {
+    fn short(v: Option<&serde_json::Value>) -> String {
+        let t = v
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "(absent)".into());
+        if t.chars().count() > 160 {
+            let head: String = t.chars().take(150).collect();
+            format!(
+                "{head}… ({} chars, sha256 {})",
+                t.len(),
+                &sha256_hex(t.as_bytes())[..12]
+            )
+        } else {
+            t
+        }
+    }
+    let empty = serde_json::Map::new();
+    let a = recorded.as_object().unwrap_or(&empty);
+    let b = now.as_object().unwrap_or(&empty);
+    let mut out = Vec::new();
+    for k in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+        if a.get(k) != b.get(k) {
+            out.push(format!(
+                "{k}: recorded {}, now {}",
+                short(a.get(k)),
+                short(b.get(k))
+            ));
+        }
+    }
+    if out.is_empty() && recorded != now {
+        out.push(format!(
+            "recorded {}, now {}",
+            short(Some(recorded)),
+            short(Some(now))
+        ));
+    }
+    out
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }

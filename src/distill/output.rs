@@ -329,6 +329,13 @@ impl PartWriter {
             parts_dir_created = !d.exists();
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
+        // A part that committed no batch (a run stopped or failed before its first) locks
+        // nothing: a rerun with other arguments starts it afresh.
+        if path.exists()
+            && read_part(path).is_ok_and(|p| p.batches.is_empty() && p.header != *header)
+        {
+            std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))?;
+        }
         if path.exists() {
             let part = read_part(path)?;
             if run_identity(&part.header) != run_identity(header)

@@ -365,6 +365,14 @@ pub fn run(args: McqArgs) -> Result<()> {
     if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
         claim = claim.remove(["prompts.jsonl"]);
     }
+    // decontam's report on prompts.jsonl, written beside it by the documented pipeline: this
+    // tool's own file. Kept while it describes the prompts this run writes, removed (stale)
+    // when they change.
+    let prompts_report = out.join(outdir::prompts_decontam_report("prompts.jsonl"));
+    let report_scanned = outdir::own_decontam_report(&prompts_report);
+    if report_scanned.is_some() {
+        claim = claim.keep([outdir::prompts_decontam_report("prompts.jsonl")]);
+    }
     claim.apply(&out)?;
     let sft_dir = out.join("sft");
     if args.tokenizer.is_some() {
@@ -387,6 +395,16 @@ pub fn run(args: McqArgs) -> Result<()> {
         .collect();
     crate::signals::check()?;
     prompts::write(&prompts_path, &records)?;
+    if let Some(scanned) = report_scanned {
+        if crate::util::sha256_file(&prompts_path)? != scanned {
+            std::fs::remove_file(&prompts_report)
+                .with_context(|| format!("removing {}", prompts_report.display()))?;
+            tracing::info!(
+                "{}: removed: it describes other prompts than those written now (rerun decontam)",
+                prompts_report.display()
+            );
+        }
+    }
     eprintln!(
         "prompts: {} items → {}",
         records.len(),

@@ -259,6 +259,21 @@ pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
         Checkpoint::hash_dir(&a.from).map_err(|e| crate::error::usage(format!("--from: {e:#}")))?;
     let to =
         Checkpoint::hash_dir(&a.to).map_err(|e| crate::error::usage(format!("--to: {e:#}")))?;
+    // The same stage recorded again (a rerun of the documented pipeline): nothing to add.
+    if let Some(same) = lineage.stages.iter().find(|s| {
+        s.stage == a.stage
+            && s.from.sha256 == from.sha256
+            && s.to.sha256 == to.sha256
+            && s.data == data
+    }) {
+        eprintln!(
+            "lineage: {} already recorded in {} at {} (same checkpoints and data); unchanged",
+            same.stage,
+            a.lineage.display(),
+            same.time
+        );
+        return Ok(same.clone());
+    }
     if let Some(prev) = lineage.stages.last() {
         if prev.to.sha256 != from.sha256 {
             eprintln!(

@@ -65,10 +65,27 @@ pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
     if prev != Some(args) && force {
         return Ok(Found::Fresh);
     }
-    if prev != Some(args) {
-        return Err(crate::error::usage(format!(
-            "{} was written by a different pack command (arguments, inputs or tokenizer differ); use a new --out, or --force to replace dlm-data's own files there",
+    // A run that committed nothing (it failed before its first shard) locks nothing: the
+    // rerun starts afresh and its claim replaces that run's index.
+    if prev != Some(args)
+        && !idx.complete
+        && idx.shards.is_empty()
+        && idx.tool.starts_with("dlm-data")
+    {
+        tracing::info!(
+            "{}: an earlier run with other arguments committed no shard; starting afresh",
             p.display()
+        );
+        return Ok(Found::Fresh);
+    }
+    if prev != Some(args) {
+        let recorded = serde_json::to_value(prev).unwrap_or_default();
+        let now = serde_json::to_value(args).unwrap_or_default();
+        return Err(crate::error::usage(format!(
+            "{} was written by a different pack command; differing from the recorded run: {}. \
+             Use a new --out, rerun with the recorded arguments, or --force to replace dlm-data's own files there",
+            p.display(),
+            crate::util::json_differences(&recorded, &now).join("; ")
         )));
     }
     if idx.complete {

@@ -211,9 +211,29 @@ pub fn is_own_temp(name: &str) -> bool {
 /// dlm-data's own files there (`mcq` removes a stale one when it replaces the shards).
 pub const DECONTAM_REPORT: &str = "decontam.json";
 
+/// The report `decontam --prompts DIR/NAME.jsonl` writes beside it (`NAME.decontam.json`).
+pub fn prompts_decontam_report(prompts_file: &str) -> String {
+    let stem = prompts_file.strip_suffix(".jsonl").unwrap_or(prompts_file);
+    format!("{stem}.decontam.json")
+}
+
+/// The sha256 of what the dlm-data decontam report at `path` scanned; `None` when the file
+/// is missing, unreadable or not a dlm-data decontam report (it proves nothing then).
+pub fn own_decontam_report(path: &Path) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    if !v.get("tool")?.as_str()?.starts_with("dlm-data") {
+        return None;
+    }
+    Some(v.get("scanned")?.get("sha256")?.as_str()?.to_string())
+}
+
 /// A file name of dlm-data's own output formats (what `--force` may clear).
 pub fn is_own_format(name: &str) -> bool {
-    if name == super::index::INDEX_FILE || name == "prompts.jsonl" || name == DECONTAM_REPORT {
+    if name == super::index::INDEX_FILE
+        || name == "prompts.jsonl"
+        || name == DECONTAM_REPORT
+        || name == prompts_decontam_report("prompts.jsonl")
+    {
         return true;
     }
     let numbered = |rest: &str, suffixes: &[&str]| {

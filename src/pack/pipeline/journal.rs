@@ -67,6 +67,14 @@ pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
         claim = claim
             .keep(outdir::journal_files(p))
             .remove(outdir::shard_files(p.format, p.shards.len()));
+    } else if let Some(old) =
+        outdir::own_index(out_dir).filter(|i| !i.complete && i.shards.is_empty())
+    {
+        // An earlier run that committed nothing: its index (and the one shard it may have
+        // renamed before journaling it) is this tool's own, replaced by the fresh start.
+        claim = claim
+            .remove(outdir::journal_files(&old))
+            .remove(outdir::shard_files(old.format, 0));
     }
     claim.apply(out_dir)?;
 

@@ -1,0 +1,264 @@
+//! The pipeline file turned into commands: each step is one or more ordinary `dlm-data`
+//! command lines (what a user would type), plus the files whose digests say whether the step
+//! is still complete.
+
+use std::path::{Path, PathBuf};
+
+use super::config::Pipeline;
+
+/// The steps in pipeline order (`--only` / `--from` names).
+pub const STEPS: [&str; 6] = ["fetch", "pack", "mcq", "decontam", "distill", "audit"];
+
+/// One step: its command lines and the inputs and outputs it is complete against.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub name: &'static str,
+    /// Each a full argument vector without the program name.
+    pub commands: Vec<Vec<String>>,
+    /// Files or directories whose digests, unchanged since the step last succeeded with the
+    /// same commands, make the step complete.
+    pub watch: Vec<PathBuf>,
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn push_opt<T: ToString>(v: &mut Vec<String>, flag: &str, x: &Option<T>) {
+    if let Some(x) = x {
+        v.push(flag.into());
+        v.push(x.to_string());
+    }
+}
+
+/// `manifest.lock` beside a manifest (what `fetch` writes).
+fn lock_of(manifest: &Path) -> PathBuf {
+    manifest.with_extension("lock")
+}
+
+/// The report `decontam` writes for a shard directory / a prompts file.
+fn report_of_dir(d: &Path) -> PathBuf {
+    d.join(crate::shards::outdir::DECONTAM_REPORT)
+}
+
+/// The steps of `p`, in order; a step without its section is absent.
+pub fn plan(p: &Pipeline) -> Vec<Step> {
+    let cache: Vec<String> = p
+        .cache
+        .as_ref()
+        .map(|c| vec!["--cache".to_string(), s(c)])
+        .unwrap_or_default();
+    let mut steps = Vec::new();
+
+    // fetch: every manifest, base first.
+    let mut fetch = Step {
+        name: "fetch",
+        commands: vec![],
+        watch: vec![],
+    };
+    for m in p.manifests() {
+        let mut c = vec!["fetch".to_string(), "--manifest".into(), s(&m)];
+        c.extend(cache.iter().cloned());
+        push_opt(&mut c, "--jobs", &p.fetch.jobs);
+        if let Some(b) = &p.base {
+            if b.manifest == m {
+                push_opt(&mut c, "--local-dir", &b.local_dir.as_ref().map(|d| s(d)));
+                fetch.watch.extend(b.local_dir.clone());
+                // architecture.json is written beside the manifest.
+                fetch
+                    .watch
+                    .push(m.with_file_name(crate::model::architecture::ARCHITECTURE_FILE));
+            }
+        }
+        c.extend(p.fetch.args.iter().cloned());
+        fetch.watch.push(m.clone());
+        fetch.watch.push(lock_of(&m));
+        fetch.commands.push(c);
+    }
+    if !fetch.commands.is_empty() {
+        steps.push(fetch);
+    }
+
+    // pack
+    let k = &p.pack;
+    let mut c = vec!["pack".to_string()];
+    let mut watch = vec![];
+    if let Some(m) = &k.manifest {
+        c.extend(["--manifest".into(), s(m)]);
+        c.extend(cache.iter().cloned());
+        watch.extend([m.clone(), lock_of(m)]);
+    }
+    for i in &k.inputs {
+        c.extend(["--input".into(), s(i)]);
+        watch.push(i.clone());
+    }
+    push_opt(&mut c, "--text-column", &k.text_column);
+    c.extend([
+        "--tokenizer".into(),
+        s(&p.tokenizer),
+        "--out".into(),
+        s(&k.out),
+    ]);
+    push_opt(&mut c, "--seq-len", &k.seq_len);
+    push_opt(&mut c, "--format", &k.format);
+    push_opt(&mut c, "--tokens", &k.tokens);
+    push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
+    c.extend(k.args.iter().cloned());
+    watch.extend([
+        p.tokenizer.clone(),
+        k.out.join(crate::shards::index::INDEX_FILE),
+    ]);
+    steps.push(Step {
+        name: "pack",
+        commands: vec![c],
+        watch,
+    });
+
+    // mcq
+    if let Some(m) = &p.mcq {
+        let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
+        c.extend(cache.iter().cloned());
+        c.extend([
+            "--tokenizer".into(),
+            s(&p.tokenizer),
+            "--out".into(),
+            s(&m.out),
+        ]);
+        push_opt(&mut c, "--seq-len", &m.seq_len);
+        push_opt(&mut c, "--format", &m.format);
+        push_opt(&mut c, "--seed", &m.seed);
+        c.extend(m.args.iter().cloned());
+        steps.push(Step {
+            name: "mcq",
+            commands: vec![c],
+            watch: vec![
+                m.manifest.clone(),
+                lock_of(&m.manifest),
+                p.tokenizer.clone(),
+                m.out.join("prompts.jsonl"),
+                m.out.join("sft").join(crate::shards::index::INDEX_FILE),
+            ],
+        });
+    }
+
+    // decontam: stage-1 shards, SFT shards, prompts.
+    if let Some(d) = &p.decontam {
+        let mut base = vec!["decontam".to_string(), "--against".into()];
+        base.extend(d.against.iter().map(|a| s(a)));
+        base.extend(cache.iter().cloned());
+        push_opt(&mut base, "--ngram", &d.ngram);
+        base.extend(d.args.iter().cloned());
+        let mut step = Step {
+            name: "decontam",
+            commands: vec![],
+            watch: vec![],
+        };
+        for a in &d.against {
+            step.watch.push(a.clone());
+            if a.extension().is_some_and(|e| e == "toml") {
+                step.watch.push(lock_of(a));
+            }
+        }
+        let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
+            let mut c = base.clone();
+            c.extend([flag.to_string(), s(&target)]);
+            step.commands.push(c);
+            step.watch.extend([watched, report]);
+        };
+        if d.stage1 {
+            let o = &p.pack.out;
+            scan(
+                "--shards",
+                o.clone(),
+                o.join(crate::shards::index::INDEX_FILE),
+                report_of_dir(o),
+            );
+        }
+        if let Some(m) = &p.mcq {
+            let sft = m.out.join("sft");
+            if d.sft {
+                scan(
+                    "--shards",
+                    sft.clone(),
+                    sft.join(crate::shards::index::INDEX_FILE),
+                    report_of_dir(&sft),
+                );
+            }
+            if d.prompts {
+                let pr = m.out.join("prompts.jsonl");
+                let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
+                    "prompts.jsonl",
+                ));
+                scan("--prompts", pr.clone(), pr, rep);
+            }
+        }
+        if !step.commands.is_empty() {
+            steps.push(step);
+        }
+    }
+
+    // distill
+    if let (Some(d), Some(m)) = (&p.distill, &p.mcq) {
+        let prompts = m.out.join("prompts.jsonl");
+        let mut c = vec![
+            "distill".to_string(),
+            "--teacher".into(),
+            s(&d.teacher),
+            "--prompts".into(),
+            s(&prompts),
+            "--out".into(),
+            s(&d.out),
+        ];
+        push_opt(&mut c, "--device", &d.device);
+        push_opt(&mut c, "--gen-length", &d.gen_length);
+        push_opt(&mut c, "--block-length", &d.block_length);
+        push_opt(&mut c, "--steps", &d.steps);
+        push_opt(&mut c, "--batch-size", &d.batch_size);
+        push_opt(&mut c, "--temperature", &d.temperature);
+        push_opt(&mut c, "--seed", &d.seed);
+        push_opt(&mut c, "--cache", &d.kv_cache);
+        push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
+        push_opt(&mut c, "--threshold", &d.threshold);
+        push_opt(&mut c, "--limit", &d.limit);
+        c.extend(d.args.iter().cloned());
+        steps.push(Step {
+            name: "distill",
+            commands: vec![c],
+            watch: vec![d.teacher.clone(), prompts, d.out.clone()],
+        });
+    }
+
+    // audit: the whole chain that exists in this file.
+    let mut c = vec!["audit".to_string()];
+    for m in p.manifests() {
+        // Benchmarks are never training inputs: audit reads them through the reports.
+        let is_eval = p.decontam.as_ref().is_some_and(|d| d.against.contains(&m));
+        if !is_eval {
+            c.extend(["--manifest".into(), s(&m)]);
+        }
+    }
+    c.extend(cache.iter().cloned());
+    c.extend(["--shards".into(), s(&p.pack.out)]);
+    if let Some(m) = &p.mcq {
+        c.extend(["--shards".into(), s(&m.out.join("sft"))]);
+        c.extend(["--prompts".into(), s(&m.out.join("prompts.jsonl"))]);
+    }
+    if let Some(d) = &p.distill {
+        c.extend(["--distilled".into(), s(&d.out)]);
+    }
+    let teacher = p
+        .audit
+        .teacher
+        .clone()
+        .or_else(|| p.distill.as_ref().map(|d| d.teacher.clone()));
+    push_opt(&mut c, "--teacher", &teacher.as_ref().map(|t| s(t)));
+    push_opt(&mut c, "--lineage", &p.audit.lineage.as_ref().map(|t| s(t)));
+    push_opt(&mut c, "--shipped", &p.audit.shipped.as_ref().map(|t| s(t)));
+    c.extend(p.audit.args.iter().cloned());
+    steps.push(Step {
+        name: "audit",
+        commands: vec![c],
+        watch: vec![],
+    });
+    steps
+}

@@ -1,0 +1,589 @@
+//! The documented pipeline, unattended (issue 29), end to end on the binary over the project's
+//! fixtures served by the hub emulator:
+//! - the README's command sequence (read from README.md itself) runs twice in the same
+//!   directories, exit 0 both times, the second leaving every output as it was;
+//! - `dlm-data run PIPELINE.toml` runs the same job from one file; a second run skips every
+//!   step but the audit; `--only` / `--from` select steps; a step whose output went missing
+//!   runs again alone; an overlapping start exits 75 naming the holder; a bad key in the file
+//!   is an error naming the file and the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use dlm_data::hub::emulator::{Emulator, Options};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+}
+
+/// `dlm-data fixtures` once per test binary (datasets, tokenizer, teacher, checkpoints).
+fn fixtures() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = tempfile::tempdir().unwrap().keep();
+        let o = bin()
+            .args(["fixtures", "--out"])
+            .arg(d.join("fx"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        d.join("fx")
+    })
+}
+
+/// A working directory laid out as the README assumes: manifests/ (copies of the shipped
+/// ones), the fixture checkpoints standing in for training (ckpt/stage1, ckpt/stage3) and the
+/// teacher (hf_mcq), an emulator serving the fixture hub.
+struct Work {
+    dir: tempfile::TempDir,
+    emu: Emulator,
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn work() -> Work {
+    let fx = fixtures();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("manifests")).unwrap();
+    for m in ["base", "stage1", "mcq", "eval-reference"] {
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("manifests/{m}.toml")),
+            root.join(format!("manifests/{m}.toml")),
+        )
+        .unwrap();
+    }
+    copy_dir(&fx.join("checkpoints/stage1"), &root.join("ckpt/stage1"));
+    copy_dir(&fx.join("checkpoints/stage3"), &root.join("ckpt/stage3"));
+    copy_dir(&fx.join("teacher"), &root.join("hf_mcq"));
+    let emu = Emulator::start(&fx.join("hub"), Options::default()).unwrap();
+    Work { dir, emu }
+}
+
+impl Work {
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+    fn cmd(&self) -> Command {
+        let mut c = bin();
+        c.current_dir(self.root())
+            .env("HF_ENDPOINT", self.emu.endpoint())
+            .env("HF_HOME", self.root().join("hf-home"))
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HUB_OFFLINE");
+        c
+    }
+    fn run(&self, args: &[String]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The README's "pipeline at a glance" block as argument vectors (continuations joined,
+/// comments dropped), `dlm-data` removed.
+fn readme_commands() -> Vec<Vec<String>> {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let at = text
+        .find("## The pipeline at a glance")
+        .expect("README has its pipeline section");
+    let block = &text[at..];
+    let start = block.find("```sh\n").unwrap() + 6;
+    let end = start + block[start..].find("```").unwrap();
+    let mut cmds = Vec::new();
+    let mut cur = String::new();
+    for line in block[start..end].lines() {
+        let code = line.split(" #").next().unwrap().trim_end();
+        if let Some(c) = code.strip_suffix('\\') {
+            cur.push_str(c);
+            cur.push(' ');
+            continue;
+        }
+        cur.push_str(code);
+        let words: Vec<String> = cur.split_whitespace().map(String::from).collect();
+        cur.clear();
+        if words.first().map(String::as_str) == Some("dlm-data") {
+            cmds.push(words[1..].to_vec());
+        }
+    }
+    cmds
+}
+
+/// The README commands for this world: TOK is the fixture tokenizer, and distill runs the
+/// tiny teacher on the CPU over a few prompts.
+fn localised(cmds: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    let tok = fixtures().join("tokenizer").display().to_string();
+    cmds.into_iter()
+        .map(|c| {
+            let mut out = Vec::new();
+            let mut it = c.into_iter().peekable();
+            while let Some(a) = it.next() {
+                if a == "TOK" {
+                    out.push(tok.clone());
+                } else if a == "--device" {
+                    it.next();
+                    out.extend(
+                        [
+                            "--device",
+                            "cpu",
+                            "--limit",
+                            "6",
+                            "--gen-length",
+                            "16",
+                            "--block-length",
+                            "8",
+                            "--steps",
+                            "16",
+                            "--batch-size",
+                            "3",
+                        ]
+                        .map(String::from),
+                    );
+                } else {
+                    out.push(a);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Every file under `dir` → sha256 (lock files of live runs excluded: none are left).
+fn snapshot(dir: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                walk(root, &e.path(), out);
+            } else if ft.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+                let sha = dlm_data::util::sha256_file(&e.path()).unwrap();
+                out.insert(rel, sha);
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    walk(dir, dir, &mut m);
+    m
+}
+
+#[test]
+fn the_readme_pipeline_runs_twice_in_the_same_directories() {
+    let w = work();
+    let cmds = localised(readme_commands());
+    let names: Vec<&str> = cmds.iter().map(|c| c[0].as_str()).collect();
+    for must in [
+        "fetch", "pack", "mcq", "decontam", "distill", "lineage", "audit",
+    ] {
+        assert!(
+            names.contains(&must),
+            "README pipeline lacks {must}: {names:?}"
+        );
+    }
+    // Decontam of the SFT shards is part of the documented pipeline.
+    assert!(
+        cmds.iter()
+            .any(|c| c[0] == "decontam" && c.iter().any(|a| a.ends_with("mcq/sft"))),
+        "README pipeline does not decontaminate the SFT shards"
+    );
+    let mut first = None;
+    for round in 1..=2 {
+        for c in &cmds {
+            let t0 = Instant::now();
+            let o = w.run(c);
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "round {round}: `dlm-data {}` failed:\n{}",
+                c.join(" "),
+                err(&o)
+            );
+            if round == 2 {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(60),
+                    "round 2: `dlm-data {}` is not a quick no-op",
+                    c.join(" ")
+                );
+            }
+        }
+        let snap = snapshot(w.root());
+        match &first {
+            None => first = Some(snap),
+            Some(f) => {
+                // Decontam rewrites its reports (their `time`); everything else is untouched.
+                let changed: Vec<&String> = f
+                    .keys()
+                    .chain(snap.keys())
+                    .filter(|k| f.get(*k) != snap.get(*k))
+                    .filter(|k| !k.ends_with("decontam.json"))
+                    .filter(|k| !k.ends_with("download.log"))
+                    .collect();
+                assert!(changed.is_empty(), "the second round changed {changed:?}");
+                // The lineage did not grow: the same three stages.
+                let l: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(w.root().join("lineage.json")).unwrap())
+                        .unwrap();
+                assert_eq!(l["stages"].as_array().unwrap().len(), 3);
+            }
+        }
+    }
+}
+
+const PIPELINE: &str = r#"
+version = 1
+tokenizer = "TOKENIZER"
+
+[base]
+manifest = "manifests/base.toml"
+local_dir = "models/base"
+
+[pack]
+manifest = "manifests/stage1.toml"
+out = "shards/stage1"
+seq_len = 256
+
+[mcq]
+manifest = "manifests/mcq.toml"
+out = "shards/mcq"
+
+[decontam]
+against = ["manifests/eval-reference.toml"]
+
+[distill]
+teacher = "hf_mcq"
+out = "distilled.json"
+gen_length = 16
+block_length = 8
+steps = 16
+batch_size = 3
+limit = 6
+"#;
+
+fn write_pipeline(w: &Work) -> PathBuf {
+    let p = w.root().join("pipeline.toml");
+    let tok = fixtures().join("tokenizer").display().to_string();
+    std::fs::write(&p, PIPELINE.replace("TOKENIZER", &tok)).unwrap();
+    p
+}
+
+/// `dlm-data run … --json`: exit code, the one JSON line, stderr.
+fn run_json(w: &Work, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let o = w
+        .cmd()
+        .args(["run", "pipeline.toml", "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    let v = if lines.len() == 1 {
+        serde_json::from_str(lines[0]).unwrap()
+    } else {
+        serde_json::Value::Null
+    };
+    if o.status.code() == Some(0) {
+        assert_eq!(lines.len(), 1, "--json prints exactly one line:\n{out}");
+    }
+    (o.status.code().unwrap_or(-1), v, err(&o))
+}
+
+fn statuses(v: &serde_json::Value) -> BTreeMap<String, String> {
+    v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_str().unwrap().to_string(),
+                s["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn expect(v: &serde_json::Value, want: &[(&str, &str)]) {
+    let got = statuses(v);
+    let want: BTreeMap<String, String> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(got, want, "{v}");
+}
+
+const ALL: [&str; 6] = ["fetch", "pack", "mcq", "decontam", "distill", "audit"];
+
+#[test]
+fn run_does_the_whole_job_then_skips_what_is_complete() {
+    let w = work();
+    write_pipeline(&w);
+    let (code, v, e) = run_json(&w, &[]);
+    assert_eq!(code, 0, "{e}");
+    expect(&v, &ALL.map(|s| (s, "ran")));
+    assert_eq!(v["verdict"], "pass", "{v}");
+    for f in [
+        "shards/stage1/index.json",
+        "shards/stage1/decontam.json",
+        "shards/mcq/prompts.jsonl",
+        "shards/mcq/prompts.decontam.json",
+        "shards/mcq/sft/index.json",
+        "shards/mcq/sft/decontam.json",
+        "distilled.json",
+        "models/base/config.json",
+        "manifests/stage1.lock",
+        "pipeline.run.json",
+    ] {
+        assert!(w.root().join(f).is_file(), "{f} missing");
+    }
+    let before = snapshot(w.root());
+
+    // Second run: every step but the audit is complete; nothing changes.
+    let (code, v, e) = run_json(&w, &[]);
+    assert_eq!(code, 0, "{e}");
+    let mut want: Vec<(&str, &str)> = ALL[..5].iter().map(|s| (*s, "skipped")).collect();
+    want.push(("audit", "ran"));
+    expect(&v, &want);
+    assert_eq!(v["verdict"], "pass");
+    assert_eq!(snapshot(w.root()), before, "a no-op run changed files");
+
+    // Human mode: the audit report and its verdict on stdout.
+    let o = w.cmd().args(["run", "pipeline.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("VERDICT: every link holds."), "{out}");
+
+    // --only / --from select steps.
+    let (code, v, e) = run_json(&w, &["--only", "pack"]);
+    assert_eq!(code, 0, "{e}");
+    expect(
+        &v,
+        &[
+            ("fetch", "not-selected"),
+            ("pack", "skipped"),
+            ("mcq", "not-selected"),
+            ("decontam", "not-selected"),
+            ("distill", "not-selected"),
+            ("audit", "not-selected"),
+        ],
+    );
+    assert_eq!(v["verdict"], "not-audited");
+    let (code, v, e) = run_json(&w, &["--from", "distill", "--rerun"]);
+    assert_eq!(code, 0, "{e}");
+    expect(
+        &v,
+        &[
+            ("fetch", "not-selected"),
+            ("pack", "not-selected"),
+            ("mcq", "not-selected"),
+            ("decontam", "not-selected"),
+            ("distill", "ran"),
+            ("audit", "ran"),
+        ],
+    );
+
+    // An output gone: that step (and only what reads it) runs again.
+    std::fs::remove_file(w.root().join("shards/mcq/sft/decontam.json")).unwrap();
+    let (code, v, e) = run_json(&w, &[]);
+    assert_eq!(code, 0, "{e}");
+    expect(
+        &v,
+        &[
+            ("fetch", "skipped"),
+            ("pack", "skipped"),
+            ("mcq", "skipped"),
+            ("decontam", "ran"),
+            ("distill", "skipped"),
+            ("audit", "ran"),
+        ],
+    );
+    assert!(w.root().join("shards/mcq/sft/decontam.json").is_file());
+
+    // A step not in the file is a usage error.
+    let (code, _, e) = run_json(&w, &["--only", "bogus"]);
+    assert_eq!(code, 2, "{e}");
+}
+
+#[test]
+fn an_overlapping_run_exits_75_naming_the_holder() {
+    let w = work();
+    write_pipeline(&w);
+    let pause = w.root().join("pause");
+    let mut first = w
+        .cmd()
+        .args(["run", "pipeline.toml"])
+        .env("DLM_TEST_PAUSE", "lock-held:1")
+        .env("DLM_TEST_PAUSE_FILE", &pause)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !pause.exists() {
+        assert!(
+            first.try_wait().unwrap().is_none(),
+            "the first run ended early"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(60), "never paused");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t1 = Instant::now();
+    let o = w.cmd().args(["run", "pipeline.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(75), "{}", err(&o));
+    assert!(
+        t1.elapsed() < Duration::from_secs(10),
+        "did not exit at once"
+    );
+    let e = err(&o);
+    assert!(e.contains(&format!("pid {}", first.id())), "{e}");
+    assert!(e.contains("started 20"), "{e}");
+    assert!(e.contains("pipeline.toml"), "{e}");
+    // Nothing ran on behalf of the second start.
+    assert!(!w.root().join("shards").exists());
+    std::fs::remove_file(&pause).unwrap();
+    assert!(first.wait().unwrap().success());
+}
+
+#[test]
+fn a_bad_pipeline_file_is_named_with_its_key() {
+    let w = work();
+    let p = write_pipeline(&w);
+    let good = std::fs::read_to_string(&p).unwrap();
+    // A misspelt key.
+    std::fs::write(&p, good.replace("seq_len = 256", "seqlen = 256")).unwrap();
+    let o = w.cmd().args(["run", "pipeline.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("pipeline.toml") && e.contains("seqlen"), "{e}");
+    // A value of the wrong type.
+    std::fs::write(&p, good.replace("limit = 6", "limit = \"six\"")).unwrap();
+    let o = w.cmd().args(["run", "pipeline.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("pipeline.toml") && e.contains("limit"), "{e}");
+    // A flag the step's command does not have: the step is named.
+    std::fs::write(
+        &p,
+        good.replace("limit = 6", "limit = 6\nargs = [\"--no-such-flag\"]"),
+    )
+    .unwrap();
+    let o = w
+        .cmd()
+        .args(["run", "pipeline.toml", "--only", "distill"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("distill") && e.contains("--no-such-flag"), "{e}");
+    // Nothing was written.
+    assert!(!w.root().join("shards").exists());
+}
+
+/// A pack run that failed before its first shard (a typo'd `--text-column`) does not lock its
+/// `--out`: the corrected rerun packs there. A rerun with other arguments into a directory
+/// that holds shards is refused naming each differing argument, recorded and new value.
+#[test]
+fn a_run_that_committed_nothing_locks_nothing_and_refusals_name_the_difference() {
+    let fx = fixtures();
+    let input = fx.join("hub/HuggingFaceFW/fineweb-edu/sample/10BT/000_00000.parquet");
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("out");
+    let pack = |column: &str, seq: &str| {
+        bin()
+            .args(["pack", "--input"])
+            .arg(&input)
+            .args(["--text-column", column, "--seq-len", seq, "--tokenizer"])
+            .arg(fx.join("tokenizer"))
+            .arg("--out")
+            .arg(&out)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let o = pack("txet", "64");
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err(&o).contains("txet"), "{}", err(&o));
+    let o = pack("text", "64");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let idx: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("index.json")).unwrap()).unwrap();
+    assert_eq!(idx["complete"], true);
+    assert_eq!(idx["args"]["text_column"], "text");
+    // Same arguments: a no-op. Other arguments: refused, naming what differs.
+    let before = snapshot(&out);
+    let o = pack("text", "64");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert_eq!(snapshot(&out), before);
+    let o = pack("text", "32");
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    let e = err(&o);
+    assert!(e.contains("seq_len: recorded 64, now 32"), "{e}");
+    assert!(
+        !e.contains("text_column"),
+        "only what differs is named: {e}"
+    );
+    assert_eq!(snapshot(&out), before, "a refused run changed the output");
+}
+
+/// `--force` clears only this tool's own files: decontam's reports (journaled as dlm-data's)
+/// go with the shards, a file of the user's is refused and kept.
+#[test]
+fn force_clears_own_files_only() {
+    let w = work();
+    write_pipeline(&w);
+    for step in ["fetch", "pack", "mcq", "decontam"] {
+        let (code, _, e) = run_json(&w, &["--only", step]);
+        assert_eq!(code, 0, "{e}");
+    }
+    let mcq = w.root().join("shards/mcq");
+    assert!(mcq.join("prompts.decontam.json").is_file());
+    // mcq again with another seed: the prompts change, the report on them is stale and goes.
+    let tok = fixtures().join("tokenizer").display().to_string();
+    let args: Vec<String> = [
+        "mcq",
+        "--manifest",
+        "manifests/mcq.toml",
+        "--tokenizer",
+        &tok,
+        "--out",
+        "shards/mcq",
+        "--seed",
+        "7",
+    ]
+    .map(String::from)
+    .to_vec();
+    let o = w.run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    assert!(
+        !mcq.join("prompts.decontam.json").exists(),
+        "a stale report was kept"
+    );
+    // A file of the user's: refused (even with --force), and kept.
+    std::fs::write(mcq.join("notes.txt"), "mine").unwrap();
+    let mut forced = args.clone();
+    forced.push("--force".into());
+    let o = w.run(&forced);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("notes.txt"), "{}", err(&o));
+    assert_eq!(
+        std::fs::read_to_string(mcq.join("notes.txt")).unwrap(),
+        "mine"
+    );
+}
