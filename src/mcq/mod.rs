@@ -475,6 +475,7 @@ pub fn run(args: McqArgs) -> Result<()> {
             dropped_tail_tokens: 0,
             skipped_empty: loaded.skipped_empty,
             skipped_filtered: too_long,
+            mixture: None,
             extra: BTreeMap::new(),
         };
         totals
