@@ -163,7 +163,11 @@ impl Manifest {
         let mut m: Manifest = toml::from_str(&text)
             .map_err(|e| crate::error::usage(format!("manifest {}: {e}", path.display())))?;
         m.path = path.to_path_buf();
-        for s in m.sources.iter_mut().filter(|s| s.is_local() && s.split.is_empty()) {
+        for s in m
+            .sources
+            .iter_mut()
+            .filter(|s| s.is_local() && s.split.is_empty())
+        {
             s.split = "train".into();
         }
         m.validate()?;
@@ -240,14 +244,19 @@ impl Manifest {
                     return bad("path is empty");
                 }
                 if !s.repo.is_empty() || !s.revision.is_empty() {
-                    return bad("give either path (local files) or repo + revision (the Hub), not both");
+                    return bad(
+                        "give either path (local files) or repo + revision (the Hub), not both",
+                    );
                 }
                 if s.files.is_some() {
                     return bad("files selects Hub files; for a local source put the glob in path");
                 }
                 if let Some(k) = crate::policy::eval_keyword(&s.split) {
                     if s.role == Role::Train {
-                        return bad(&format!("split {:?} is an evaluation split ({k:?})", s.split));
+                        return bad(&format!(
+                            "split {:?} is an evaluation split ({k:?})",
+                            s.split
+                        ));
                     }
                 }
             } else if s.split.is_empty() {

@@ -43,12 +43,18 @@ fn local_sources_are_locked_packed_and_audited() {
          [[source]]\nname = 'notes'\npath = 'notes.parquet'\nformat = 'parquet'\nweight = 1\n",
     )
     .unwrap();
-    let o = run(&["fetch", "--manifest", s(&manifest), "--cache", s(&cache)], &[]);
+    let o = run(
+        &["fetch", "--manifest", s(&manifest), "--cache", s(&cache)],
+        &[],
+    );
     ok(&o);
     let lock: toml::Value =
         toml::from_str(&std::fs::read_to_string(root.join("m.lock")).unwrap()).unwrap();
     let srcs = lock["source"].as_array().unwrap();
-    let mine = srcs.iter().find(|x| x["name"].as_str() == Some("mine")).unwrap();
+    let mine = srcs
+        .iter()
+        .find(|x| x["name"].as_str() == Some("mine"))
+        .unwrap();
     let files: Vec<(&str, &str)> = mine["file"]
         .as_array()
         .unwrap()
@@ -68,8 +74,17 @@ fn local_sources_are_locked_packed_and_audited() {
     let out = root.join("out");
     ok(&run(
         &[
-            "pack", "--manifest", s(&manifest), "--cache", s(&cache), "--tokenizer", s(&tok),
-            "--out", s(&out), "--seq-len", "32",
+            "pack",
+            "--manifest",
+            s(&manifest),
+            "--cache",
+            s(&cache),
+            "--tokenizer",
+            s(&tok),
+            "--out",
+            s(&out),
+            "--seq-len",
+            "32",
         ],
         &[],
     ));
@@ -86,7 +101,15 @@ fn local_sources_are_locked_packed_and_audited() {
     assert_eq!(mine_docs as usize, a.len() + b.len());
 
     let audit = |extra: &[&str]| {
-        let mut a = vec!["audit", "--manifest", s(&manifest), "--cache", s(&cache), "--shards", s(&out)];
+        let mut a = vec![
+            "audit",
+            "--manifest",
+            s(&manifest),
+            "--cache",
+            s(&cache),
+            "--shards",
+            s(&out),
+        ];
         a.extend_from_slice(extra);
         run(&a, &[])
     };
@@ -107,9 +130,19 @@ fn local_sources_are_locked_packed_and_audited() {
     assert_ne!(o.status.code(), Some(0));
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
     assert!(text.contains("[FAIL] local-sources"), "{text}");
-    assert!(text.contains("mine/more/b.jsonl") && text.contains("sha256"), "{text}");
+    assert!(
+        text.contains("mine/more/b.jsonl") && text.contains("sha256"),
+        "{text}"
+    );
     let o = run(
-        &["fetch", "--manifest", s(&manifest), "--cache", s(&cache), "--locked"],
+        &[
+            "fetch",
+            "--manifest",
+            s(&manifest),
+            "--cache",
+            s(&cache),
+            "--locked",
+        ],
         &[],
     );
     assert_ne!(o.status.code(), Some(0));
@@ -119,9 +152,15 @@ fn local_sources_are_locked_packed_and_audited() {
     std::fs::write(root.join("mine/c.jsonl"), jsonl(&a)).unwrap();
     let o = audit(&[]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
-    assert!(text.contains("c.jsonl") && text.contains("not in the lock"), "{text}");
+    assert!(
+        text.contains("c.jsonl") && text.contains("not in the lock"),
+        "{text}"
+    );
     // A fresh fetch locks the new state; pack of the changed data is then a different run.
-    ok(&run(&["fetch", "--manifest", s(&manifest), "--cache", s(&cache)], &[]));
+    ok(&run(
+        &["fetch", "--manifest", s(&manifest), "--cache", s(&cache)],
+        &[],
+    ));
     let o = audit(&[]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
     assert!(text.contains("[PASS] local-sources"), "{text}");
@@ -143,7 +182,16 @@ fn a_local_source_is_declared_one_way() {
             format!("[[source]]\nname = 'a'\nformat = 'jsonl'\n{body}"),
         )
         .unwrap();
-        let o = run(&["fetch", "--manifest", s(&m), "--cache", s(&t.path().join("c"))], &[]);
+        let o = run(
+            &[
+                "fetch",
+                "--manifest",
+                s(&m),
+                "--cache",
+                s(&t.path().join("c")),
+            ],
+            &[],
+        );
         assert_eq!(o.status.code(), Some(2), "{body}: {}", stderr(&o));
         assert!(stderr(&o).contains(needle), "{body}: {}", stderr(&o));
     }

@@ -699,7 +699,10 @@ fn a_source_short_of_its_share_is_reported_refused_when_strict_and_epochs_reach_
         let (t, b) = (m["tokens"].as_u64().unwrap(), m["budget"].as_u64().unwrap());
         assert_eq!(m["short"], t < b, "{m}");
         let w = m["weight"].as_f64().unwrap();
-        assert!((m["requested_share"].as_f64().unwrap() - w).abs() < 1e-9, "{m}");
+        assert!(
+            (m["requested_share"].as_f64().unwrap() - w).abs() < 1e-9,
+            "{m}"
+        );
         assert_eq!(b, (20.0 * code_all as f64 * w).round() as u64, "{m}");
         let share = m["achieved_share"].as_f64().unwrap();
         assert!((share - t as f64 / total as f64).abs() < 1e-9, "{m}");
@@ -723,7 +726,11 @@ fn a_source_short_of_its_share_is_reported_refused_when_strict_and_epochs_reach_
         .filter(|m| m["short"] == true)
         .map(|m| format!("source {} ran out of data", m["source"]))
         .collect();
-    assert!(short.iter().any(|n| stderr(&o).contains(n.as_str())), "{short:?}: {}", stderr(&o));
+    assert!(
+        short.iter().any(|n| stderr(&o).contains(n.as_str())),
+        "{short:?}: {}",
+        stderr(&o)
+    );
     if strict.join("index.json").exists() {
         assert_eq!(index(&strict)["complete"], false);
     }

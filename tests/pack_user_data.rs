@@ -53,7 +53,11 @@ fn corpus(root: &Path) -> Corpus {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    std::fs::write(dir.join("b.json.zst"), zstd::encode_all(&arr[..], 3).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("b.json.zst"),
+        zstd::encode_all(&arr[..], 3).unwrap(),
+    )
+    .unwrap();
     write_parquet(
         &dir.join("c.parquet"),
         &c.iter().cloned().map(Some).collect::<Vec<_>>(),
@@ -87,9 +91,20 @@ fn directories_globs_and_compressed_files_pack_in_sorted_order_with_their_sha256
     // The directory, then a glob that matches a file already named (read once), then a file.
     let glob = format!("{dir}/*.jsonl.gz");
     let args = [
-        "--input", &dir, "--input", &glob, "--input", &loose,
-        "--tokenizer", tok.to_str().unwrap(), "--out", out.to_str().unwrap(),
-        "--seq-len", "32", "--shard-bytes", "4KiB",
+        "--input",
+        &dir,
+        "--input",
+        &glob,
+        "--input",
+        &loose,
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "32",
+        "--shard-bytes",
+        "4KiB",
     ];
     ok(&pack(&args));
     let stream = expected_stream(&tok, &c.ordered);
@@ -104,7 +119,13 @@ fn directories_globs_and_compressed_files_pack_in_sorted_order_with_their_sha256
         .collect();
     assert_eq!(
         names,
-        ["a.jsonl.gz", "b.json.zst", "c.parquet", "d.jsonl", "extra.parquet.zst"]
+        [
+            "a.jsonl.gz",
+            "b.json.zst",
+            "c.parquet",
+            "d.jsonl",
+            "extra.parquet.zst"
+        ]
     );
     for i in inputs {
         let p = Path::new(i["path"].as_str().unwrap());
@@ -148,7 +169,13 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
     let rows: Vec<(String, String, String)> = docs(9, 30)
         .into_iter()
         .enumerate()
-        .map(|(i, b)| (format!("Title {i}"), b, if i % 2 == 0 { "en" } else { "fr" }.into()))
+        .map(|(i, b)| {
+            (
+                format!("Title {i}"),
+                b,
+                if i % 2 == 0 { "en" } else { "fr" }.into(),
+            )
+        })
         .collect();
     let mut text = String::new();
     for (ti, b, l) in &rows {
@@ -159,10 +186,16 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
     std::fs::write(&input, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
     let out = t.path().join("out");
     let o = pack(&[
-        "--input", input.to_str().unwrap(),
-        "--text", "{title}\n\n{body} [{meta.lang}]",
-        "--tokenizer", tok.to_str().unwrap(), "--out", out.to_str().unwrap(),
-        "--seq-len", "16",
+        "--input",
+        input.to_str().unwrap(),
+        "--text",
+        "{title}\n\n{body} [{meta.lang}]",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "16",
     ]);
     ok(&o);
     let want: Vec<String> = rows
@@ -180,23 +213,42 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
     // --text-column names one field, as before.
     let out2 = t.path().join("out2");
     ok(&pack(&[
-        "--input", input.to_str().unwrap(), "--text-column", "title",
-        "--tokenizer", tok.to_str().unwrap(), "--out", out2.to_str().unwrap(),
-        "--seq-len", "16",
+        "--input",
+        input.to_str().unwrap(),
+        "--text-column",
+        "title",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out2.to_str().unwrap(),
+        "--seq-len",
+        "16",
     ]));
     assert_eq!(index(&out2)["args"]["text_column"], "title");
     assert!(index(&out2)["args"].get("text").is_none());
     // A template naming a field no row has: every row is filtered, none packed.
     let out3 = t.path().join("out3");
     ok(&pack(&[
-        "--input", input.to_str().unwrap(), "--text", "{meta.missing}",
-        "--tokenizer", tok.to_str().unwrap(), "--out", out3.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--text",
+        "{meta.missing}",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out3.to_str().unwrap(),
     ]));
     assert_eq!(index(&out3)["totals"]["skipped_filtered"], rows.len());
     // A malformed template is a usage error.
     let o = pack(&[
-        "--input", input.to_str().unwrap(), "--text", "{title",
-        "--tokenizer", tok.to_str().unwrap(), "--out", t.path().join("o4").to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--text",
+        "{title",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        t.path().join("o4").to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("unclosed"), "{}", stderr(&o));
@@ -216,9 +268,16 @@ fn a_bad_row_in_a_compressed_file_names_the_file_and_row() {
     std::fs::write(dir.join("c.jsonl.gz"), b"plain text").unwrap();
     let out = t.path().join("out");
     let o = pack(&[
-        "--input", dir.to_str().unwrap(),
-        "--tokenizer", tok.to_str().unwrap(), "--out", out.to_str().unwrap(),
-        "--seq-len", "16", "--shard-bytes", "64",
+        "--input",
+        dir.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "16",
+        "--shard-bytes",
+        "64",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
@@ -226,9 +285,17 @@ fn a_bad_row_in_a_compressed_file_names_the_file_and_row() {
     assert_eq!(index(&out)["complete"], false);
     std::fs::remove_file(dir.join("b.jsonl.gz")).unwrap();
     let o = pack(&[
-        "--input", dir.to_str().unwrap(),
-        "--tokenizer", tok.to_str().unwrap(), "--out", out.to_str().unwrap(),
-        "--seq-len", "16", "--shard-bytes", "64", "--force",
+        "--input",
+        dir.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "16",
+        "--shard-bytes",
+        "64",
+        "--force",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
@@ -243,8 +310,12 @@ fn a_bad_row_in_a_compressed_file_names_the_file_and_row() {
         format!("{}/*.parquet", empty.display()),
     ] {
         let o = pack(&[
-            "--input", &bad, "--tokenizer", tok.to_str().unwrap(),
-            "--out", t.path().join("o2").to_str().unwrap(),
+            "--input",
+            &bad,
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--out",
+            t.path().join("o2").to_str().unwrap(),
         ]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
     }

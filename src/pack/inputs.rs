@@ -132,7 +132,8 @@ fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
 /// Every regular file under `dir` (following symlinked files, not directories), hidden ones
 /// (`.name`) left out.
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).with_context(|| format!("--input: reading {}", dir.display()))?;
+    let rd =
+        std::fs::read_dir(dir).with_context(|| format!("--input: reading {}", dir.display()))?;
     for e in rd {
         let e = e.with_context(|| format!("--input: reading {}", dir.display()))?;
         if e.file_name().to_string_lossy().starts_with('.') {
@@ -194,7 +195,13 @@ mod tests {
         let got = expand(&[r.join("c.jsonl"), r.join("a"), r.join("*.jsonl*")]).unwrap();
         assert_eq!(
             names(got),
-            vec!["c.jsonl", "a/1.parquet", "a/2.jsonl", "a/sub/0.json.gz", "b.jsonl.zst"]
+            vec![
+                "c.jsonl",
+                "a/1.parquet",
+                "a/2.jsonl",
+                "a/sub/0.json.gz",
+                "b.jsonl.zst"
+            ]
         );
         let got = expand(&[r.join("a/**/*.json*")]).unwrap();
         assert_eq!(names(got), vec!["a/2.jsonl", "a/sub/0.json.gz"]);

@@ -68,9 +68,9 @@ struct Named<R> {
 
 impl<R: Read> Read for Named<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.inner.read(buf).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("corrupt {} data: {e}", self.what))
-        })
+        self.inner
+            .read(buf)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("corrupt {} data: {e}", self.what)))
     }
 }
 
@@ -89,10 +89,8 @@ impl Drop for Decompressed {
 pub fn decompress_to_temp(path: &Path, name: &str) -> Result<Decompressed> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = std::env::temp_dir().join(format!(
-        ".dlm-data-{}-{k}.parquet.tmp",
-        std::process::id()
-    ));
+    let tmp =
+        std::env::temp_dir().join(format!(".dlm-data-{}-{k}.parquet.tmp", std::process::id()));
     let out = Decompressed { path: tmp };
     let mut r = open(path, name)?;
     let mut w = File::create(&out.path)
