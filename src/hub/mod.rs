@@ -202,43 +202,45 @@ async fn fetch(
     let lock_name = lock_path.display().to_string();
 
     // 1. Plan every source concurrently (no data downloaded yet).
-    let planned =
-        futures::future::join_all(manifest.sources.iter().filter(|s| !s.is_local()).map(|s| {
-            let (client, lock, lock_name) = (&client, &lock, &lock_name);
-            async move {
-                let locked = match lock {
-                    Some(l) => {
-                        let ls = l.source(&s.name).ok_or_else(|| {
-                            anyhow::anyhow!(
-                                "lock {lock_name} has no source {:?} (run fetch without --locked)",
-                                s.name
-                            )
-                        })?;
-                        plan::check_lock_matches(s, ls, lock_name)?;
-                        Some(ls)
-                    }
-                    None => None,
-                };
-                let p = match (offline, locked) {
-                    (true, Some(l)) => SourcePlan {
-                        source: s.clone(),
-                        commit: l.commit.clone(),
-                        files: plan::tasks_from_lock(s, l, lock_name)?,
-                    },
-                    _ => plan::plan_source(client, s, locked).await?,
-                };
-                tracing::info!(
-                    "{}: {}@{} → {} files, {} bytes",
-                    s.name,
-                    s.repo,
-                    short(&p.commit),
-                    p.files.len(),
-                    p.files.iter().map(|f| f.size).sum::<u64>()
-                );
-                Ok::<_, anyhow::Error>(p)
-            }
-        }))
-        .await;
+    // (Local sources are hashed below, never planned on the Hub.)
+    let hub: Vec<&crate::manifest::Source> =
+        manifest.sources.iter().filter(|s| !s.is_local()).collect();
+    let planned = futures::future::join_all(hub.into_iter().map(|s| {
+        let (client, lock, lock_name) = (&client, &lock, &lock_name);
+        async move {
+            let locked = match lock {
+                Some(l) => {
+                    let ls = l.source(&s.name).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "lock {lock_name} has no source {:?} (run fetch without --locked)",
+                            s.name
+                        )
+                    })?;
+                    plan::check_lock_matches(s, ls, lock_name)?;
+                    Some(ls)
+                }
+                None => None,
+            };
+            let p = match (offline, locked) {
+                (true, Some(l)) => SourcePlan {
+                    source: s.clone(),
+                    commit: l.commit.clone(),
+                    files: plan::tasks_from_lock(s, l, lock_name)?,
+                },
+                _ => plan::plan_source(client, s, locked).await?,
+            };
+            tracing::info!(
+                "{}: {}@{} → {} files, {} bytes",
+                s.name,
+                s.repo,
+                short(&p.commit),
+                p.files.len(),
+                p.files.iter().map(|f| f.size).sum::<u64>()
+            );
+            Ok::<_, anyhow::Error>(p)
+        }
+    }))
+    .await;
     // Policy refusals first (exit 2), then any other planning error.
     let mut plans: Vec<SourcePlan> = Vec::new();
     let mut first_err = None;
