@@ -47,7 +47,6 @@
 //! any other file. On a write failure (a full disk) the error names the file and the OS error,
 //! no temp file is left, and index.json stays `"complete": false`.
 
-pub mod inputs;
 pub mod merge;
 pub mod oversize;
 pub mod packer;

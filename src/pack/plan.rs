@@ -81,10 +81,10 @@ pub fn parse_count(s: &str) -> std::result::Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
-pub use super::inputs::format_of;
+pub use crate::sources::files::format_of;
 
 impl Plan {
-    /// `--input PATH...` (files, directories, globs; see [`super::inputs`]) with the text
+    /// `--input PATH...` (files, directories, globs; see [`crate::sources::files`]) with the text
     /// template (`--text`, or `{COLUMN}` from `--text-column`). One source: named by the file
     /// stem when there is one file, else `input`.
     pub fn from_input(files: &[PathBuf], text: &str, budget: Option<u64>) -> Result<Plan> {
@@ -268,7 +268,7 @@ impl Plan {
                         file: f.path.clone(),
                         path: p,
                         bytes: f.size,
-                        format: crate::pack::inputs::format_of_name(Path::new(&f.path))
+                        format: crate::sources::files::format_of_name(Path::new(&f.path))
                             .unwrap_or(s.format),
                         remote: None,
                     });

@@ -40,7 +40,7 @@ pub fn files(m: &Manifest, s: &Source) -> Result<Vec<(String, PathBuf)>> {
     } else {
         base.join(given)
     };
-    let found = crate::pack::inputs::expand(std::slice::from_ref(&root))
+    let found = super::files::expand(std::slice::from_ref(&root))
         .with_context(|| format!("manifest {}: source {:?}", m.path.display(), s.name))?;
     Ok(found
         .into_iter()

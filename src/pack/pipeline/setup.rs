@@ -97,9 +97,9 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
             None,
         ),
         (None, false) => {
-            let files = crate::pack::inputs::expand(&args.input)?;
+            let files = crate::sources::files::expand(&args.input)?;
             let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
-            let hashed = crate::pack::inputs::hash_all(&files)?;
+            let hashed = crate::sources::files::hash_all(&files)?;
             tracing::info!(
                 "--input: {} files, {} bytes (sha256 recorded in index.json)",
                 hashed.len(),

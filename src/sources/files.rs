@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 
+use super::codec::Codec;
 use crate::manifest::Format;
 use crate::shards::settings::InputFile;
-use crate::sources::codec::Codec;
 
 /// Input format from a file name (`.parquet`, `.json`, `.jsonl`/`.ndjson`, each optionally
 /// `.gz` / `.zst`); `None` for anything else.
