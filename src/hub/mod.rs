@@ -210,12 +210,7 @@ async fn fetch(
         async move {
             let locked = match lock {
                 Some(l) => {
-                    let ls = l.source(&s.name).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "lock {lock_name} has no source {:?} (run fetch without --locked)",
-                            s.name
-                        )
-                    })?;
+                    let ls = locked_source(l, &s.name, lock_name)?;
                     plan::check_lock_matches(s, ls, lock_name)?;
                     Some(ls)
                 }
@@ -270,12 +265,7 @@ async fn fetch(
     for s in manifest.sources.iter().filter(|s| s.is_local()) {
         match &lock {
             Some(l) => {
-                let ls = l.source(&s.name).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "lock {lock_name} has no source {:?} (run fetch without --locked)",
-                        s.name
-                    )
-                })?;
+                let ls = locked_source(l, &s.name, &lock_name)?;
                 let problems = crate::sources::local::verify(&manifest, s, ls);
                 if !problems.is_empty() {
                     anyhow::bail!(
@@ -587,6 +577,14 @@ fn verified_shas(
             Some(((t.repo.clone(), t.path.clone()), o.sha256.clone()))
         })
         .collect()
+}
+
+/// Source `name` of the lock being honoured (`--locked` / offline), or an error saying to
+/// fetch without `--locked`.
+fn locked_source<'a>(lock: &'a Lock, name: &str, lock_name: &str) -> Result<&'a LockedSource> {
+    lock.source(name).ok_or_else(|| {
+        anyhow::anyhow!("lock {lock_name} has no source {name:?} (run fetch without --locked)")
+    })
 }
 
 fn write_lock(
