@@ -2,7 +2,8 @@
 //! pinned to which commit, with which bytes.
 //!
 //! The key names are a contract (scripts read them): `[[source]]` with `name`, `repo`,
-//! `revision`, `config`, `split`, `files`, `format`, `text`, `license`, `weight`, and `role`
+//! `revision` (or `path` for local files), `config`, `split`, `files`, `format`, `text`,
+//! `license`, `weight`, `epochs`, and `role`
 //! (`train`, the default, or `eval-reference` for benchmark sets used only by decontamination).
 //! `[[model]]` entries (`name`, `repo`, a 40-hex `revision`, optional `files` globs, `license`)
 //! pin model repos: the base model the provenance chain starts at (docs/model-chain.md).
@@ -44,12 +45,20 @@ fn default_config() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Source {
     pub name: String,
-    /// `owner/name` of the dataset repo on the Hub.
+    /// `owner/name` of the dataset repo on the Hub (empty for a local source).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub repo: String,
-    /// Branch, tag or 40-hex commit sha.
+    /// Branch, tag or 40-hex commit sha (empty for a local source).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub revision: String,
+    /// A local source instead of a Hub repo: a file, directory or glob, relative to the
+    /// manifest's directory ([`crate::sources::local`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
     #[serde(default = "default_config")]
     pub config: String,
+    /// Required for a Hub source; `train` when a local source names none.
+    #[serde(default)]
     pub split: String,
     /// Globs overriding the README's `configs:` mapping.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,8 +71,27 @@ pub struct Source {
     pub license: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
+    /// `pack`: read the source's files this many times (1 to 1000; default 1), so a small
+    /// source can supply its weighted share of `--tokens`.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub epochs: u32,
     #[serde(default)]
     pub role: Role,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+impl Source {
+    /// Declared with `path = …` (the user's own files) instead of a Hub `repo`.
+    pub fn is_local(&self) -> bool {
+        self.path.is_some()
+    }
 }
 
 fn default_text() -> String {
@@ -135,6 +163,13 @@ impl Manifest {
         let mut m: Manifest = toml::from_str(&text)
             .map_err(|e| crate::error::usage(format!("manifest {}: {e}", path.display())))?;
         m.path = path.to_path_buf();
+        for s in m
+            .sources
+            .iter_mut()
+            .filter(|s| s.is_local() && s.split.is_empty())
+        {
+            s.split = "train".into();
+        }
         m.validate()?;
         Ok(m)
     }
@@ -197,7 +232,41 @@ impl Manifest {
                     s.name
                 )));
             }
-            if !repo_id_ok(&s.repo) {
+            if s.is_local() {
+                let bad = |why: &str| {
+                    Err(crate::error::usage(format!(
+                        "manifest {}: source {:?}: {why}",
+                        self.path.display(),
+                        s.name
+                    )))
+                };
+                if s.path.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                    return bad("path is empty");
+                }
+                if !s.repo.is_empty() || !s.revision.is_empty() {
+                    return bad(
+                        "give either path (local files) or repo + revision (the Hub), not both",
+                    );
+                }
+                if s.files.is_some() {
+                    return bad("files selects Hub files; for a local source put the glob in path");
+                }
+                if let Some(k) = crate::policy::eval_keyword(&s.split) {
+                    if s.role == Role::Train {
+                        return bad(&format!(
+                            "split {:?} is an evaluation split ({k:?})",
+                            s.split
+                        ));
+                    }
+                }
+            } else if s.split.is_empty() {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source {:?}: missing field `split`",
+                    self.path.display(),
+                    s.name
+                )));
+            }
+            if !s.is_local() && !repo_id_ok(&s.repo) {
                 return Err(crate::error::usage(format!(
                     "manifest {}: source {:?}: repo {:?} is not owner/name",
                     self.path.display(),
@@ -205,12 +274,20 @@ impl Manifest {
                     s.repo
                 )));
             }
-            if s.revision.is_empty() || s.revision.starts_with("refs/pr/") {
+            if !s.is_local() && (s.revision.is_empty() || s.revision.starts_with("refs/pr/")) {
                 return Err(crate::error::usage(format!(
                     "manifest {}: source {:?}: revision {:?} not allowed (pin a branch, tag or commit; never a PR ref)",
                     self.path.display(),
                     s.name,
                     s.revision
+                )));
+            }
+            if !(1..=1000).contains(&s.epochs) {
+                return Err(crate::error::usage(format!(
+                    "manifest {}: source {:?}: epochs must be 1 to 1000 (got {})",
+                    self.path.display(),
+                    s.name,
+                    s.epochs
                 )));
             }
             if let Some(w) = s.weight {
@@ -252,6 +329,18 @@ impl Manifest {
         for (i, a) in self.sources.iter().enumerate() {
             for b in &self.sources[..i] {
                 if a.repo != b.repo || a.config != b.config || a.split != b.split {
+                    continue;
+                }
+                if a.is_local() || b.is_local() {
+                    if a.path == b.path && a.role == b.role {
+                        return Err(crate::error::usage(format!(
+                            "manifest {}: sources {:?} and {:?} both read path {:?}: the same data would be used twice",
+                            self.path.display(),
+                            b.name,
+                            a.name,
+                            a.path.as_deref().unwrap_or_default()
+                        )));
+                    }
                     continue;
                 }
                 if a.files == b.files && a.role == b.role {

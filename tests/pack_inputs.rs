@@ -660,3 +660,120 @@ fn a_single_huge_word_is_bounded_by_max_word_bytes() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("row 0"), "{}", stderr(&o));
 }
+
+/// The fixture's manifest with `code` given `extra` keys (e.g. `epochs = 3`).
+fn with_code_keys(f: &Fixture, extra: &str) {
+    let text = std::fs::read_to_string(&f.manifest).unwrap();
+    let marker = "[[source]]\nname='code'\n";
+    assert!(text.contains(marker));
+    std::fs::write(
+        &f.manifest,
+        text.replace(marker, &format!("{marker}{extra}\n")),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_source_short_of_its_share_is_reported_refused_when_strict_and_epochs_reach_it() {
+    let f = fixture(true);
+    // All of `code` (weight 0.1 of 1.0), with no budget.
+    let full = f.dir.path().join("full");
+    ok(&pack_manifest(&f, &full, &[]));
+    let code_all = index(&full)["totals"]["tokens_by_source"]["code"]
+        .as_u64()
+        .unwrap();
+    assert!(index(&full)["totals"].get("mixture").is_none());
+    // A budget asking `code` for twice what it has.
+    let tokens = (20 * code_all).to_string();
+    let out = f.dir.path().join("short");
+    let o = pack_manifest(&f, &out, &["--tokens", &tokens, "--json"]);
+    ok(&o);
+    let e = stderr(&o);
+    assert!(e.contains("\"code\" ran out of data"), "{e}");
+    let idx = index(&out);
+    assert_eq!(idx["complete"], true);
+    let mix = idx["totals"]["mixture"].as_array().unwrap();
+    assert_eq!(mix.len(), 4);
+    let total: u64 = mix.iter().map(|m| m["tokens"].as_u64().unwrap()).sum();
+    for m in mix {
+        let (t, b) = (m["tokens"].as_u64().unwrap(), m["budget"].as_u64().unwrap());
+        assert_eq!(m["short"], t < b, "{m}");
+        let w = m["weight"].as_f64().unwrap();
+        assert!(
+            (m["requested_share"].as_f64().unwrap() - w).abs() < 1e-9,
+            "{m}"
+        );
+        assert_eq!(b, (20.0 * code_all as f64 * w).round() as u64, "{m}");
+        let share = m["achieved_share"].as_f64().unwrap();
+        assert!((share - t as f64 / total as f64).abs() < 1e-9, "{m}");
+    }
+    let code = mix.iter().find(|m| m["source"] == "code").unwrap();
+    assert_eq!(code["short"], true);
+    assert_eq!(code["tokens"], code_all);
+    assert_eq!(code["epochs"], 1);
+    let summary: serde_json::Value =
+        serde_json::from_slice(o.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(summary["mixture"], idx["totals"]["mixture"]);
+
+    // --strict-mixture: an error, and the output is not marked complete.
+    let strict = f.dir.path().join("strict");
+    let o = pack_manifest(&f, &strict, &["--tokens", &tokens, "--strict-mixture"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--strict-mixture"), "{}", stderr(&o));
+    // It stops at the first short source whose last file is read (one of those reported).
+    let short: Vec<String> = mix
+        .iter()
+        .filter(|m| m["short"] == true)
+        .map(|m| format!("source {} ran out of data", m["source"]))
+        .collect();
+    assert!(
+        short.iter().any(|n| stderr(&o).contains(n.as_str())),
+        "{short:?}: {}",
+        stderr(&o)
+    );
+    if strict.join("index.json").exists() {
+        assert_eq!(index(&strict)["complete"], false);
+    }
+
+    // epochs = 3: `code` is read three times over and now meets its share exactly (it stops
+    // at its budget like a large source); the strict run succeeds for it.
+    with_code_keys(&f, "epochs = 3");
+    let ep = f.dir.path().join("epochs");
+    let o = pack_manifest(&f, &ep, &["--tokens", &tokens]);
+    ok(&o);
+    let idx = index(&ep);
+    let code = idx["totals"]["mixture"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["source"] == "code")
+        .unwrap()
+        .clone();
+    assert_eq!(code["short"], false, "{code}");
+    assert_eq!(code["epochs"], 3);
+    assert!(code["tokens"].as_u64().unwrap() >= code["budget"].as_u64().unwrap());
+    assert!(!stderr(&o).contains("\"code\" ran out"), "{}", stderr(&o));
+    // Its file appears once per epoch read (two full, one cut at the budget).
+    let reads = idx["provenance"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["source"] == "code")
+        .count();
+    assert_eq!(reads, 3);
+    // Deterministic: the same command elsewhere gives the same bytes.
+    let ep2 = f.dir.path().join("epochs2");
+    ok(&pack_manifest(&f, &ep2, &["--tokens", &tokens]));
+    let shards = |d: &Path| {
+        let mut t = tree(d);
+        t.remove("index.json");
+        t
+    };
+    assert_eq!(shards(&ep), shards(&ep2));
+    // Bad epochs: a usage error naming the source.
+    let text = std::fs::read_to_string(&f.manifest).unwrap();
+    std::fs::write(&f.manifest, text.replace("epochs = 3", "epochs = 0")).unwrap();
+    let o = pack_manifest(&f, &f.dir.path().join("bad"), &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("epochs"), "{}", stderr(&o));
+}

@@ -122,6 +122,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         fetched::manifest_pinned(&ctx),
         fetched::download_log(&ctx),
         fetched::cache(&ctx, args.hash),
+        fetched::local_sources(&ctx),
     ]);
     checks.push(shards::check(&ctx, &args.shards, &mut uses));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);

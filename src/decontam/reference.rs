@@ -117,6 +117,13 @@ fn load_manifest(
         )
     })?;
     for s in refs {
+        if s.is_local() {
+            return Err(crate::error::usage(format!(
+                "--against {}: eval-reference source {:?} is local (`path = …`): local sources are read by `pack` only",
+                path.display(),
+                s.name
+            )));
+        }
         let ls = lock.source(&s.name).ok_or_else(|| {
             anyhow!(
                 "lock {}: eval-reference source {:?} is not pinned; re-run fetch",

@@ -202,17 +202,15 @@ async fn fetch(
     let lock_name = lock_path.display().to_string();
 
     // 1. Plan every source concurrently (no data downloaded yet).
-    let planned = futures::future::join_all(manifest.sources.iter().map(|s| {
+    // (Local sources are hashed below, never planned on the Hub.)
+    let hub: Vec<&crate::manifest::Source> =
+        manifest.sources.iter().filter(|s| !s.is_local()).collect();
+    let planned = futures::future::join_all(hub.into_iter().map(|s| {
         let (client, lock, lock_name) = (&client, &lock, &lock_name);
         async move {
             let locked = match lock {
                 Some(l) => {
-                    let ls = l.source(&s.name).ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "lock {lock_name} has no source {:?} (run fetch without --locked)",
-                            s.name
-                        )
-                    })?;
+                    let ls = locked_source(l, &s.name, lock_name)?;
                     plan::check_lock_matches(s, ls, lock_name)?;
                     Some(ls)
                 }
@@ -259,6 +257,36 @@ async fn fetch(
     }
     if let Some(e) = first_err {
         return Err(e);
+    }
+
+    // 1a. Local sources (`path = …`): hashed now; under --locked / offline they must match
+    // the lock exactly.
+    let mut locals = Vec::new();
+    for s in manifest.sources.iter().filter(|s| s.is_local()) {
+        match &lock {
+            Some(l) => {
+                let ls = locked_source(l, &s.name, &lock_name)?;
+                let problems = crate::sources::local::verify(&manifest, s, ls);
+                if !problems.is_empty() {
+                    anyhow::bail!(
+                        "lock {lock_name}: local source {:?} differs from its lock:\n  {}",
+                        s.name,
+                        problems.join("\n  ")
+                    );
+                }
+            }
+            None => {
+                let ls = crate::sources::local::lock_source(&manifest, s)?;
+                tracing::info!(
+                    "{}: local {} → {} files, {} bytes",
+                    s.name,
+                    s.path.as_deref().unwrap_or_default(),
+                    ls.files.len(),
+                    ls.files.iter().map(|f| f.size).sum::<u64>()
+                );
+                locals.push(ls);
+            }
+        }
     }
 
     // 1b. Models, the same way (their own API; no split policy: a model is not data).
@@ -411,7 +439,7 @@ async fn fetch(
     }
     let wrote_lock = slice.is_whole() && lock.is_none();
     if wrote_lock {
-        write_lock(&lock_path, &plans, &model_plans, &results)?;
+        write_lock(&lock_path, &plans, &locals, &model_plans, &results)?;
     }
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(&cache, &lock_path, &model_plans)?;
@@ -551,9 +579,18 @@ fn verified_shas(
         .collect()
 }
 
+/// Source `name` of the lock being honoured (`--locked` / offline), or an error saying to
+/// fetch without `--locked`.
+fn locked_source<'a>(lock: &'a Lock, name: &str, lock_name: &str) -> Result<&'a LockedSource> {
+    lock.source(name).ok_or_else(|| {
+        anyhow::anyhow!("lock {lock_name} has no source {name:?} (run fetch without --locked)")
+    })
+}
+
 fn write_lock(
     path: &Path,
     plans: &[SourcePlan],
+    locals: &[LockedSource],
     model_plans: &[ModelPlan],
     results: &[(usize, usize, FileTask, Result<Outcome>)],
 ) -> Result<()> {
@@ -584,6 +621,7 @@ fn write_lock(
             files,
         });
     }
+    lock.sources.extend(locals.iter().cloned());
     let shas = verified_shas(results);
     let models: Vec<LockedModel> = model_plans
         .iter()

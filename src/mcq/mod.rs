@@ -154,6 +154,13 @@ pub fn load_items(
     let (mut skipped_empty, mut skipped_oversize, mut kept_without_blank) = (0, 0, 0);
     let mut skipped = Vec::new();
     for s in &m.sources {
+        if s.is_local() {
+            return Err(crate::error::usage(format!(
+                "manifest {}: source {:?} is local (`path = …`): local sources are read by `pack` only; mcq reads Hub datasets",
+                m.path.display(),
+                s.name
+            )));
+        }
         let ls: &LockedSource = lock.source(&s.name).ok_or_else(|| {
             anyhow::anyhow!(
                 "lock {}: source {:?} is not pinned; run `dlm-data fetch --manifest {}`",
@@ -493,6 +500,7 @@ pub fn run(args: McqArgs) -> Result<()> {
             dropped_tail_tokens: 0,
             skipped_empty: loaded.skipped_empty,
             skipped_filtered: too_long,
+            mixture: None,
             extra: BTreeMap::new(),
         };
         totals

@@ -99,18 +99,23 @@ pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// `dlm-data pack (--manifest FILE | --input FILE.parquet [--text-column NAME]) --tokenizer PATH --out DIR ...`
+/// `dlm-data pack (--manifest FILE | --input PATH... [--text-column NAME | --text TEMPLATE]) --tokenizer PATH --out DIR ...`
 #[derive(Args, Debug, Clone)]
 pub struct PackArgs {
     /// A manifest (manifests/*.toml): the sources and their mixture weights, read from the fetched lock.
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
-    /// A single local file instead of a manifest (.parquet; also .json array / .jsonl).
+    /// Local data instead of a manifest: a file, a directory (its files, recursively) or a
+    /// glob; repeatable. .parquet, .json (one array), .jsonl, each also as .gz or .zst.
     #[arg(long)]
-    pub input: Option<PathBuf>,
-    /// With --input: the column (parquet) or field (JSON lines) holding the text.
+    pub input: Vec<PathBuf>,
+    /// With --input: the column (parquet) or field (JSON) holding the text.
     #[arg(long, default_value = "text")]
     pub text_column: String,
+    /// With --input: a text template over columns/fields instead of --text-column, as
+    /// manifests' `text` ("{title}\n\n{body}", nested fields as "{meta.lang}", "{{" for "{").
+    #[arg(long, requires = "input", conflicts_with = "text_column")]
+    pub text: Option<String>,
     /// tokenizer.json, or a directory holding it (and tokenizer_config.json).
     #[arg(long)]
     pub tokenizer: PathBuf,
@@ -163,9 +168,15 @@ pub struct PackArgs {
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
     #[arg(long)]
     pub pad_last: bool,
-    /// Token budget over all sources (10B, 500M, ...), split by manifest weight.
+    /// Token budget over all sources (10B, 500M, ...), split by manifest weight. A source
+    /// that runs out before its share is warned about and reported in index.json
+    /// (`totals.mixture`).
     #[arg(long, value_parser = plan::parse_count)]
     pub tokens: Option<u64>,
+    /// With --tokens: a source that cannot supply its weighted share is an error (exit 1,
+    /// index.json left incomplete) instead of a warning.
+    #[arg(long, requires = "tokens")]
+    pub strict_mixture: bool,
     /// Target shard size in token bytes (rows per shard = this / (seq-len * 4)). Peak memory is
     /// about 4x this (rows being packed, the shard being written, its arrow copy and encoding),
     /// whatever the corpus size.

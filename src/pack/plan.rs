@@ -7,7 +7,10 @@
 //! weighted round-robin over the locked file sizes: the next file comes from the source whose
 //! `bytes_taken / weight` is smallest (ties: manifest order). `--tokens N` gives each source a
 //! budget of `N * weight / sum(weights)` tokens (equal shares without weights); a source stops
-//! taking documents once its budget is reached.
+//! taking documents once its budget is reached. A source with `epochs = K` has its files read
+//! K times (all files, then all again), so a small source can supply its share deliberately;
+//! a source that still runs out before its budget is reported (and refused with
+//! `--strict-mixture`) by the packing step.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +34,8 @@ pub struct SourceInfo {
     pub tpl: Template,
     pub weight: f64,
     pub budget: Option<u64>,
+    /// Times the source's files are read (the manifest's `epochs`; 1 for `--input`).
+    pub epochs: u32,
 }
 
 /// One input file.
@@ -41,6 +46,8 @@ pub struct Unit {
     pub file: String,
     pub path: PathBuf,
     pub bytes: u64,
+    /// The file's format (a source's, or for `--input` each file's own).
+    pub format: Format,
     /// `--stream`: the Hub file to read by range instead of `path`.
     pub remote: Option<Arc<crate::hub::stream::RemoteSpec>>,
 }
@@ -74,36 +81,22 @@ pub fn parse_count(s: &str) -> std::result::Result<u64, String> {
     Ok((v * mult).round() as u64)
 }
 
-/// Input format from a file name.
-pub fn format_of(path: &Path) -> Result<Format> {
-    let name = path.to_string_lossy().to_ascii_lowercase();
-    if name.ends_with(".parquet") {
-        Ok(Format::Parquet)
-    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-        Ok(Format::Jsonl)
-    } else if name.ends_with(".json") {
-        Ok(Format::Json)
-    } else {
-        Err(crate::error::usage(format!(
-            "--input {}: unknown format (expected .parquet, .json or .jsonl)",
-            path.display()
-        )))
-    }
-}
+pub use crate::sources::files::format_of;
 
 impl Plan {
-    /// `--input FILE [--text-column NAME]`.
-    pub fn from_input(path: &Path, text_column: &str, budget: Option<u64>) -> Result<Plan> {
-        let meta =
-            std::fs::metadata(path).with_context(|| format!("--input {}", path.display()))?;
-        let format = format_of(path)?;
-        let tpl = Template::parse(&format!("{{{text_column}}}"))
-            .map_err(|e| crate::error::usage(format!("--text-column: {e}")))?;
-        let name: Arc<str> = Arc::from(
-            path.file_stem()
+    /// `--input PATH...` (files, directories, globs; see [`crate::sources::files`]) with the text
+    /// template (`--text`, or `{COLUMN}` from `--text-column`). One source: named by the file
+    /// stem when there is one file, else `input`.
+    pub fn from_input(files: &[PathBuf], text: &str, budget: Option<u64>) -> Result<Plan> {
+        let tpl = Template::parse(text).map_err(|e| crate::error::usage(format!("--text: {e}")))?;
+        let name: Arc<str> = Arc::from(match files {
+            [one] => std::path::Path::new(&crate::sources::codec::Codec::strip(one))
+                .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "input".into()),
-        );
+            _ => "input".into(),
+        });
+        let mut units = Vec::with_capacity(files.len());
         let src = Arc::new(SourceInfo {
             index: 0,
             name,
@@ -111,21 +104,28 @@ impl Plan {
             commit: String::new(),
             split: "train".into(),
             role: "train".into(),
-            format,
+            format: format_of(&files[0])?,
             tpl,
             weight: 1.0,
             budget,
+            epochs: 1,
         });
-        Ok(Plan {
-            units: vec![Unit {
+        for path in files {
+            let meta =
+                std::fs::metadata(path).with_context(|| format!("--input {}", path.display()))?;
+            units.push(Unit {
                 source: src.clone(),
                 // Absolute and resolved, like every other path the index records: a rerun from
                 // another directory (or spelled differently) is the same input.
                 file: crate::shards::index::abs_path(path),
                 path: path.to_path_buf(),
                 bytes: meta.len(),
+                format: format_of(path)?,
                 remote: None,
-            }],
+            });
+        }
+        Ok(Plan {
+            units,
             sources: vec![src],
             manifest: None,
             lock_sha256: None,
@@ -226,6 +226,7 @@ impl Plan {
                 tpl,
                 weight: s.weight.unwrap_or(1.0),
                 budget: None,
+                epochs: s.epochs,
             });
             let mut files: Vec<&crate::manifest::LockedFile> = ls.files.iter().collect();
             files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -238,6 +239,40 @@ impl Plan {
                         s.name,
                         f.path
                     )));
+                }
+                if s.is_local() {
+                    // The user's own file, pinned by the lock (size checked here; `audit`
+                    // re-hashes).
+                    let p = crate::sources::local::file_path(&m, f);
+                    let len = std::fs::metadata(&p)
+                        .map_err(|e| {
+                            anyhow::anyhow!(
+                                "source {:?}: locked local file {}: {e}; re-run `dlm-data fetch --manifest {}`",
+                                s.name,
+                                p.display(),
+                                mpath.display()
+                            )
+                        })?
+                        .len();
+                    if len != f.size {
+                        anyhow::bail!(
+                            "source {:?}: {} has {len} bytes but {} in the lock: the file changed since `dlm-data fetch --manifest {}` locked it",
+                            s.name,
+                            p.display(),
+                            f.size,
+                            mpath.display()
+                        );
+                    }
+                    units.push(Unit {
+                        source: info.clone(),
+                        file: f.path.clone(),
+                        path: p,
+                        bytes: f.size,
+                        format: crate::sources::files::format_of_name(Path::new(&f.path))
+                            .unwrap_or(s.format),
+                        remote: None,
+                    });
+                    continue;
                 }
                 let cache = match inputs {
                     Inputs::Cache(c) => c,
@@ -256,6 +291,7 @@ impl Plan {
                             file: f.path.clone(),
                             path: PathBuf::from(format!("{}@{}/{}", ls.repo, ls.commit, f.path)),
                             bytes: f.size,
+                            format: s.format,
                             remote: Some(Arc::new(spec)),
                         });
                         continue;
@@ -288,8 +324,15 @@ impl Plan {
                     file: f.path.clone(),
                     path: p,
                     bytes: f.size,
+                    format: s.format,
                     remote: None,
                 });
+            }
+            // `epochs = N`: the source's files N times over, epoch after epoch (a small
+            // source reaching its weight deliberately).
+            let one = units.len();
+            for _ in 1..s.epochs {
+                units.extend_from_within(..one);
             }
             sources.push(info);
             per_source.push(units);
@@ -310,6 +353,7 @@ impl Plan {
                     tpl: s.tpl.clone(),
                     weight: s.weight,
                     budget: None,
+                    epochs: s.epochs,
                 };
                 inner.budget = Some(if wsum > 0.0 {
                     (total as f64 * s.weight / wsum).round() as u64
@@ -399,6 +443,7 @@ mod tests {
                 tpl: Template::parse("{text}").unwrap(),
                 weight: w,
                 budget: None,
+                epochs: 1,
             })
         };
         let srcs = vec![mk(0, 3.0), mk(1, 1.0)];
@@ -409,6 +454,7 @@ mod tests {
                     file: format!("{}-{k}", s.name),
                     path: PathBuf::new(),
                     bytes: 100,
+                    format: Format::Parquet,
                     remote: None,
                 })
                 .collect()

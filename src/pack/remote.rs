@@ -65,12 +65,16 @@ impl Streaming {
         let plans = self.rt.block_on(futures::future::join_all(
             m.sources
                 .iter()
+                .filter(|s| !s.is_local())
                 .map(|s| hplan::plan_source(&self.client, s, None)),
         ));
         let mut lock = Lock {
             version: 1,
             sources: Vec::new(),
         };
+        for s in m.sources.iter().filter(|s| s.is_local()) {
+            lock.sources.push(crate::sources::local::lock_source(m, s)?);
+        }
         for p in plans {
             let p = p?;
             let names: Vec<String> = p.files.iter().map(|f| f.path.clone()).collect();
@@ -105,7 +109,7 @@ impl Streaming {
         let t0 = Instant::now();
         let f = RemoteFile::new(self.client.clone(), spec.clone());
         let (name, tpl) = (u.file.as_str(), &u.source.tpl);
-        let r = match u.source.format {
+        let r = match u.format {
             Format::Parquet => {
                 sources::parquet::read_async(&self.rt, f.clone(), name, tpl, start_row, sink)
             }

@@ -72,8 +72,32 @@ pub struct Totals {
     pub skipped_empty: u64,
     /// Rows dropped by a source rule (a template field that is null or the placeholder `-`).
     pub skipped_filtered: u64,
+    /// `pack --tokens`: each source's requested and achieved share (absent without a budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<Vec<MixtureShare>>,
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// One source of a `pack --tokens` mixture: what its weight asked for and what it supplied.
+/// `short` is true when the source ran out of data before its budget (`tokens < budget`);
+/// `--strict-mixture` makes that an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MixtureShare {
+    pub source: String,
+    pub weight: f64,
+    /// Times the source's files are read (the manifest's `epochs`, default 1).
+    pub epochs: u32,
+    /// `weight / sum(weights)`.
+    pub requested_share: f64,
+    /// The source's token budget: `--tokens * requested_share`.
+    pub budget: u64,
+    /// Tokens the source supplied (a source with data to spare ends at the first document
+    /// past its budget).
+    pub tokens: u64,
+    /// `tokens / sum(tokens of all sources)`.
+    pub achieved_share: f64,
+    pub short: bool,
 }
 
 /// A contiguous range of rows of one input file that fed this output.

@@ -44,6 +44,22 @@ pub struct PackSettings {
     pub on_oversize: Oversize,
     /// `[index, count]` of `--shard I/N` (`[0, 1]` for one process).
     pub worker: [usize; 2],
+    /// `--text` template (with `--input`; absent when `--text-column` names the text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `--input` runs: every file read, with its sha256 (absent for manifests, whose lock
+    /// pins the files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Vec<InputFile>>,
+}
+
+/// One `--input` file as read: absolute path, size and sha256 of its bytes on disk (the
+/// compressed bytes for `.gz` / `.zst`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 impl PackSettings {
@@ -92,6 +108,8 @@ mod tests {
             max_word_bytes: 2,
             on_oversize: Oversize::Skip,
             worker: [1, 2],
+            text: None,
+            inputs: None,
         };
         let v = serde_json::to_string(&s).unwrap();
         assert_eq!(

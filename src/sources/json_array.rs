@@ -4,11 +4,10 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 use super::{render_json, Sink, Template};
@@ -81,7 +80,8 @@ pub fn read(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    // Plain, or `.gz` / `.zst` decompressed as a stream.
+    let f = super::codec::open(path, name)?;
     read_from(f, name, tpl, start_row, sink)
 }
 

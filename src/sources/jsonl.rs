@@ -1,7 +1,6 @@
 //! JSON Lines input: one object per line, read line by line. Row = 0-based line number;
 //! blank lines are no documents. Errors name the line.
 
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -16,7 +15,8 @@ pub fn read(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    // Plain, or `.gz` / `.zst` decompressed as a stream.
+    let f = super::codec::open(path, name)?;
     read_from(f, name, tpl, start_row, sink)
 }
 

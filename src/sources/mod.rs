@@ -1,13 +1,18 @@
 //! Streaming readers: each input format turns one file into rows rendered by the source's
 //! text template, in file order, with bounded memory — never a whole file in memory.
 //!
-//! One module per format ([`parquet`], [`json_array`], [`jsonl`]); [`template`] renders a row.
+//! One module per format ([`parquet`], [`json_array`], [`jsonl`]); [`template`] renders a row;
+//! [`codec`] reads `.gz` / `.zst` forms of any of them; [`files`] expands `--input` paths and
+//! local manifest sources into files; [`local`] pins local manifest sources.
 //! Every reader calls a sink with `(row, Outcome)` for each row from `start_row` on (rows are
 //! 0-based: parquet row, JSON array element, JSONL line). Errors name the file and the row.
 //! A sink may stop the read early by returning [`Stop`].
 
+pub mod codec;
+pub mod files;
 pub mod json_array;
 pub mod jsonl;
+pub mod local;
 pub mod parquet;
 pub mod template;
 

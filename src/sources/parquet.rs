@@ -294,6 +294,12 @@ pub fn read(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
+    // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
+    let tmp = match super::codec::Codec::of(path) {
+        super::codec::Codec::Plain => None,
+        _ => Some(super::codec::decompress_to_temp(path, name)?),
+    };
+    let path = tmp.as_ref().map_or(path, |t| t.path.as_path());
     crate::util::no_panic(name, || read_inner(path, name, tpl, start_row, sink))
 }
 

@@ -36,6 +36,8 @@ pub(super) struct PackCtx<'a> {
     pub stream_rows: bool,
     /// `--pad-last`'s pad id.
     pub pad: Option<u32>,
+    /// Every source of the plan (weights and `--tokens` budgets).
+    pub sources: &'a [std::sync::Arc<crate::pack::plan::SourceInfo>],
 }
 
 /// Batches tokenized at once, one per tokenizing thread (each batch split over the rayon
@@ -188,6 +190,8 @@ struct Feed<'a> {
     stream: bool,
     /// (rows, tokens) of the current shard already sent that way.
     streamed: (u64, u64),
+    /// Per source: the last of its units in this run (where a budget shortfall is known).
+    last_unit: Vec<Option<usize>>,
 }
 
 /// Whether to go on with a batch's documents after one.
@@ -221,6 +225,9 @@ impl<'a> Feed<'a> {
             wtx,
             stream: ctx.stream_rows,
             streamed: (0, 0),
+            last_unit: (0..ctx.sources.len())
+                .map(|i| ctx.units.iter().rposition(|u| u.source.index == i))
+                .collect(),
         }
     }
 
@@ -305,7 +312,70 @@ impl<'a> Feed<'a> {
         }
         self.st.unit_open = false;
         self.progress.unit_done(unit);
+        self.check_share(unit)
+    }
+
+    /// After a source's last unit: a source that could not supply its `--tokens` budget is
+    /// warned about now (the summary and index.json say it again), or with `--strict-mixture`
+    /// ends the run here, before the other sources are packed (index.json stays incomplete).
+    fn check_share(&self, unit: usize) -> Result<()> {
+        let s = &self.ctx.units[unit].source;
+        let Some(budget) = s.budget else {
+            return Ok(());
+        };
+        let got = self.st.source_tokens[s.index];
+        if self.last_unit[s.index] != Some(unit) || got >= budget {
+            return Ok(());
+        }
+        let msg = format!(
+            "source {:?} ran out of data: {got} tokens of its {budget}-token share of --tokens \
+             ({:.1} % of it; weight {}{}); the mixture is not the one the weights ask for \
+             (more data, a lower weight, or `epochs` in the manifest)",
+            &*s.name,
+            100.0 * got as f64 / budget.max(1) as f64,
+            s.weight,
+            if s.epochs > 1 {
+                format!(", {} epochs", s.epochs)
+            } else {
+                String::new()
+            }
+        );
+        if self.ctx.args.strict_mixture {
+            return Err(anyhow!("--strict-mixture: {msg}"));
+        }
+        tracing::warn!("{msg}");
         Ok(())
+    }
+
+    /// The `--tokens` mixture: per source, requested against achieved (`None` without a
+    /// budget).
+    fn mixture(&self) -> Option<Vec<crate::shards::index::MixtureShare>> {
+        let srcs = self.ctx.sources;
+        srcs.first()?.budget?;
+        let wsum: f64 = srcs.iter().map(|s| s.weight).sum();
+        let total: u64 = srcs.iter().map(|s| self.st.source_tokens[s.index]).sum();
+        Some(
+            srcs.iter()
+                .map(|s| {
+                    let tokens = self.st.source_tokens[s.index];
+                    let budget = s.budget.unwrap_or(0);
+                    crate::shards::index::MixtureShare {
+                        source: s.name.to_string(),
+                        weight: s.weight,
+                        epochs: s.epochs,
+                        requested_share: if wsum > 0.0 { s.weight / wsum } else { 0.0 },
+                        budget,
+                        tokens,
+                        achieved_share: if total > 0 {
+                            tokens as f64 / total as f64
+                        } else {
+                            0.0
+                        },
+                        short: tokens < budget,
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// A batch of rows of `unit`, screened and tokenized ([`encode_batch`]): pack.
@@ -478,6 +548,9 @@ impl<'a> Feed<'a> {
             "tokens_by_source".into(),
             serde_json::Value::Object(by_source),
         );
+        if !ctx.segment_mode {
+            self.st.totals.mixture = self.mixture();
+        }
         self.wtx
             .send(WriteMsg::Finish {
                 totals: self.st.totals,

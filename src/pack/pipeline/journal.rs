@@ -174,6 +174,7 @@ pub(super) fn settings(
     tok: &DocTokenizer,
     dtype: Dtype,
     worker: WorkerSlice,
+    inputs: Option<Vec<crate::shards::settings::InputFile>>,
 ) -> PackSettings {
     PackSettings {
         units: plan
@@ -182,7 +183,8 @@ pub(super) fn settings(
             .map(|u| (u.source.name.to_string(), u.file.clone(), u.bytes))
             .collect(),
         lock_sha256: plan.lock_sha256.clone(),
-        text_column: args.input.as_ref().map(|_| args.text_column.clone()),
+        text_column: (!args.input.is_empty() && args.text.is_none())
+            .then(|| args.text_column.clone()),
         tokenizer_sha256: tok.sha256.clone(),
         eos: tok.eos.as_ref().map(|e| e.1),
         bos: tok.bos.as_ref().map(|b| b.1),
@@ -197,5 +199,7 @@ pub(super) fn settings(
         max_word_bytes: args.max_word_bytes,
         on_oversize: args.on_oversize,
         worker: [worker.index, worker.count],
+        text: args.text.clone().filter(|_| !args.input.is_empty()),
+        inputs,
     }
 }

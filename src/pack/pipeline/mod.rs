@@ -120,6 +120,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         segment_mode: !s.worker.is_whole(),
         stream_rows,
         pad,
+        sources: &s.plan.sources,
     };
     let result = feed::pack_loop(&ctx, cursor, rows_per_shard, rrx, &wtx);
     drop(wtx);
@@ -180,6 +181,16 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         t.skipped_empty,
         t.skipped_filtered
     );
+    for m in idx.totals.mixture.iter().flatten().filter(|m| m.short) {
+        tracing::warn!(
+            "mixture: source {:?} supplied {} of its {} budgeted tokens: {:.1} % of the output against a requested {:.1} %",
+            m.source,
+            m.tokens,
+            m.budget,
+            100.0 * m.achieved_share,
+            100.0 * m.requested_share
+        );
+    }
     if let Some(c) =
         idx.totals.extra.get("added_token_text").and_then(|v| {
             serde_json::from_value::<crate::added_text::AddedTextCounts>(v.clone()).ok()
@@ -205,6 +216,7 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "skipped_filtered": idx.totals.skipped_filtered,
         "eos_token": idx.tokenizer.eos_token,
         "added_token_text": idx.totals.extra.get("added_token_text"),
+        "mixture": idx.totals.mixture,
         "seconds": (secs * 1000.0).round() / 1000.0,
         "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },
         "already_complete": already,

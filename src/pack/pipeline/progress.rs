@@ -39,7 +39,7 @@ impl Progress {
         let rows_total = units
             .iter()
             .map(|u| {
-                (u.source.format == crate::manifest::Format::Parquet && (bar.is_some() || lines))
+                (u.format == crate::manifest::Format::Parquet && (bar.is_some() || lines))
                     .then(|| {
                         crate::sources::parquet::row_counts(&u.path, &u.file)
                             .ok()

@@ -82,7 +82,7 @@ pub(super) fn read_units(
                 _ => crate::sources::read_rows(
                     &u.path,
                     &u.file,
-                    u.source.format,
+                    u.format,
                     &u.source.tpl,
                     first,
                     &mut sink,

@@ -51,7 +51,6 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
     // Before any work: paths we can record exactly, no input as the output, one writer.
     let given: Vec<(&str, &Path)> = [
         ("--out", Some(args.out.as_path())),
-        ("--input", args.input.as_deref()),
         ("--manifest", args.manifest.as_deref()),
         ("--tokenizer", Some(args.tokenizer.as_path())),
         ("--cache", args.cache.as_deref()),
@@ -59,6 +58,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
     ]
     .into_iter()
     .filter_map(|(f, p)| p.map(|p| (f, p)))
+    .chain(args.input.iter().map(|p| ("--input", p.as_path())))
     .collect();
     crate::lock::require_utf8_all(given.iter().copied())?;
     let lock_file = args
@@ -86,12 +86,27 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
             "--tokens cannot be combined with --shard I/N: budgets depend on the tokens of files other workers own; apply the budget in one process",
         ));
     }
-    let plan = match (&args.manifest, &args.input) {
-        (Some(m), None) => match &streaming {
-            Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
-            None => Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?,
-        },
-        (None, Some(i)) => Plan::from_input(i, &args.text_column, args.tokens)?,
+    let (plan, inputs) = match (&args.manifest, args.input.is_empty()) {
+        (Some(m), true) => (
+            match &streaming {
+                Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
+                None => {
+                    Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?
+                }
+            },
+            None,
+        ),
+        (None, false) => {
+            let files = crate::sources::files::expand(&args.input)?;
+            let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
+            let hashed = crate::sources::files::hash_all(&files)?;
+            tracing::info!(
+                "--input: {} files, {} bytes (sha256 recorded in index.json)",
+                hashed.len(),
+                hashed.iter().map(|f| f.bytes).sum::<u64>()
+            );
+            (plan, Some(hashed))
+        }
         _ => {
             return Err(crate::error::usage(
                 "give exactly one of --manifest or --input",
@@ -123,7 +138,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         .filter(|(k, _)| worker.owns(*k))
         .map(|(_, u)| u.clone())
         .collect();
-    let settings = super::journal::settings(args, &plan, &tok, dtype, worker);
+    let settings = super::journal::settings(args, &plan, &tok, dtype, worker, inputs);
     Ok(Setup {
         _lock: lock,
         worker,
@@ -136,6 +151,14 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         units,
         settings,
     })
+}
+
+/// The `--input` text template: `--text`, else `{COLUMN}` of `--text-column`.
+pub(super) fn text_template(args: &PackArgs) -> String {
+    match &args.text {
+        Some(t) => t.clone(),
+        None => format!("{{{}}}", args.text_column),
+    }
 }
 
 /// The tokenizer with the document-boundary flags (`--eos-token`, `--no-eos`, `--bos`, …).

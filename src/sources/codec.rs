@@ -1,0 +1,134 @@
+//! Why inputs may be compressed files: users keep their own data as `.jsonl.gz` or
+//! `.json.zst`. A file's codec comes from its name's last extension (`.gz`, `.zst`); JSON
+//! inputs are decompressed as a stream, parquet inputs (which need random access) into an
+//! unlinked temporary file that is gone when the read ends.
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// How a file's bytes are compressed around the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Plain,
+    Gzip,
+    Zstd,
+}
+
+impl Codec {
+    /// From the file name: `x.jsonl.gz` is gzip, `x.json.zst` zstd, anything else plain.
+    pub fn of(path: &Path) -> Codec {
+        let n = path.to_string_lossy().to_ascii_lowercase();
+        if n.ends_with(".gz") {
+            Codec::Gzip
+        } else if n.ends_with(".zst") || n.ends_with(".zstd") {
+            Codec::Zstd
+        } else {
+            Codec::Plain
+        }
+    }
+
+    /// The name without the codec's extension (`a.jsonl.gz` → `a.jsonl`).
+    pub fn strip(path: &Path) -> String {
+        let n = path.to_string_lossy().into_owned();
+        let lower = n.to_ascii_lowercase();
+        for ext in [".gz", ".zst", ".zstd"] {
+            if lower.ends_with(ext) {
+                return n[..n.len() - ext.len()].to_string();
+            }
+        }
+        n
+    }
+}
+
+/// `path`'s decompressed bytes as a stream (`name` in errors).
+pub fn open(path: &Path, name: &str) -> Result<Box<dyn Read + Send>> {
+    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    Ok(match Codec::of(path) {
+        Codec::Plain => Box::new(f),
+        Codec::Gzip => Box::new(Named {
+            inner: flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f)),
+            what: "gzip",
+        }),
+        Codec::Zstd => Box::new(Named {
+            inner: zstd::stream::read::Decoder::new(f)
+                .with_context(|| format!("{name}: opening zstd stream"))?,
+            what: "zstd",
+        }),
+    })
+}
+
+/// A decoder whose errors say which decompression failed.
+struct Named<R> {
+    inner: R,
+    what: &'static str,
+}
+
+impl<R: Read> Read for Named<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner
+            .read(buf)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("corrupt {} data: {e}", self.what)))
+    }
+}
+
+/// A compressed parquet file decompressed into a temporary file (removed on drop).
+pub struct Decompressed {
+    pub path: PathBuf,
+}
+
+impl Drop for Decompressed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`).
+pub fn decompress_to_temp(path: &Path, name: &str) -> Result<Decompressed> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp =
+        std::env::temp_dir().join(format!(".dlm-data-{}-{k}.parquet.tmp", std::process::id()));
+    let out = Decompressed { path: tmp };
+    let mut r = open(path, name)?;
+    let mut w = File::create(&out.path)
+        .with_context(|| format!("{name}: creating {}", out.path.display()))?;
+    std::io::copy(&mut r, &mut w).with_context(|| format!("{name}: decompressing"))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn codecs_by_name_and_roundtrip() {
+        assert_eq!(Codec::of(Path::new("a.JSONL.GZ")), Codec::Gzip);
+        assert_eq!(Codec::of(Path::new("a.json.zst")), Codec::Zstd);
+        assert_eq!(Codec::of(Path::new("a.parquet")), Codec::Plain);
+        assert_eq!(Codec::strip(Path::new("d/a.jsonl.gz")), "d/a.jsonl");
+        let d = tempfile::tempdir().unwrap();
+        let gz = d.path().join("a.jsonl.gz");
+        let mut e = flate2::write::GzEncoder::new(
+            File::create(&gz).unwrap(),
+            flate2::Compression::default(),
+        );
+        e.write_all(b"{\"text\":\"hi\"}\n").unwrap();
+        e.finish().unwrap();
+        let mut s = String::new();
+        open(&gz, "a").unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "{\"text\":\"hi\"}\n");
+        let zs = d.path().join("a.json.zst");
+        std::fs::write(&zs, zstd::encode_all(&b"[1]"[..], 3).unwrap()).unwrap();
+        let mut s = String::new();
+        open(&zs, "a").unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "[1]");
+        std::fs::write(&zs, b"not zstd").unwrap();
+        let mut s = String::new();
+        let e = open(&zs, "a").unwrap().read_to_string(&mut s).unwrap_err();
+        assert!(e.to_string().contains("zstd"), "{e}");
+    }
+}

@@ -1,0 +1,215 @@
+//! Why `--input` is more than one path: users pack their own data as it lies on disk — several
+//! files, a directory of shards, a glob — in `.parquet`, `.json` (one array), `.jsonl`, and
+//! their `.gz` / `.zst` forms. [`expand`] turns the `--input` values into one deterministic
+//! file list: each value in the order given; a directory's files (recursively) and a glob's
+//! matches sorted by path; a file named twice is read once. [`hash_all`] records each file's
+//! sha256 and size (the `inputs` of index.json's `args`, so changed content changes the
+//! fingerprint).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+
+use super::codec::Codec;
+use crate::manifest::Format;
+use crate::shards::settings::InputFile;
+
+/// Input format from a file name (`.parquet`, `.json`, `.jsonl`/`.ndjson`, each optionally
+/// `.gz` / `.zst`); `None` for anything else.
+pub fn format_of_name(path: &Path) -> Option<Format> {
+    let name = Codec::strip(path).to_ascii_lowercase();
+    if name.ends_with(".parquet") {
+        Some(Format::Parquet)
+    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
+        Some(Format::Jsonl)
+    } else if name.ends_with(".json") {
+        Some(Format::Json)
+    } else {
+        None
+    }
+}
+
+/// [`format_of_name`], a usage error naming the file when unknown.
+pub fn format_of(path: &Path) -> Result<Format> {
+    format_of_name(path).ok_or_else(|| {
+        crate::error::usage(format!(
+            "--input {}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)",
+            path.display()
+        ))
+    })
+}
+
+fn is_glob(s: &str) -> bool {
+    s.contains(['*', '?', '[', '{'])
+}
+
+/// Every `--input` value as files, in a deterministic order (see the module doc).
+pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for given in inputs {
+        let s = given.to_string_lossy();
+        let files = if !given.exists() && is_glob(&s) {
+            glob_files(given)?
+        } else if given.is_dir() {
+            let mut v = Vec::new();
+            walk(given, &mut v)?;
+            v.retain(|p| format_of_name(p).is_some());
+            v.sort();
+            if v.is_empty() {
+                return Err(crate::error::usage(format!(
+                    "--input {}: the directory holds no .parquet, .json or .jsonl file (or .gz/.zst form)",
+                    given.display()
+                )));
+            }
+            v
+        } else {
+            std::fs::metadata(given).with_context(|| format!("--input {}", given.display()))?;
+            format_of(given)?;
+            vec![given.clone()]
+        };
+        for f in files {
+            let key = std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone());
+            if seen.insert(key) {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Files matching a glob (`data/*.jsonl.gz`, `corpus/**/*.parquet`), sorted; `*` does not
+/// cross `/`, `**` does.
+fn glob_files(pattern: &Path) -> Result<Vec<PathBuf>> {
+    let s = pattern.to_string_lossy();
+    // The walk starts at the longest leading run of components without a glob character.
+    let mut base = PathBuf::new();
+    for c in pattern.components() {
+        if is_glob(&c.as_os_str().to_string_lossy()) {
+            break;
+        }
+        base.push(c);
+    }
+    let base = if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    };
+    let matcher = globset::GlobBuilder::new(&s)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| crate::error::usage(format!("--input {s:?}: bad glob: {e}")))?
+        .compile_matcher();
+    let mut all = Vec::new();
+    if base.is_dir() {
+        walk(&base, &mut all)?;
+    }
+    let strip_dot = !pattern.starts_with(".");
+    let mut v: Vec<PathBuf> = all
+        .into_iter()
+        .filter(|p| {
+            let cand = if strip_dot {
+                p.strip_prefix(".").unwrap_or(p)
+            } else {
+                p
+            };
+            matcher.is_match(cand)
+        })
+        .collect();
+    v.sort();
+    if v.is_empty() {
+        return Err(crate::error::usage(format!(
+            "--input {s:?}: the glob matches no file"
+        )));
+    }
+    for p in &v {
+        format_of(p)?;
+    }
+    Ok(v)
+}
+
+/// Every regular file under `dir` (following symlinked files, not directories), hidden ones
+/// (`.name`) left out.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let rd =
+        std::fs::read_dir(dir).with_context(|| format!("--input: reading {}", dir.display()))?;
+    for e in rd {
+        let e = e.with_context(|| format!("--input: reading {}", dir.display()))?;
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let p = e.path();
+        let ft = e.file_type()?;
+        if ft.is_dir() {
+            walk(&p, out)?;
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Each file's absolute path, size and sha256 (hashed in parallel), in `files` order.
+pub fn hash_all(files: &[PathBuf]) -> Result<Vec<InputFile>> {
+    files
+        .par_iter()
+        .map(|p| {
+            let bytes = std::fs::metadata(p)
+                .with_context(|| format!("--input {}", p.display()))?
+                .len();
+            Ok(InputFile {
+                path: crate::shards::index::abs_path(p),
+                bytes,
+                sha256: crate::util::sha256_file(p)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_globs_and_files_in_a_fixed_order() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        std::fs::create_dir_all(r.join("a/sub")).unwrap();
+        for f in [
+            "a/2.jsonl",
+            "a/1.parquet",
+            "a/sub/0.json.gz",
+            "a/.hidden.jsonl",
+            "a/notes.txt",
+            "b.jsonl.zst",
+            "c.jsonl",
+        ] {
+            std::fs::write(r.join(f), b"").unwrap();
+        }
+        let names = |v: Vec<PathBuf>| -> Vec<String> {
+            v.iter()
+                .map(|p| p.strip_prefix(r).unwrap().display().to_string())
+                .collect()
+        };
+        let got = expand(&[r.join("c.jsonl"), r.join("a"), r.join("*.jsonl*")]).unwrap();
+        assert_eq!(
+            names(got),
+            vec![
+                "c.jsonl",
+                "a/1.parquet",
+                "a/2.jsonl",
+                "a/sub/0.json.gz",
+                "b.jsonl.zst"
+            ]
+        );
+        let got = expand(&[r.join("a/**/*.json*")]).unwrap();
+        assert_eq!(names(got), vec!["a/2.jsonl", "a/sub/0.json.gz"]);
+        let e = expand(&[r.join("nothing-*.jsonl")]).unwrap_err();
+        assert!(format!("{e}").contains("matches no file"), "{e}");
+        assert_eq!(crate::error::exit_code(&e), 2);
+        let e = expand(&[r.join("a/notes.txt")]).unwrap_err();
+        assert!(format!("{e}").contains("unknown format"), "{e}");
+        assert!(expand(&[r.join("missing.jsonl")]).is_err());
+    }
+}
