@@ -18,6 +18,8 @@
 //! 7. [`worker`] + [`merge`] — deterministic disjoint slices for Slurm/Kubernetes arrays, and
 //!    merging their outputs into exactly what one process would have written.
 //!
+//! 8. [`inspect`] — any output as a trainer would see it: decoded rows, counts, histogram.
+//!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
@@ -36,6 +38,7 @@ pub mod fixtures;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hub;
+pub mod inspect;
 pub mod lock;
 pub mod manifest;
 pub mod mcq;
