@@ -66,9 +66,17 @@ pub struct McqArgs {
     /// Answer appended for stage 2 before EOS (placeholders {letter}, {answer}).
     #[arg(long, default_value = template::DEFAULT_ANSWER)]
     pub answer_template: String,
-    /// EOS token (default: tokenizer_config.json's eos_token).
+    /// EOS token (default: tokenizer_config.json's eos_token, else the first of <|endoftext|>,
+    /// </s>, <eos>, <|end_of_text|> in tokenizer.json — the rule pack uses).
     #[arg(long)]
     pub eos_token: Option<String>,
+    /// BOS token prepended to each SFT row, counted in prompt_len (default: tokenizer_config.json's
+    /// bos_token when its add_bos_token is true, else none).
+    #[arg(long, conflicts_with = "no_bos")]
+    pub bos_token: Option<String>,
+    /// No BOS, even when tokenizer_config.json says add_bos_token: true.
+    #[arg(long)]
+    pub no_bos: bool,
     /// What question / option text that equals an added token (`<|im_start|>`, the mask …)
     /// becomes in the SFT rows: `plain` text (default), the token (`split`; never the mask),
     /// or an error naming the file and row (`refuse`). The template's own text is encoded as is.
@@ -336,7 +344,12 @@ pub fn run(args: McqArgs) -> Result<()> {
     let tok = match &args.tokenizer {
         Some(p) => Some(tokenizer::load(
             p,
-            args.eos_token.as_deref(),
+            &crate::doc_tokens::Flags {
+                eos_token: args.eos_token.clone(),
+                bos_token: args.bos_token.clone(),
+                no_bos: args.no_bos,
+                ..Default::default()
+            },
             args.mask_token.as_deref(),
             args.special_tokens_in_text,
         )?),
@@ -409,6 +422,10 @@ pub fn run(args: McqArgs) -> Result<()> {
             .with_context(|| format!("creating {}", sft_dir.display()))?;
         let dtype = crate::shards::Dtype::U32;
         let mut extra = BTreeMap::new();
+        if let Some((t, _)) = &tok.bos {
+            // Only with a BOS, so outputs without one keep their bytes.
+            extra.insert("bos_token".into(), serde_json::json!(t));
+        }
         extra.insert(
             "mcq".into(),
             serde_json::json!({
