@@ -663,7 +663,11 @@ fn missing_parts_beside_a_finished_output_are_reported() {
     let o = distill(t, &s.prompts, &out, &[]);
     fails(&o, 2, "distilled.json.parts");
     fails(&o, 2, "is missing");
-    assert_eq!(std::fs::read(&out).unwrap(), first, "the output is untouched");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        first,
+        "the output is untouched"
+    );
     assert!(!parts.exists(), "nothing recreated on refusal");
     // An emptied journal directory: the same.
     std::fs::create_dir(&parts).unwrap();

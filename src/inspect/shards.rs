@@ -125,12 +125,9 @@ pub fn inspect(
                             if z <= a || z > ids.len() {
                                 continue;
                             }
-                            // Every boundary after a row's first token starts a document.
-                            let mark = if j > 0 || (a == 0 && o.len() > 2 && o[1] == 0) {
-                                "▶ new document"
-                            } else {
-                                "  "
-                            };
+                            // Every boundary after the row's first offset starts a
+                            // document (a worker part's doubled 0 marks one at the row start).
+                            let mark = if j > 0 { "▶ new document" } else { "  " };
                             out.push_str(&format!(
                                 "  [{a}, {z}) {mark} {}\n",
                                 show(tok.as_ref(), &ids[a..z], args.chars)
