@@ -38,6 +38,9 @@ pub enum Command {
     Distill(crate::distill::DistillArgs),
     /// Merge worker outputs (`OUT/parts/*`) into what one process would have written.
     Merge(crate::merge::MergeArgs),
+    /// Show an output as a trainer sees it: decoded rows with boundaries, counts per source,
+    /// a length histogram (shard directories, shard files, prompts.jsonl, distilled.json).
+    Inspect(crate::inspect::InspectArgs),
     /// Record training stages in lineage.json (`lineage add`), for `audit --lineage`.
     Lineage(crate::model::lineage::LineageArgs),
     /// Serve fixture repos through the Hub's HTTP API (tests and `make demo`).
@@ -87,6 +90,7 @@ pub fn dispatch(command: Command) -> Result<()> {
         Command::Audit(a) => crate::audit::run(a),
         Command::Distill(a) => crate::distill::run(a),
         Command::Merge(a) => crate::merge::run(a),
+        Command::Inspect(a) => crate::inspect::run(a),
         Command::Lineage(a) => crate::model::lineage::run(a, crate::hub::log::now_rfc3339()),
         Command::HubEmulator(a) => {
             if a.fixtures {

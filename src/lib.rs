@@ -20,10 +20,13 @@
 //! 8. [`run`] — `dlm-data run PIPELINE.toml`: the stages above from one file, in order,
 //!    complete steps skipped, ending with the audit verdict.
 //!
+//! 8. [`inspect`] — any output as a trainer would see it: decoded rows, counts, histogram.
+//!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
-//! the rule that text from data never becomes an added (control or mask) token; [`lock`] (one
+//! the rule that text from data never becomes an added (control or mask) token; [`doc_tokens`]
+//! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
 //! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
 //! every command that writes. No two top-level
 //! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
@@ -33,11 +36,13 @@ pub mod audit;
 pub mod cli;
 pub mod decontam;
 pub mod distill;
+pub mod doc_tokens;
 pub mod error;
 pub mod fixtures;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hub;
+pub mod inspect;
 pub mod lock;
 pub mod manifest;
 pub mod mcq;

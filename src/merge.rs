@@ -3,6 +3,8 @@
 //!
 //! What `OUT` is decides the merge:
 //! - a directory with `parts/` (pack workers): [`crate::pack::merge`] re-cuts the segments;
+//!   mcq workers' parts (each with a prompts.jsonl): [`crate::mcq::merge`] interleaves the
+//!   items and re-cuts the SFT shards;
 //! - a file path with `OUT.parts/` beside it (distill workers): [`crate::distill::output::finalize`];
 //! - a manifest (`*.toml`) with `<log>.part-*` download logs beside it (fetch workers): the
 //!   parts are joined in worker order into the log ([`join_fetch_logs`]).
@@ -34,8 +36,9 @@ pub struct MergeArgs {
     /// fetch only: the cache root given to the workers (default as `fetch`).
     #[arg(long)]
     pub cache: Option<PathBuf>,
-    /// pack only: replace dlm-data's own files in OUT (index.json, shards) that no earlier
-    /// merge's journal lists, instead of refusing; never `parts/`, never any other file.
+    /// pack / mcq only: replace dlm-data's own files in OUT (index.json, shards, prompts.jsonl)
+    /// that no earlier merge's journal lists, instead of refusing; never `parts/`, never any
+    /// other file.
     #[arg(long)]
     pub force: bool,
 }
@@ -52,7 +55,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
                 out.display()
             )));
         }
-        crate::pack::merge::merge_dir(out, args.force)?
+        merge_parts_dir(out, args.force)?
     } else if output::parts_dir(out).is_dir() {
         merge_distill(out, args.format)?
     } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
@@ -68,6 +71,23 @@ pub fn run(args: MergeArgs) -> Result<()> {
         println!("{summary}");
     }
     Ok(())
+}
+
+/// `OUT/parts/*`: mcq parts (each with a prompts.jsonl) or pack parts.
+fn merge_parts_dir(out: &Path, force: bool) -> Result<serde_json::Value> {
+    let parts_root = out.join("parts");
+    let mut names: Vec<String> = std::fs::read_dir(&parts_root)
+        .with_context(|| format!("listing {}", parts_root.display()))?
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    if crate::mcq::merge::is_mcq_parts(&parts_root, &names) {
+        let workers = check_worker_set(&parts_root, &names)?;
+        return crate::mcq::merge::merge_dir(out, &names, workers, force);
+    }
+    crate::pack::merge::merge_dir(out, force)
 }
 
 /// The locks a merge holds ([`crate::lock`]): pack — `OUT` and each `OUT/parts/*` worker
@@ -93,7 +113,7 @@ fn take_locks(
             .collect();
         dirs.sort();
         for d in dirs {
-            locks.push(OutputLock::dir(&d, "pack worker")?);
+            locks.push(OutputLock::dir(&d, "worker")?);
         }
     } else if output::parts_dir(out).is_dir() {
         locks.push(OutputLock::beside(out, "merge")?);

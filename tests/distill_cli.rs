@@ -644,3 +644,42 @@ fn log_files_get_plain_lines_and_quiet_is_quiet() {
         std::fs::read(s.dir.join("b.json")).unwrap()
     );
 }
+
+/// A finished distilled.json whose `.parts/` journal was deleted (it looks like temp files) is
+/// reported and refused, never silently redone; the same with an emptied `.parts/`; a foreign
+/// file at `--out` likewise. Removing the output regenerates it, byte-identical.
+#[test]
+fn missing_parts_beside_a_finished_output_are_reported() {
+    let s = setup(4);
+    let t = teacher_support::teacher_dir();
+    let out = s.dir.join("distilled.json");
+    ok(&distill(t, &s.prompts, &out, &[]));
+    let first = std::fs::read(&out).unwrap();
+    // A rerun with its journal: a quick no-op, same bytes.
+    ok(&distill(t, &s.prompts, &out, &[]));
+    assert_eq!(std::fs::read(&out).unwrap(), first);
+    let parts = dlm_data::distill::output::parts_dir(&out);
+    std::fs::remove_dir_all(&parts).unwrap();
+    let o = distill(t, &s.prompts, &out, &[]);
+    fails(&o, 2, "distilled.json.parts");
+    fails(&o, 2, "is missing");
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        first,
+        "the output is untouched"
+    );
+    assert!(!parts.exists(), "nothing recreated on refusal");
+    // An emptied journal directory: the same.
+    std::fs::create_dir(&parts).unwrap();
+    fails(&distill(t, &s.prompts, &out, &[]), 2, "holds no part");
+    assert_eq!(std::fs::read(&out).unwrap(), first);
+    // A foreign file at --out: refused too, untouched.
+    let foreign = s.dir.join("mine.json");
+    std::fs::write(&foreign, b"[]").unwrap();
+    fails(&distill(t, &s.prompts, &foreign, &[]), 2, "mine.json");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"[]");
+    // Removing the output regenerates it: the same bytes.
+    std::fs::remove_file(&out).unwrap();
+    ok(&distill(t, &s.prompts, &out, &[]));
+    assert_eq!(std::fs::read(&out).unwrap(), first);
+}

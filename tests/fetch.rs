@@ -786,3 +786,61 @@ fn hub_emulator_command_prints_its_endpoint_first() {
         "c30699e8356da336a370243923dbaf21066bb9fe"
     );
 }
+
+/// `fetch --json`: exactly one line of JSON on stdout, at the end, saying what was fetched,
+/// what was already cached, the commits and the lock; a rerun is all cached; a worker writes
+/// no lock and says so.
+#[test]
+fn json_summary_is_one_line() {
+    let env = Env::new(Options::default(), None);
+    let m = env.manifest("manifests/mcq.toml");
+    let summary = |extra: &[&str]| -> serde_json::Value {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(extra);
+        let o = env.fetch(&m, &a);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8(o.stdout).unwrap();
+        assert_eq!(out.lines().count(), 1, "one line on stdout: {out:?}");
+        serde_json::from_str(out.trim()).unwrap()
+    };
+    let v = summary(&[]);
+    let lock = Lock::load(&m.with_extension("lock")).unwrap();
+    let files: usize = lock.sources.iter().map(|s| s.files.len()).sum();
+    let bytes: u64 = lock
+        .sources
+        .iter()
+        .flat_map(|s| &s.files)
+        .map(|f| f.size)
+        .sum();
+    assert_eq!(v["files"], files);
+    assert_eq!(v["fetched"], files);
+    assert_eq!(v["cached"], 0);
+    assert_eq!(v["downloaded_bytes"], bytes);
+    assert_eq!(v["worker"], "0/1");
+    assert_eq!(
+        v["lock"],
+        m.with_extension("lock").display().to_string().as_str()
+    );
+    let srcs = v["sources"].as_array().unwrap();
+    assert_eq!(srcs.len(), lock.sources.len());
+    for (s, l) in srcs.iter().zip(&lock.sources) {
+        assert_eq!(s["name"], l.name.as_str());
+        assert_eq!(s["commit"], l.commit.as_str());
+        assert_eq!(s["files"], l.files.len());
+    }
+    // A rerun: everything cached, nothing downloaded.
+    let v = summary(&[]);
+    assert_eq!(
+        (v["cached"].clone(), v["fetched"].clone()),
+        (files.into(), 0.into())
+    );
+    assert_eq!(v["downloaded_bytes"], 0);
+    // --locked leaves the lock as it is; a worker writes none.
+    let v = summary(&["--locked"]);
+    assert_eq!(v["lock"], serde_json::Value::Null);
+    assert!(v["lock_unchanged"].is_string());
+    let v = summary(&["--shard", "1/2"]);
+    assert_eq!(v["worker"], "1/2");
+    assert_eq!(v["lock"], serde_json::Value::Null);
+    assert_eq!(v["files"], files / 2);
+}

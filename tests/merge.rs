@@ -2,6 +2,7 @@
 //! byte-identical to one process (distill, pack in every format), and missing or incomplete
 //! parts are refused by name with nothing written.
 
+mod mcq_support;
 mod pack_common;
 mod teacher_support;
 
@@ -298,4 +299,165 @@ fn fetch_log_parts_join_in_worker_order() {
     assert_eq!(v["lines"], 2);
     assert_eq!(std::fs::read_to_string(&log).unwrap(), line(0) + &line(1));
     assert!(!d.path().join("download.log.part-00000-of-00002").exists());
+}
+
+/// `mcq --shard I/N` workers (or a Slurm array's environment) + `merge` write exactly the
+/// bytes of one `mcq` process: prompts.jsonl, and the SFT shards with their index.json in
+/// every format, items over `--seq-len` left out alike.
+#[test]
+fn mcq_workers_merge_to_the_single_process_bytes() {
+    use mcq_support::{p, run_mcq, world};
+    let w = world();
+    let tok = p(&w.tokenizer).to_string();
+    // A --seq-len that leaves some items out, so the too-long counts are merged too.
+    let probe = w.root().join("probe");
+    let (code, _, err) = run_mcq(&w, &probe, &["--tokenizer", &tok]);
+    assert_eq!(code, 0, "{err}");
+    let mut lens: Vec<usize> = dlm_data::mcq::sft_shards::read_dir(&probe.join("sft"))
+        .unwrap()
+        .iter()
+        .map(|r| r.input_ids.len())
+        .collect();
+    lens.sort();
+    let seq_len = lens[lens.len() * 3 / 4].to_string();
+    let cases: Vec<(Vec<&str>, usize)> = vec![
+        (
+            vec![
+                "--tokenizer",
+                &tok,
+                "--format",
+                "parquet",
+                "--rows-per-shard",
+                "7",
+                "--seq-len",
+                &seq_len,
+            ],
+            3,
+        ),
+        (
+            vec![
+                "--tokenizer",
+                &tok,
+                "--format",
+                "mds",
+                "--rows-per-shard",
+                "5",
+                "--seed",
+                "4",
+            ],
+            2,
+        ),
+        (
+            vec![
+                "--tokenizer",
+                &tok,
+                "--format",
+                "megatron",
+                "--rows-per-shard",
+                "4",
+                "--seq-len",
+                &seq_len,
+            ],
+            3,
+        ),
+        (vec!["--seed", "9"], 2),
+    ];
+    for (c, (extra, workers)) in cases.iter().enumerate() {
+        let single = w.root().join(format!("mcq-single{c}"));
+        let (code, _, err) = run_mcq(&w, &single, extra);
+        assert_eq!(code, 0, "{err}");
+        if c == 0 {
+            let idx = dlm_data::shards::index::load_complete(&single.join("sft")).unwrap();
+            assert!(idx.totals.skipped_filtered > 0, "some items are too long");
+        }
+        let merged = w.root().join(format!("mcq-merged{c}"));
+        for k in 0..*workers {
+            let mut a = vec![
+                "mcq".to_string(),
+                "--manifest".into(),
+                p(&w.manifest).into(),
+                "--cache".into(),
+                p(&w.cache).into(),
+                "--out".into(),
+                p(&merged).into(),
+            ];
+            a.extend(extra.iter().map(|s| s.to_string()));
+            let mut cmd = std::process::Command::new(bin());
+            cmd.env("RUST_LOG", "warn")
+                .env_remove("SLURM_ARRAY_TASK_ID")
+                .env_remove("JOB_COMPLETION_INDEX");
+            if c == 1 {
+                // A Slurm array task: the slice comes from the environment.
+                cmd.env("SLURM_ARRAY_TASK_ID", (k + 1).to_string())
+                    .env("SLURM_ARRAY_TASK_MIN", "1")
+                    .env("SLURM_ARRAY_TASK_COUNT", workers.to_string());
+            } else {
+                a.extend(["--shard".to_string(), format!("{k}/{workers}")]);
+            }
+            let o = cmd.args(&a).output().unwrap();
+            ok(&o);
+            assert!(merged
+                .join(format!("parts/{k:05}-of-{workers:05}/prompts.jsonl"))
+                .is_file());
+            if k == 0 {
+                // Refused by name while the other workers have not run; nothing written.
+                fails(
+                    &run(&["merge", merged.to_str().unwrap()]),
+                    2,
+                    &format!("00001-of-{workers:05}"),
+                );
+                assert!(!merged.join("prompts.jsonl").exists());
+            }
+        }
+        if c == 0 {
+            // An interrupted SFT part is refused by name; nothing written.
+            let last = merged.join(format!(
+                "parts/{:05}-of-{workers:05}/sft/index.json",
+                workers - 1
+            ));
+            let text = std::fs::read_to_string(&last).unwrap();
+            std::fs::write(
+                &last,
+                text.replace("\"complete\": true", "\"complete\": false"),
+            )
+            .unwrap();
+            fails(
+                &run(&["merge", merged.to_str().unwrap()]),
+                2,
+                &format!("{:05}-of-{workers:05} (sft/ interrupted", workers - 1),
+            );
+            assert!(!merged.join("prompts.jsonl").exists());
+            std::fs::write(&last, text).unwrap();
+        }
+        let out = ok(&run(&["merge", merged.to_str().unwrap(), "--json"]));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["kind"], "mcq");
+        assert_eq!(v["workers"], *workers);
+        assert!(
+            !merged.join("parts").exists(),
+            "parts removed after the merge"
+        );
+        let (a, b) = (pack_common::tree(&single), pack_common::tree(&merged));
+        assert!(a.contains_key("prompts.jsonl"));
+        assert_eq!(a.contains_key("sft/index.json"), c < 3, "case {c}");
+        assert_eq!(
+            a.keys().collect::<Vec<_>>(),
+            b.keys().collect::<Vec<_>>(),
+            "case {c}: files differ"
+        );
+        for (k, x) in &a {
+            assert!(
+                x == &b[k],
+                "case {c}: {k} differs:\n{}\nvs\n{}",
+                String::from_utf8_lossy(x)
+                    .chars()
+                    .take(3000)
+                    .collect::<String>(),
+                String::from_utf8_lossy(&b[k])
+                    .chars()
+                    .take(3000)
+                    .collect::<String>()
+            );
+        }
+    }
 }

@@ -131,6 +131,7 @@ pub fn claim(
         .collect();
     crate::lock::refuse_inputs("--out", out, &named)?;
     crate::lock::refuse_inputs("--out", &parts, &named)?;
+    refuse_orphaned_output(out, &parts)?;
     let created = !parts.exists();
     std::fs::create_dir_all(&parts).with_context(|| format!("creating {}", parts.display()))?;
     let lock = crate::lock::OutputLock::file(&part_lock_path(out, slice), "distill", out);
@@ -160,6 +161,25 @@ pub fn claim(
     } else {
         lock
     })
+}
+
+/// A finished `OUT` whose `OUT.parts/` (the journal that proves what it holds and lets a rerun
+/// be a no-op) is gone, or holds no part: refused (exit 2), never silently redone.
+fn refuse_orphaned_output(out: &Path, parts: &Path) -> Result<()> {
+    if !out.is_file() {
+        return Ok(());
+    }
+    let journal_gone = !parts.is_dir() || list_parts(parts)?.is_empty();
+    if journal_gone {
+        return Err(crate::error::refused(format!(
+            "--out {} exists but {} (the journal of the run that wrote it: its batches and the              settings they were made with) is missing or holds no part, so distill cannot tell              whether it is up to date and will not redo every batch silently; to regenerate it,              remove {} (it is replaced only by a run that can account for it); to keep it,              restore {} or leave it be (docs/formats/parts.md)",
+            out.display(),
+            parts.display(),
+            out.display(),
+            parts.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Between batches: the test hook `distill-batch` ([`crate::signals::pause_point`]), then stop

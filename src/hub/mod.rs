@@ -97,6 +97,9 @@ pub struct FetchArgs {
     /// Minimum transfer rate in bytes per second over --stall-secs.
     #[arg(long, default_value_t = 1024, value_parser = crate::sizes::u64_in(1, 1 << 40))]
     pub min_rate: u64,
+    /// Print a one-line JSON summary on stdout at the end (files, cached, bytes, commits, lock).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `HF_HUB_OFFLINE` set to a true value.
@@ -441,9 +444,11 @@ async fn fetch(
     if wrote_lock {
         write_lock(&lock_path, &plans, &locals, &model_plans, &results)?;
     }
+    let mut architecture = None;
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(&cache, &lock_path, &model_plans)?;
         eprintln!("fetch: architecture {}", a.display());
+        architecture = Some(a.display().to_string());
         if let Some(dir) = &args.local_dir {
             let shas = verified_shas(&results);
             models::materialise(&cache, dir, &model_plans, &|t| {
@@ -471,6 +476,58 @@ async fn fetch(
             String::new()
         }
     );
+    if args.json {
+        let count = |i: usize| results.iter().filter(|r| r.1 == i).count();
+        let sources: Vec<serde_json::Value> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                serde_json::json!({
+                    "name": p.source.name,
+                    "repo": p.source.repo,
+                    "revision": p.source.revision,
+                    "commit": p.commit,
+                    "files": p.files.len(),
+                    "bytes": p.files.iter().map(|f| f.size).sum::<u64>(),
+                    "files_this_worker": count(i),
+                })
+            })
+            .collect();
+        let models: Vec<serde_json::Value> = model_plans
+            .iter()
+            .enumerate()
+            .map(|(j, p)| {
+                serde_json::json!({
+                    "name": p.model.name,
+                    "repo": p.model.repo,
+                    "commit": p.commit,
+                    "files": p.files.len(),
+                    "bytes": p.files.iter().map(|f| f.size).sum::<u64>(),
+                    "files_this_worker": count(plans.len() + j),
+                })
+            })
+            .collect();
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "{}",
+            serde_json::json!({
+                "manifest": args.manifest.display().to_string(),
+                "worker": slice.to_string(),
+                "offline": offline,
+                "files": results.len(),
+                "cached": cached,
+                "fetched": results.len() - cached,
+                "downloaded_bytes": downloaded,
+                "seconds": (secs * 1000.0).round() / 1000.0,
+                "log": log_path.display().to_string(),
+                "lock": wrote_lock.then(|| lock_path.display().to_string()),
+                "lock_unchanged": (slice.is_whole() && lock.is_some()).then(|| lock_path.display().to_string()),
+                "architecture": architecture,
+                "sources": sources,
+                "models": models,
+            })
+        );
+    }
     Ok(())
 }
 

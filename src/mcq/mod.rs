@@ -14,10 +14,12 @@
 
 pub mod columns;
 pub mod item;
+pub mod merge;
 pub mod prompts;
 pub mod read;
 pub mod sft;
 pub mod sft_shards;
+pub mod sft_write;
 pub mod template;
 pub mod tokenizer;
 
@@ -64,9 +66,17 @@ pub struct McqArgs {
     /// Answer appended for stage 2 before EOS (placeholders {letter}, {answer}).
     #[arg(long, default_value = template::DEFAULT_ANSWER)]
     pub answer_template: String,
-    /// EOS token (default: tokenizer_config.json's eos_token).
+    /// EOS token (default: tokenizer_config.json's eos_token, else the first of <|endoftext|>,
+    /// </s>, <eos>, <|end_of_text|> in tokenizer.json — the rule pack uses).
     #[arg(long)]
     pub eos_token: Option<String>,
+    /// BOS token prepended to each SFT row, counted in prompt_len (default: tokenizer_config.json's
+    /// bos_token when its add_bos_token is true, else none).
+    #[arg(long, conflicts_with = "no_bos")]
+    pub bos_token: Option<String>,
+    /// No BOS, even when tokenizer_config.json says add_bos_token: true.
+    #[arg(long)]
+    pub no_bos: bool,
     /// What question / option text that equals an added token (`<|im_start|>`, the mask …)
     /// becomes in the SFT rows: `plain` text (default), the token (`split`; never the mask),
     /// or an error naming the file and row (`refuse`). The template's own text is encoded as is.
@@ -100,6 +110,9 @@ pub struct McqArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// Worker parts only: the `--rows-per-shard` of the run, an index.json key `merge` reads.
+pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
 /// Items read from the locked files, with per-file provenance ranges.
 pub struct Loaded {
@@ -338,7 +351,12 @@ pub fn run(args: McqArgs) -> Result<()> {
     let tok = match &args.tokenizer {
         Some(p) => Some(tokenizer::load(
             p,
-            args.eos_token.as_deref(),
+            &crate::doc_tokens::Flags {
+                eos_token: args.eos_token.clone(),
+                bos_token: args.bos_token.clone(),
+                no_bos: args.no_bos,
+                ..Default::default()
+            },
             args.mask_token.as_deref(),
             args.special_tokens_in_text,
         )?),
@@ -429,6 +447,10 @@ pub fn run(args: McqArgs) -> Result<()> {
             .with_context(|| format!("creating {}", sft_dir.display()))?;
         let dtype = crate::shards::Dtype::U32;
         let mut extra = BTreeMap::new();
+        if let Some((t, _)) = &tok.bos {
+            // Only with a BOS, so outputs without one keep their bytes.
+            extra.insert("bos_token".into(), serde_json::json!(t));
+        }
         extra.insert(
             "mcq".into(),
             serde_json::json!({
@@ -459,23 +481,14 @@ pub fn run(args: McqArgs) -> Result<()> {
             args: None,
             extra,
         };
-        let is_mds = args.format == ShardFormat::Mds;
-        let mut mds_entries = Vec::new();
-        crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
-        for (k, chunk) in kept.chunks(args.rows_per_shard.max(1)).enumerate() {
-            crate::signals::check()?;
-            let batch = sft_shards::to_batch(chunk, args.format)?;
-            let mut w = crate::shards::write_shard(args.format, &sft_dir, k, &batch, dtype)?;
-            if args.format == ShardFormat::Megatron {
-                let (name, sha) = sft_shards::write_sidecar(&sft_dir, &w.entry.file, chunk)?;
-                w.entry.extra_files.insert(name, sha);
-            }
-            // Test hook: the window between a shard's rename and its journal line.
-            crate::signals::pause_point("mcq-shard");
-            index.shards.push(w.entry);
-            mds_entries.extend(w.mds);
-            crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
+        if !slice.is_whole() {
+            // merge re-cuts the rows into shards of this size (a part may hold one shard).
+            index
+                .extra
+                .insert(PART_ROWS_PER_SHARD.into(), args.rows_per_shard.into());
         }
+        let mds_entries =
+            sft_write::write_shards(&sft_dir, &mut index, &kept, args.rows_per_shard)?;
         // Provenance documents count what reached the SFT set, per file.
         let mut per_file: BTreeMap<(String, String), u64> = BTreeMap::new();
         for (it, r) in items.iter().zip(&rows) {
@@ -491,39 +504,17 @@ pub fn run(args: McqArgs) -> Result<()> {
                 .copied()
                 .unwrap_or(0);
         }
-        let tokens: u64 = index.shards.iter().map(|s| s.tokens).sum();
-        let prompt_tokens: u64 = kept.iter().map(|r| r.prompt_len as u64).sum();
-        let mut totals = Totals {
-            rows: kept.len() as u64,
-            tokens,
-            documents: kept.len() as u64,
-            dropped_tail_tokens: 0,
+        let counts = sft_write::Counts {
             skipped_empty: loaded.skipped_empty,
-            skipped_filtered: too_long,
-            mixture: None,
-            extra: BTreeMap::new(),
+            too_long,
+            skipped_oversize: loaded.skipped_oversize,
+            kept_without_blank: loaded.kept_without_blank,
+            added: added.clone(),
         };
-        totals
-            .extra
-            .insert("prompt_tokens".into(), prompt_tokens.into());
-        totals
-            .extra
-            .insert("added_token_text".into(), serde_json::to_value(&added)?);
-        if loaded.skipped_oversize > 0 {
-            totals
-                .extra
-                .insert("skipped_oversize".into(), loaded.skipped_oversize.into());
-        }
-        if loaded.kept_without_blank > 0 {
-            totals.extra.insert(
-                "kept_without_blank_options".into(),
-                loaded.kept_without_blank.into(),
-            );
-        }
-        index.totals = totals;
+        index.totals = sft_write::totals(&kept, &index, &counts)?;
         index.provenance = ranges;
-        index.complete = true;
-        crate::shards::index::save(&sft_dir, &index, is_mds.then_some(&mds_entries[..]))?;
+        sft_write::save_complete(&sft_dir, &mut index, &mds_entries)?;
+        let tokens = index.totals.tokens;
         eprintln!(
             "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
             kept.len(),
@@ -540,6 +531,14 @@ pub fn run(args: McqArgs) -> Result<()> {
             "too_long": too_long,
             "added_token_text": added,
         });
+    }
+    if !slice.is_whole() {
+        eprintln!(
+            "mcq worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
+            out.display(),
+            args.out.display(),
+            slice.count
+        );
     }
     if args.json {
         println!(

@@ -1,5 +1,7 @@
-//! The stage-2 SFT set: each item tokenized as `prompt ++ answer ++ EOS`, with `prompt_len`
-//! so the trainer never masks (or takes loss on) the prompt; one row per item.
+//! The stage-2 SFT set: each item tokenized as `[BOS] prompt ++ answer ++ EOS`, with
+//! `prompt_len` (BOS included) so the trainer never masks (or takes loss on) the prompt; one
+//! row per item. BOS is there when [`crate::doc_tokens`]'s rule gives one (`--bos-token`, or
+//! tokenizer_config.json `add_bos_token: true`).
 //!
 //! Prompt and answer are encoded separately and concatenated, so `input_ids[..prompt_len]`
 //! decodes to exactly the rendered prompt that `prompts.jsonl` carries. The question and
@@ -80,7 +82,8 @@ pub fn build_rows(
                 String::new()
             };
             hits.extend(ahits);
-            let mut ids = Vec::with_capacity(p.len() + a.len() + 1);
+            let mut ids = Vec::with_capacity(p.len() + a.len() + 2);
+            ids.extend(tok.bos.as_ref().map(|b| b.1));
             ids.extend_from_slice(&p);
             ids.extend_from_slice(&a);
             ids.push(eos);
@@ -91,7 +94,7 @@ pub fn build_rows(
                 Some(SftRow {
                     id: item.id.clone(),
                     prov: item.prov.clone(),
-                    prompt_len: p.len() as u32,
+                    prompt_len: (p.len() + tok.bos.is_some() as usize) as u32,
                     input_ids: ids,
                 }),
                 hits,
@@ -164,7 +167,9 @@ mod tests {
             ),
             item("What is H2O?", &["salt", "water", "air"]),
         ];
-        let load = |mode| super::super::tokenizer::load(d.path(), None, None, mode).unwrap();
+        let load = |mode| {
+            super::super::tokenizer::load(d.path(), &Default::default(), None, mode).unwrap()
+        };
         let tok = load(SpecialTokensInText::Plain);
         let (rows, _, counts) = build_rows(&items, &t, &tok, 4096).unwrap();
         let id = |s: &str| tok.tok.token_to_id(s).unwrap();

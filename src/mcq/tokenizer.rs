@@ -1,4 +1,5 @@
-//! Loads an HF `tokenizer.json` (file or directory) with its EOS token, and describes it for
+//! Loads an HF `tokenizer.json` (file or directory) with its EOS and BOS tokens (the rule of
+//! [`crate::doc_tokens`], shared with pack), and describes it for
 //! `index.json` (path, sha256, eos, vocab) so a reader can decode the shards back.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +20,8 @@ pub struct LoadedTokenizer {
     pub mode: SpecialTokensInText,
     /// The diffusion mask token (`--mask-token`, else tokenizer_config.json `mask_token`).
     pub mask: Option<(String, u32)>,
+    /// BOS prepended to each SFT row (part of its prompt), by [`crate::doc_tokens`]'s rule.
+    pub bos: Option<(String, u32)>,
 }
 
 /// `PATH` is `tokenizer.json` or a directory holding it (and `tokenizer_config.json`).
@@ -30,49 +33,24 @@ pub fn resolve(path: &Path) -> PathBuf {
     }
 }
 
-/// The `eos_token` of `tokenizer_config.json` beside `file` (string or `{content}` form).
-fn config_eos(file: &Path) -> Option<String> {
-    config_token(file, "eos_token")
-}
-
-/// Token `key` of `tokenizer_config.json` beside `file` (string or `{content}` form).
-fn config_token(file: &Path, key: &str) -> Option<String> {
-    let cfg = file.with_file_name("tokenizer_config.json");
-    let text = std::fs::read_to_string(cfg).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    match v.get(key)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
-        _ => None,
-    }
-}
-
-/// Load the tokenizer; EOS from `eos_override`, else tokenizer_config.json; the mask from
-/// `mask_override`, else tokenizer_config.json's `mask_token` when in the vocabulary.
+/// Load the tokenizer; EOS and BOS by the rule pack uses ([`crate::doc_tokens`], logged);
+/// the mask from `mask_override`, else tokenizer_config.json's `mask_token` when in the
+/// vocabulary.
 pub fn load(
     path: &Path,
-    eos_override: Option<&str>,
+    flags: &crate::doc_tokens::Flags,
     mask_override: Option<&str>,
     mode: SpecialTokensInText,
 ) -> Result<LoadedTokenizer> {
     let file = resolve(path);
     let tok = Tokenizer::from_file(&file)
         .map_err(|e| anyhow!("loading tokenizer {}: {e}", file.display()))?;
-    let eos_token = match eos_override {
-        Some(e) => e.to_string(),
-        None => config_eos(&file).ok_or_else(|| {
-            crate::error::usage(format!(
-                "tokenizer {}: no eos_token in tokenizer_config.json beside it; pass --eos-token",
-                file.display()
-            ))
-        })?,
-    };
-    let eos_id = tok.token_to_id(&eos_token).ok_or_else(|| {
-        crate::error::usage(format!(
-            "tokenizer {}: EOS token {eos_token:?} is not in the vocabulary",
-            file.display()
-        ))
-    })?;
+    let boundaries = crate::doc_tokens::resolve(&file, flags, |t| tok.token_to_id(t))?;
+    tracing::info!("tokenizer {}: {}", file.display(), boundaries.describe());
+    let (eos_token, eos_id) = boundaries
+        .eos
+        .clone()
+        .ok_or_else(|| crate::error::usage("mcq needs an EOS token to end each SFT row"))?;
     let sha256 =
         crate::util::sha256_file(&file).with_context(|| format!("hashing {}", file.display()))?;
     let vocab_size = tok.get_vocab_size(true) as u32;
@@ -86,9 +64,11 @@ pub fn load(
                 ))
             })?,
         )),
-        None => config_token(&file, "mask_token").and_then(|m| tok.token_to_id(&m).map(|i| (m, i))),
+        None => crate::doc_tokens::config_token(&file, "mask_token")
+            .and_then(|m| tok.token_to_id(&m).map(|i| (m, i))),
     };
     Ok(LoadedTokenizer {
+        bos: boundaries.bos,
         ranged: Ranged::new(&tok)?,
         mode,
         mask,

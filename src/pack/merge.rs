@@ -82,15 +82,6 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         .collect();
     names.sort();
     let workers = crate::worker::check_worker_set(&parts_root, &names)?;
-    if names
-        .iter()
-        .any(|n| parts_root.join(n).join("prompts.jsonl").exists())
-    {
-        return Err(crate::error::refused(format!(
-            "{}: these are `mcq --shard` parts; merging mcq parts is not supported yet: run `mcq` in one process (it is fast)",
-            parts_root.display()
-        )));
-    }
     let mut parts = Vec::new();
     let mut incomplete = Vec::new();
     for n in &names {

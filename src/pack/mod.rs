@@ -128,18 +128,23 @@ pub struct PackArgs {
     /// Shard format: parquet, mds (MosaicML streaming) or megatron (.bin/.idx).
     #[arg(long, value_enum, default_value = "parquet")]
     pub format: ShardFormat,
-    /// EOS token (default: tokenizer_config.json's eos_token, else <|endoftext|>, </s>, <eos>).
+    /// EOS token (default: tokenizer_config.json's eos_token, else the first of <|endoftext|>,
+    /// </s>, <eos>, <|end_of_text|> in tokenizer.json; the rule is in docs/commands/pack.md).
     #[arg(long)]
     pub eos_token: Option<String>,
     /// Do not append EOS after each document.
     #[arg(long, conflicts_with = "eos_token")]
     pub no_eos: bool,
-    /// Prepend the tokenizer's BOS (tokenizer_config.json bos_token) to each document.
-    #[arg(long)]
+    /// Prepend the tokenizer's BOS (tokenizer_config.json bos_token) to each document, whatever
+    /// its add_bos_token says (BOS is prepended by default when add_bos_token is true).
+    #[arg(long, conflicts_with = "no_bos")]
     pub bos: bool,
     /// Prepend this token to each document.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_bos")]
     pub bos_token: Option<String>,
+    /// No BOS, even when tokenizer_config.json says add_bos_token: true.
+    #[arg(long)]
+    pub no_bos: bool,
     /// Shuffle rows with this seed (within each shard: bounded memory). Off by default.
     #[arg(long)]
     pub shuffle_seed: Option<u64>,

@@ -170,21 +170,25 @@ fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
             no_eos: args.no_eos,
             bos: args.bos,
             bos_token: args.bos_token.clone(),
+            no_bos: args.no_bos,
             no_fast: args.no_fast_tokenizer,
             mode: args.special_tokens_in_text,
             mask_token: args.mask_token.clone(),
         },
     )?;
-    let eos_desc = match &tok.eos {
-        Some((t, i)) => format!("{t:?} (id {i}, from {})", tok.eos_choice),
-        None => "none".into(),
-    };
+    let boundaries = crate::doc_tokens::Boundaries {
+        eos: tok.eos.clone(),
+        eos_choice: tok.eos_choice.clone(),
+        bos: tok.bos.clone(),
+        bos_choice: tok.bos_choice.clone(),
+    }
+    .describe();
     let mask_desc = match &tok.mask {
         Some((t, i)) => format!("{t:?} (id {i})"),
         None => "none known".into(),
     };
     tracing::info!(
-        "tokenizer {} (path: {}), EOS {eos_desc}, mask {mask_desc}, added-token text in documents: {}",
+        "tokenizer {} (path: {}), {boundaries}, mask {mask_desc}, added-token text in documents: {}",
         tok.json_path.display(),
         tok.path(),
         tok.mode.as_str()

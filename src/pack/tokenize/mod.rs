@@ -32,8 +32,7 @@ use ranged::Ranged;
 
 use crate::added_text::{Hit, SpecialTokensInText};
 
-/// Special tokens tried, in order, when neither `--eos-token` nor tokenizer_config.json names one.
-pub const EOS_CANDIDATES: &[&str] = &["<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"];
+pub use crate::doc_tokens::EOS_CANDIDATES;
 
 /// A loaded tokenizer with the document-boundary policy.
 pub struct DocTokenizer {
@@ -45,6 +44,8 @@ pub struct DocTokenizer {
     pub bos: Option<(String, u32)>,
     /// Where the EOS came from, for the log and the index.
     pub eos_choice: String,
+    /// Where the BOS came from (logged).
+    pub bos_choice: String,
     pub vocab_size: u32,
     fast: Option<FastTokenizer>,
     /// Why the fast path does not apply (None when it does).
@@ -74,17 +75,6 @@ pub fn resolve_json(path: &Path) -> PathBuf {
     }
 }
 
-/// `eos_token` / `bos_token` from tokenizer_config.json (string or `{"content": ...}`).
-fn config_token(dir: &Path, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    match v.get(key)? {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
-        _ => None,
-    }
-}
-
 /// Document boundary flags.
 #[derive(Debug, Clone, Default)]
 pub struct BoundaryFlags {
@@ -92,6 +82,8 @@ pub struct BoundaryFlags {
     pub no_eos: bool,
     pub bos: bool,
     pub bos_token: Option<String>,
+    /// `--no-bos`: no BOS even when tokenizer_config.json says add_bos_token.
+    pub no_bos: bool,
     /// Force the `tokenizers` crate path.
     pub no_fast: bool,
     /// `--special-tokens-in-text`.
@@ -135,7 +127,6 @@ impl DocTokenizer {
             )?),
         };
         let sha256 = crate::util::sha256_hex(text.as_bytes());
-        let dir = json_path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let lookup = |t: &str| match (&fast, &inner) {
             (Some(f), _) => f.token_to_id(t),
             (None, Some(c)) => c.token_to_id(t),
@@ -149,48 +140,26 @@ impl DocTokenizer {
                 ))
             })
         };
-        let (eos, eos_choice) = if flags.no_eos {
-            (None, "none (--no-eos)".to_string())
-        } else if let Some(t) = &flags.eos_token {
-            (
-                Some((t.clone(), id(t, "--eos-token")?)),
-                "--eos-token".to_string(),
-            )
-        } else if let Some(t) = config_token(&dir, "eos_token") {
-            (
-                Some((t.clone(), id(&t, "tokenizer_config.json eos_token")?)),
-                "tokenizer_config.json eos_token".to_string(),
-            )
-        } else {
-            let found = EOS_CANDIDATES
-                .iter()
-                .find_map(|t| lookup(t).map(|i| (t.to_string(), i)));
-            match found {
-                Some(p) => (Some(p), "special token found in tokenizer.json".to_string()),
-                None => {
-                    return Err(crate::error::usage(format!(
-                        "{}: no EOS token: no tokenizer_config.json eos_token and none of {EOS_CANDIDATES:?}; pass --eos-token TOKEN (or --no-eos)",
-                        json_path.display()
-                    )))
-                }
-            }
-        };
-        let bos = if let Some(t) = &flags.bos_token {
-            Some((t.clone(), id(t, "--bos-token")?))
-        } else if flags.bos {
-            let t = config_token(&dir, "bos_token").ok_or_else(|| {
-                crate::error::usage(format!(
-                    "--bos: {} names no bos_token; pass --bos-token TOKEN",
-                    dir.join("tokenizer_config.json").display()
-                ))
-            })?;
-            Some((t.clone(), id(&t, "tokenizer_config.json bos_token")?))
-        } else {
-            None
-        };
+        let crate::doc_tokens::Boundaries {
+            eos,
+            eos_choice,
+            bos,
+            bos_choice,
+        } = crate::doc_tokens::resolve(
+            &json_path,
+            &crate::doc_tokens::Flags {
+                eos_token: flags.eos_token.clone(),
+                no_eos: flags.no_eos,
+                bos: flags.bos,
+                bos_token: flags.bos_token.clone(),
+                no_bos: flags.no_bos,
+            },
+            lookup,
+        )?;
         let mask = match &flags.mask_token {
             Some(t) => Some((t.clone(), id(t, "--mask-token")?)),
-            None => config_token(&dir, "mask_token").and_then(|t| lookup(&t).map(|i| (t, i))),
+            None => crate::doc_tokens::config_token(&json_path, "mask_token")
+                .and_then(|t| lookup(&t).map(|i| (t, i))),
         };
         let ranged = match &inner {
             Some(c) => Some(Ranged::new(c)?),
@@ -208,6 +177,7 @@ impl DocTokenizer {
             eos,
             bos,
             eos_choice,
+            bos_choice,
             vocab_size,
             fast,
             fast_refusal,
