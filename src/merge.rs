@@ -76,13 +76,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
 /// `OUT/parts/*`: mcq parts (each with a prompts.jsonl) or pack parts.
 fn merge_parts_dir(out: &Path, force: bool) -> Result<serde_json::Value> {
     let parts_root = out.join("parts");
-    let mut names: Vec<String> = std::fs::read_dir(&parts_root)
-        .with_context(|| format!("listing {}", parts_root.display()))?
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = crate::worker::part_dirs(&parts_root)?;
     if crate::mcq::merge::is_mcq_parts(&parts_root, &names) {
         let workers = check_worker_set(&parts_root, &names)?;
         return crate::mcq::merge::merge_dir(out, &names, workers, force);

@@ -118,6 +118,19 @@ impl FromStr for WorkerSlice {
     }
 }
 
+/// The sub-directories of `parts_root` (workers' part directories), names sorted.
+pub fn part_dirs(parts_root: &Path) -> Result<Vec<String>> {
+    use anyhow::Context;
+    let mut names: Vec<String> = std::fs::read_dir(parts_root)
+        .with_context(|| format!("listing {}", parts_root.display()))?
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 /// Worker part names `IIIII-of-NNNNN` found (given as stems), checked for one `N` and all of
 /// `0..N` present. Returns `N`.
 pub fn check_worker_set(what: &Path, stems: &[String]) -> Result<usize> {

@@ -74,13 +74,7 @@ impl PartRows {
 pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let parts_root = out.join("parts");
-    let mut names: Vec<String> = std::fs::read_dir(&parts_root)
-        .with_context(|| format!("listing {}", parts_root.display()))?
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
+    let names = crate::worker::part_dirs(&parts_root)?;
     let workers = crate::worker::check_worker_set(&parts_root, &names)?;
     let mut parts = Vec::new();
     let mut incomplete = Vec::new();
