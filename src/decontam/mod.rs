@@ -19,6 +19,7 @@ pub mod rows;
 pub mod scan;
 pub mod targets;
 pub mod time;
+pub mod uptodate;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -115,6 +116,25 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         Some(out) => Some(claim_drop(&args, out)?),
         None => None,
     };
+    let settings = uptodate::DecontamSettings::resolve(&args)?;
+    if let Some(scanned) = scanned {
+        let rpath = args
+            .report
+            .clone()
+            .unwrap_or_else(|| report::default_path(scanned, is_shards));
+        match uptodate::check(&rpath, scanned, is_shards, &settings) {
+            Ok(rep) => {
+                tracing::info!(
+                    "up to date: {} describes {} as it is now, with the same arguments; nothing to do",
+                    rpath.display(),
+                    scanned.display()
+                );
+                print_report(&args, &rep, &rpath)?;
+                return Ok(());
+            }
+            Err(why) => tracing::debug!("{}: not up to date: {why}", rpath.display()),
+        }
+    }
     let cache = Cache::resolve(args.cache.as_deref());
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);
@@ -181,6 +201,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         seconds: 0.0,
         scan_seconds,
         mb_per_s,
+        args: Some(settings),
     };
     if let Some(out) = &args.drop {
         let d = drop::write(&target, &bad, out, args.force)?;
@@ -216,10 +237,15 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| report::default_path(&target.path, is_shards));
     report::save(&rpath, &rep)?;
+    print_report(&args, &rep, &rpath)
+}
+
+/// The report on stdout: one line of JSON with `--json`, else the human summary.
+fn print_report(args: &DecontamArgs, rep: &report::DecontamReport, rpath: &std::path::Path) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string(&rep)?);
+        println!("{}", serde_json::to_string(rep)?);
     } else {
-        print!("{}", report::human(&rep));
+        print!("{}", report::human(rep));
         println!("  report: {}", rpath.display());
     }
     Ok(())

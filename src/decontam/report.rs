@@ -66,6 +66,9 @@ pub struct DecontamReport {
     pub scan_seconds: f64,
     /// Bytes read on our side / scan time.
     pub mb_per_s: f64,
+    /// The run's arguments, digested: a rerun with the same ones on the same data is a no-op.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<super::uptodate::DecontamSettings>,
 }
 
 /// Where the report for a scanned prompts file or shard directory lives.

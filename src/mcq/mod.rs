@@ -22,6 +22,7 @@ pub mod sft_shards;
 pub mod sft_write;
 pub mod template;
 pub mod tokenizer;
+pub mod uptodate;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -362,6 +363,36 @@ pub fn run(args: McqArgs) -> Result<()> {
         )?),
         None => None,
     };
+    let out = out_dir(&args, slice);
+    let prompts_path = out.join("prompts.jsonl");
+    let sft_dir = out.join("sft");
+    // The run's settings (the fingerprint a rerun must match to be a no-op).
+    let settings = match &tok {
+        Some(t) => Some(uptodate::McqSettings {
+            manifest_sha256: crate::util::sha256_file(&m.path)?,
+            lock_sha256: crate::util::sha256_file(&lock_path)?,
+            seed: args.seed,
+            prompt_template: templates.prompt_text.clone(),
+            answer_template: templates.answer_text.clone(),
+            max_item_bytes: args.max_item_bytes,
+            tokenizer_sha256: t.info.sha256.clone(),
+            eos_id: t.info.eos_id,
+            bos: t.bos.clone(),
+            mask: t.mask.clone(),
+            special_tokens_in_text: t.mode,
+            seq_len: args.seq_len,
+            format: args.format,
+            rows_per_shard: args.rows_per_shard,
+        }),
+        None => None,
+    };
+    if let Some(want) = &settings {
+        let manifest_abs = crate::shards::index::abs_path(&m.path);
+        match uptodate::check(&sft_dir, &prompts_path, &manifest_abs, want) {
+            Ok(()) => return up_to_date(&args, &out, &prompts_path, Some(&sft_dir)),
+            Err(why) => tracing::debug!("{}: not up to date: {why}", sft_dir.display()),
+        }
+    }
     let loaded = load_items(&m, &lock, &cache, args.seed, args.max_item_bytes)?;
     let mut ranges = loaded.ranges;
     // This worker's items: global item k belongs to worker k % N.
@@ -372,7 +403,16 @@ pub fn run(args: McqArgs) -> Result<()> {
         .filter(|(k, _)| slice.owns(*k))
         .map(|(_, it)| it)
         .collect();
-    let out = out_dir(&args, slice);
+    let records: Vec<prompts::PromptRecord> = items
+        .iter()
+        .map(|it| prompts::PromptRecord::from_item(it, &templates))
+        .collect();
+    // Prompts only: rewritten only when their bytes would change.
+    if tok.is_none()
+        && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records))
+    {
+        return up_to_date(&args, &out, &prompts_path, None);
+    }
     // Replace only what an earlier mcq run wrote there; never an input.
     let inputs: Vec<&std::path::Path> = [
         Some(args.manifest.as_path()),
@@ -383,7 +423,6 @@ pub fn run(args: McqArgs) -> Result<()> {
     .into_iter()
     .flatten()
     .collect();
-    let prompts_path = out.join("prompts.jsonl");
     let mut claim = Claim::new("mcq", args.force)
         .keep(["sft"])
         .inputs(inputs.iter().copied());
@@ -399,25 +438,27 @@ pub fn run(args: McqArgs) -> Result<()> {
         claim = claim.keep([outdir::prompts_decontam_report("prompts.jsonl")]);
     }
     claim.apply(&out)?;
-    let sft_dir = out.join("sft");
+    // decontam's report on the SFT shards: kept while it describes the index written now.
+    let sft_report = sft_dir.join(outdir::DECONTAM_REPORT);
+    let sft_report_scanned = outdir::own_decontam_report(&sft_report);
     if args.tokenizer.is_some() {
         let mut claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
         if let Some(old) = outdir::own_index(&sft_dir) {
-            // Its shards, and the decontam report about them (stale once they are replaced);
-            // after an interrupted run also the one shard renamed before it was journaled.
-            claim = claim
-                .remove(outdir::journal_files(&old))
-                .remove([outdir::DECONTAM_REPORT]);
+            // Its shards, and the decontam report about them (removed after the write when
+            // the shards changed); after an interrupted run also the one shard renamed before
+            // it was journaled.
+            claim = claim.remove(outdir::journal_files(&old));
+            claim = if sft_report_scanned.is_some() {
+                claim.keep([outdir::DECONTAM_REPORT])
+            } else {
+                claim.remove([outdir::DECONTAM_REPORT])
+            };
             if !old.complete {
                 claim = claim.remove(outdir::shard_files(old.format, old.shards.len()));
             }
         }
         claim.apply(&sft_dir)?;
     }
-    let records: Vec<prompts::PromptRecord> = items
-        .iter()
-        .map(|it| prompts::PromptRecord::from_item(it, &templates))
-        .collect();
     crate::signals::check()?;
     prompts::write(&prompts_path, &records)?;
     if let Some(scanned) = report_scanned {
@@ -481,6 +522,11 @@ pub fn run(args: McqArgs) -> Result<()> {
             args: None,
             extra,
         };
+        if let Some(st) = &settings {
+            index
+                .extra
+                .insert(uptodate::KEY.into(), serde_json::to_value(st)?);
+        }
         if !slice.is_whole() {
             // merge re-cuts the rows into shards of this size (a part may hold one shard).
             index
@@ -514,6 +560,17 @@ pub fn run(args: McqArgs) -> Result<()> {
         index.totals = sft_write::totals(&kept, &index, &counts)?;
         index.provenance = ranges;
         sft_write::save_complete(&sft_dir, &mut index, &mds_entries)?;
+        if let Some(scanned) = &sft_report_scanned {
+            let index_sha = crate::util::sha256_file(&sft_dir.join(crate::shards::index::INDEX_FILE))?;
+            if &index_sha != scanned && sft_report.is_file() {
+                std::fs::remove_file(&sft_report)
+                    .with_context(|| format!("removing {}", sft_report.display()))?;
+                tracing::info!(
+                    "{}: removed: it describes other shards than those written now (rerun decontam)",
+                    sft_report.display()
+                );
+            }
+        }
         let tokens = index.totals.tokens;
         eprintln!(
             "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
@@ -552,6 +609,47 @@ pub fn run(args: McqArgs) -> Result<()> {
                 "kept_without_blank_options": loaded.kept_without_blank,
                 "skipped": loaded.skipped,
                 "sft": sft_summary,
+            })
+        );
+    }
+    Ok(())
+}
+
+/// A rerun of an identical, complete run: nothing is read beyond the journal and nothing is
+/// written. The `--json` summary says so (`"up_to_date": true`) with the recorded counts.
+fn up_to_date(
+    args: &McqArgs,
+    out: &std::path::Path,
+    prompts_path: &std::path::Path,
+    sft_dir: Option<&std::path::Path>,
+) -> Result<()> {
+    tracing::info!(
+        "up to date: {} was written by an identical mcq run on the same inputs; nothing to do",
+        out.display()
+    );
+    if args.json {
+        let items = std::fs::read(prompts_path)
+            .with_context(|| format!("reading {}", prompts_path.display()))?
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count();
+        let sft = match sft_dir.and_then(outdir::own_index) {
+            Some(i) => serde_json::json!({
+                "dir": sft_dir.map(|d| d.display().to_string()),
+                "rows": i.totals.rows,
+                "tokens": i.totals.tokens,
+                "shards": i.shards.len(),
+            }),
+            None => serde_json::Value::Null,
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "up_to_date": true,
+                "out": out.display().to_string(),
+                "prompts": prompts_path.display().to_string(),
+                "items": items,
+                "sft": sft,
             })
         );
     }

@@ -63,6 +63,17 @@ impl PromptRecord {
     }
 }
 
+/// The bytes [`write`] puts on disk for `records`.
+pub fn encode(records: &[PromptRecord]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for r in records {
+        // Serialising plain strings and numbers into memory cannot fail.
+        serde_json::to_writer(&mut buf, r).expect("prompt record serialises");
+        buf.push(b'\n');
+    }
+    buf
+}
+
 /// Write records as JSON lines, atomically (temp file + rename).
 pub fn write(path: &Path, records: &[PromptRecord]) -> Result<()> {
     if let Some(dir) = path.parent() {
