@@ -141,9 +141,10 @@ fn out_is_claimed_reruns_replace_only_their_own_files() {
     listed.push("index.json".into());
     listed.sort();
     assert_eq!(names, listed);
-    // A foreign file in sft/ or a foreign prompts.jsonl: refused, untouched.
+    // A foreign file in sft/ or a foreign prompts.jsonl: refused by a run that writes
+    // (another --rows-per-shard: the same arguments would be an up-to-date no-op), untouched.
     std::fs::write(out.join("sft").join("part-00099.parquet"), b"not ours").unwrap();
-    let (code, _, err) = run_mcq_shards(&w, &out, "parquet", "5");
+    let (code, _, err) = run_mcq_shards(&w, &out, "parquet", "4");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("part-00099.parquet"), "{err}");
     assert_eq!(
