@@ -715,3 +715,57 @@ fn weights_digest_is_the_teachers_identity() {
         );
     }
 }
+
+/// `lineage add --json`: exactly one line of JSON on stdout, the stage as recorded and
+/// whether this run added it (a rerun of the same stage adds nothing).
+#[test]
+fn lineage_add_json_is_one_line() {
+    let c = chain();
+    let lp = c.path("json-lineage.json");
+    let args = [
+        "lineage",
+        "add",
+        "--json",
+        "--lineage",
+        p(&lp),
+        "--stage",
+        "stage1",
+        "--from",
+        p(&c.base_dir),
+        "--to",
+        p(&c.ckpt1),
+        "--data",
+        p(&c.stage1),
+    ];
+    for (round, added) in [(1, true), (2, false)] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 0, "round {round}: {err}");
+        assert_eq!(out.lines().count(), 1, "round {round}: {out}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["added"], added, "{out}");
+        assert_eq!(v["stages"], 1, "{out}");
+        assert_eq!(v["stage"]["stage"], "stage1");
+        let l = Lineage::load(&lp).unwrap();
+        assert_eq!(v["stage"]["to"]["sha256"], l.stages[0].to.sha256.as_str());
+    }
+    // Without --json nothing goes to stdout.
+    let (code, out, _) = run(&args[..2].iter().chain(&args[3..]).copied().collect::<Vec<_>>());
+    assert_eq!(code, 0);
+    assert!(out.is_empty(), "{out}");
+}
+
+/// `fixtures --json`: one line naming what was written, every path present.
+#[test]
+fn fixtures_json_is_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("fx");
+    let (code, stdout, err) = run(&["fixtures", "--json", "--out", p(&out)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for k in ["tokenizer", "hub", "teacher", "teacher_prompts", "checkpoints"] {
+        let path = v[k].as_str().unwrap_or_else(|| panic!("{k} missing: {stdout}"));
+        assert!(Path::new(path).exists(), "{k}: {path}");
+    }
+    assert!(v["hub_repos"].as_u64().unwrap() >= 8, "{stdout}");
+}

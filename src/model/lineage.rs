@@ -228,17 +228,40 @@ pub struct AddArgs {
     /// The lineage file to extend (created when missing).
     #[arg(long, default_value = "lineage.json")]
     pub lineage: PathBuf,
+    /// Print one line of JSON on stdout at the end: the stage as recorded, the lineage file,
+    /// and whether this run added it (`false`: already recorded).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Run a `lineage` command; `now` is the RFC3339 time recorded (the caller's clock).
 pub fn run(args: LineageArgs, now: String) -> Result<()> {
     match args.command {
-        LineageCommand::Add(a) => add(&a, now).map(|_| ()),
+        LineageCommand::Add(a) => {
+            let (stage, added) = add_stage(&a, now)?;
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "lineage": a.lineage.display().to_string(),
+                        "added": added,
+                        "stages": Lineage::load(&a.lineage)?.stages.len(),
+                        "stage": stage,
+                    })
+                );
+            }
+            Ok(())
+        }
     }
 }
 
 /// Append one stage recorded at `time`; returns it.
 pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
+    add_stage(a, time).map(|(s, _)| s)
+}
+
+/// [`add`], also saying whether the stage was added (`false`: the same stage was recorded).
+fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
     if a.stage.trim().is_empty() {
         return Err(crate::error::usage("--stage: empty name"));
     }
@@ -272,7 +295,7 @@ pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
             a.lineage.display(),
             same.time
         );
-        return Ok(same.clone());
+        return Ok((same.clone(), false));
     }
     if let Some(prev) = lineage.stages.last() {
         if prev.to.sha256 != from.sha256 {
@@ -302,5 +325,5 @@ pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
         &stage.to.sha256[..12],
         stage.data.len()
     );
-    Ok(stage)
+    Ok((stage, true))
 }
