@@ -120,6 +120,39 @@ impl Ticker {
     }
 }
 
+/// A [`Ticker`] that worker threads (rayon, tasks) share: each adds what it finished; the
+/// one that finds the interval passed writes the line.
+pub struct SharedTicker {
+    ticker: std::sync::Mutex<Ticker>,
+    done: std::sync::atomic::AtomicU64,
+}
+
+impl SharedTicker {
+    pub fn new(what: &str, unit: &'static str, total: u64) -> SharedTicker {
+        SharedTicker {
+            ticker: std::sync::Mutex::new(Ticker::new(what, unit, total, 0)),
+            done: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// `n` more units are done.
+    pub fn add(&self, n: u64) {
+        let done = self.done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+        // Another thread writing a line now: skip, the next add writes it.
+        if let Ok(t) = self.ticker.try_lock() {
+            t.update(done);
+        }
+    }
+
+    /// The last line, with the totals.
+    pub fn finish(&self) {
+        let done = self.done.load(std::sync::atomic::Ordering::Relaxed);
+        if let Ok(t) = self.ticker.lock() {
+            t.finish(done);
+        }
+    }
+}
+
 /// A line for the operator on stderr (a summary, a next step), unless `--quiet`.
 pub fn note(line: &str) {
     if !settings().quiet {

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
+use dlm_data::mcq::prompts;
 use mcq_support::*;
 
 /// Every file under `dir` → (bytes, mtime).
@@ -165,4 +166,66 @@ fn decontam_rerun_is_a_noop_until_an_argument_or_input_changes() {
     assert_eq!(code, 0, "{e}");
     let r = dlm_data::decontam::report::load(&pr_report).unwrap();
     assert_eq!(r.scanned.sha256, dlm_data::util::sha256_file(&pr).unwrap());
+}
+
+/// Off a terminal, mcq's tokenizing and decontam's scan write plain progress lines (no ANSI
+/// codes; the last one with the totals); `--quiet` writes none.
+#[test]
+fn mcq_and_decontam_logs_get_plain_progress_lines() {
+    let w = world();
+    let go = |global: &[&str], args: &[&str]| {
+        let o = bin()
+            .args(global)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    for (k, global) in [&["--progress-interval", "1"][..], &["--quiet"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let out = w.root().join(format!("out{k}"));
+        let err = go(
+            global,
+            &[
+                "mcq",
+                "--manifest",
+                p(&w.manifest),
+                "--cache",
+                p(&w.cache),
+                "--out",
+                p(&out),
+                "--tokenizer",
+                p(&w.tokenizer),
+            ],
+        );
+        let pr = out.join("prompts.jsonl");
+        let items = prompts::read(&pr).unwrap().len();
+        let line = format!("mcq tokenize: {items}/{items} items (100.0%)");
+        let err2 = go(
+            global,
+            &[
+                "decontam",
+                "--against",
+                p(&w.eval_manifest),
+                "--cache",
+                p(&w.cache),
+                "--prompts",
+                p(&pr),
+            ],
+        );
+        let line2 = format!("decontam scan: {items}/{items} documents (100.0%)");
+        if k == 0 {
+            assert!(!err.contains('\x1b'), "ANSI codes in a log file:\n{err}");
+            assert!(err.lines().any(|l| l.starts_with(&line)), "{line}\n{err}");
+            assert!(err2.lines().any(|l| l.starts_with(&line2)), "{line2}\n{err2}");
+        } else {
+            assert_eq!(err, "", "--quiet");
+            assert_eq!(err2, "", "--quiet");
+        }
+    }
 }

@@ -59,11 +59,14 @@ pub fn scan<'a, T>(index: &NgramIndex, texts: &'a [T]) -> Vec<Hit>
 where
     T: AsRef<str> + Sync,
 {
+    // Off a terminal: a plain line every --progress-interval seconds.
+    let ticker = crate::report::SharedTicker::new("decontam scan", "documents", texts.len() as u64);
     let mut hits: Vec<Hit> = texts
         .par_iter()
         .enumerate()
         .flat_map_iter(|(d, t)| {
             let t = t.as_ref();
+            ticker.add(1);
             scan_text(index, t)
                 .into_iter()
                 .filter(|(item, s, e)| verify(&t[*s..*e], &index.items[*item as usize].text))
@@ -76,6 +79,7 @@ where
                 .collect::<Vec<_>>()
         })
         .collect();
+    ticker.finish();
     hits.sort_by_key(|h| (h.doc, h.start, h.item));
     hits
 }

@@ -471,11 +471,11 @@ pub fn run(args: McqArgs) -> Result<()> {
             );
         }
     }
-    eprintln!(
+    crate::report::note(&format!(
         "prompts: {} items → {}",
         records.len(),
         prompts_path.display()
-    );
+    ));
 
     let mut sft_summary = serde_json::Value::Null;
     if let Some(tok) = tok {
@@ -572,14 +572,14 @@ pub fn run(args: McqArgs) -> Result<()> {
             }
         }
         let tokens = index.totals.tokens;
-        eprintln!(
+        crate::report::note(&format!(
             "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
             kept.len(),
             tokens,
             too_long,
             args.seq_len,
             sft_dir.display()
-        );
+        ));
         sft_summary = serde_json::json!({
             "dir": sft_dir.display().to_string(),
             "rows": kept.len(),
@@ -590,12 +590,12 @@ pub fn run(args: McqArgs) -> Result<()> {
         });
     }
     if !slice.is_whole() {
-        eprintln!(
+        crate::report::note(&format!(
             "mcq worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
             out.display(),
             args.out.display(),
             slice.count
-        );
+        ));
     }
     if args.json {
         println!(

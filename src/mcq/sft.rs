@@ -63,9 +63,12 @@ pub fn build_rows(
                 })?;
             Ok::<_, anyhow::Error>((ids, hits, text))
         };
+    // Off a terminal: a plain line every --progress-interval seconds.
+    let ticker = crate::report::SharedTicker::new("mcq tokenize", "items", items.len() as u64);
     let rows: Vec<(Option<SftRow>, Vec<Hit>, String)> = items
         .par_iter()
         .map(|item| -> Result<(Option<SftRow>, Vec<Hit>, String)> {
+            ticker.add(1);
             let (p, mut hits, ptext) = encode(item, "prompt", templates.prompt_ranges(item))?;
             let (a, ahits, atext) = encode(item, "answer", templates.answer_ranges(item))?;
             let first = if hits.is_empty() && !ahits.is_empty() {
@@ -102,6 +105,7 @@ pub fn build_rows(
             ))
         })
         .collect::<Result<_>>()?;
+    ticker.finish();
     let mut counts = AddedTextCounts::new(tok.mode);
     let mut out = Vec::with_capacity(rows.len());
     for (item, (row, hits, first)) in items.iter().zip(rows) {
