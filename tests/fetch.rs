@@ -844,3 +844,35 @@ fn json_summary_is_one_line() {
     assert_eq!(v["lock"], serde_json::Value::Null);
     assert_eq!(v["files"], files / 2);
 }
+
+/// Off a terminal, fetch writes plain lines of bytes done over the whole plan (the last one
+/// with the totals, cached files counted), no ANSI codes; `--quiet` writes none of them.
+#[test]
+fn log_files_get_plain_byte_progress_lines() {
+    let env = Env::new(Options::default(), None);
+    let m = env.manifest("manifests/mcq.toml");
+    let total = |o: &Output| {
+        let err = stderr(o);
+        assert!(o.status.success(), "{err}");
+        assert!(!err.contains('\x1b'), "ANSI codes in a log file:\n{err}");
+        err.lines()
+            .filter(|l| l.starts_with("fetch: ") && l.contains(" bytes (100.0%)"))
+            .count()
+    };
+    let o = env.fetch(&m, &["--progress-interval", "1"]);
+    assert_eq!(total(&o), 1, "{}", stderr(&o));
+    let lock = Lock::load(&m.with_extension("lock")).unwrap();
+    let bytes: u64 = lock
+        .sources
+        .iter()
+        .flat_map(|s| &s.files)
+        .map(|f| f.size)
+        .sum();
+    let want = format!("fetch: {bytes}/{bytes} bytes (100.0%)");
+    assert!(stderr(&o).contains(&want), "{want}\n{}", stderr(&o));
+    // A rerun: every file cached, still the totals.
+    let o = env.fetch(&m, &[]);
+    assert!(stderr(&o).contains(&want), "{want}\n{}", stderr(&o));
+    let o = env.fetch(&m, &["--quiet"]);
+    assert_eq!(total(&o), 0, "{}", stderr(&o));
+}

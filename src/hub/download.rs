@@ -122,6 +122,12 @@ impl Downloader {
         }
     }
 
+    /// Plain progress lines (off a terminal) over the plan's `total` bytes.
+    pub fn expect_bytes(mut self, total: u64) -> Downloader {
+        self.progress = Progress::new().with_total("fetch", total);
+        self
+    }
+
     /// The client for `t`'s repo kind.
     pub fn client_for(&self, kind: RepoKind) -> &Arc<HubClient> {
         match kind {

@@ -368,7 +368,8 @@ async fn fetch(
         cache.clone(),
         args.jobs,
         args.chunk_mb.max(1) << 20,
-    ));
+    )
+    .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()));
     let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
     let mut handles = Vec::new();
     for (k, i, t) in mine {
@@ -386,7 +387,11 @@ async fn fetch(
             let rec = record(&t, &url, &r);
             dlog.append(&rec)?;
             match &r {
-                Ok(o) => dl.progress.println(&file_line(&t, o)),
+                Ok(o) => {
+                    // Bytes not streamed now: a cached file, a resumed file's earlier part.
+                    dl.progress.add_done(t.size.saturating_sub(o.downloaded));
+                    dl.progress.println(&file_line(&t, o))
+                }
                 Err(e) => dl.progress.println(&format!(
                     "FAILED {}@{} {}: {e:#}",
                     t.repo,
@@ -401,6 +406,7 @@ async fn fetch(
     for h in handles {
         results.push(h.await.context("download task panicked")??);
     }
+    dl.progress.finish();
     results.sort_by_key(|r| r.0);
     let failures: Vec<String> = results
         .iter()
