@@ -749,7 +749,11 @@ fn lineage_add_json_is_one_line() {
         assert_eq!(v["stage"]["to"]["sha256"], l.stages[0].to.sha256.as_str());
     }
     // Without --json nothing goes to stdout.
-    let (code, out, _) = run(&args[..2].iter().chain(&args[3..]).copied().collect::<Vec<_>>());
+    let (code, out, _) = run(&args[..2]
+        .iter()
+        .chain(&args[3..])
+        .copied()
+        .collect::<Vec<_>>());
     assert_eq!(code, 0);
     assert!(out.is_empty(), "{out}");
 }
@@ -763,8 +767,16 @@ fn fixtures_json_is_one_line() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout.lines().count(), 1, "{stdout}");
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    for k in ["tokenizer", "hub", "teacher", "teacher_prompts", "checkpoints"] {
-        let path = v[k].as_str().unwrap_or_else(|| panic!("{k} missing: {stdout}"));
+    for k in [
+        "tokenizer",
+        "hub",
+        "teacher",
+        "teacher_prompts",
+        "checkpoints",
+    ] {
+        let path = v[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k} missing: {stdout}"));
         assert!(Path::new(path).exists(), "{k}: {path}");
     }
     assert!(v["hub_repos"].as_u64().unwrap() >= 8, "{stdout}");

@@ -580,11 +580,17 @@ fn force_clears_own_files_only() {
         "a stale report was kept"
     );
     // The same command again is a no-op: nothing written, nothing checked or refused.
-    let before = std::fs::metadata(mcq.join("prompts.jsonl")).unwrap().modified().unwrap();
+    let before = std::fs::metadata(mcq.join("prompts.jsonl"))
+        .unwrap()
+        .modified()
+        .unwrap();
     std::fs::write(mcq.join("notes.txt"), "mine").unwrap();
     let o = w.run(&args);
     assert_eq!(o.status.code(), Some(0), "{}", err(&o));
-    let after = std::fs::metadata(mcq.join("prompts.jsonl")).unwrap().modified().unwrap();
+    let after = std::fs::metadata(mcq.join("prompts.jsonl"))
+        .unwrap()
+        .modified()
+        .unwrap();
     assert_eq!(before, after, "an up-to-date rerun rewrote prompts.jsonl");
     // A run that writes, beside a file of the user's: refused (even with --force), and kept.
     let mut forced = args.clone();

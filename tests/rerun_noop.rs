@@ -60,7 +60,10 @@ fn mcq_rerun_is_a_noop_and_keeps_the_decontam_reports() {
     let (code, _, e) = run_mcq(&w, &out, &tok);
     assert_eq!(code, 0, "{e}");
     let sft = out.join("sft");
-    for t in [["--shards", p(&sft)], ["--prompts", p(&out.join("prompts.jsonl"))]] {
+    for t in [
+        ["--shards", p(&sft)],
+        ["--prompts", p(&out.join("prompts.jsonl"))],
+    ] {
         let (code, _, e) = decontam(&w, &t, &[]);
         assert_eq!(code, 0, "{e}");
     }
@@ -69,7 +72,11 @@ fn mcq_rerun_is_a_noop_and_keeps_the_decontam_reports() {
     tick();
     let (code, json, e) = run_mcq(&w, &out, &[&tok[..], &["--json"]].concat());
     assert_eq!(code, 0, "{e}");
-    assert_eq!(files(&out), before, "an identical rerun touched its outputs");
+    assert_eq!(
+        files(&out),
+        before,
+        "an identical rerun touched its outputs"
+    );
     let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
     assert_eq!(v["up_to_date"], true, "{json}");
     assert_eq!(json.trim().lines().count(), 1);
@@ -91,7 +98,10 @@ fn mcq_rerun_is_a_noop_and_keeps_the_decontam_reports() {
     let (code, _, e) = run_mcq(&w, &out, &[&tok[..], &["--seed", "5"]].concat());
     assert_eq!(code, 0, "{e}");
     assert!(mtime(&sft.join("index.json")) > before["sft/index.json"].1);
-    assert!(!sft.join("decontam.json").exists(), "a stale report was kept");
+    assert!(
+        !sft.join("decontam.json").exists(),
+        "a stale report was kept"
+    );
 }
 
 #[test]
@@ -190,7 +200,12 @@ fn mcq_and_decontam_logs_get_plain_progress_lines() {
             .env_remove("NO_COLOR")
             .output()
             .unwrap();
-        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stderr).into_owned()
     };
     for (k, global) in [&["--progress-interval", "1"][..], &["--quiet"][..]]
@@ -231,7 +246,10 @@ fn mcq_and_decontam_logs_get_plain_progress_lines() {
         if k == 0 {
             assert!(!err.contains('\x1b'), "ANSI codes in a log file:\n{err}");
             assert!(err.lines().any(|l| l.starts_with(&line)), "{line}\n{err}");
-            assert!(err2.lines().any(|l| l.starts_with(&line2)), "{line2}\n{err2}");
+            assert!(
+                err2.lines().any(|l| l.starts_with(&line2)),
+                "{line2}\n{err2}"
+            );
         } else {
             assert_eq!(err, "", "--quiet");
             assert_eq!(err2, "", "--quiet");

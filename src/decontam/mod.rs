@@ -241,7 +241,11 @@ pub fn run(args: DecontamArgs) -> Result<()> {
 }
 
 /// The report on stdout: one line of JSON with `--json`, else the human summary.
-fn print_report(args: &DecontamArgs, rep: &report::DecontamReport, rpath: &std::path::Path) -> Result<()> {
+fn print_report(
+    args: &DecontamArgs,
+    rep: &report::DecontamReport,
+    rpath: &std::path::Path,
+) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(rep)?);
     } else {

@@ -106,7 +106,10 @@ pub fn check(
                 std::fs::metadata(d.join(&s.file)).map(|m| m.len()).ok() != Some(s.bytes)
             });
             if let Some(s) = bad {
-                return Err(format!("the --drop copy's {} is missing or resized", s.file));
+                return Err(format!(
+                    "the --drop copy's {} is missing or resized",
+                    s.file
+                ));
             }
         }
     }

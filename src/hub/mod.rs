@@ -363,13 +363,15 @@ async fn fetch(
         .map(|(k, (i, f))| (k, i, f))
         .collect();
     let dlog = Arc::new(DownloadLog::open(&log_path)?);
-    let dl = Arc::new(Downloader::new(
-        client.clone(),
-        cache.clone(),
-        args.jobs,
-        args.chunk_mb.max(1) << 20,
-    )
-    .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()));
+    let dl = Arc::new(
+        Downloader::new(
+            client.clone(),
+            cache.clone(),
+            args.jobs,
+            args.chunk_mb.max(1) << 20,
+        )
+        .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()),
+    );
     let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
     let mut handles = Vec::new();
     for (k, i, t) in mine {

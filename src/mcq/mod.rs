@@ -408,9 +408,7 @@ pub fn run(args: McqArgs) -> Result<()> {
         .map(|it| prompts::PromptRecord::from_item(it, &templates))
         .collect();
     // Prompts only: rewritten only when their bytes would change.
-    if tok.is_none()
-        && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records))
-    {
+    if tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records)) {
         return up_to_date(&args, &out, &prompts_path, None);
     }
     // Replace only what an earlier mcq run wrote there; never an input.
@@ -561,7 +559,8 @@ pub fn run(args: McqArgs) -> Result<()> {
         index.provenance = ranges;
         sft_write::save_complete(&sft_dir, &mut index, &mds_entries)?;
         if let Some(scanned) = &sft_report_scanned {
-            let index_sha = crate::util::sha256_file(&sft_dir.join(crate::shards::index::INDEX_FILE))?;
+            let index_sha =
+                crate::util::sha256_file(&sft_dir.join(crate::shards::index::INDEX_FILE))?;
             if &index_sha != scanned && sft_report.is_file() {
                 std::fs::remove_file(&sft_report)
                     .with_context(|| format!("removing {}", sft_report.display()))?;

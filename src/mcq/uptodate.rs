@@ -79,7 +79,9 @@ pub fn check(
             return Err(format!("shard {} is missing or resized", s.file));
         }
         // The last shard by content too (as pack's resume does).
-        if k + 1 == idx.shards.len() && crate::util::sha256_file(&f).ok().as_ref() != Some(&s.sha256) {
+        if k + 1 == idx.shards.len()
+            && crate::util::sha256_file(&f).ok().as_ref() != Some(&s.sha256)
+        {
             return Err(format!("shard {} does not match its sha256", s.file));
         }
         if let Some(name) = s.extra_files.keys().find(|n| !sft_dir.join(n).is_file()) {
