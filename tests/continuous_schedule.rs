@@ -23,6 +23,8 @@ struct KernelModel<'a> {
     l: Layout,
     loads: usize,
     max_b: usize,
+    /// Every prompt length a batch was laid out at.
+    lps: Vec<usize>,
 }
 
 impl<'a> KernelModel<'a> {
@@ -42,6 +44,7 @@ impl<'a> KernelModel<'a> {
             },
             loads: 0,
             max_b: 0,
+            lps: vec![],
         }
     }
 
@@ -57,6 +60,7 @@ impl RowDevice for KernelModel<'_> {
         self.l = l.clone();
         self.loads += 1;
         self.max_b = self.max_b.max(l.b);
+        self.lps.push(l.lp);
         Ok(())
     }
 
@@ -261,12 +265,18 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
             .collect();
         early_rows += want.iter().filter(|r| r.early).count();
         for free_rows in [true, false] {
-            for (slots, budget) in [(3usize, usize::MAX), (4, 40), (16, usize::MAX)] {
+            // pad_multiple: the batch's prompt length rounded up (the GPU's default is 16).
+            for (slots, budget, pad_multiple) in [
+                (3usize, usize::MAX, 1usize),
+                (4, 40, 8),
+                (16, usize::MAX, 5),
+            ] {
                 let p = RunParams {
                     gen: &g,
                     pad_id: t.pad_id,
                     free_rows,
                     stop_ids: &stops,
+                    pad_multiple,
                 };
                 let mut dev = KernelModel::new(&mut be, p);
                 // budget: rows × longest prompt (a memory limit that closes admission early).
@@ -276,6 +286,11 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                 let what =
                     format!("T={temperature} thr={threshold:?} steps={steps} free={free_rows} slots={slots}");
                 assert!(dev.max_b <= slots, "{what}: {} rows in flight", dev.max_b);
+                assert!(
+                    dev.lps.iter().all(|lp| lp % pad_multiple == 0),
+                    "{what}: {:?}",
+                    dev.lps
+                );
                 assert!(dev.loads > 1, "{what}: slots were never refilled");
                 for (i, (a, b)) in want.iter().zip(&got).enumerate() {
                     assert_eq!(a.gen, b.gen, "{what}: prompt {i}");
@@ -310,6 +325,7 @@ fn forced_stop_ends_rows_at_the_given_length() {
         pad_id: t.pad_id,
         free_rows: true,
         stop_ids: &[],
+        pad_multiple: 1,
     };
     let mut dev = KernelModel::new(&mut be, p);
     let (got, _) = schedule::run(&mut dev, &ps, &keys, &p, 4, &|_, _| true, Some(&forced)).unwrap();

@@ -55,6 +55,19 @@ pub struct RunParams<'a> {
     pub free_rows: bool,
     /// EOS/EoT ids that finish a row (empty: every block is decoded).
     pub stop_ids: &'a [u32],
+    /// The batch's prompt length is rounded up to a multiple of this (1: the longest prompt
+    /// in flight). On the GPU a new length means new step graphs (a capture costs several
+    /// passes' time), and a length-sorted window admits ever longer prompts: rounding makes
+    /// the batch change shape a few times per window instead of at nearly every refill.
+    pub pad_multiple: usize,
+}
+
+impl RunParams<'_> {
+    /// The left-padded prompt length of a batch whose longest prompt is `longest`.
+    pub fn padded(&self, longest: usize) -> usize {
+        let m = self.pad_multiple.max(1);
+        longest.div_ceil(m) * m
+    }
 }
 
 /// The pass the device runs next.
@@ -195,7 +208,7 @@ pub fn run(
             while next < n && live + admit.len() < slots {
                 let l = prompts[next].len().max(longest);
                 let rows = live + admit.len() + 1;
-                if rows > 1 && !fits(rows, l) {
+                if rows > 1 && !fits(rows, p.padded(l)) {
                     break;
                 }
                 longest = l;
@@ -303,12 +316,14 @@ fn relayout(
         placed.pop();
     }
     let b = placed.len();
-    let lp = placed
-        .iter()
-        .flatten()
-        .map(|(s, _)| prompts[s.prompt].len())
-        .max()
-        .unwrap_or(0);
+    let lp = p.padded(
+        placed
+            .iter()
+            .flatten()
+            .map(|(s, _)| prompts[s.prompt].len())
+            .max()
+            .unwrap_or(0),
+    );
     let mut l = Layout {
         b,
         lp,

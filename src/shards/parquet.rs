@@ -7,14 +7,20 @@
 //! itself while `OUT/index.json` is there: pyarrow and `datasets` take every file not starting
 //! with `.`/`_` for parquet, polars refuses a directory of mixed extensions, hidden or not).
 
+use std::collections::VecDeque;
+use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use arrow::array::{ArrayRef, ListBuilder, RecordBatch, StringBuilder, UInt32Array, UInt32Builder};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowRowGroupWriterFactory,
+};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::file::writer::SerializedFileWriter;
 
 use std::path::Path;
 
@@ -201,10 +207,53 @@ fn props() -> Result<WriterProperties> {
 }
 
 /// A parquet shard being encoded in memory, [`CHUNK_ROWS`] rows at a time.
+///
+/// Row groups ([`ROW_GROUP_ROWS`] rows) are encoded and compressed in parallel on the rayon
+/// pool — the writer side of `pack` keeps pace with tokenization on many cores — and spliced
+/// into the file in order. Each group goes through the same column writers, fed the same
+/// chunks, that `ArrowWriter` would use, so the bytes are those of one serial encoding.
 pub struct Streaming {
-    w: ArrowWriter<Vec<u8>>,
+    file: SerializedFileWriter<Vec<u8>>,
+    factory: ArrowRowGroupWriterFactory,
+    schema: SchemaRef,
+    /// The chunks of the row group being filled, and their rows.
+    group: Vec<RecordBatch>,
+    group_rows: usize,
+    /// Row groups handed out so far.
+    groups: usize,
+    /// Row groups being encoded, oldest first.
+    pending: VecDeque<Receiver<Result<Vec<ArrowColumnChunk>>>>,
     rows: u64,
     tokens: u64,
+}
+
+/// Row groups encoding at once per shard: enough to keep the pool busy, bounded in memory
+/// (a group of 2048-token rows is 8 MiB of ids).
+fn max_pending() -> usize {
+    (2 * rayon::current_num_threads()).clamp(2, 64)
+}
+
+/// Encode one row group's chunks through its column writers (what `ArrowWriter` does for a
+/// group, chunk by chunk).
+fn encode_group(
+    schema: &SchemaRef,
+    mut writers: Vec<ArrowColumnWriter>,
+    chunks: &[RecordBatch],
+) -> Result<Vec<ArrowColumnChunk>> {
+    for rb in chunks {
+        let mut w = writers.iter_mut();
+        for (field, column) in schema.fields().iter().zip(rb.columns()) {
+            for leaf in compute_leaves(field.as_ref(), column)? {
+                w.next()
+                    .ok_or_else(|| anyhow!("more leaf columns than writers"))?
+                    .write(&leaf)?;
+            }
+        }
+    }
+    Ok(writers
+        .into_iter()
+        .map(|w| w.close())
+        .collect::<parquet::errors::Result<_>>()?)
 }
 
 impl Streaming {
@@ -218,9 +267,17 @@ impl Streaming {
                 .map(|(n, c)| (n.clone(), c.empty_like()))
                 .collect(),
         })?;
-        let w = ArrowWriter::try_new(Vec::new(), rb.schema(), Some(props()?))?;
+        // ArrowWriter's own setup (the arrow schema in the footer's metadata), then its parts.
+        let (file, factory) = ArrowWriter::try_new(Vec::new(), rb.schema(), Some(props()?))?
+            .into_serialized_writer()?;
         Ok(Streaming {
-            w,
+            file,
+            factory,
+            schema: rb.schema(),
+            group: Vec::new(),
+            group_rows: 0,
+            groups: 0,
+            pending: VecDeque::new(),
             rows: 0,
             tokens: 0,
         })
@@ -239,19 +296,77 @@ impl Streaming {
         let n = rb.num_rows();
         let mut at = 0;
         while at < n {
-            let len = CHUNK_ROWS.min(n - at);
-            self.w.write(&rb.slice(at, len))?;
+            // A chunk never crosses a row group's end (ArrowWriter splits it there too).
+            let len = CHUNK_ROWS.min(n - at).min(ROW_GROUP_ROWS - self.group_rows);
+            self.group.push(rb.slice(at, len));
+            self.group_rows += len;
             at += len;
+            if self.group_rows == ROW_GROUP_ROWS {
+                self.dispatch()?;
+            }
         }
         self.rows += n as u64;
         self.tokens += batch.tokens();
         Ok(())
     }
 
+    /// Hand the filled row group to the pool; splice finished groups into the file in order.
+    fn dispatch(&mut self) -> Result<()> {
+        let chunks = std::mem::take(&mut self.group);
+        self.group_rows = 0;
+        let writers = self.factory.create_column_writers(self.groups)?;
+        self.groups += 1;
+        let (tx, rx) = sync_channel(1);
+        if rayon::current_thread_index().is_some() {
+            // Already on the pool (a caller's parallel loop): blocking here on pool jobs
+            // could starve it; encode inline.
+            let _ = tx.send(encode_group(&self.schema, writers, &chunks));
+        } else {
+            let schema = self.schema.clone();
+            rayon::spawn(move || {
+                let _ = tx.send(encode_group(&schema, writers, &chunks));
+            });
+        }
+        self.pending.push_back(rx);
+        let limit = max_pending();
+        while let Some(front) = self.pending.front() {
+            let ready = match front.try_recv() {
+                Ok(r) => r,
+                Err(TryRecvError::Empty) if self.pending.len() > limit => front
+                    .recv()
+                    .map_err(|_| anyhow!("a row group encoder stopped"))?,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => bail!("a row group encoder stopped"),
+            };
+            self.pending.pop_front();
+            self.splice(ready?)?;
+        }
+        Ok(())
+    }
+
+    /// Append one encoded row group to the file.
+    fn splice(&mut self, chunks: Vec<ArrowColumnChunk>) -> Result<()> {
+        let mut rg = self.file.next_row_group()?;
+        for c in chunks {
+            c.append_to_row_group(&mut rg)?;
+        }
+        rg.close()?;
+        Ok(())
+    }
+
     /// The complete file's bytes, its rows and tokens.
-    pub fn finish(self) -> Result<(Vec<u8>, u64, u64)> {
+    pub fn finish(mut self) -> Result<(Vec<u8>, u64, u64)> {
+        if self.group_rows > 0 {
+            self.dispatch()?;
+        }
+        while let Some(rx) = self.pending.pop_front() {
+            let chunks = rx
+                .recv()
+                .map_err(|_| anyhow!("a row group encoder stopped"))??;
+            self.splice(chunks)?;
+        }
         let (rows, tokens) = (self.rows, self.tokens);
-        Ok((self.w.into_inner()?, rows, tokens))
+        Ok((self.file.into_inner()?, rows, tokens))
     }
 
     /// The complete file as shard number `n`.
@@ -279,6 +394,86 @@ mod tests {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::UInt32Type;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    /// The bytes of one serial `ArrowWriter` encoding, fed in [`CHUNK_ROWS`] chunks.
+    fn serial_bytes(batch: &RowBatch) -> Vec<u8> {
+        let rb = to_record_batch(batch).unwrap();
+        let mut w = ArrowWriter::try_new(Vec::new(), rb.schema(), Some(props().unwrap())).unwrap();
+        let mut at = 0;
+        while at < rb.num_rows() {
+            let len = CHUNK_ROWS.min(rb.num_rows() - at);
+            w.write(&rb.slice(at, len)).unwrap();
+            at += len;
+        }
+        w.into_inner().unwrap()
+    }
+
+    /// Rows `a..b` of a batch.
+    fn slice(b: &RowBatch, a: usize, e: usize) -> RowBatch {
+        RowBatch {
+            input_ids: b.input_ids[a..e].to_vec(),
+            columns: b
+                .columns
+                .iter()
+                .map(|(n, c)| {
+                    let c = match c {
+                        Column::U32List(v) => Column::U32List(v[a..e].to_vec()),
+                        Column::U32(v) => Column::U32(v[a..e].to_vec()),
+                        Column::Str(v) => Column::Str(v[a..e].to_vec()),
+                    };
+                    (n.clone(), c)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn parallel_row_groups_give_the_serial_bytes() {
+        // Three full row groups and a short one, rows of varying length.
+        let n = 3 * ROW_GROUP_ROWS + 100;
+        let rows: Vec<Vec<u32>> = (0..n as u32)
+            .map(|r| {
+                (0..(8 + r % 13))
+                    .map(|t| r.wrapping_mul(2654435761) ^ t)
+                    .collect()
+            })
+            .collect();
+        let batch = RowBatch {
+            input_ids: rows.clone(),
+            columns: vec![
+                (
+                    "source".into(),
+                    Column::Str(rows.iter().map(|r| format!("s{}", r[0] % 5)).collect()),
+                ),
+                ("n".into(), Column::U32(rows.iter().map(|r| r[1]).collect())),
+            ],
+        };
+        let serial = serial_bytes(&batch);
+        assert_eq!(
+            encode(&batch).unwrap(),
+            serial,
+            "parallel encoding from a plain thread"
+        );
+        // From inside the pool (encoded inline there).
+        let inline = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap()
+            .install(|| encode(&batch).unwrap());
+        assert_eq!(inline, serial, "encoding on a pool thread");
+        // Streamed in odd multiples of CHUNK_ROWS that straddle row groups.
+        let mut s = Streaming::new(&batch).unwrap();
+        let mut at = 0;
+        for k in [3usize, 17, 1, 20] {
+            let len = k * CHUNK_ROWS;
+            s.write(&slice(&batch, at, at + len)).unwrap();
+            at += len;
+        }
+        s.write(&slice(&batch, at, n)).unwrap();
+        assert_eq!(s.finish().unwrap().0, serial, "streamed across row groups");
+        let meta = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(serial)).unwrap();
+        assert_eq!(meta.metadata().num_row_groups(), 4);
+    }
 
     #[test]
     fn streamed_chunks_give_the_bytes_of_one_encoding() {

@@ -51,6 +51,34 @@ struct Device<'e> {
     b: usize,
     lp: usize,
     graphs: Option<Graphs>,
+    prof: Prof,
+}
+
+/// `DLM_DISTILL_PROFILE=1`: where a window's host time goes (printed on stderr per window).
+#[derive(Default)]
+struct Prof {
+    on: bool,
+    loads: usize,
+    captures: usize,
+    /// Seconds: uploads of a new layout, graph captures, replays (+ the finite check), state
+    /// read-backs (these wait for the device), token read-backs.
+    load: f64,
+    capture: f64,
+    step: f64,
+    state: f64,
+    tokens: f64,
+}
+
+impl Prof {
+    fn time<T>(on: bool, acc: &mut f64, f: impl FnOnce() -> T) -> T {
+        if !on {
+            return f();
+        }
+        let t = std::time::Instant::now();
+        let r = f();
+        *acc += t.elapsed().as_secs_f64();
+        r
+    }
 }
 
 impl Engine {
@@ -108,7 +136,8 @@ impl Engine {
                 bail!("prompt {i}: token id {t} is outside the vocabulary ({v})");
             }
         }
-        let lp_max = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        let m = p.pad_multiple.max(1);
+        let lp_max = prompts.iter().map(Vec::len).max().unwrap_or(0).div_ceil(m) * m;
         let rows = slots.min(n);
         self.ensure_workspace(rows, lp_max + p.gen_length, rows * p.block_length)?;
         if p.cache != CacheMode::None {
@@ -120,6 +149,7 @@ impl Engine {
             pad_id: p.pad_id,
             free_rows: p.free_rows,
             stop_ids: &p.stop_ids,
+            pad_multiple: p.pad_multiple,
         };
         let mut dev = Device {
             e: self,
@@ -127,8 +157,24 @@ impl Engine {
             b: 0,
             lp: 0,
             graphs: None,
+            prof: Prof {
+                on: std::env::var_os("DLM_DISTILL_PROFILE").is_some_and(|v| v != "0"),
+                ..Prof::default()
+            },
         };
-        schedule::run(&mut dev, prompts, keys, &run, slots, fits, forced)
+        let r = schedule::run(&mut dev, prompts, keys, &run, slots, fits, forced);
+        let f = &dev.prof;
+        if f.on {
+            if let Ok((_, passes)) = &r {
+                eprintln!(
+                    "distill profile: {n} prompts, {passes} passes, {} layouts ({:.3} s), {} graph \
+                     captures ({:.3} s), replay {:.3} s, state read-back {:.3} s, token \
+                     read-back {:.3} s",
+                    f.loads, f.load, f.captures, f.capture, f.step, f.state, f.tokens
+                );
+            }
+        }
+        r
     }
 }
 
@@ -140,6 +186,41 @@ impl Device<'_> {
 
 impl RowDevice for Device<'_> {
     fn load(&mut self, l: &Layout) -> Result<()> {
+        let (on, mut acc) = (self.prof.on, 0.0);
+        let r = Prof::time(on, &mut acc, || self.load_layout(l));
+        self.prof.load += acc;
+        self.prof.loads += 1;
+        r
+    }
+
+    fn tokens(&mut self) -> Result<Vec<u32>> {
+        let (on, mut acc) = (self.prof.on, 0.0);
+        let r = Prof::time(on, &mut acc, || self.read_tokens());
+        self.prof.tokens += acc;
+        r
+    }
+
+    fn step(&mut self, kind: StepKind) -> Result<()> {
+        self.run_step(kind)
+    }
+
+    fn state(&mut self) -> Result<([i32; 4], Vec<RowState>)> {
+        let (on, mut acc) = (self.prof.on, 0.0);
+        let r = Prof::time(on, &mut acc, || self.e.read_rows(self.b));
+        self.prof.state += acc;
+        r
+    }
+
+    fn retire(&mut self, r: usize) -> Result<()> {
+        let ws = self.e.ws.as_ref().context("no workspace")?;
+        self.e
+            .gpu
+            .write(&ws.state, (4 + 3 * MAX_SLOTS + r) * 4, &[0i32])
+    }
+}
+
+impl Device<'_> {
+    fn load_layout(&mut self, l: &Layout) -> Result<()> {
         let s = l.lp + self.p.gen_length;
         let ws = self.e.ws.as_ref().context("no workspace")?;
         if l.b > ws.b || s > ws.s {
@@ -161,15 +242,17 @@ impl RowDevice for Device<'_> {
         Ok(())
     }
 
-    fn tokens(&mut self) -> Result<Vec<u32>> {
+    fn read_tokens(&mut self) -> Result<Vec<u32>> {
         let ws = self.e.ws.as_ref().context("no workspace")?;
         let mut x = vec![0u32; self.b * self.s()];
         self.e.gpu.read(&ws.x, 0, &mut x)?;
         Ok(x)
     }
 
-    fn step(&mut self, kind: StepKind) -> Result<()> {
+    fn run_step(&mut self, kind: StepKind) -> Result<()> {
         let (b, s, lp, p) = (self.b, self.s(), self.lp, self.p);
+        let on = self.prof.on;
+        let t0 = on.then(std::time::Instant::now);
         let e = &*self.e;
         let stale = self
             .graphs
@@ -193,7 +276,9 @@ impl RowDevice for Device<'_> {
                 dual,
                 prefix: (0..p.num_blocks()).map(|_| None).collect(),
             });
+            self.prof.captures += 1;
         }
+        let t1 = on.then(std::time::Instant::now);
         let g = self.graphs.as_mut().context("graphs")?;
         match kind {
             StepKind::Full => e.gpu.replay(&g.full)?,
@@ -207,17 +292,11 @@ impl RowDevice for Device<'_> {
                 e.gpu.replay(g.prefix[block].as_ref().expect("captured"))?;
             }
         }
-        e.check_finite(p.block_length)
-    }
-
-    fn state(&mut self) -> Result<([i32; 4], Vec<RowState>)> {
-        self.e.read_rows(self.b)
-    }
-
-    fn retire(&mut self, r: usize) -> Result<()> {
-        let ws = self.e.ws.as_ref().context("no workspace")?;
-        self.e
-            .gpu
-            .write(&ws.state, (4 + 3 * MAX_SLOTS + r) * 4, &[0i32])
+        let r = e.check_finite(p.block_length);
+        if let (Some(t0), Some(t1)) = (t0, t1) {
+            self.prof.capture += (t1 - t0).as_secs_f64();
+            self.prof.step += t1.elapsed().as_secs_f64();
+        }
+        r
     }
 }

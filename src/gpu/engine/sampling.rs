@@ -29,6 +29,22 @@ pub struct GenParams {
     /// Rows move through their blocks independently (continuous batching without a cache);
     /// false: in lockstep, every live row at the same step of its block.
     pub free_rows: bool,
+    /// A batch's prompt length is rounded up to a multiple of this (fixed batches and
+    /// continuous batching alike, so one row alone gives the same numbers in both; see
+    /// [`crate::sampling::schedule::RunParams::pad_multiple`]).
+    pub pad_multiple: usize,
+}
+
+/// Default of [`GenParams::pad_multiple`]; `DLM_PAD_MULTIPLE` overrides it (benchmarks).
+pub const PAD_MULTIPLE: usize = 16;
+
+/// [`PAD_MULTIPLE`], or `DLM_PAD_MULTIPLE` when set to a positive number.
+pub fn pad_multiple() -> usize {
+    std::env::var("DLM_PAD_MULTIPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&m: &usize| m > 0)
+        .unwrap_or(PAD_MULTIPLE)
 }
 
 impl std::ops::Deref for GenParams {
@@ -63,6 +79,7 @@ impl GenParams {
             logits_shift,
             stop_ids: vec![],
             free_rows: false,
+            pad_multiple: pad_multiple(),
         }
     }
 
@@ -289,7 +306,14 @@ impl Engine {
     /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
     /// length). Position ids come from the pads (index among real tokens).
     pub fn left_pad(prompts: &[Vec<u32>], p: &GenParams) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
-        let lp = prompts.iter().map(|q| q.len()).max().unwrap_or(0);
+        let m = p.pad_multiple.max(1);
+        let lp = prompts
+            .iter()
+            .map(|q| q.len())
+            .max()
+            .unwrap_or(0)
+            .div_ceil(m)
+            * m;
         let s = lp + p.gen_length;
         let (rows, pads) = prompts
             .iter()
