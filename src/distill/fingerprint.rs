@@ -14,6 +14,7 @@ const GPU_ENV_SWITCHES: &[&str] = &[
     "DLM_GEMM_TUNE",
     "DLM_TAIL_ROWS",
     "DLM_FOLD_NORM",
+    "DLM_PAD_MULTIPLE",
 ];
 
 /// The GPU-only fingerprint fields: the residual precision, the kernels' source identity,

@@ -225,6 +225,8 @@ pub struct Streaming {
     pending: VecDeque<Receiver<Result<Vec<ArrowColumnChunk>>>>,
     rows: u64,
     tokens: u64,
+    /// Time spent waiting for row groups to finish encoding.
+    waited: std::time::Duration,
 }
 
 /// Row groups encoding at once per shard: enough to keep the pool busy, bounded in memory
@@ -280,6 +282,7 @@ impl Streaming {
             pending: VecDeque::new(),
             rows: 0,
             tokens: 0,
+            waited: std::time::Duration::ZERO,
         })
     }
 
@@ -332,9 +335,14 @@ impl Streaming {
         while let Some(front) = self.pending.front() {
             let ready = match front.try_recv() {
                 Ok(r) => r,
-                Err(TryRecvError::Empty) if self.pending.len() > limit => front
-                    .recv()
-                    .map_err(|_| anyhow!("a row group encoder stopped"))?,
+                Err(TryRecvError::Empty) if self.pending.len() > limit => {
+                    let t = std::time::Instant::now();
+                    let r = front
+                        .recv()
+                        .map_err(|_| anyhow!("a row group encoder stopped"))?;
+                    self.waited += t.elapsed();
+                    r
+                }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => bail!("a row group encoder stopped"),
             };
@@ -354,15 +362,22 @@ impl Streaming {
         Ok(())
     }
 
+    /// Time this shard's writer has waited so far for row groups encoding on the pool.
+    pub fn waited(&self) -> std::time::Duration {
+        self.waited
+    }
+
     /// The complete file's bytes, its rows and tokens.
     pub fn finish(mut self) -> Result<(Vec<u8>, u64, u64)> {
         if self.group_rows > 0 {
             self.dispatch()?;
         }
         while let Some(rx) = self.pending.pop_front() {
+            let t = std::time::Instant::now();
             let chunks = rx
                 .recv()
                 .map_err(|_| anyhow!("a row group encoder stopped"))??;
+            self.waited += t.elapsed();
             self.splice(chunks)?;
         }
         let (rows, tokens) = (self.rows, self.tokens);

@@ -22,8 +22,10 @@ pub(super) struct Profile {
     pub wait_read: AtomicU64,
     pub wait_tokenize: AtomicU64,
     pub wait_write: AtomicU64,
-    /// Shard encoding and compression (CPU time over the encoder threads).
+    /// Shard threads: row conversion, splicing row groups (their encoding and compression
+    /// runs on the rayon pool), and waiting for those row groups (`encode_wait`, part of it).
     pub encode_cpu: AtomicU64,
+    pub encode_wait: AtomicU64,
     /// Writer thread: writing, fsync and journaling shards in order.
     pub write_io: AtomicU64,
     /// Writer thread: waiting for the next message or an encoder.
@@ -56,6 +58,14 @@ impl Clock {
     }
 }
 
+/// Add `d` to a stage (no-op when disabled).
+pub(super) fn add(stage: impl Fn(&Profile) -> &AtomicU64, d: std::time::Duration) {
+    if enabled() {
+        let p = PROFILE.get_or_init(Profile::default);
+        stage(p).fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
 /// The end-of-run line, when enabled.
 pub(super) fn report(wall: f64, tokens: u64) {
     if !enabled() {
@@ -77,13 +87,14 @@ pub(super) fn report(wall: f64, tokens: u64) {
         s(&p.write_io),
     );
     eprintln!(
-        "pack profile: wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} cpu-s | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | encode {:.2} cpu-s | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
+        "pack profile: wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} cpu-s | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
         s(&p.read_blocked),
         s(&p.tokenize_cpu),
         s(&p.wait_read),
         s(&p.wait_tokenize),
         s(&p.wait_write),
         s(&p.encode_cpu),
+        s(&p.encode_wait),
         s(&p.write_wait),
         cap(rb),
         cap(pk),
