@@ -49,6 +49,17 @@ pub struct StepOutcome {
     pub commands: Vec<String>,
 }
 
+impl StepOutcome {
+    fn new(step: &'static str, status: &'static str, seconds: f64, commands: Vec<String>) -> Self {
+        StepOutcome {
+            step,
+            status,
+            seconds,
+            commands,
+        }
+    }
+}
+
 /// Steps' stdout goes to stderr while they run: the run's own stdout carries only its result
 /// (the audit report, or the one `--json` line).
 struct StdoutToStderr {
@@ -141,12 +152,7 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
             };
             let commands: Vec<String> = step.commands.iter().map(|c| quote(c)).collect();
             if !selected {
-                outcomes.push(StepOutcome {
-                    step: step.name,
-                    status: "not-selected",
-                    seconds: 0.0,
-                    commands,
-                });
+                outcomes.push(StepOutcome::new(step.name, "not-selected", 0.0, commands));
                 continue;
             }
             crate::signals::check()?;
@@ -164,12 +170,12 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
                 })?;
                 eprintln!("run: audit: {}", commands[0]);
                 report = Some(crate::audit::audit(&a).context("run: step audit")?);
-                outcomes.push(StepOutcome {
-                    step: step.name,
-                    status: "ran",
-                    seconds: ts.elapsed().as_secs_f64(),
+                outcomes.push(StepOutcome::new(
+                    step.name,
+                    "ran",
+                    ts.elapsed().as_secs_f64(),
                     commands,
-                });
+                ));
                 continue;
             }
             if !args.rerun {
@@ -179,12 +185,12 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
                             "run: {}: complete (since {}, inputs and outputs unchanged); skipped",
                             step.name, rec.completed
                         );
-                        outcomes.push(StepOutcome {
-                            step: step.name,
-                            status: "skipped",
-                            seconds: ts.elapsed().as_secs_f64(),
+                        outcomes.push(StepOutcome::new(
+                            step.name,
+                            "skipped",
+                            ts.elapsed().as_secs_f64(),
                             commands,
-                        });
+                        ));
                         continue;
                     }
                 }
@@ -215,12 +221,7 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
                 },
             );
             st.save(&state_path)?;
-            outcomes.push(StepOutcome {
-                step: step.name,
-                status: "ran",
-                seconds,
-                commands,
-            });
+            outcomes.push(StepOutcome::new(step.name, "ran", seconds, commands));
         }
     }
     let ok = report.as_ref().map(|r| r.ok);
