@@ -4,6 +4,8 @@
 //! One module per format ([`parquet`], [`json_array`], [`jsonl`]); [`template`] renders a row;
 //! [`codec`] reads `.gz` / `.zst` forms of any of them; [`files`] expands `--input` paths and
 //! local manifest sources into files; [`local`] pins local manifest sources.
+//! [`parquet`] decodes a file's row groups on several threads when it has several
+//! (`parquet_par`), delivering rows in file order all the same.
 //! Every reader calls a sink with `(row, Outcome)` for each row from `start_row` on (rows are
 //! 0-based: parquet row, JSON array element, JSONL line). Errors name the file and the row.
 //! A sink may stop the read early by returning [`Stop`].
@@ -14,6 +16,7 @@ pub mod json_array;
 pub mod jsonl;
 pub mod local;
 pub mod parquet;
+mod parquet_par;
 pub mod template;
 
 use std::path::Path;

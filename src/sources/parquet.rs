@@ -22,7 +22,7 @@ use parquet::arrow::ProjectionMask;
 use super::{Sink, Template};
 
 /// Rows per record batch: small, because OpenCodeReasoning rows average ~50 KB.
-const BATCH_ROWS: usize = 256;
+pub(super) const BATCH_ROWS: usize = 256;
 
 fn open(
     path: &Path,
@@ -41,7 +41,7 @@ fn open(
 }
 
 /// Only the template's root columns, found by name.
-fn projection(
+pub(super) fn projection(
     schema: &arrow::datatypes::Schema,
     pschema: &parquet::schema::types::SchemaDescriptor,
     tpl: &Template,
@@ -166,7 +166,7 @@ fn first_invalid_binary(a: &dyn Array) -> Option<(usize, std::str::Utf8Error)> {
     }
 }
 
-fn emit_batch(
+pub(super) fn emit_batch(
     batch: &RecordBatch,
     first_row: u64,
     name: &str,
@@ -268,7 +268,13 @@ fn scan_utf8(path: &Path, wanted: &[String]) -> Option<(u64, String)> {
 
 /// Find the exact failing row at or after `from`: invalid UTF-8 by a raw scan, other decode
 /// errors by re-reading one row per batch.
-fn locate_error(path: &Path, name: &str, tpl: &Template, from: u64, first: &str) -> anyhow::Error {
+pub(super) fn locate_error(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    from: u64,
+    first: &str,
+) -> anyhow::Error {
     if first.to_ascii_lowercase().contains("utf") {
         if let Some((row, what)) = first_invalid_utf8(path, tpl) {
             return anyhow!("{name}: row {row}: {what}");
@@ -304,6 +310,21 @@ pub fn read(
 }
 
 fn read_inner(
+    path: &Path,
+    name: &str,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    // Several row groups (or one large one) from the cursor on: decoded on several threads.
+    if let Some(r) = super::parquet_par::try_read(path, name, tpl, start_row, sink) {
+        return r;
+    }
+    read_serial(path, name, tpl, start_row, sink)
+}
+
+/// The rows from `start_row` on, decoded on this thread.
+pub(super) fn read_serial(
     path: &Path,
     name: &str,
     tpl: &Template,
