@@ -1,5 +1,6 @@
 //! `dlm-data pack --input`: tokens identical to the tokenizer's stream, every format read back
-//! by its real Python reader, thread-count determinism, kill -9 / resume byte-identity.
+//! by its real Python reader, thread-count determinism (tokenizer and input-decoding threads),
+//! kill -9 / resume byte-identity.
 
 mod pack_common;
 
@@ -128,8 +129,9 @@ fn byte_identical_whatever_the_thread_count() {
     let tok = tokenizer(d.path());
     let (input, _) = corpus(d.path(), 400);
     let mut trees = Vec::new();
-    for threads in ["1", "2"] {
-        let out = d.path().join(format!("t{threads}"));
+    // The last run decodes the input's row groups, cut into ~2 KB pieces, on 3 threads.
+    for (threads, read_threads) in [("1", "1"), ("2", "1"), ("2", "3")] {
+        let out = d.path().join(format!("t{threads}-r{read_threads}"));
         pack(
             &input,
             &tok,
@@ -142,12 +144,17 @@ fn byte_identical_whatever_the_thread_count() {
                 "--shuffle-seed",
                 "5",
             ],
-            &[("RAYON_NUM_THREADS", threads)],
+            &[
+                ("RAYON_NUM_THREADS", threads),
+                ("DLM_PACK_READ_THREADS", read_threads),
+                ("DLM_PACK_READ_PIECE_BYTES", "2000"),
+            ],
         );
         trees.push(tree(&out));
     }
     assert!(trees[0].len() > 3);
     assert_eq!(trees[0], trees[1]);
+    assert_eq!(trees[0], trees[2]);
 }
 
 #[test]
@@ -304,7 +311,17 @@ fn kill_then_resume(args: &[&str]) {
     let done_before = partial["shards"].as_array().unwrap().len();
     assert!(done_before < index(&whole)["shards"].as_array().unwrap().len());
 
-    let o = pack(&input, &tok, &out, &args, &[]);
+    // Resumed mid-file with the input decoded in ~2 KB pieces on 3 threads.
+    let o = pack(
+        &input,
+        &tok,
+        &out,
+        &args,
+        &[
+            ("DLM_PACK_READ_THREADS", "3"),
+            ("DLM_PACK_READ_PIECE_BYTES", "2000"),
+        ],
+    );
     assert!(stderr(&o).contains("resuming after"), "{}", stderr(&o));
     assert_eq!(tree(&whole), tree(&out));
 
