@@ -1,8 +1,8 @@
 //! Why: one reader thread decoding a parquet file caps `pack` on many cores (decompressing
 //! and rendering ~1 GB of code text takes it ~2 s, 113–194 Mtok/s on the 16-core device).
-//! Here a file is cut into pieces — runs of rows of about [`PIECE_BYTES`] of uncompressed
-//! text, small row groups merged, large ones split at row offsets (whole pages are skipped
-//! by their headers, not decoded) — and the pieces are decoded and rendered on a few
+//! Here a file is cut into pieces — runs of whole row groups of up to [`PIECE_BYTES`] of
+//! uncompressed text, a very large row group split at row offsets (whole pages are skipped by
+//! their headers, not decoded) — and the pieces are decoded and rendered on a few
 //! threads of their own, a bounded number ahead, while the caller's thread hands their rows
 //! to the sink strictly in file order. The rows, their order and every error are those of the
 //! serial reader: a piece's decode error is raised only after every row before it was given
@@ -10,7 +10,8 @@
 //!
 //! A sink's error (`Stop`: budget reached, consumer gone) ends the read at once: the decoding
 //! threads see a cancel flag between batches and are joined before the read returns.
-//! A file of one piece from the cursor, or one decoding thread, is read serially.
+//! A file of one piece from the cursor (one row group of up to 4 × [`PIECE_BYTES`]), or one
+//! decoding thread, is read serially.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -28,9 +29,10 @@ use parquet::file::metadata::ParquetMetaData;
 use super::parquet::{emit_batch, locate_error, projection, BATCH_ROWS};
 use super::{Outcome, Sink, Template};
 
-/// Uncompressed bytes of the template's columns per piece (a piece is decoded whole by one
-/// thread; `2 × threads` pieces at most are in flight, so this bounds the read-ahead memory).
-pub(super) const PIECE_BYTES: u64 = 16 << 20;
+/// Uncompressed bytes of the template's columns per piece, merging small row groups (a piece
+/// is decoded whole by one thread, and `threads + 1` pieces at most are decoded ahead of the
+/// sink: the read-ahead memory is that many pieces of rendered text; see [`plan`]).
+pub(super) const PIECE_BYTES: u64 = 64 << 20;
 
 /// Decoding threads: `DLM_PACK_READ_THREADS` if set, else a quarter of the rayon pool
 /// (the tokenizers' threads), 1 to 8 — decoding is a small share of a pack run's work.
@@ -64,43 +66,57 @@ pub(super) struct Piece {
     rows: u64,
 }
 
-/// Cut the rows from `start_row` on into pieces of about `target` bytes, given each row
-/// group's `(rows, bytes)`; row groups before the cursor are skipped by their row counts.
+/// Cut the rows from `start_row` on into pieces, given each row group's `(rows, bytes)`;
+/// row groups before the cursor are skipped by their row counts. Consecutive row groups are
+/// merged while they stay within `target` bytes; a row group is split only when what is read
+/// of it exceeds `SPLIT × target`, into pieces of about `2 × target`: every piece that starts
+/// inside a row group decodes that row group's dictionary page again (pyarrow's can be
+/// 10+ MB: 16 MiB pieces of 65–90 MB row groups cost 2.2× the serial CPU time).
 pub(super) fn plan(groups: &[(u64, u64)], start_row: u64, target: u64) -> Vec<Piece> {
+    const SPLIT: u64 = 4;
     let mut out: Vec<Piece> = Vec::new();
     let mut cur: Option<(Piece, u64)> = None;
     let mut base = 0u64;
     for (g, &(rows, bytes)) in groups.iter().enumerate() {
-        let (lo, end) = (start_row.saturating_sub(base), rows);
-        let per_row = bytes as f64 / rows.max(1) as f64;
-        let mut at = lo;
-        while at < end {
-            let (mut p, have) = cur.take().unwrap_or_else(|| {
-                (
-                    Piece {
-                        row_groups: vec![],
-                        offset: at,
-                        first_row: base + at,
-                        rows: 0,
-                    },
-                    0,
-                )
-            });
-            let want = ((target.saturating_sub(have)) as f64 / per_row.max(1e-9)).ceil() as u64;
-            let take = want.clamp(1, end - at);
-            if p.row_groups.last() != Some(&g) {
-                p.row_groups.push(g);
-            }
-            p.rows += take;
-            at += take;
-            let have = have + (take as f64 * per_row) as u64;
-            if have >= target {
-                out.push(p);
-            } else {
-                cur = Some((p, have));
-            }
-        }
+        let lo = start_row.saturating_sub(base);
+        let first = base;
         base += rows;
+        if lo >= rows {
+            continue;
+        }
+        let n = rows - lo;
+        let size = (bytes as u128 * n as u128 / rows as u128) as u64;
+        if size > SPLIT.saturating_mul(target) {
+            out.extend(cur.take().map(|(p, _)| p));
+            let k = size.div_ceil(target.max(1).saturating_mul(2)).min(n);
+            for i in 0..k {
+                let (a, b) = (lo + n * i / k, lo + n * (i + 1) / k);
+                out.push(Piece {
+                    row_groups: vec![g],
+                    offset: a,
+                    first_row: first + a,
+                    rows: b - a,
+                });
+            }
+            continue;
+        }
+        if cur.as_ref().is_some_and(|(_, have)| have + size > target) {
+            out.extend(cur.take().map(|(p, _)| p));
+        }
+        let (p, have) = cur.get_or_insert_with(|| {
+            (
+                Piece {
+                    row_groups: vec![],
+                    offset: lo,
+                    first_row: first + lo,
+                    rows: 0,
+                },
+                0,
+            )
+        });
+        p.row_groups.push(g);
+        p.rows += n;
+        *have += size;
     }
     out.extend(cur.map(|(p, _)| p));
     out
@@ -199,7 +215,7 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
-/// Decode `pieces` on `threads` threads, at most `2 × threads` ahead of the sink, and give
+/// Decode `pieces` on `threads` threads, at most `threads + 1` ahead of the sink, and give
 /// their rows to `sink` in order.
 fn read_pieces(f: &Input<'_>, pieces: Vec<Piece>, threads: usize, sink: &mut Sink) -> Result<()> {
     let cancel = AtomicBool::new(false);
@@ -214,7 +230,7 @@ fn read_pieces(f: &Input<'_>, pieces: Vec<Piece>, threads: usize, sink: &mut Sin
                 .spawn_scoped(s, move || decode_jobs(f, jobs, cancel))
                 .with_context(|| format!("{}: starting a decoding thread", f.name))?;
         }
-        let ahead = 2 * threads;
+        let ahead = threads + 1;
         let mut queue = pieces.into_iter();
         let mut inflight: VecDeque<(u64, Receiver<Msg>)> = VecDeque::new();
         loop {
@@ -448,8 +464,18 @@ mod tests {
             }
         }
         // Large row groups are split, small ones merged.
-        // 10 one-row pieces; rg 1's 3 rows with rg 3's first; 49 more; the last row alone.
-        assert_eq!(plan(&groups, 0, 100).len(), 10 + 1 + 49 + 1);
+        // Row group 0 (1000 > 4 × 100 bytes) in 5 pieces; row group 1 alone (row group 3 would
+        // take it past 100 bytes); row group 3 split into 50 one-row pieces; row group 4 alone.
+        let p = plan(&groups, 0, 100);
+        assert_eq!(p.len(), 5 + 1 + 50 + 1);
+        assert_eq!((p[5].row_groups.clone(), p[5].rows), (vec![1], 3));
+        // Small row groups are merged whole, large ones not split below 4 × target.
+        let p = plan(&groups, 0, 20_000);
+        let rgs: Vec<Vec<usize>> = p.iter().map(|p| p.row_groups.clone()).collect();
+        assert_eq!(rgs, vec![vec![0, 1], vec![3], vec![4]]);
+        // The cursor's row group is entered at its row, never split below 4 × target.
+        let p = plan(&groups, 5, 20_000);
+        assert_eq!((p[0].offset, p[0].first_row, p[0].rows), (5, 5, 8));
         assert_eq!(plan(&groups, 0, u64::MAX / 4).len(), 1);
     }
 
