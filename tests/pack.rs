@@ -275,7 +275,7 @@ fn kill_then_resume(args: &[&str]) {
     let tok = tokenizer(d.path());
     let (input, _) = corpus(d.path(), 400);
     let whole = d.path().join("whole");
-    pack(&input, &tok, &whole, &args, &[]);
+    pack(&input, &tok, &whole, args, &[]);
 
     let out = d.path().join("killed");
     let mut cmd = pack_cmd(&input, &tok, &out, args);
@@ -316,7 +316,7 @@ fn kill_then_resume(args: &[&str]) {
         &input,
         &tok,
         &out,
-        &args,
+        args,
         &[
             ("DLM_PACK_READ_THREADS", "3"),
             ("DLM_PACK_READ_PIECE_BYTES", "2000"),
@@ -326,7 +326,7 @@ fn kill_then_resume(args: &[&str]) {
     assert_eq!(tree(&whole), tree(&out));
 
     // A third run finds it complete and changes nothing.
-    let o = pack(&input, &tok, &out, &args, &[]);
+    let o = pack(&input, &tok, &out, args, &[]);
     assert!(stderr(&o).contains("already complete"));
     assert_eq!(tree(&whole), tree(&out));
 
