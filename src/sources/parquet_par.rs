@@ -69,9 +69,9 @@ pub(super) struct Piece {
 /// Cut the rows from `start_row` on into pieces, given each row group's `(rows, bytes)`;
 /// row groups before the cursor are skipped by their row counts. Consecutive row groups are
 /// merged while they stay within `target` bytes; a row group is split only when what is read
-/// of it exceeds `SPLIT × target`, into pieces of about `2 × target`: every piece that starts
-/// inside a row group decodes that row group's dictionary page again (pyarrow's can be
-/// 10+ MB: 16 MiB pieces of 65–90 MB row groups cost 2.2× the serial CPU time).
+/// of it exceeds `SPLIT × target`, into pieces of about `2 × target`: a piece that starts
+/// inside a row group decompresses its dictionary page again (pyarrow's run to megabytes:
+/// 16 MiB pieces of 65–90 MB row groups cost 2.2× the serial CPU time).
 pub(super) fn plan(groups: &[(u64, u64)], start_row: u64, target: u64) -> Vec<Piece> {
     const SPLIT: u64 = 4;
     let mut out: Vec<Piece> = Vec::new();
