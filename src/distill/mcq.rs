@@ -81,7 +81,7 @@ pub fn answer_batch(
     }
     let refs: Vec<&[u32]> = contexts.iter().map(Vec::as_slice).collect();
     // Left-padded contexts followed by one mask: the slot is the last position of every row.
-    let lay = layout(&refs, 1, mask_id, pad_id);
+    let lay = layout(&refs, 1, mask_id, pad_id, 1);
     let at = lay.l - 1 - logits_shift as usize;
     let logits = backend.logits(&lay.tokens, &lay.keep, lay.b, lay.l, at..at + 1)?;
     let v = backend.vocab_size();

@@ -183,9 +183,22 @@ pub struct Layout {
 }
 
 /// Left-pad `prompts` to a common length and append `gen_length` masks.
-pub fn layout(prompts: &[&[u32]], gen_length: usize, mask_id: u32, pad_id: u32) -> Layout {
+pub fn layout(
+    prompts: &[&[u32]],
+    gen_length: usize,
+    mask_id: u32,
+    pad_id: u32,
+    pad_multiple: usize,
+) -> Layout {
     let b = prompts.len();
-    let lp = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+    let m = pad_multiple.max(1);
+    let lp = prompts
+        .iter()
+        .map(|p| p.len())
+        .max()
+        .unwrap_or(0)
+        .div_ceil(m)
+        * m;
     let l = lp + gen_length;
     let mut tokens = Vec::with_capacity(b * l);
     let mut keep = Vec::with_capacity(b * l);
@@ -230,7 +243,13 @@ pub fn generate(
         }
     }
     host_loop_can_run(p)?;
-    let mut lay = layout(prompts, p.gen_length, p.mask_id, pad_id);
+    let mut lay = layout(
+        prompts,
+        p.gen_length,
+        p.mask_id,
+        pad_id,
+        backend.pad_multiple(),
+    );
     let (b, lp, l) = (lay.b, lay.lp, lay.l);
     let bl = p.block_length;
     let spb = p.steps_per_block();

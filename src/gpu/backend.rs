@@ -75,6 +75,10 @@ impl TeacherBackend for GpuBackend {
         self.engine.cfg.vocab_size
     }
 
+    fn pad_multiple(&self) -> usize {
+        super::engine::pad_multiple()
+    }
+
     fn logits(
         &mut self,
         tokens: &[u32],

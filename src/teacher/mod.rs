@@ -29,6 +29,13 @@ pub use weights::Weights;
 /// the LM head runs over a fraction of the sequence).
 pub trait TeacherBackend {
     fn vocab_size(&self) -> usize;
+
+    /// The prompt length this backend pads its own batches to a multiple of (the GPU's
+    /// `DLM_PAD_MULTIPLE`); the host loop lays its batches out the same way, so its logits
+    /// are those of the backend's own loop. 1: the longest prompt.
+    fn pad_multiple(&self) -> usize {
+        1
+    }
     fn logits(
         &mut self,
         tokens: &[u32],

@@ -46,7 +46,7 @@ mod sampling;
 use attn::AttnKernel;
 pub use attn::AttnVariant;
 use sampling::MAX_BAN;
-pub use sampling::{CacheMode, GenParams};
+pub use sampling::{pad_multiple, CacheMode, GenParams};
 
 struct LayerW {
     ln1: DevBuf,
