@@ -161,6 +161,48 @@ fn row_result_independent_of_batch_peers() {
     assert_eq!(alone[0], batched[1]);
 }
 
+/// [`Mock`] asking for batches padded to a multiple of 8 (as the GPU pads to 16), and
+/// checking the host loop hands it exactly that layout.
+struct PaddedMock(usize);
+
+impl TeacherBackend for PaddedMock {
+    fn vocab_size(&self) -> usize {
+        V
+    }
+    fn pad_multiple(&self) -> usize {
+        self.0
+    }
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        keep: &[bool],
+        b: usize,
+        l: usize,
+        rows: Range<usize>,
+    ) -> anyhow::Result<Vec<f32>> {
+        let gen = 8;
+        assert_eq!(
+            (l - gen) % self.0,
+            0,
+            "prompt length {} not padded",
+            l - gen
+        );
+        Mock.logits(tokens, keep, b, l, rows)
+    }
+}
+
+#[test]
+fn host_loop_pads_as_the_backend_asks_and_keeps_the_records() {
+    let p = params(8, 4, 8);
+    let ps: [&[u32]; 3] = [&[3, 4, 5], &[9, 9, 9, 9, 9, 9, 1, 2, 3, 4, 5], &[7]];
+    let keys = [1, 2, 3];
+    let plain = generate(&mut Mock, &p, &ps, &keys, PAD, 0, None).unwrap();
+    for m in [8, 5, 1] {
+        let padded = generate(&mut PaddedMock(m), &p, &ps, &keys, PAD, 0, None).unwrap();
+        assert_eq!(padded, plain, "pad multiple {m}");
+    }
+}
+
 #[test]
 fn matches_llada_loop_on_tiny_teacher() {
     let t = Teacher::open(teacher_support::teacher_dir(), &TeacherOptions::default()).unwrap();
