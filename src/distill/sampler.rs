@@ -191,14 +191,7 @@ pub fn layout(
     pad_multiple: usize,
 ) -> Layout {
     let b = prompts.len();
-    let m = pad_multiple.max(1);
-    let lp = prompts
-        .iter()
-        .map(|p| p.len())
-        .max()
-        .unwrap_or(0)
-        .div_ceil(m)
-        * m;
+    let lp = crate::sampling::padded_len(prompts.iter().map(|p| p.len()), pad_multiple);
     let l = lp + gen_length;
     let mut tokens = Vec::with_capacity(b * l);
     let mut keep = Vec::with_capacity(b * l);

@@ -152,6 +152,14 @@ impl GenParams {
     }
 }
 
+/// The left-padded prompt length of a batch whose longest prompt has `longest` tokens, rounded
+/// up to a multiple of `multiple` (0 or 1: `longest` itself). Every batch layout — the host
+/// loop's, the GPU's fixed batches and its continuous scheduler — pads with this rule.
+pub fn padded_len(lengths: impl IntoIterator<Item = usize>, multiple: usize) -> usize {
+    let m = multiple.max(1);
+    lengths.into_iter().max().unwrap_or(0).div_ceil(m) * m
+}
+
 /// LLaDA's `get_num_transfer_tokens` for one row: `mask_count` spread over `steps`.
 pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {
     let (base, rem) = (mask_count / steps, mask_count % steps);

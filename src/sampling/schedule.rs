@@ -65,8 +65,7 @@ pub struct RunParams<'a> {
 impl RunParams<'_> {
     /// The left-padded prompt length of a batch whose longest prompt is `longest`.
     pub fn padded(&self, longest: usize) -> usize {
-        let m = self.pad_multiple.max(1);
-        longest.div_ceil(m) * m
+        super::padded_len([longest], self.pad_multiple)
     }
 }
 

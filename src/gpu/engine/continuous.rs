@@ -136,8 +136,7 @@ impl Engine {
                 bail!("prompt {i}: token id {t} is outside the vocabulary ({v})");
             }
         }
-        let m = p.pad_multiple.max(1);
-        let lp_max = prompts.iter().map(Vec::len).max().unwrap_or(0).div_ceil(m) * m;
+        let lp_max = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
         let rows = slots.min(n);
         self.ensure_workspace(rows, lp_max + p.gen_length, rows * p.block_length)?;
         if p.cache != CacheMode::None {

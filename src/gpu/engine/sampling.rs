@@ -306,14 +306,7 @@ impl Engine {
     /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
     /// length). Position ids come from the pads (index among real tokens).
     pub fn left_pad(prompts: &[Vec<u32>], p: &GenParams) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
-        let m = p.pad_multiple.max(1);
-        let lp = prompts
-            .iter()
-            .map(|q| q.len())
-            .max()
-            .unwrap_or(0)
-            .div_ceil(m)
-            * m;
+        let lp = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
         let s = lp + p.gen_length;
         let (rows, pads) = prompts
             .iter()
