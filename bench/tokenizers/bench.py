@@ -119,8 +119,10 @@ def ours(c, tokp, eos, out, threads=None, mode=None):
     if threads:
         env["RAYON_NUM_THREADS"] = str(threads)
     extra = ["--special-tokens-in-text", mode] if mode else []
+    # --no-bos: the reference encodes with add_special_tokens=False (no BOS), whatever
+    # tokenizer_config.json's add_bos_token says (pack follows it by default, e.g. Mistral).
     dt, _ = timed([BIN, "pack", "--input", c, "--text-column", "text", "--tokenizer", tokp, "--eos-token", eos,
-                   "--out", out, "--seq-len", str(SEQ), "--json"] + extra, env)
+                   "--no-bos", "--out", out, "--seq-len", str(SEQ), "--json"] + extra, env)
     idx = json.load(open(os.path.join(out, "index.json")))
     return dt, idx
 

@@ -116,6 +116,8 @@ pub struct Bpe {
     pub seg_left: Option<FxSet<char>>,
     /// No merge can cross a newline (see [`Bpe::encode_split_newlines`]).
     newline_barrier: bool,
+    /// Runs of the SentencePiece space symbol cut off a word (see [`RunSplit`]).
+    run_split: Option<RunSplit>,
     /// Distinct tokens in the model vocabulary (the crate's `get_vocab_size`).
     pub vocab_len: usize,
     /// Token → id of the model vocabulary.
@@ -144,21 +146,136 @@ pub struct ThreadCache {
     /// First level: direct-mapped, one 64-byte line per slot holding the word and its ids
     /// inline, so a hit costs one memory access (the map below chases two heap pointers).
     l1: Vec<Slot>,
-    words: FxMap<Vec<u8>, Vec<u32>>,
+    words: WordMap,
     /// Scratch for the heap merge.
     syms: Vec<Sym>,
+    heap: BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>>,
 }
 
 thread_local! {
     static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache {
         owner: 0,
         l1: Vec::new(),
-        words: FxMap::default(),
+        words: WordMap::default(),
         syms: Vec::new(),
+        heap: BinaryHeap::new(),
     });
 }
 
-/// A first-level cache slot: a word of at most [`SLOT_KEY`] bytes and at most [`SLOT_IDS`] ids.
+/// The second-level word cache: open addressing over arenas (keys, ids), so filling and
+/// clearing it allocates nothing once warm — a map of boxed keys and id vectors spent a tenth
+/// of the time in malloc/free and page faults on code, where most words are seen once.
+#[derive(Default)]
+struct WordMap {
+    /// Entry index + 1 per slot; 0 is empty. [`MAP_SLOTS`] slots, at most half full.
+    slots: Vec<u32>,
+    entries: Vec<MapEntry>,
+    keys: Vec<u8>,
+    ids: Vec<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct MapEntry {
+    tag: u32,
+    key_off: u32,
+    ids_off: u32,
+    key_len: u8,
+    n_ids: u8,
+    /// [`Bpe::merge`]'s lead flag of the word.
+    lead: bool,
+}
+
+/// log2 of the second-level slots (twice [`MAX_CACHED_WORDS`]).
+const MAP_BITS: u32 = 19;
+
+impl WordMap {
+    fn reset(&mut self) {
+        self.slots.clear();
+        self.slots.resize(1 << MAP_BITS, 0);
+        self.entries.clear();
+        self.keys.clear();
+        self.ids.clear();
+    }
+
+    #[inline]
+    fn tag(h: u64) -> u32 {
+        (h >> 16) as u32
+    }
+
+    /// The ids and lead flag of `key` (hash `h`).
+    #[inline]
+    fn get(&self, key: &[u8], h: u64) -> Option<(&[u32], bool)> {
+        let mask = (1usize << MAP_BITS) - 1;
+        let mut i = (h >> (64 - MAP_BITS)) as usize;
+        let tag = Self::tag(h);
+        loop {
+            let s = *self.slots.get(i)?;
+            if s == 0 {
+                return None;
+            }
+            let e = self.entries[s as usize - 1];
+            let ko = e.key_off as usize;
+            if e.tag == tag
+                && e.key_len as usize == key.len()
+                && &self.keys[ko..ko + key.len()] == key
+            {
+                let io = e.ids_off as usize;
+                return Some((&self.ids[io..io + e.n_ids as usize], e.lead));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Insert `key` (absent, at most [`MAX_CACHED_WORD_LEN`] bytes); cleared when full.
+    fn insert(&mut self, key: &[u8], h: u64, ids: &[u32], lead: bool) {
+        if self.entries.len() >= MAX_CACHED_WORDS || self.slots.is_empty() {
+            self.reset();
+        }
+        let mask = (1usize << MAP_BITS) - 1;
+        let mut i = (h >> (64 - MAP_BITS)) as usize;
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.entries.push(MapEntry {
+            tag: Self::tag(h),
+            key_off: self.keys.len() as u32,
+            ids_off: self.ids.len() as u32,
+            key_len: key.len() as u8,
+            n_ids: ids.len() as u8,
+            lead,
+        });
+        self.slots[i] = self.entries.len() as u32;
+        self.keys.extend_from_slice(key);
+        self.ids.extend_from_slice(ids);
+    }
+}
+
+/// A word's leading run of the SentencePiece space symbol `rep` (indentation, aligned
+/// columns) is cut off and encoded from a table built at load, the rest cached on its own, so
+/// `▁▁▁▁▁▁▁▁return` and `▁▁▁▁return` share the cache entry and merging of `▁return`.
+///
+/// Exact under conditions checked at load: every merge result containing `rep` is a pure run
+/// of `rep`, or one `rep` followed by `rep`-free text (so `rep` runs merge only with `rep`
+/// runs, and only a single `rep` merges rightwards); `threshold` is the lowest rank of a merge
+/// whose left side ends in `rep` and right side starts with `rep`. For a word `rep^k w` (k ≥ 2,
+/// `w` non-empty, `rep`-free), BPE(`rep^k w`) = BPE(`rep^(k-1)`) + BPE(`rep w`) whenever, in
+/// BPE(`rep w`) alone, the leading `rep` is merged before any merge of rank ≥ `threshold`
+/// happens (the "lead" flag [`Bpe::merge`] returns): until then every pair inside the run and
+/// the pair across the cut rank ≥ `threshold`, so the whole word's merges are exactly those of
+/// `rep w`; once the lead is merged, the pair across the cut would produce `rep rep x…`, which
+/// no merge produces, so the two sides never interact again. Otherwise the whole word is merged.
+struct RunSplit {
+    rep: char,
+    threshold: u32,
+    /// BPE of `rep` × k for k ≤ [`MAX_RUN`].
+    runs: Vec<Vec<u32>>,
+}
+
+/// Longest run with a precomputed encoding (longer words take the ordinary path).
+const MAX_RUN: usize = 256;
+
+/// A first-level cache slot: a word of at most [`SLOT_KEY`] bytes and at most [`SLOT_IDS`] ids
+/// (`n_ids`' high bit: the lead flag).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Slot {
@@ -172,6 +289,7 @@ const SLOT_KEY: usize = 30;
 const SLOT_IDS: usize = 8;
 /// log2 of the first-level slots per thread (2^14 × 64 B = 1 MiB, a core's L2).
 const L1_BITS: u32 = 14;
+const LEAD_BIT: u8 = 0x80;
 const EMPTY_SLOT: Slot = Slot {
     key_len: u8::MAX,
     n_ids: 0,
@@ -179,9 +297,10 @@ const EMPTY_SLOT: Slot = Slot {
     ids: [0; SLOT_IDS],
 };
 
-/// The slot index of `key`: Fx over 8-byte words, top bits (the multiply mixes upwards).
+/// The cache hash of `key`: Fx over 8-byte words (index from the top bits: the multiply mixes
+/// upwards).
 #[inline]
-fn slot_of(key: &[u8]) -> usize {
+fn word_hash(key: &[u8]) -> u64 {
     let mut h = FxHasher(key.len() as u64);
     let mut chunks = key.chunks_exact(8);
     for c in &mut chunks {
@@ -193,7 +312,7 @@ fn slot_of(key: &[u8]) -> usize {
         b[..rest.len()].copy_from_slice(rest);
         h.add(u64::from_le_bytes(b));
     }
-    (h.0 >> (64 - L1_BITS)) as usize
+    h.0
 }
 
 /// Bound on cached words per thread (cleared when reached).
@@ -286,6 +405,10 @@ impl Bpe {
         // Whether no merge involves a newline symbol ('\n' itself, or its byte-fallback token):
         // then a newline is a barrier no merge crosses (checked below with the alphabet).
         let mut newline_merges = false;
+        // The run-split conditions (see [`RunSplit`]): char-level SentencePiece words only.
+        let run_rep = seg_rep.filter(|_| !byte_level);
+        let mut run_ok = run_rep.is_some();
+        let mut threshold = u32::MAX;
         let mut merged = String::new();
         for (rank, (a, b)) in merge_list.iter().enumerate() {
             let ia = *vocab.get(a.as_ref()).context("merge token not in vocab")?;
@@ -307,6 +430,18 @@ impl Bpe {
                 || b.as_ref() == "<0x0A>"
             {
                 newline_merges = true;
+            }
+            if let Some(rep) = run_rep {
+                if merged.contains(rep) {
+                    let tail = merged.strip_prefix(rep).unwrap_or("");
+                    let pure = merged.chars().all(|c| c == rep);
+                    if !pure && (tail.is_empty() || tail.contains(rep) || !merged.starts_with(rep)) {
+                        run_ok = false;
+                    }
+                }
+                if a.ends_with(rep) && b.starts_with(rep) {
+                    threshold = threshold.min(rank as u32);
+                }
             }
             if let Some(rep) = seg_rep {
                 let mut prev: Option<char> = None;
@@ -355,11 +490,32 @@ impl Bpe {
                         ..
                     }
                 ) && vocab.contains_key("<0x0A>")));
-        Ok(Bpe {
+        // The proof reads token strings through ids: ids must name one string each, and no
+        // initial symbol other than `rep`'s own may contain `rep` (unk, `<0xNN>`).
+        let run_rep = run_rep.filter(|&rep| {
+            let mut ids: Vec<u32> = vocab.values().copied().collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let Alphabet::Chars { ascii, other, fallback, .. } = &alphabet else {
+                return false;
+            };
+            let has_id = if (rep as u32) < 128 {
+                ascii[rep as usize] != NONE
+            } else {
+                other.contains_key(&rep)
+            };
+            run_ok
+                && has_id
+                && ids.len() == vocab.len()
+                && !m.unk_token.as_deref().is_some_and(|u| u.contains(rep))
+                && !(fallback.is_some() && "<0x>0123456789ABCDEF".contains(rep))
+        });
+        let mut bpe = Bpe {
             alphabet,
             merges,
             whole,
             newline_barrier,
+            run_split: None,
             seg_left: seg_rep.map(|_| seg_left),
             vocab_len: vocab.len(),
             vocab: vocab
@@ -367,7 +523,25 @@ impl Bpe {
                 .map(|(k, v)| (Box::<str>::from(*k), *v))
                 .collect(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        })
+        };
+        if let Some(rep) = run_rep {
+            let rep_id = bpe.char_id(rep).expect("checked above");
+            let mut heap = BinaryHeap::new();
+            let runs = (0..=MAX_RUN)
+                .map(|k| {
+                    let mut syms = vec![Sym::new(rep_id); k];
+                    let mut out = Vec::new();
+                    bpe.merge(&mut syms, &mut out, &mut heap, 0);
+                    out
+                })
+                .collect();
+            bpe.run_split = Some(RunSplit {
+                rep,
+                threshold,
+                runs,
+            });
+        }
+        Ok(bpe)
     }
 
     /// Ids of the char-level symbol of `c` (in the vocabulary), if any.
@@ -412,7 +586,7 @@ impl Bpe {
             let mut c = c.borrow_mut();
             if c.owner != self.id {
                 c.owner = self.id;
-                c.words.clear();
+                c.words.reset();
                 c.l1.clear();
                 c.l1.resize(1 << L1_BITS, EMPTY_SLOT);
             }
@@ -451,33 +625,70 @@ impl Bpe {
     /// merge across a cut would need a merge with the newline symbol on one side.
     pub fn encode_split_newlines(&self, word: &str, out: &mut Sink<'_>) {
         if !self.newline_barrier {
-            return self.encode_cached(word, out, false);
+            return self.encode_sp(word, out);
         }
         let b = word.as_bytes();
         let mut start = 0;
         for i in memchr::memchr_iter(b'\n', b) {
             if i > start {
-                self.encode_cached(&word[start..i], out, false);
+                self.encode_sp(&word[start..i], out);
             }
             self.encode_cached("\n", out, false);
             start = i + 1;
         }
         if start < b.len() {
-            self.encode_cached(&word[start..], out, false);
+            self.encode_sp(&word[start..], out);
         }
     }
 
+    /// Plain BPE of a SentencePiece word: a leading run of `rep` from the table and the rest
+    /// through the cache when [`RunSplit`]'s condition holds, else the whole word.
+    #[inline]
+    fn encode_sp(&self, word: &str, out: &mut Sink<'_>) {
+        if let Some(rs) = &self.run_split {
+            let mut buf = [0u8; 4];
+            let r = rs.rep.encode_utf8(&mut buf).as_bytes();
+            let b = word.as_bytes();
+            let mut k = 0;
+            while b[k * r.len()..].starts_with(r) {
+                k += 1;
+            }
+            if k >= 2 {
+                let cut = (k - 1) * r.len();
+                if k * r.len() == b.len() {
+                    if k <= MAX_RUN {
+                        out.ids.extend_from_slice(&rs.runs[k]);
+                        return;
+                    }
+                } else if k - 1 <= MAX_RUN
+                    && memchr::memmem::find(&b[cut + r.len()..], r).is_none()
+                {
+                    let start = out.ids.len();
+                    out.ids.extend_from_slice(&rs.runs[k - 1]);
+                    if self.encode_cached(&word[cut..], out, false) {
+                        return;
+                    }
+                    out.ids.truncate(start);
+                }
+            }
+        }
+        self.encode_cached(word, out, false);
+    }
+
     /// BPE of `word` through the caches; `whole`: the ignore_merges lookup after a first-level
-    /// miss (its result is cached there too, never in the map of plain results).
-    fn encode_cached(&self, word: &str, out: &mut Sink<'_>, whole: bool) {
+    /// miss (its result is cached there too, never in the map of plain results). Returns the
+    /// word's lead flag ([`Self::merge`]).
+    fn encode_cached(&self, word: &str, out: &mut Sink<'_>, whole: bool) -> bool {
         let c = &mut *out.cache;
         let key = word.as_bytes();
-        let slot = (key.len() <= SLOT_KEY).then(|| slot_of(key));
+        let h = word_hash(key);
+        let slot = (key.len() <= SLOT_KEY).then(|| (h >> (64 - L1_BITS)) as usize);
         if let Some(i) = slot {
             let sl = &c.l1[i];
             if sl.key_len as usize == key.len() && &sl.key[..key.len()] == key {
-                out.ids.extend_from_slice(&sl.ids[..sl.n_ids as usize]);
-                return;
+                let n = (sl.n_ids & !LEAD_BIT) as usize;
+                out.ids.extend_from_slice(&sl.ids[..n]);
+                return sl.n_ids & LEAD_BIT != 0;
             }
         }
         let start = out.ids.len();
@@ -491,36 +702,34 @@ impl Bpe {
                     sl.key[..key.len()].copy_from_slice(key);
                     sl.ids[0] = id;
                 }
-                return;
+                return false;
             }
         }
-        let in_map = match c.words.get(key) {
-            Some(ids) => {
+        let cacheable = key.len() <= MAX_CACHED_WORD_LEN;
+        let (in_map, lead) = match cacheable.then(|| c.words.get(key, h)).flatten() {
+            Some((ids, lead)) => {
                 out.ids.extend_from_slice(ids);
-                true
+                (true, lead)
             }
             None => {
-                let mut syms = std::mem::take(&mut c.syms);
-                self.symbols(word, &mut syms);
-                self.merge(&mut syms, &mut out.ids);
-                c.syms = syms;
-                false
+                self.symbols(word, &mut c.syms);
+                let threshold = self.run_split.as_ref().map_or(0, |r| r.threshold);
+                let lead = self.merge(&mut c.syms, &mut out.ids, &mut c.heap, threshold);
+                (false, lead)
             }
         };
         let ids = &out.ids[start..];
         if let Some(i) = slot.filter(|_| ids.len() <= SLOT_IDS) {
             let sl = &mut c.l1[i];
             sl.key_len = key.len() as u8;
-            sl.n_ids = ids.len() as u8;
+            sl.n_ids = ids.len() as u8 | if lead { LEAD_BIT } else { 0 };
             sl.key[..key.len()].copy_from_slice(key);
             sl.ids[..ids.len()].copy_from_slice(ids);
         }
-        if !in_map && key.len() <= MAX_CACHED_WORD_LEN {
-            if c.words.len() >= MAX_CACHED_WORDS {
-                c.words.clear();
-            }
-            c.words.insert(key.to_vec(), ids.to_vec());
+        if !in_map && cacheable {
+            c.words.insert(key, h, ids, lead);
         }
+        lead
     }
 
     /// Initial symbols of `word`, exactly as the crate's `merge_word` builds them.
@@ -575,8 +784,17 @@ impl Bpe {
         self.merges.get(&((a as u64) << 32 | b as u64)).copied()
     }
 
-    /// Merge `syms` and append the ids to `out`.
-    fn merge(&self, syms: &mut Vec<Sym>, out: &mut Vec<u32>) {
+    /// Merge `syms` and append the ids to `out`. Returns the lead flag: the first symbol was
+    /// merged before any merge of rank ≥ `threshold` (see [`RunSplit`]).
+    fn merge(
+        &self,
+        syms: &mut [Sym],
+        out: &mut Vec<u32>,
+        heap: &mut BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>>,
+        threshold: u32,
+    ) -> bool {
+        // Lead: None while undecided, then whether the first symbol merged in time.
+        let mut lead: Option<bool> = None;
         let n = syms.len();
         if n <= HEAP_ABOVE {
             // Pair values (rank << 32 | merged id; MAX = no merge) kept per position, so each
@@ -603,6 +821,13 @@ impl Bpe {
                 if best == u64::MAX {
                     break;
                 }
+                if lead.is_none() {
+                    if (best >> 32) as u32 >= threshold {
+                        lead = Some(false);
+                    } else if at == 0 {
+                        lead = Some(true);
+                    }
+                }
                 ids[at] = best as u32;
                 ids.copy_within(at + 2..n, at + 1);
                 val.copy_within(at + 2..n, at + 1);
@@ -618,25 +843,32 @@ impl Bpe {
                 }
             }
             out.extend_from_slice(&ids[..n]);
-            return;
+            return lead == Some(true);
         }
-        self.merge_heap(syms, out);
+        self.merge_heap(syms, out, heap, threshold)
     }
 
     /// The crate's `Word::merge_all`: a min-heap of (rank, position) over a linked list.
-    fn merge_heap(&self, s: &mut [Sym], out: &mut Vec<u32>) {
+    fn merge_heap(
+        &self,
+        s: &mut [Sym],
+        out: &mut Vec<u32>,
+        heap: &mut BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>>,
+        threshold: u32,
+    ) -> bool {
+        let mut lead: Option<bool> = None;
         let n = s.len();
         for i in 0..n {
             s[i].prev = if i == 0 { NONE } else { i as u32 - 1 };
             s[i].next = if i + 1 == n { NONE } else { i as u32 + 1 };
         }
-        let mut heap: BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>> = BinaryHeap::new();
+        heap.clear();
         for i in 0..n.saturating_sub(1) {
             if let Some(v) = self.lookup(s[i].id, s[i + 1].id) {
                 heap.push(std::cmp::Reverse(((v >> 32) as u32, i as u32, v as u32)));
             }
         }
-        while let Some(std::cmp::Reverse((_rank, pos, new_id))) = heap.pop() {
+        while let Some(std::cmp::Reverse((rank, pos, new_id))) = heap.pop() {
             let p = pos as usize;
             if s[p].dead || s[p].next == NONE {
                 continue;
@@ -648,6 +880,13 @@ impl Bpe {
                 .is_none_or(|v| v as u32 != new_id)
             {
                 continue;
+            }
+            if lead.is_none() {
+                if rank >= threshold {
+                    lead = Some(false);
+                } else if p == 0 {
+                    lead = Some(true);
+                }
             }
             s[p].id = new_id;
             s[p].next = s[q].next;
@@ -669,6 +908,7 @@ impl Bpe {
             }
         }
         out.extend(s.iter().filter(|x| !x.dead).map(|x| x.id));
+        lead == Some(true)
     }
 }
 
