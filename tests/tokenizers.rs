@@ -320,3 +320,251 @@ fn chat_template_markers_stay_prompt_text_is_plain(d: &Path) {
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Indentation-heavy text and long runs of spaces on SentencePiece BPE: the fast path cuts a
+/// word's leading run of `▁` off when a load-time proof allows it (src/pack/tokenize/bpe.rs
+/// `RunSplit`), else merges the whole word. Ids must equal the `tokenizers` crate's on
+/// SentencePiece tokenizers built here whose merge orders hit every case — run merges ranked
+/// last (the proof holds), first (it fails: `▁▁▁re` is `▁▁▁ re`, not `▁▁ ▁re`), interleaved
+/// with the word merges, and vocabularies the proof must refuse (`(▁`, `▁▁a`) — and, when
+/// ../shared/tokenizers is there, on the real Mistral and Phi-3 files.
+#[test]
+fn sentencepiece_space_runs_ids_identical_to_the_crate() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts = space_run_texts();
+    let mut failures = Vec::new();
+    let mut checked = Vec::new();
+    for (variant, json) in sp_run_variants() {
+        let d = dir.path().join(&variant);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("tokenizer.json"), &json).unwrap();
+        checked.push((variant, d));
+    }
+    if let Some(s) = shared_tokenizers() {
+        for fam in ["mistral-7b-v0.1", "phi-3-mini"] {
+            if s.join(fam).join("tokenizer.json").is_file() {
+                checked.push((fam.to_string(), s.join(fam)));
+            }
+        }
+    }
+    for (name, d) in &checked {
+        let tok = DocTokenizer::load(
+            d,
+            &BoundaryFlags {
+                no_eos: true,
+                ..BoundaryFlags::default()
+            },
+        )
+        .unwrap();
+        assert!(tok.is_fast(), "{name}: {}", tok.path());
+        let krate = tokenizers::Tokenizer::from_file(d.join("tokenizer.json")).unwrap();
+        let mut bad = 0;
+        for t in &texts {
+            let want = krate.encode(t.as_str(), false).unwrap().get_ids().to_vec();
+            let got = tok.encode(t).unwrap();
+            if got != want {
+                bad += 1;
+                if bad <= 3 {
+                    let at = got
+                        .iter()
+                        .zip(&want)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(got.len().min(want.len()));
+                    failures.push(format!(
+                        "{name} {:?}: at id {at}: got {:?} want {:?}",
+                        t.chars().take(60).collect::<String>(),
+                        &got[at.saturating_sub(2)..(at + 4).min(got.len())],
+                        &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                    ));
+                }
+            }
+        }
+        if bad > 0 {
+            failures.push(format!("{name}: {bad} of {} texts wrong", texts.len()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Texts of space runs of many lengths (past the fast path's 256-run table too) before words,
+/// punctuation, byte-fallback and unknown chars, tabs, newlines and the end of the text.
+fn space_run_texts() -> Vec<String> {
+    let words = [
+        "return",
+        "ret",
+        "re",
+        "r",
+        "ab",
+        "abc",
+        "a",
+        "(a, b)",
+        "(",
+        ",",
+        "self.assertRaises(TypeError,",
+        "é",
+        "中文",
+        "🙂x",
+        "\tx",
+        "▁x",
+        "z",
+        "\u{378}",
+    ];
+    let mut lens: Vec<usize> = (1..=40).collect();
+    lens.extend([47, 63, 64, 65, 100, 255, 256, 257, 258, 300, 513]);
+    let mut out = Vec::new();
+    for &k in &lens {
+        let run = " ".repeat(k);
+        let mut lines: Vec<String> = words.iter().map(|w| format!("{run}{w}")).collect();
+        lines.push(run.clone());
+        out.push(lines.join("\n"));
+        out.push(words.iter().map(|w| format!("x{run}{w}")).collect::<String>() + &run);
+        out.push(format!("{run}return {run}"));
+        out.push(format!("a\n{run}\n{run}b\n\n{run}"));
+    }
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..300 {
+        let mut t = String::new();
+        for _ in 0..12 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t.push_str(&" ".repeat((x % 37) as usize));
+            t.push_str(words[(x >> 8) as usize % words.len()]);
+            if x >> 40 & 3 == 0 {
+                t.push('\n');
+            }
+        }
+        out.push(t);
+    }
+    out
+}
+
+/// SentencePiece-style tokenizer.json files (byte fallback, fused unk) over a small alphabet,
+/// named for their merge order, each with the Metaspace pre-tokenizer (Mistral's shape) and
+/// with the Prepend + Replace normalizer (Phi-3's).
+fn sp_run_variants() -> Vec<(String, String)> {
+    let run = |k: usize| "▁".repeat(k);
+    let run_merges: Vec<(String, String)> = [
+        (1, 1),
+        (2, 2),
+        (2, 1),
+        (1, 2),
+        (4, 4),
+        (3, 1),
+        (1, 3),
+        (4, 2),
+        (8, 8),
+        (2, 4),
+        (1, 4),
+        (4, 1),
+        (8, 1),
+        (16, 16),
+    ]
+    .iter()
+    .map(|&(a, b)| (run(a), run(b)))
+    .collect();
+    let word_merges: Vec<(String, String)> = [
+        ("▁", "r"),
+        ("r", "e"),
+        ("▁r", "e"),
+        ("▁", "re"),
+        ("e", "t"),
+        ("▁re", "t"),
+        ("a", "b"),
+        ("▁", "a"),
+        ("▁a", "b"),
+        ("ab", "c"),
+        ("▁", "ab"),
+        ("▁ab", "c"),
+        ("(", "a"),
+        ("▁", "("),
+        ("▁(", "a"),
+        ("▁", ","),
+        ("▁", "x"),
+        ("▁", "\t"),
+        ("▁", "é"),
+    ]
+    .iter()
+    .map(|&(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|&(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    let (w1, w2) = word_merges.split_at(word_merges.len() / 2);
+    let orders: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("runs-last", [word_merges.clone(), run_merges.clone()].concat()),
+        ("runs-first", [run_merges.clone(), word_merges.clone()].concat()),
+        (
+            "interleaved",
+            [w1.to_vec(), run_merges.clone(), w2.to_vec()].concat(),
+        ),
+        (
+            "paren-space",
+            [
+                word_merges.clone(),
+                pairs(&[("(", "▁")]),
+                run_merges.clone(),
+            ]
+            .concat(),
+        ),
+        (
+            "double-space-word",
+            [
+                run_merges.clone(),
+                pairs(&[("▁▁", "a")]),
+                word_merges.clone(),
+            ]
+            .concat(),
+        ),
+    ];
+    let alphabet = [
+        "▁", "a", "b", "c", "r", "e", "t", "(", ")", ",", ".", "x", "z", "\t", "é",
+    ];
+    let mut out = Vec::new();
+    for (name, merges) in orders {
+        let mut vocab = serde_json::Map::new();
+        let add = |t: &str, vocab: &mut serde_json::Map<String, serde_json::Value>| {
+            if !vocab.contains_key(t) {
+                let id = vocab.len();
+                vocab.insert(t.to_string(), id.into());
+            }
+        };
+        add("<unk>", &mut vocab);
+        for b in 0..256 {
+            add(&format!("<0x{b:02X}>"), &mut vocab);
+        }
+        for c in alphabet {
+            add(c, &mut vocab);
+        }
+        for (a, b) in &merges {
+            add(&format!("{a}{b}"), &mut vocab);
+        }
+        let merges: Vec<String> = merges.iter().map(|(a, b)| format!("{a} {b}")).collect();
+        let model = serde_json::json!({
+            "type": "BPE", "dropout": null, "unk_token": "<unk>",
+            "continuing_subword_prefix": null, "end_of_word_suffix": null,
+            "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+            "vocab": vocab, "merges": merges,
+        });
+        let added = serde_json::json!([{"id": 0, "content": "<unk>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true}]);
+        let metaspace = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+            "post_processor": null, "decoder": null, "model": model,
+        });
+        let prepend = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+            "pre_tokenizer": null, "post_processor": null, "decoder": null, "model": model,
+        });
+        out.push((format!("{name}-metaspace"), metaspace.to_string()));
+        out.push((format!("{name}-prepend"), prepend.to_string()));
+    }
+    out
+}
