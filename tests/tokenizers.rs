@@ -417,7 +417,13 @@ fn space_run_texts() -> Vec<String> {
         let mut lines: Vec<String> = words.iter().map(|w| format!("{run}{w}")).collect();
         lines.push(run.clone());
         out.push(lines.join("\n"));
-        out.push(words.iter().map(|w| format!("x{run}{w}")).collect::<String>() + &run);
+        out.push(
+            words
+                .iter()
+                .map(|w| format!("x{run}{w}"))
+                .collect::<String>()
+                + &run,
+        );
         out.push(format!("{run}return {run}"));
         out.push(format!("a\n{run}\n{run}b\n\n{run}"));
     }
@@ -494,8 +500,14 @@ fn sp_run_variants() -> Vec<(String, String)> {
     };
     let (w1, w2) = word_merges.split_at(word_merges.len() / 2);
     let orders: Vec<(&str, Vec<(String, String)>)> = vec![
-        ("runs-last", [word_merges.clone(), run_merges.clone()].concat()),
-        ("runs-first", [run_merges.clone(), word_merges.clone()].concat()),
+        (
+            "runs-last",
+            [word_merges.clone(), run_merges.clone()].concat(),
+        ),
+        (
+            "runs-first",
+            [run_merges.clone(), word_merges.clone()].concat(),
+        ),
         (
             "interleaved",
             [w1.to_vec(), run_merges.clone(), w2.to_vec()].concat(),

@@ -277,52 +277,43 @@ struct RunSplit {
 /// Longest run with a precomputed encoding (longer words take the ordinary path).
 const MAX_RUN: usize = 256;
 
-/// A first-level cache slot: a word of at most [`SLOT_KEY`] bytes, zero-padded (compared as
-/// four words, no `memcmp` call), and at most [`SLOT_IDS`] ids (`n_ids`' high bit: the lead
-/// flag).
+/// A first-level cache slot: a word of at most [`SLOT_KEY`] bytes and at most [`SLOT_IDS`] ids
+/// (`n_ids`' high bit: the lead flag).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Slot {
-    key: [u64; SLOT_KEY / 8],
     key_len: u8,
     n_ids: u8,
+    key: [u8; SLOT_KEY],
     ids: [u32; SLOT_IDS],
 }
 
-const SLOT_KEY: usize = 32;
-const SLOT_IDS: usize = 7;
+const SLOT_KEY: usize = 30;
+const SLOT_IDS: usize = 8;
 /// log2 of the first-level slots per thread (2^14 × 64 B = 1 MiB, a core's L2).
 const L1_BITS: u32 = 14;
 const LEAD_BIT: u8 = 0x80;
 const EMPTY_SLOT: Slot = Slot {
-    key: [0; SLOT_KEY / 8],
     key_len: u8::MAX,
     n_ids: 0,
+    key: [0; SLOT_KEY],
     ids: [0; SLOT_IDS],
 };
 
 /// The cache hash of `key`: Fx over 8-byte words (index from the top bits: the multiply mixes
-/// upwards). Its first [`SLOT_KEY`] bytes, zero-padded, are left in `padded`.
+/// upwards).
 #[inline]
-fn word_hash(key: &[u8], padded: &mut [u64; SLOT_KEY / 8]) -> u64 {
+fn word_hash(key: &[u8]) -> u64 {
     let mut h = FxHasher(key.len() as u64);
     let mut chunks = key.chunks_exact(8);
-    for (i, c) in (&mut chunks).enumerate() {
-        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        if let Some(p) = padded.get_mut(i) {
-            *p = w;
-        }
-        h.add(w);
+    for c in &mut chunks {
+        h.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
         let mut b = [0u8; 8];
         b[..rest.len()].copy_from_slice(rest);
-        let w = u64::from_le_bytes(b);
-        if let Some(p) = padded.get_mut(key.len() / 8) {
-            *p = w;
-        }
-        h.add(w);
+        h.add(u64::from_le_bytes(b));
     }
     h.0
 }
@@ -449,7 +440,8 @@ impl Bpe {
                 if merged.contains(rep) {
                     let tail = merged.strip_prefix(rep).unwrap_or("");
                     let pure = merged.chars().all(|c| c == rep);
-                    if !pure && (tail.is_empty() || tail.contains(rep) || !merged.starts_with(rep)) {
+                    if !pure && (tail.is_empty() || tail.contains(rep) || !merged.starts_with(rep))
+                    {
                         run_ok = false;
                     }
                 }
@@ -510,7 +502,13 @@ impl Bpe {
             let mut ids: Vec<u32> = vocab.values().copied().collect();
             ids.sort_unstable();
             ids.dedup();
-            let Alphabet::Chars { ascii, other, fallback, .. } = &alphabet else {
+            let Alphabet::Chars {
+                ascii,
+                other,
+                fallback,
+                ..
+            } = &alphabet
+            else {
                 return false;
             };
             let has_id = if (rep as u32) < 128 {
@@ -693,12 +691,11 @@ impl Bpe {
     fn encode_cached(&self, word: &str, out: &mut Sink<'_>, whole: bool) -> bool {
         let c = &mut *out.cache;
         let key = word.as_bytes();
-        let mut padded = [0u64; SLOT_KEY / 8];
-        let h = word_hash(key, &mut padded);
+        let h = word_hash(key);
         let slot = (key.len() <= SLOT_KEY).then(|| (h >> (64 - L1_BITS)) as usize);
         if let Some(i) = slot {
             let sl = &c.l1[i];
-            if sl.key_len as usize == key.len() && sl.key == padded {
+            if sl.key_len as usize == key.len() && &sl.key[..key.len()] == key {
                 let n = (sl.n_ids & !LEAD_BIT) as usize;
                 out.ids.extend_from_slice(&sl.ids[..n]);
                 return sl.n_ids & LEAD_BIT != 0;
@@ -712,7 +709,7 @@ impl Bpe {
                     let sl = &mut c.l1[i];
                     sl.key_len = key.len() as u8;
                     sl.n_ids = 1;
-                    sl.key = padded;
+                    sl.key[..key.len()].copy_from_slice(key);
                     sl.ids[0] = id;
                 }
                 return false;
@@ -736,7 +733,7 @@ impl Bpe {
             let sl = &mut c.l1[i];
             sl.key_len = key.len() as u8;
             sl.n_ids = ids.len() as u8 | if lead { LEAD_BIT } else { 0 };
-            sl.key = padded;
+            sl.key[..key.len()].copy_from_slice(key);
             sl.ids[..ids.len()].copy_from_slice(ids);
         }
         if !in_map && cacheable {
