@@ -692,7 +692,7 @@ impl Bpe {
         let c = &mut *out.cache;
         let key = word.as_bytes();
         let h = word_hash(key);
-        let slot = (key.len() <= SLOT_KEY).then(|| (h >> (64 - L1_BITS)) as usize);
+        let slot = (key.len() <= SLOT_KEY).then_some((h >> (64 - L1_BITS)) as usize);
         if let Some(i) = slot {
             let sl = &c.l1[i];
             if sl.key_len as usize == key.len() && &sl.key[..key.len()] == key {
