@@ -80,14 +80,7 @@ fn fast_path_ids_identical_to_python_on_every_family() {
     let mut failures = Vec::new();
     for name in &names {
         let d = dir.path().join(name);
-        let tok = DocTokenizer::load(
-            &d,
-            &BoundaryFlags {
-                no_eos: true,
-                ..BoundaryFlags::default()
-            },
-        )
-        .unwrap();
+        let tok = DocTokenizer::load(&d, &BoundaryFlags::no_eos()).unwrap();
         let exp: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(d.join("expected.json")).unwrap())
                 .unwrap();
@@ -172,10 +165,9 @@ fn fast_path_ids_identical_to_python_on_every_family() {
             let t = DocTokenizer::load(
                 &d,
                 &BoundaryFlags {
-                    no_eos: true,
                     no_fast,
                     mode,
-                    ..BoundaryFlags::default()
+                    ..BoundaryFlags::no_eos()
                 },
             )
             .unwrap();
@@ -348,14 +340,7 @@ fn sentencepiece_space_runs_ids_identical_to_the_crate() {
         }
     }
     for (name, d) in &checked {
-        let tok = DocTokenizer::load(
-            d,
-            &BoundaryFlags {
-                no_eos: true,
-                ..BoundaryFlags::default()
-            },
-        )
-        .unwrap();
+        let tok = DocTokenizer::load(d, &BoundaryFlags::no_eos()).unwrap();
         assert!(tok.is_fast(), "{name}: {}", tok.path());
         let krate = tokenizers::Tokenizer::from_file(d.join("tokenizer.json")).unwrap();
         let mut bad = 0;

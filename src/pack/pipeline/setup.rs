@@ -166,11 +166,13 @@ fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
     let tok = DocTokenizer::load(
         &args.tokenizer,
         &BoundaryFlags {
-            eos_token: args.eos_token.clone(),
-            no_eos: args.no_eos,
-            bos: args.bos,
-            bos_token: args.bos_token.clone(),
-            no_bos: args.no_bos,
+            boundary: crate::doc_tokens::Flags {
+                eos_token: args.eos_token.clone(),
+                no_eos: args.no_eos,
+                bos: args.bos,
+                bos_token: args.bos_token.clone(),
+                no_bos: args.no_bos,
+            },
             no_fast: args.no_fast_tokenizer,
             mode: args.special_tokens_in_text,
             mask_token: args.mask_token.clone(),

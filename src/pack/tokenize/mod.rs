@@ -75,21 +75,31 @@ pub fn resolve_json(path: &Path) -> PathBuf {
     }
 }
 
-/// Document boundary flags.
+/// How `pack` loads its tokenizer: the document-boundary flags (one rule for every command:
+/// [`crate::doc_tokens`]) and pack's own.
 #[derive(Debug, Clone, Default)]
 pub struct BoundaryFlags {
-    pub eos_token: Option<String>,
-    pub no_eos: bool,
-    pub bos: bool,
-    pub bos_token: Option<String>,
-    /// `--no-bos`: no BOS even when tokenizer_config.json says add_bos_token.
-    pub no_bos: bool,
+    /// `--eos-token`, `--no-eos`, `--bos`, `--bos-token`, `--no-bos`.
+    pub boundary: crate::doc_tokens::Flags,
     /// Force the `tokenizers` crate path.
     pub no_fast: bool,
     /// `--special-tokens-in-text`.
     pub mode: SpecialTokensInText,
     /// `--mask-token` (else tokenizer_config.json `mask_token`, when in the vocabulary).
     pub mask_token: Option<String>,
+}
+
+impl BoundaryFlags {
+    /// No EOS appended (tests and tools that want the bare ids).
+    pub fn no_eos() -> BoundaryFlags {
+        BoundaryFlags {
+            boundary: crate::doc_tokens::Flags {
+                no_eos: true,
+                ..Default::default()
+            },
+            ..BoundaryFlags::default()
+        }
+    }
 }
 
 impl DocTokenizer {
@@ -145,17 +155,7 @@ impl DocTokenizer {
             eos_choice,
             bos,
             bos_choice,
-        } = crate::doc_tokens::resolve(
-            &json_path,
-            &crate::doc_tokens::Flags {
-                eos_token: flags.eos_token.clone(),
-                no_eos: flags.no_eos,
-                bos: flags.bos,
-                bos_token: flags.bos_token.clone(),
-                no_bos: flags.no_bos,
-            },
-            lookup,
-        )?;
+        } = crate::doc_tokens::resolve(&json_path, &flags.boundary, lookup)?;
         let mask = match &flags.mask_token {
             Some(t) => Some((t.clone(), id(t, "--mask-token")?)),
             None => crate::doc_tokens::config_token(&json_path, "mask_token")

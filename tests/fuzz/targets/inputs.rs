@@ -226,10 +226,7 @@ impl Target for TokenizerJson {
     fn run(&self, input: &[u8]) -> Result<()> {
         use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
         std::fs::write(self.dir.join("tokenizer.json"), input)?;
-        let flags = BoundaryFlags {
-            no_eos: true,
-            ..BoundaryFlags::default()
-        };
+        let flags = BoundaryFlags::no_eos();
         let tok = DocTokenizer::load(&self.dir, &flags)?;
         for text in [
             "Hello world, the <|endoftext|> of a <|pad|>document.",
