@@ -28,6 +28,21 @@ fn must_be_fast(name: &str) -> bool {
     )
 }
 
+/// A failure line: the text's start and the ids around the first one that differs.
+fn first_difference(what: &str, text: &str, got: &[u32], want: &[u32]) -> String {
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    format!(
+        "{what} {:?}: first difference at id {at}: got {:?} want {:?}",
+        text.chars().take(80).collect::<String>(),
+        &got[at.saturating_sub(2)..(at + 4).min(got.len())],
+        &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+    )
+}
+
 #[test]
 fn fast_path_ids_identical_to_python_on_every_family() {
     let Ok(py) = std::env::var("DLM_PYTHON") else {
@@ -99,16 +114,11 @@ fn fast_path_ids_identical_to_python_on_every_family() {
             if got != want {
                 bad += 1;
                 if bad <= 3 {
-                    let at = got
-                        .iter()
-                        .zip(&want)
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(got.len().min(want.len()));
-                    failures.push(format!(
-                        "{name} text #{k} {:?}: first difference at id {at}: got {:?} want {:?}",
-                        t.chars().take(80).collect::<String>(),
-                        &got[at.saturating_sub(2)..(at + 4).min(got.len())],
-                        &want[at.saturating_sub(2)..(at + 4).min(want.len())]
+                    failures.push(first_difference(
+                        &format!("{name} text #{k}"),
+                        t,
+                        &got,
+                        &want,
                     ));
                 }
             }
@@ -350,17 +360,7 @@ fn sentencepiece_space_runs_ids_identical_to_the_crate() {
             if got != want {
                 bad += 1;
                 if bad <= 3 {
-                    let at = got
-                        .iter()
-                        .zip(&want)
-                        .position(|(a, b)| a != b)
-                        .unwrap_or(got.len().min(want.len()));
-                    failures.push(format!(
-                        "{name} {:?}: at id {at}: got {:?} want {:?}",
-                        t.chars().take(60).collect::<String>(),
-                        &got[at.saturating_sub(2)..(at + 4).min(got.len())],
-                        &want[at.saturating_sub(2)..(at + 4).min(want.len())]
-                    ));
+                    failures.push(first_difference(name, t, &got, &want));
                 }
             }
         }
