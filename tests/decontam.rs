@@ -28,17 +28,7 @@ fn mcq(w: &World, out: &std::path::Path) {
 }
 
 fn decontam(w: &World, target: &[&str], extra: &[&str]) -> DecontamReport {
-    let mut a = vec![
-        "decontam",
-        "--against",
-        p(&w.eval_manifest),
-        "--cache",
-        p(&w.cache),
-        "--json",
-    ];
-    a.extend_from_slice(target);
-    a.extend_from_slice(extra);
-    let (code, out, err) = run(&a);
+    let (code, out, err) = run_decontam(w, target, extra);
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).unwrap()
 }

@@ -38,20 +38,6 @@ fn tick() {
     std::thread::sleep(std::time::Duration::from_millis(20));
 }
 
-fn decontam(w: &World, target: &[&str], extra: &[&str]) -> (i32, String, String) {
-    let mut a = vec![
-        "decontam",
-        "--against",
-        p(&w.eval_manifest),
-        "--cache",
-        p(&w.cache),
-        "--json",
-    ];
-    a.extend_from_slice(target);
-    a.extend_from_slice(extra);
-    run(&a)
-}
-
 #[test]
 fn mcq_rerun_is_a_noop_and_keeps_the_decontam_reports() {
     let w = world();
@@ -64,7 +50,7 @@ fn mcq_rerun_is_a_noop_and_keeps_the_decontam_reports() {
         ["--shards", p(&sft)],
         ["--prompts", p(&out.join("prompts.jsonl"))],
     ] {
-        let (code, _, e) = decontam(&w, &t, &[]);
+        let (code, _, e) = run_decontam(&w, &t, &[]);
         assert_eq!(code, 0, "{e}");
     }
     let before = files(&out);
@@ -131,13 +117,13 @@ fn decontam_rerun_is_a_noop_until_an_argument_or_input_changes() {
     let copy = w.root().join("clean");
     let target = ["--shards", p(&sft)];
     let drop = ["--drop", p(&copy)];
-    let (code, first, e) = decontam(&w, &target, &drop);
+    let (code, first, e) = run_decontam(&w, &target, &drop);
     assert_eq!(code, 0, "{e}");
     let report = sft.join("decontam.json");
     let (rb, copy_files) = (files(&sft), files(&copy));
     tick();
     // Same arguments: no scan, no write; the recorded report is printed as one JSON line.
-    let (code, again, e) = decontam(&w, &target, &drop);
+    let (code, again, e) = run_decontam(&w, &target, &drop);
     assert_eq!(code, 0, "{e}");
     // The recorded report (its timings read back through f64 parsing may differ in the last
     // digit; everything else, `time` included, is the first run's).
@@ -154,7 +140,7 @@ fn decontam_rerun_is_a_noop_until_an_argument_or_input_changes() {
     assert_eq!(files(&copy), copy_files);
 
     // Another --ngram: scanned again.
-    let (code, _, e) = decontam(&w, &target, &[&drop[..], &["--ngram", "12"]].concat());
+    let (code, _, e) = run_decontam(&w, &target, &[&drop[..], &["--ngram", "12"]].concat());
     assert_eq!(code, 0, "{e}");
     assert!(mtime(&report) > rb["decontam.json"].1);
     let r = dlm_data::decontam::report::load(&report).unwrap();
@@ -164,24 +150,24 @@ fn decontam_rerun_is_a_noop_until_an_argument_or_input_changes() {
     let r12 = files(&sft);
     tick();
     std::fs::remove_file(copy.join("decontam.json")).unwrap();
-    let (code, _, e) = decontam(&w, &target, &[&drop[..], &["--ngram", "12"]].concat());
+    let (code, _, e) = run_decontam(&w, &target, &[&drop[..], &["--ngram", "12"]].concat());
     assert_eq!(code, 0, "{e}");
     assert!(copy.join("decontam.json").is_file());
     assert!(mtime(&report) > r12["decontam.json"].1);
 
     // The scanned data changed (other prompts): scanned again.
     let pr = out.join("prompts.jsonl");
-    let (code, _, e) = decontam(&w, &["--prompts", p(&pr)], &[]);
+    let (code, _, e) = run_decontam(&w, &["--prompts", p(&pr)], &[]);
     assert_eq!(code, 0, "{e}");
     let pr_report = out.join("prompts.decontam.json");
     let t0 = mtime(&pr_report);
     tick();
-    let (code, _, e) = decontam(&w, &["--prompts", p(&pr)], &[]);
+    let (code, _, e) = run_decontam(&w, &["--prompts", p(&pr)], &[]);
     assert_eq!(code, 0, "{e}");
     assert_eq!(mtime(&pr_report), t0);
     let (code, _, e) = run_mcq(&w, &out, &["--seed", "9"]);
     assert_eq!(code, 0, "{e}");
-    let (code, _, e) = decontam(&w, &["--prompts", p(&pr)], &[]);
+    let (code, _, e) = run_decontam(&w, &["--prompts", p(&pr)], &[]);
     assert_eq!(code, 0, "{e}");
     let r = dlm_data::decontam::report::load(&pr_report).unwrap();
     assert_eq!(r.scanned.sha256, dlm_data::util::sha256_file(&pr).unwrap());

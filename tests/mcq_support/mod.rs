@@ -72,6 +72,22 @@ pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
     run(&a)
 }
 
+/// `dlm-data decontam --json` of `target` (`--prompts F` / `--shards D`) against the world's
+/// eval manifest, plus `extra` flags.
+pub fn run_decontam(w: &World, target: &[&str], extra: &[&str]) -> (i32, String, String) {
+    let mut a = vec![
+        "decontam",
+        "--against",
+        p(&w.eval_manifest),
+        "--cache",
+        p(&w.cache),
+        "--json",
+    ];
+    a.extend_from_slice(target);
+    a.extend_from_slice(extra);
+    run(&a)
+}
+
 /// [`run_mcq`] writing the SFT set with the world's tokenizer as `format`, `rows` per shard.
 pub fn run_mcq_shards(w: &World, out: &Path, format: &str, rows: &str) -> (i32, String, String) {
     run_mcq(
