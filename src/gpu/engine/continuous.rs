@@ -69,18 +69,6 @@ struct Prof {
     tokens: f64,
 }
 
-impl Prof {
-    fn time<T>(on: bool, acc: &mut f64, f: impl FnOnce() -> T) -> T {
-        if !on {
-            return f();
-        }
-        let t = std::time::Instant::now();
-        let r = f();
-        *acc += t.elapsed().as_secs_f64();
-        r
-    }
-}
-
 impl Engine {
     /// Generate `prompts` (unpadded; `keys` their RNG keys) through at most `slots` rows, each
     /// row stopping when finished by `p.stop_ids` (none: every block) and its slot refilled
@@ -185,18 +173,12 @@ impl Device<'_> {
 
 impl RowDevice for Device<'_> {
     fn load(&mut self, l: &Layout) -> Result<()> {
-        let (on, mut acc) = (self.prof.on, 0.0);
-        let r = Prof::time(on, &mut acc, || self.load_layout(l));
-        self.prof.load += acc;
         self.prof.loads += 1;
-        r
+        self.timed(|p| &mut p.load, |d| d.load_layout(l))
     }
 
     fn tokens(&mut self) -> Result<Vec<u32>> {
-        let (on, mut acc) = (self.prof.on, 0.0);
-        let r = Prof::time(on, &mut acc, || self.read_tokens());
-        self.prof.tokens += acc;
-        r
+        self.timed(|p| &mut p.tokens, |d| d.read_tokens())
     }
 
     fn step(&mut self, kind: StepKind) -> Result<()> {
@@ -204,10 +186,7 @@ impl RowDevice for Device<'_> {
     }
 
     fn state(&mut self) -> Result<([i32; 4], Vec<RowState>)> {
-        let (on, mut acc) = (self.prof.on, 0.0);
-        let r = Prof::time(on, &mut acc, || self.e.read_rows(self.b));
-        self.prof.state += acc;
-        r
+        self.timed(|p| &mut p.state, |d| d.e.read_rows(d.b))
     }
 
     fn retire(&mut self, r: usize) -> Result<()> {
@@ -219,6 +198,16 @@ impl RowDevice for Device<'_> {
 }
 
 impl Device<'_> {
+    /// Run `f`, adding its seconds to `stage` of the profile when it is on.
+    fn timed<T>(&mut self, stage: fn(&mut Prof) -> &mut f64, f: impl FnOnce(&mut Self) -> T) -> T {
+        let t = self.prof.on.then(std::time::Instant::now);
+        let r = f(self);
+        if let Some(t) = t {
+            *stage(&mut self.prof) += t.elapsed().as_secs_f64();
+        }
+        r
+    }
+
     fn load_layout(&mut self, l: &Layout) -> Result<()> {
         let s = l.lp + self.p.gen_length;
         let ws = self.e.ws.as_ref().context("no workspace")?;
