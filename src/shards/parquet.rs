@@ -331,25 +331,33 @@ impl Streaming {
             });
         }
         self.pending.push_back(rx);
+        // Splice what is done; wait only while too many groups are in flight.
         let limit = max_pending();
         while let Some(front) = self.pending.front() {
-            let ready = match front.try_recv() {
-                Ok(r) => r,
-                Err(TryRecvError::Empty) if self.pending.len() > limit => {
-                    let t = std::time::Instant::now();
-                    let r = front
-                        .recv()
-                        .map_err(|_| anyhow!("a row group encoder stopped"))?;
-                    self.waited += t.elapsed();
-                    r
+            match front.try_recv() {
+                Ok(ready) => {
+                    self.pending.pop_front();
+                    self.splice(ready?)?;
                 }
+                Err(TryRecvError::Empty) if self.pending.len() > limit => self.splice_oldest()?,
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => bail!("a row group encoder stopped"),
-            };
-            self.pending.pop_front();
-            self.splice(ready?)?;
+            }
         }
         Ok(())
+    }
+
+    /// Wait for the oldest row group in flight (timed in [`Self::waited`]) and splice it.
+    fn splice_oldest(&mut self) -> Result<()> {
+        let Some(rx) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let t = std::time::Instant::now();
+        let chunks = rx
+            .recv()
+            .map_err(|_| anyhow!("a row group encoder stopped"))?;
+        self.waited += t.elapsed();
+        self.splice(chunks?)
     }
 
     /// Append one encoded row group to the file.
@@ -372,13 +380,8 @@ impl Streaming {
         if self.group_rows > 0 {
             self.dispatch()?;
         }
-        while let Some(rx) = self.pending.pop_front() {
-            let t = std::time::Instant::now();
-            let chunks = rx
-                .recv()
-                .map_err(|_| anyhow!("a row group encoder stopped"))??;
-            self.waited += t.elapsed();
-            self.splice(chunks)?;
+        while !self.pending.is_empty() {
+            self.splice_oldest()?;
         }
         let (rows, tokens) = (self.rows, self.tokens);
         Ok((self.file.into_inner()?, rows, tokens))
