@@ -129,9 +129,20 @@ fn byte_identical_whatever_the_thread_count() {
     let tok = tokenizer(d.path());
     let (input, _) = corpus(d.path(), 400);
     let mut trees = Vec::new();
-    // The last run decodes the input's row groups, cut into ~2 KB pieces, on 3 threads.
-    for (threads, read_threads) in [("1", "1"), ("2", "1"), ("2", "3")] {
-        let out = d.path().join(format!("t{threads}-r{read_threads}"));
+    // The third run decodes the input's row groups, cut into ~2 KB pieces, on 3 threads. The
+    // last two tokenize without the shared word table (each thread caches in its own map) and
+    // with one so small it fills at once (the per-thread maps take over).
+    let runs = [
+        ("1", "1", None),
+        ("2", "1", None),
+        ("2", "3", None),
+        ("2", "1", Some("0")),
+        ("2", "1", Some("40")),
+    ];
+    for (threads, read_threads, word_cache) in runs {
+        let out = d
+            .path()
+            .join(format!("t{threads}-r{read_threads}-w{word_cache:?}"));
         pack(
             &input,
             &tok,
@@ -148,13 +159,15 @@ fn byte_identical_whatever_the_thread_count() {
                 ("RAYON_NUM_THREADS", threads),
                 ("DLM_PACK_READ_THREADS", read_threads),
                 ("DLM_PACK_READ_PIECE_BYTES", "2000"),
+                ("DLM_PACK_WORD_CACHE", word_cache.unwrap_or("1500000")),
             ],
         );
         trees.push(tree(&out));
     }
     assert!(trees[0].len() > 3);
-    assert_eq!(trees[0], trees[1]);
-    assert_eq!(trees[0], trees[2]);
+    for (k, t) in trees.iter().enumerate().skip(1) {
+        assert_eq!(&trees[0], t, "run {:?}", runs[k]);
+    }
 }
 
 #[test]

@@ -7,8 +7,10 @@
 //! short words a scan over per-position pair ranks, each merge looking up only the two pairs it
 //! changes (cheaper than a heap below ~48 symbols), and the crate's own heap-over-linked-list
 //! algorithm, O(n log n), above that, so one long "word" (a SentencePiece document is one) is
-//! never quadratic. Results are cached per thread: a direct-mapped first level (word and ids
-//! inline in one 64-byte line) in front of an arena map that allocates nothing once warm. On
+//! never quadratic. Results are cached: per thread a direct-mapped first level (word and ids
+//! inline in one 64-byte line), behind it one insert-only table all threads share
+//! ([`super::shared_words`]: a word is merged once per run, not once per thread), and a
+//! per-thread arena map once that table is full. On
 //! SentencePiece words a leading run of `▁` (indentation) is cut off and taken from a table
 //! built at load, where the merges prove the cut exact ([`RunSplit`]), so code's
 //! `▁▁▁▁▁▁▁▁return` shares the cache entry and the merging of `▁return`.
@@ -127,6 +129,8 @@ pub struct Bpe {
     pub vocab: StrMap<Box<str>, u32>,
     /// Cache generation: thread-local caches never mix tokenizers.
     id: u64,
+    /// The word cache every thread shares (the per-thread map takes over when it is full).
+    shared: super::shared_words::SharedWords,
 }
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -192,6 +196,12 @@ struct MapEntry {
 const MAP_BITS: u32 = 19;
 
 impl WordMap {
+    /// Empty, holding no memory until the next insert (most runs never get here: the shared
+    /// table takes the words).
+    fn release(&mut self) {
+        *self = WordMap::default();
+    }
+
     fn reset(&mut self) {
         self.slots.clear();
         self.slots.resize(1 << MAP_BITS, 0);
@@ -535,6 +545,7 @@ impl Bpe {
                 .map(|(k, v)| (Box::<str>::from(*k), *v))
                 .collect(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            shared: super::shared_words::SharedWords::new(),
         };
         if let Some(rep) = run_rep {
             let rep_id = bpe.char_id(rep).expect("checked above");
@@ -598,7 +609,7 @@ impl Bpe {
             let mut c = c.borrow_mut();
             if c.owner != self.id {
                 c.owner = self.id;
-                c.words.reset();
+                c.words.release();
                 c.l1.clear();
                 c.l1.resize(1 << L1_BITS, EMPTY_SLOT);
             }
@@ -716,11 +727,18 @@ impl Bpe {
             }
         }
         let cacheable = key.len() <= MAX_CACHED_WORD_LEN;
-        let (in_map, lead) = match cacheable.then(|| c.words.get(key, h)).flatten() {
-            Some((ids, lead)) => {
-                out.ids.extend_from_slice(ids);
-                (true, lead)
+        let mut hit = None;
+        if cacheable {
+            hit = self.shared.get(key, h, &mut out.ids);
+            if hit.is_none() && self.shared.is_full() {
+                if let Some((ids, lead)) = c.words.get(key, h) {
+                    out.ids.extend_from_slice(ids);
+                    hit = Some(lead);
+                }
             }
+        }
+        let (in_map, lead) = match hit {
+            Some(lead) => (true, lead),
             None => {
                 self.symbols(word, &mut c.syms);
                 let threshold = self.run_split.as_ref().map_or(0, |r| r.threshold);
@@ -736,7 +754,7 @@ impl Bpe {
             sl.key[..key.len()].copy_from_slice(key);
             sl.ids[..ids.len()].copy_from_slice(ids);
         }
-        if !in_map && cacheable {
+        if !in_map && cacheable && !self.shared.insert(key, h, ids, lead) {
             c.words.insert(key, h, ids, lead);
         }
         lead

@@ -18,6 +18,7 @@ pub mod gpt2;
 pub mod json;
 pub use crate::added_text::ranged;
 pub mod regex;
+mod shared_words;
 pub mod unicode;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,320 @@
+//! The word cache all tokenizing threads share: one insert-only table of BPE results per
+//! loaded tokenizer, so a word is merged once per run instead of once per thread.
+//!
+//! Per-thread maps made every one of 16 threads merge the same vocabulary again (5.4× the
+//! merges of one thread on the 256 MB code corpus) and each held its own copy in the shared
+//! L3; a 256k-word map per thread also overflowed on SentencePiece code, where a word is a whole
+//! `foo(bar,baz)` run, and was cleared every few MB. This table is written once per word and
+//! then only read: a slot is a `u64` (key tag, entry offset) published by one compare-exchange
+//! after the entry's words are stored, so a reader that sees the slot sees the whole entry, and
+//! no cache line is written again after warm-up. When it is full (arena spent, or a probe too
+//! long) inserts stop and the caller keeps its per-thread map, as before this table existed.
+//!
+//! Exact by construction: an entry is the deterministic BPE of its key, and two threads racing
+//! on one word store the same value (the loser finds the winner's slot).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// Words the table holds by default (about 100 MiB at most, touched as it fills): a 256k-word
+/// map cleared every few MB of SentencePiece code merged 3× the words this size does.
+pub const DEFAULT_WORDS: usize = 1_500_000;
+/// Arena words (8 bytes) budgeted per cached word: a header, a key of up to 16 bytes and up to
+/// 6 ids take 6; longer words take more, shorter ones less.
+const ARENA_PER_WORD: usize = 6;
+/// Longest probe before a lookup gives up or an insert declares the table full.
+const MAX_PROBE: usize = 32;
+
+/// See the module doc.
+pub(super) struct SharedWords {
+    /// Per slot: the key's tag (high half) and its entry offset + 1 (low half); 0 is empty.
+    slots: Box<[AtomicU64]>,
+    /// Entries: a header word (key length, id count, lead flag), the key's bytes packed
+    /// little-endian into words (zero-padded), then the ids two to a word.
+    arena: Box<[AtomicU64]>,
+    slot_bits: u32,
+    next: Padded<AtomicUsize>,
+    full: Padded<AtomicBool>,
+}
+
+/// Keeps the two counters written by inserts off the cache lines readers use.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// `n` zeroed atomics from a zeroed allocation: the OS hands the pages over untouched, so a
+/// table costs memory only as it fills (a loop of `AtomicU64::new(0)` would write all 96 MiB).
+fn zeroed(n: usize) -> Box<[AtomicU64]> {
+    const _: () = assert!(
+        std::mem::size_of::<AtomicU64>() == std::mem::size_of::<u64>()
+            && std::mem::align_of::<AtomicU64>() == std::mem::align_of::<u64>()
+    );
+    let b: Box<[u64]> = vec![0u64; n].into_boxed_slice();
+    // SAFETY: AtomicU64 has the size, alignment (asserted above) and bit validity of u64, and
+    // the box is moved, so nothing else holds a non-atomic reference to the memory.
+    unsafe { Box::from_raw(Box::into_raw(b) as *mut [AtomicU64]) }
+}
+
+/// A slot's 32-bit key tag, from bits of the hash the slot index does not use (mixed: the
+/// low bits of an Fx hash are weak).
+#[inline]
+fn tag(h: u64) -> u64 {
+    (h ^ h >> 29).wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32
+}
+
+#[inline]
+fn key_word(key: &[u8], w: usize) -> u64 {
+    let s = &key[w * 8..key.len().min(w * 8 + 8)];
+    let mut b = [0u8; 8];
+    b[..s.len()].copy_from_slice(s);
+    u64::from_le_bytes(b)
+}
+
+impl SharedWords {
+    /// An empty table of `DLM_PACK_WORD_CACHE` words (default [`DEFAULT_WORDS`]; 0: no shared
+    /// table, every thread caches in its own map).
+    pub fn new() -> SharedWords {
+        let words = match std::env::var("DLM_PACK_WORD_CACHE") {
+            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+                tracing::warn!(
+                    "DLM_PACK_WORD_CACHE={v:?} is not a number of words: using {DEFAULT_WORDS}"
+                );
+                DEFAULT_WORDS
+            }),
+            Err(_) => DEFAULT_WORDS,
+        };
+        Self::for_words(words)
+    }
+
+    /// An empty table for about `words` words (slots stay under half full).
+    pub fn for_words(words: usize) -> SharedWords {
+        let slot_bits = (2 * words.max(1))
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(4);
+        let t = Self::with_capacity(slot_bits, words * ARENA_PER_WORD);
+        if words == 0 {
+            t.full.0.store(true, Ordering::Relaxed);
+        }
+        t
+    }
+
+    /// An empty table of 2^`slot_bits` slots and `arena_words` words (tests use small ones).
+    pub fn with_capacity(slot_bits: u32, arena_words: usize) -> SharedWords {
+        SharedWords {
+            slots: zeroed(1 << slot_bits),
+            arena: zeroed(arena_words),
+            slot_bits,
+            next: Padded(AtomicUsize::new(0)),
+            full: Padded(AtomicBool::new(false)),
+        }
+    }
+
+    /// No more inserts are taken (the caller caches in its own map from now on).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.full.0.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// Index from the top bits (the multiply of an Fx hash mixes upwards).
+    #[inline]
+    fn first_slot(&self, h: u64) -> usize {
+        (h >> (64 - self.slot_bits)) as usize
+    }
+
+    /// Whether the entry at `off` holds `key`; its header when it does.
+    #[inline]
+    fn matches(&self, off: usize, key: &[u8]) -> Option<u64> {
+        let head = self.arena[off].load(Ordering::Relaxed);
+        if (head & 0xff) as usize != key.len() {
+            return None;
+        }
+        let words = key.len().div_ceil(8);
+        (0..words)
+            .all(|w| self.arena[off + 1 + w].load(Ordering::Relaxed) == key_word(key, w))
+            .then_some(head)
+    }
+
+    /// Append the ids of `key` (hash `h`) to `out` and return its lead flag, if cached.
+    #[inline]
+    pub fn get(&self, key: &[u8], h: u64, out: &mut Vec<u32>) -> Option<bool> {
+        let t = tag(h);
+        let mut i = self.first_slot(h);
+        for _ in 0..MAX_PROBE {
+            let s = self.slots[i].load(Ordering::Acquire);
+            if s == 0 {
+                return None;
+            }
+            if s >> 32 == t {
+                let off = (s & 0xffff_ffff) as usize - 1;
+                if let Some(head) = self.matches(off, key) {
+                    let n = (head >> 8 & 0xff) as usize;
+                    let base = off + 1 + key.len().div_ceil(8);
+                    for k in 0..n {
+                        let w = self.arena[base + k / 2].load(Ordering::Relaxed);
+                        out.push((w >> (32 * (k % 2))) as u32);
+                    }
+                    return Some(head >> 16 & 1 == 1);
+                }
+            }
+            i = (i + 1) & self.mask();
+        }
+        None
+    }
+
+    /// Cache `ids` (and the lead flag) for `key` (hash `h`; at most 255 bytes and 255 ids).
+    /// False when the table is full: the caller caches it elsewhere.
+    pub fn insert(&self, key: &[u8], h: u64, ids: &[u32], lead: bool) -> bool {
+        if self.is_full() || key.len() > 255 || ids.len() > 255 {
+            return false;
+        }
+        let key_words = key.len().div_ceil(8);
+        let n = 1 + key_words + ids.len().div_ceil(2);
+        let off = self.next.0.fetch_add(n, Ordering::Relaxed);
+        if off + n > self.arena.len() || off + 1 > u32::MAX as usize {
+            self.full.0.store(true, Ordering::Relaxed);
+            return false;
+        }
+        let a = &self.arena;
+        a[off].store(
+            key.len() as u64 | (ids.len() as u64) << 8 | (lead as u64) << 16,
+            Ordering::Relaxed,
+        );
+        for w in 0..key_words {
+            a[off + 1 + w].store(key_word(key, w), Ordering::Relaxed);
+        }
+        for (k, pair) in ids.chunks(2).enumerate() {
+            let w = pair[0] as u64 | pair.get(1).map_or(0, |&b| (b as u64) << 32);
+            a[off + 1 + key_words + k].store(w, Ordering::Relaxed);
+        }
+        let mine = tag(h) << 32 | (off as u64 + 1);
+        let mut i = self.first_slot(h);
+        for _ in 0..MAX_PROBE {
+            let mut s = self.slots[i].load(Ordering::Acquire);
+            if s == 0 {
+                // Release: the entry's words above are visible to whoever reads this slot.
+                match self.slots[i].compare_exchange(0, mine, Ordering::Release, Ordering::Acquire)
+                {
+                    Ok(_) => return true,
+                    Err(cur) => s = cur,
+                }
+            }
+            if s >> 32 == tag(h) && self.matches((s & 0xffff_ffff) as usize - 1, key).is_some() {
+                // Another thread cached the same word first (same ids: BPE is deterministic).
+                return true;
+            }
+            i = (i + 1) & self.mask();
+        }
+        self.full.0.store(true, Ordering::Relaxed);
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(key: &[u8]) -> u64 {
+        // A deliberately weak hash in the tests: 7 values, so many keys share a first slot and
+        // a tag and are told apart by their bytes.
+        (key.iter()
+            .fold(0u64, |a, &b| a.wrapping_mul(31).wrapping_add(b as u64))
+            % 7)
+            << 61
+    }
+
+    #[test]
+    fn stores_and_returns_words_of_every_length() {
+        let t = SharedWords::with_capacity(8, 1 << 12);
+        let words: Vec<(Vec<u8>, Vec<u32>)> = (0..40usize)
+            .map(|k| {
+                let key: Vec<u8> = (0..k + 1)
+                    .map(|j| b'a' + ((j * 7 + k) % 26) as u8)
+                    .collect();
+                let ids: Vec<u32> = (0..k % 9 + 1).map(|j| (k * 1000 + j) as u32).collect();
+                (key, ids)
+            })
+            .collect();
+        for (k, (key, ids)) in words.iter().enumerate() {
+            assert!(t.insert(key, h(key), ids, k % 2 == 0));
+        }
+        for (k, (key, ids)) in words.iter().enumerate() {
+            let mut out = vec![7];
+            assert_eq!(t.get(key, h(key), &mut out), Some(k % 2 == 0), "{k}");
+            assert_eq!(out[1..], ids[..], "{k}");
+        }
+        // A prefix of a stored key, or a key with a trailing zero byte, is another word.
+        let stored: std::collections::HashSet<&[u8]> = words.iter().map(|w| &w.0[..]).collect();
+        let mut z = words[5].0.clone();
+        z.push(0);
+        let others = [&words[20].0[..9], &words[33].0[..17], &z[..], b"not stored"];
+        let mut out = Vec::new();
+        for k in others {
+            assert!(!stored.contains(k));
+            assert_eq!(t.get(k, h(k), &mut out), None, "{k:?}");
+        }
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_full_table_refuses_inserts_and_keeps_what_it_has() {
+        let t = SharedWords::with_capacity(6, 64);
+        let mut stored = Vec::new();
+        for k in 0..100u32 {
+            let key = format!("word{k}");
+            if !t.insert(key.as_bytes(), h(key.as_bytes()), &[k, k + 1, k + 2], false) {
+                break;
+            }
+            stored.push(k);
+        }
+        assert!(t.is_full());
+        assert!(!stored.is_empty() && stored.len() < 100);
+        for k in stored {
+            let key = format!("word{k}");
+            let mut out = Vec::new();
+            assert_eq!(
+                t.get(key.as_bytes(), h(key.as_bytes()), &mut out),
+                Some(false)
+            );
+            assert_eq!(out, [k, k + 1, k + 2]);
+        }
+        assert!(!t.insert(b"late", h(b"late"), &[1], true));
+    }
+
+    #[test]
+    fn threads_racing_on_the_same_words_all_read_them_back() {
+        let t = SharedWords::with_capacity(12, 1 << 16);
+        let ids = |k: u32| -> Vec<u32> { (0..k % 5 + 1).map(|j| k * 10 + j).collect() };
+        std::thread::scope(|s| {
+            for th in 0..8u32 {
+                let t = &t;
+                s.spawn(move || {
+                    for round in 0..3 {
+                        for k in 0..500u32 {
+                            let k = (k + th * 37) % 500;
+                            let key = format!("w{k}-{}", "x".repeat(k as usize % 20));
+                            let kh = key
+                                .bytes()
+                                .fold(1u64, |a, b| a.wrapping_mul(0x100000001b3) ^ b as u64);
+                            let mut out = Vec::new();
+                            match t.get(key.as_bytes(), kh, &mut out) {
+                                Some(lead) => {
+                                    assert_eq!(out, ids(k));
+                                    assert_eq!(lead, k % 3 == 0);
+                                }
+                                None => {
+                                    assert!(round == 0 || t.is_full());
+                                    assert!(t.insert(key.as_bytes(), kh, &ids(k), k % 3 == 0));
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert!(!t.is_full());
+    }
+}
