@@ -29,18 +29,7 @@ fn hostile_world() -> World {
 fn blank_distractors_keep_the_item_or_name_the_row() {
     let w = hostile_world();
     let out = w.root().join("out");
-    let (code, stdout, err) = run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(&out),
-        "--tokenizer",
-        p(&w.tokenizer),
-        "--json",
-    ]);
+    let (code, stdout, err) = run_mcq(&w, &out, &["--tokenizer", p(&w.tokenizer), "--json"]);
     assert_eq!(code, 0, "{err}");
     let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
     assert_eq!(recs.len(), SCIQ_ROWS - 2 + MMLU_ROWS);

@@ -37,27 +37,11 @@ impl Chain {
 }
 
 /// distilled.json records for every prompt, written by the teacher at `teacher`.
-fn distilled_for(recs: &[prompts::PromptRecord], teacher: &Path) -> serde_json::Value {
+fn distilled_by(recs: &[prompts::PromptRecord], teacher: &Path) -> serde_json::Value {
     let a = ModelArchitecture::from_dir(teacher).unwrap();
-    serde_json::Value::Array(
-        recs.iter()
-            .map(|r| {
-                // The gold letter is the most probable: the record agrees with itself.
-                let mut probs = serde_json::Map::new();
-                probs.insert(r.gold.clone(), 0.75.into());
-                let other = if r.gold == "A" { "B" } else { "A" };
-                probs.insert(other.into(), 0.25.into());
-                serde_json::json!({
-                    "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
-                    "file": r.file, "row": r.row, "prompt": r.prompt,
-                    "response": format!(" {}", r.gold), "response_ids": [1, 2],
-                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
-                    "gold": r.gold, "correct": true,
-                    "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
-                    "teacher": {"path": teacher.display().to_string(), "weights_sha256": a.weights_sha256, "config_sha256": a.config_sha256}
-                })
-            })
-            .collect(),
+    distilled_for(
+        recs,
+        serde_json::json!({"path": teacher.display().to_string(), "weights_sha256": a.weights_sha256, "config_sha256": a.config_sha256}),
     )
 }
 
@@ -158,7 +142,7 @@ fn chain() -> Chain {
     let distilled = out.join("distilled.json");
     std::fs::write(
         &distilled,
-        serde_json::to_string(&distilled_for(&recs, &teacher)).unwrap(),
+        serde_json::to_string(&distilled_by(&recs, &teacher)).unwrap(),
     )
     .unwrap();
     let ckpt1 = root.join("ckpt/stage1");
@@ -195,20 +179,7 @@ fn chain() -> Chain {
 }
 
 fn audit(c: &Chain, args: &[&str]) -> (i32, AuditReport, String) {
-    let mut a = vec![
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--manifest",
-        p(&c.base_manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--json",
-    ];
-    a.extend_from_slice(args);
-    let (code, out, err) = run(&a);
-    let r: AuditReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
-    (code, r, err)
+    audit_json(&c.w, &[&c.base_manifest], args)
 }
 
 /// Every flag of the full chain, with `lineage` as the lineage file.
@@ -229,23 +200,6 @@ fn full<'a>(c: &'a Chain, lineage: &'a Path) -> Vec<&'a str> {
         "--shipped",
         p(&c.shipped),
     ]
-}
-
-fn failed(r: &AuditReport) -> Vec<String> {
-    r.failed().into_iter().map(String::from).collect()
-}
-
-fn status(r: &AuditReport, check: &str) -> Status {
-    r.checks.iter().find(|c| c.check == check).unwrap().status
-}
-
-fn problems(r: &AuditReport, check: &str) -> String {
-    r.checks
-        .iter()
-        .find(|c| c.check == check)
-        .unwrap()
-        .problems
-        .join("\n")
 }
 
 const MODEL_LINKS: [&str; 5] = [
@@ -281,18 +235,8 @@ fn clean_chain_passes_every_link_and_reads_base_first() {
     assert!(notes.contains("is_causal: absent → false"), "{notes}");
     assert!(notes.contains("mask id"), "{notes}");
     // The human report too, with --hash re-hashing the cached base.
-    let mut a = vec![
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--manifest",
-        p(&c.base_manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--hash",
-    ];
-    a.extend(full(&c, &c.lineage));
-    let (code, text, err) = run(&a);
+    let args = [&["--hash"][..], &full(&c, &c.lineage)].concat();
+    let (code, text, err) = run_audit(&c.w, &[&c.base_manifest], &args);
     assert_eq!(code, 0, "{text}{err}");
     let chain_at = text.find("chain:\n  openbmb/MiniCPM5-2B@").expect(&text);
     assert!(
@@ -308,16 +252,8 @@ fn clean_chain_passes_every_link_and_reads_base_first() {
 fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
     let c = chain();
     // A data-only audit of the same world shows no model links at all.
-    let (code, out, _) = run(&[
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--json",
-    ]);
+    let (code, r, _) = audit_json(&c.w, &[], &[]);
     assert_eq!(code, 0);
-    let r: AuditReport = serde_json::from_str(&out).unwrap();
     assert!(r.chain.is_empty());
     assert!(r
         .checks
