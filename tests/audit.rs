@@ -106,13 +106,7 @@ fn edited_shard_byte_breaks_shards_only() {
     std::fs::write(&f, b).unwrap();
     let args = all(&pl);
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["shards"]);
-    assert!(
-        problems(&r, "shards").contains("part-00000.parquet: sha256"),
-        "{}",
-        problems(&r, "shards")
-    );
+    assert_fails_only("", code, &r, "shards", &["part-00000.parquet: sha256"]);
 }
 
 #[test]
@@ -124,10 +118,7 @@ fn dropped_log_line_breaks_download_log_only() {
     std::fs::write(&pl.w.log, kept.join("\n") + "\n").unwrap();
     let args = all(&pl);
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["download-log"]);
-    let pr = problems(&r, "download-log");
-    assert!(pr.contains(MMLU_AUX) && pr.contains("never logged"), "{pr}");
+    assert_fails_only("", code, &r, "download-log", &[MMLU_AUX, "never logged"]);
 }
 
 #[test]
@@ -161,12 +152,12 @@ fn referenced_test_split_file_breaks_split_policy_only() {
     std::fs::write(&pl.prompts, text).unwrap();
     std::fs::remove_file(pl.out.join("prompts.decontam.json")).unwrap();
     let (code, r, _) = audit(&pl, &["--prompts", p(&pl.prompts)]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["split-policy"]);
-    let pr = problems(&r, "split-policy");
-    assert!(
-        pr.contains("prompts.jsonl line 1: uses data/test-00000-of-00002.parquet"),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "split-policy",
+        &["prompts.jsonl line 1: uses data/test-00000-of-00002.parquet"],
     );
 }
 
@@ -181,9 +172,13 @@ fn unknown_distilled_id_breaks_distilled_only() {
     std::fs::write(&pl.distilled, v.to_string()).unwrap();
     let args = all(&pl);
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["distilled"]);
-    assert!(problems(&r, "distilled").contains("\"sciq-train-999999\" is not in the prompts"));
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "distilled",
+        &["\"sciq-train-999999\" is not in the prompts"],
+    );
 }
 
 #[test]
@@ -195,9 +190,7 @@ fn second_teacher_and_eval_reference_use_are_named() {
     std::fs::write(&pl.distilled, v.to_string()).unwrap();
     let args = all(&pl);
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["distilled"]);
-    assert!(problems(&r, "distilled").contains("2 teachers"));
+    assert_fails_only("", code, &r, "distilled", &["2 teachers"]);
 
     // A prompt pointing at an eval-reference (benchmark) file.
     let text = std::fs::read_to_string(&pl.prompts).unwrap();
@@ -232,13 +225,7 @@ fn contaminated_output_fails_until_dropped_copy() {
         (code, r)
     };
     let (code, r) = a(&pr);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["decontam"]);
-    assert!(
-        problems(&r, "decontam").contains("1 document(s) overlap"),
-        "{}",
-        problems(&r, "decontam")
-    );
+    assert_fails_only("", code, &r, "decontam", &["1 document(s) overlap"]);
     let (code, r) = a(&clean);
     assert_eq!(code, 0, "{r:#?}");
     // Without any decontam report the audit warns but does not fail.
@@ -284,13 +271,7 @@ fn mds_and_megatron_sft_sets_are_audited() {
         b[last] ^= 0x01;
         std::fs::write(&f, b).unwrap();
         let (code, r, _) = audit(&pl, &args);
-        assert_eq!(code, 1, "{fmt}");
-        assert_eq!(failed(&r), vec!["shards"], "{fmt}");
-        assert!(
-            problems(&r, "shards").contains(&format!("{file}: sha256")),
-            "{fmt}: {}",
-            problems(&r, "shards")
-        );
+        assert_fails_only(fmt, code, &r, "shards", &[&format!("{file}: sha256")]);
     }
 }
 
@@ -307,13 +288,7 @@ fn an_unlisted_file_in_a_shard_dir_fails_shards() {
     ] {
         std::fs::copy(pl.sft.join("data/part-00000.parquet"), pl.sft.join(name)).unwrap();
         let (code, r, _) = audit(&pl, &["--shards", p(&pl.sft)]);
-        assert_eq!(code, 1);
-        assert_eq!(failed(&r), vec!["shards"]);
-        assert!(
-            problems(&r, "shards").contains(name),
-            "{}",
-            problems(&r, "shards")
-        );
+        assert_fails_only(name, code, &r, "shards", &[name]);
         std::fs::remove_file(pl.sft.join(name)).unwrap();
     }
     let (code, _, err) = audit(&pl, &["--shards", p(&pl.sft)]);
@@ -332,7 +307,8 @@ fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
         f(&mut v);
         std::fs::write(&pl.distilled, serde_json::to_string(&v).unwrap()).unwrap();
     };
-    let cases: Vec<(Box<dyn Fn(&mut Vec<serde_json::Value>)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<serde_json::Value>)>;
+    let cases: Vec<(Edit, &str)> = vec![
         (
             Box::new(|v| {
                 let gold = v[1]["gold"].as_str().unwrap().to_string();
@@ -356,13 +332,7 @@ fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
     for (f, needle) in &cases {
         edit(f.as_ref());
         let (code, r, _) = audit(&pl, &args);
-        assert_eq!(code, 1, "{needle}");
-        assert_eq!(failed(&r), vec!["distilled"], "{needle}");
-        assert!(
-            problems(&r, "distilled").contains(needle),
-            "{needle}: {}",
-            problems(&r, "distilled")
-        );
+        assert_fails_only(needle, code, &r, "distilled", &[*needle]);
     }
     std::fs::write(&pl.distilled, &orig).unwrap();
     let (code, _, err) = audit(&pl, &args);

@@ -269,13 +269,12 @@ fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
         .collect();
     std::fs::write(&c.w.log, kept.join("\n") + "\n").unwrap();
     let (code, r, _) = audit(&c, &[]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["base-pinned"]);
-    assert!(
-        problems(&r, "base-pinned")
-            .contains("model-00002-of-00002.safetensors: no verified download"),
-        "{}",
-        problems(&r, "base-pinned")
+    assert_fails_only(
+        "a missing log line",
+        code,
+        &r,
+        "base-pinned",
+        &["model-00002-of-00002.safetensors: no verified download"],
     );
     std::fs::write(&c.w.log, text).unwrap();
     // One byte of the cached config changed: --hash names it.
@@ -289,12 +288,12 @@ fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
     b[3] ^= 1;
     std::fs::write(&real, b).unwrap();
     let (code, r, _) = audit(&c, &["--hash"]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["base-pinned"]);
-    assert!(
-        problems(&r, "base-pinned").contains("config.json: sha256"),
-        "{}",
-        problems(&r, "base-pinned")
+    assert_fails_only(
+        "a changed byte",
+        code,
+        &r,
+        "base-pinned",
+        &["config.json: sha256"],
     );
     // No architecture.json: named.
     std::fs::remove_file(c.base_manifest.with_file_name("architecture.json")).unwrap();
@@ -394,10 +393,7 @@ fn teacher_architecture_names_what_a_conversion_may_not_change() {
     ];
     for (what, dir, needle) in cases {
         let (code, r) = only(&dir);
-        assert_eq!(code, 1, "{what}");
-        assert_eq!(failed(&r), ["teacher-architecture"], "{what}");
-        let pr = problems(&r, "teacher-architecture");
-        assert!(pr.contains(needle), "{what}: {pr}");
+        assert_fails_only(what, code, &r, "teacher-architecture", &[needle]);
     }
     // Another shape: every tensor that differs is named.
     let wide = c.path("t-wide");
@@ -436,12 +432,12 @@ fn teacher_weights_fail_for_another_checkpoint() {
     let i = args.iter().position(|a| *a == "--teacher").unwrap();
     args[i + 1] = p(&c.ckpt1);
     let (code, r, _) = audit(&c, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["teacher-weights"], "{r:#?}");
-    let pr = problems(&r, "teacher-weights");
-    assert!(
-        pr.contains("another weights_sha256") && pr.contains(p(&c.ckpt1)),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "teacher-weights",
+        &["another weights_sha256", p(&c.ckpt1)],
     );
 }
 
@@ -521,10 +517,7 @@ fn checkpoints_are_checked_link_by_link() {
         args.retain(|a| *a != "--shipped" && *a != p(&c.shipped));
         args.extend(["--shipped", p(last)]);
         let (code, r, _) = audit(&c, &args);
-        assert_eq!(code, 1, "{what}");
-        assert_eq!(failed(&r), ["checkpoints"], "{what}: {r:#?}");
-        let pr = problems(&r, "checkpoints");
-        assert!(pr.contains(needle), "{what}: {pr}");
+        assert_fails_only(what, code, &r, "checkpoints", &[needle]);
     }
     // A stage resumed as two entries of one name is one stage: the chain holds.
     let lp = c.path("lineage-resumed.json");
@@ -544,9 +537,13 @@ fn checkpoints_are_checked_link_by_link() {
     let mut args = full(&c, &c.lineage);
     args.drain(0..2); // no --shards stage1
     let (code, r, _) = audit(&c, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["checkpoints"]);
-    assert!(problems(&r, "checkpoints").contains("is not among this audit's outputs"));
+    assert_fails_only(
+        "uncovered data",
+        code,
+        &r,
+        "checkpoints",
+        &["is not among this audit's outputs"],
+    );
     // A teacher that is no stage's output.
     let lp = c.path("lineage-short.json");
     let (code, _) = lineage_add(&lp, "stage1", &c.base_dir, &[&c.stage1], &c.ckpt1);
@@ -571,12 +568,12 @@ fn shipped_model_must_equal_the_last_checkpoint_file_for_file() {
     std::fs::write(&cfg, &b).unwrap();
     std::fs::write(c.shipped.join("extra.bin"), b"x").unwrap();
     let (code, r, _) = audit(&c, &full(&c, &c.lineage));
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["shipped-model"]);
-    let pr = problems(&r, "shipped-model");
-    assert!(
-        pr.contains("config.json: sha256") && pr.contains("extra.bin is extra"),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "shipped-model",
+        &["config.json: sha256", "extra.bin is extra"],
     );
     std::fs::write(&cfg, &orig).unwrap();
     std::fs::remove_file(c.shipped.join("extra.bin")).unwrap();

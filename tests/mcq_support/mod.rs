@@ -139,6 +139,17 @@ pub fn problems(r: &AuditReport, check: &str) -> String {
         .join("\n")
 }
 
+/// An audit that exited 1 with `check` its only failed check, whose problems name each of
+/// `needles`; `what` labels the case in a failure message.
+pub fn assert_fails_only(what: &str, code: i32, r: &AuditReport, check: &str, needles: &[&str]) {
+    assert_eq!(code, 1, "{check} {what}: {r:#?}");
+    assert_eq!(failed(r), [check], "{check} {what}: {r:#?}");
+    let pr = problems(r, check);
+    for n in needles {
+        assert!(pr.contains(n), "{check} {what}: {n:?} not in\n{pr}");
+    }
+}
+
 /// distilled.json records (contract 6 fields) for every prompt, written by `teacher` (its
 /// `{"path", "weights_sha256", "config_sha256"}` object).
 pub fn distilled_for(
