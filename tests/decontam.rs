@@ -383,20 +383,10 @@ fn drop_on_a_full_disk_leaves_no_temp_files() {
     let out = w.root().join("out");
     mcq(&w, &out);
     let clean = w.root().join("clean");
-    let cmd = format!(
-        "trap '' XFSZ; ulimit -f 2; exec '{}' decontam --against '{}' --cache '{}' --shards '{}' --drop '{}'",
-        env!("CARGO_BIN_EXE_dlm-data"),
-        p(&w.eval_manifest),
-        p(&w.cache),
-        p(&out.join("sft")),
-        p(&clean)
-    );
-    let o = std::process::Command::new("bash")
-        .args(["-c", &cmd])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let sft = out.join("sft");
+    let args = decontam_args(&w, &["--shards", p(&sft), "--drop", p(&clean)]);
+    let (code, err) = run_disk_full(2, &args);
+    assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("File too large") && err.contains("part-00000"),
         "{err}"

@@ -75,6 +75,22 @@ pub fn mcq_args<'a>(w: &'a World, out: &'a Path, extra: &[&'a str]) -> Vec<&'a s
     a
 }
 
+/// Run the binary under bash with files limited to `blocks` KiB (`ulimit -f`; SIGXFSZ
+/// ignored, so a write past it fails with "File too large"); returns (exit code, stderr).
+pub fn run_disk_full(blocks: u32, args: &[&str]) -> (i32, String) {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let cmd = format!(
+        "trap '' XFSZ; ulimit -f {blocks}; exec '{}' {}",
+        env!("CARGO_BIN_EXE_dlm-data"),
+        quoted.join(" ")
+    );
+    let o = Command::new("bash").args(["-c", &cmd]).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// `dlm-data mcq` over the world's training manifest into `out`, plus `extra` flags.
 pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
     run(&mcq_args(w, out, extra))
