@@ -18,30 +18,6 @@ struct Pipeline {
     distilled: PathBuf,
 }
 
-/// Synthetic teacher output for every prompt (contract 6 fields).
-fn distilled_for(recs: &[prompts::PromptRecord]) -> serde_json::Value {
-    serde_json::Value::Array(
-        recs.iter()
-            .map(|r| {
-                // The gold letter is the most probable: the record agrees with itself.
-                let mut probs = serde_json::Map::new();
-                probs.insert(r.gold.clone(), 0.75.into());
-                let other = if r.gold == "A" { "B" } else { "A" };
-                probs.insert(other.into(), 0.25.into());
-                serde_json::json!({
-                    "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
-                    "file": r.file, "row": r.row, "prompt": r.prompt,
-                    "response": format!(" {}", r.gold), "response_ids": [1, 2],
-                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
-                    "gold": r.gold, "correct": true,
-                    "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
-                    "teacher": {"path": "teacher", "weights_sha256": "ab".repeat(32), "config_sha256": "cd".repeat(32)}
-                })
-            })
-            .collect(),
-    )
-}
-
 fn pipeline() -> Pipeline {
     pipeline_in("parquet")
 }
@@ -55,22 +31,16 @@ fn pipeline_in(format: &str) -> Pipeline {
     let sft = out.join("sft");
     let prompts = out.join("prompts.jsonl");
     for t in [["--shards", p(&sft)], ["--prompts", p(&prompts)]] {
-        let (code, _, err) = run(&[
-            "decontam",
-            "--against",
-            p(&w.eval_manifest),
-            "--cache",
-            p(&w.cache),
-            t[0],
-            t[1],
-        ]);
+        let (code, _, err) = run(&decontam_args(&w, &t));
         assert_eq!(code, 0, "{err}");
     }
     let recs = prompts::read(&prompts).unwrap();
     let distilled = out.join("distilled.json");
+    // Synthetic teacher output for every prompt.
+    let teacher = serde_json::json!({"path": "teacher", "weights_sha256": "ab".repeat(32), "config_sha256": "cd".repeat(32)});
     std::fs::write(
         &distilled,
-        serde_json::to_string(&distilled_for(&recs)).unwrap(),
+        serde_json::to_string(&distilled_for(&recs, teacher)).unwrap(),
     )
     .unwrap();
     Pipeline {
@@ -83,49 +53,24 @@ fn pipeline_in(format: &str) -> Pipeline {
 }
 
 fn audit(pl: &Pipeline, with: &[&str]) -> (i32, AuditReport, String) {
-    let mut a = vec![
-        "audit",
-        "--manifest",
-        p(&pl.w.manifest),
-        "--cache",
-        p(&pl.w.cache),
-        "--json",
-    ];
-    a.extend_from_slice(with);
-    let (code, out, err) = run(&a);
-    let r: AuditReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
-    (code, r, err)
+    audit_json(&pl.w, &[], with)
 }
 
-fn all(pl: &Pipeline) -> Vec<String> {
+fn all(pl: &Pipeline) -> Vec<&str> {
     vec![
-        "--shards".into(),
-        p(&pl.sft).into(),
-        "--prompts".into(),
-        p(&pl.prompts).into(),
-        "--distilled".into(),
-        p(&pl.distilled).into(),
+        "--shards",
+        p(&pl.sft),
+        "--prompts",
+        p(&pl.prompts),
+        "--distilled",
+        p(&pl.distilled),
     ]
-}
-
-fn failed(r: &AuditReport) -> Vec<String> {
-    r.failed().into_iter().map(String::from).collect()
-}
-
-fn problems(r: &AuditReport, check: &str) -> String {
-    r.checks
-        .iter()
-        .find(|c| c.check == check)
-        .unwrap()
-        .problems
-        .join("\n")
 }
 
 #[test]
 fn clean_pipeline_passes_every_link() {
     let pl = pipeline();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, r, err) = audit(&pl, &args);
     assert_eq!(code, 0, "{err}\n{r:#?}");
     assert!(r.ok);
@@ -133,20 +78,7 @@ fn clean_pipeline_passes_every_link() {
         assert_eq!(c.status, Status::Pass, "{c:?}");
     }
     // The human report names every link and the verdict.
-    let (code, text, _) = run(&[
-        "audit",
-        "--manifest",
-        p(&pl.w.manifest),
-        "--cache",
-        p(&pl.w.cache),
-        "--hash",
-        "--shards",
-        p(&pl.sft),
-        "--prompts",
-        p(&pl.prompts),
-        "--distilled",
-        p(&pl.distilled),
-    ]);
+    let (code, text, _) = run_audit(&pl.w, &[], &[&["--hash"][..], &args].concat());
     assert_eq!(code, 0, "{text}");
     for name in [
         "manifest-pinned",
@@ -173,15 +105,8 @@ fn edited_shard_byte_breaks_shards_only() {
     b[mid] ^= 0x01;
     std::fs::write(&f, b).unwrap();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["shards"]);
-    assert!(
-        problems(&r, "shards").contains("part-00000.parquet: sha256"),
-        "{}",
-        problems(&r, "shards")
-    );
+    assert_fails_only("", code, &r, "shards", &["part-00000.parquet: sha256"]);
 }
 
 #[test]
@@ -192,12 +117,8 @@ fn dropped_log_line_breaks_download_log_only() {
     assert_eq!(kept.len() + 1, text.lines().count());
     std::fs::write(&pl.w.log, kept.join("\n") + "\n").unwrap();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["download-log"]);
-    let pr = problems(&r, "download-log");
-    assert!(pr.contains(MMLU_AUX) && pr.contains("never logged"), "{pr}");
+    assert_fails_only("", code, &r, "download-log", &[MMLU_AUX, "never logged"]);
 }
 
 #[test]
@@ -231,12 +152,12 @@ fn referenced_test_split_file_breaks_split_policy_only() {
     std::fs::write(&pl.prompts, text).unwrap();
     std::fs::remove_file(pl.out.join("prompts.decontam.json")).unwrap();
     let (code, r, _) = audit(&pl, &["--prompts", p(&pl.prompts)]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["split-policy"]);
-    let pr = problems(&r, "split-policy");
-    assert!(
-        pr.contains("prompts.jsonl line 1: uses data/test-00000-of-00002.parquet"),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "split-policy",
+        &["prompts.jsonl line 1: uses data/test-00000-of-00002.parquet"],
     );
 }
 
@@ -250,11 +171,14 @@ fn unknown_distilled_id_breaks_distilled_only() {
     v.as_array_mut().unwrap().push(extra);
     std::fs::write(&pl.distilled, v.to_string()).unwrap();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["distilled"]);
-    assert!(problems(&r, "distilled").contains("\"sciq-train-999999\" is not in the prompts"));
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "distilled",
+        &["\"sciq-train-999999\" is not in the prompts"],
+    );
 }
 
 #[test]
@@ -265,11 +189,8 @@ fn second_teacher_and_eval_reference_use_are_named() {
     v[3]["teacher"]["weights_sha256"] = "ef".repeat(32).into();
     std::fs::write(&pl.distilled, v.to_string()).unwrap();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, r, _) = audit(&pl, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["distilled"]);
-    assert!(problems(&r, "distilled").contains("2 teachers"));
+    assert_fails_only("", code, &r, "distilled", &["2 teachers"]);
 
     // A prompt pointing at an eval-reference (benchmark) file.
     let text = std::fs::read_to_string(&pl.prompts).unwrap();
@@ -294,53 +215,24 @@ fn contaminated_output_fails_until_dropped_copy() {
     assert_eq!(code, 0, "{err}");
     let pr = out.join("prompts.jsonl");
     let clean = out.join("prompts.clean.jsonl");
-    let (code, _, err) = run(&[
-        "decontam",
-        "--against",
-        p(&w.eval_manifest),
-        "--cache",
-        p(&w.cache),
-        "--prompts",
-        p(&pr),
-        "--drop",
-        p(&clean),
-    ]);
+    let (code, _, err) = run(&decontam_args(
+        &w,
+        &["--prompts", p(&pr), "--drop", p(&clean)],
+    ));
     assert_eq!(code, 0, "{err}");
     let a = |f: &std::path::Path| {
-        let (code, out, _) = run(&[
-            "audit",
-            "--manifest",
-            p(&w.manifest),
-            "--cache",
-            p(&w.cache),
-            "--prompts",
-            p(f),
-            "--json",
-        ]);
-        (code, serde_json::from_str::<AuditReport>(&out).unwrap())
+        let (code, r, _) = audit_json(&w, &[], &["--prompts", p(f)]);
+        (code, r)
     };
     let (code, r) = a(&pr);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), vec!["decontam"]);
-    assert!(
-        problems(&r, "decontam").contains("1 document(s) overlap"),
-        "{}",
-        problems(&r, "decontam")
-    );
+    assert_fails_only("", code, &r, "decontam", &["1 document(s) overlap"]);
     let (code, r) = a(&clean);
     assert_eq!(code, 0, "{r:#?}");
     // Without any decontam report the audit warns but does not fail.
     std::fs::remove_file(out.join("prompts.clean.decontam.json")).unwrap();
     let (code, r) = a(&clean);
     assert_eq!(code, 0);
-    assert_eq!(
-        r.checks
-            .iter()
-            .find(|c| c.check == "decontam")
-            .unwrap()
-            .status,
-        Status::Warn
-    );
+    assert_eq!(status(&r, "decontam"), Status::Warn);
 }
 
 #[test]
@@ -368,7 +260,6 @@ fn mds_and_megatron_sft_sets_are_audited() {
     ] {
         let pl = pipeline_in(fmt);
         let args = all(&pl);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, r, err) = audit(&pl, &args);
         assert_eq!(code, 0, "{fmt}: {err}\n{r:#?}");
         for c in &r.checks {
@@ -380,13 +271,7 @@ fn mds_and_megatron_sft_sets_are_audited() {
         b[last] ^= 0x01;
         std::fs::write(&f, b).unwrap();
         let (code, r, _) = audit(&pl, &args);
-        assert_eq!(code, 1, "{fmt}");
-        assert_eq!(failed(&r), vec!["shards"], "{fmt}");
-        assert!(
-            problems(&r, "shards").contains(&format!("{file}: sha256")),
-            "{fmt}: {}",
-            problems(&r, "shards")
-        );
+        assert_fails_only(fmt, code, &r, "shards", &[&format!("{file}: sha256")]);
     }
 }
 
@@ -403,13 +288,7 @@ fn an_unlisted_file_in_a_shard_dir_fails_shards() {
     ] {
         std::fs::copy(pl.sft.join("data/part-00000.parquet"), pl.sft.join(name)).unwrap();
         let (code, r, _) = audit(&pl, &["--shards", p(&pl.sft)]);
-        assert_eq!(code, 1);
-        assert_eq!(failed(&r), vec!["shards"]);
-        assert!(
-            problems(&r, "shards").contains(name),
-            "{}",
-            problems(&r, "shards")
-        );
+        assert_fails_only(name, code, &r, "shards", &[name]);
         std::fs::remove_file(pl.sft.join(name)).unwrap();
     }
     let (code, _, err) = audit(&pl, &["--shards", p(&pl.sft)]);
@@ -423,13 +302,13 @@ fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
     let pl = pipeline();
     let orig = std::fs::read_to_string(&pl.distilled).unwrap();
     let args = all(&pl);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let edit = |f: &dyn Fn(&mut Vec<serde_json::Value>)| {
         let mut v: Vec<serde_json::Value> = serde_json::from_str(&orig).unwrap();
         f(&mut v);
         std::fs::write(&pl.distilled, serde_json::to_string(&v).unwrap()).unwrap();
     };
-    let cases: Vec<(Box<dyn Fn(&mut Vec<serde_json::Value>)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut Vec<serde_json::Value>)>;
+    let cases: Vec<(Edit, &str)> = vec![
         (
             Box::new(|v| {
                 let gold = v[1]["gold"].as_str().unwrap().to_string();
@@ -453,13 +332,7 @@ fn distilled_records_must_agree_with_themselves_and_leave_no_gap() {
     for (f, needle) in &cases {
         edit(f.as_ref());
         let (code, r, _) = audit(&pl, &args);
-        assert_eq!(code, 1, "{needle}");
-        assert_eq!(failed(&r), vec!["distilled"], "{needle}");
-        assert!(
-            problems(&r, "distilled").contains(needle),
-            "{needle}: {}",
-            problems(&r, "distilled")
-        );
+        assert_fails_only(needle, code, &r, "distilled", &[*needle]);
     }
     std::fs::write(&pl.distilled, &orig).unwrap();
     let (code, _, err) = audit(&pl, &args);

@@ -325,17 +325,11 @@ fn relative_paths_and_drop_targets_are_safe() {
     let o = bin()
         .current_dir(w.root())
         .env("RUST_LOG", "warn")
-        .args([
-            "mcq",
-            "--manifest",
-            p(&w.manifest),
-            "--cache",
-            p(&w.cache),
-            "--out",
-            "rel",
-            "--tokenizer",
-            rel_tok.to_str().unwrap(),
-        ])
+        .args(mcq_args(
+            &w,
+            std::path::Path::new("rel"),
+            &["--tokenizer", rel_tok.to_str().unwrap()],
+        ))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -344,16 +338,7 @@ fn relative_paths_and_drop_targets_are_safe() {
     let elsewhere = tempfile::tempdir().unwrap();
     let o = bin()
         .current_dir(elsewhere.path())
-        .args([
-            "decontam",
-            "--against",
-            p(&w.eval_manifest),
-            "--cache",
-            p(&w.cache),
-            "--shards",
-            p(&sft),
-            "--json",
-        ])
+        .args(decontam_args(&w, &["--shards", p(&sft), "--json"]))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -362,21 +347,7 @@ fn relative_paths_and_drop_targets_are_safe() {
     let clean = w.root().join("clean");
     std::fs::create_dir(&clean).unwrap();
     std::fs::write(clean.join("keep.txt"), b"mine").unwrap();
-    let args = |drop: &std::path::Path| {
-        vec![
-            "decontam".to_string(),
-            "--against".into(),
-            p(&w.eval_manifest).into(),
-            "--cache".into(),
-            p(&w.cache).into(),
-            "--shards".into(),
-            p(&sft).into(),
-            "--drop".into(),
-            p(drop).into(),
-        ]
-    };
-    let a = args(&clean);
-    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let a = decontam_args(&w, &["--shards", p(&sft), "--drop", p(&clean)]);
     let (code, _, err) = run(&a);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("keep.txt"), "{err}");
@@ -393,17 +364,10 @@ fn relative_paths_and_drop_targets_are_safe() {
     let pr = out.join("prompts.jsonl");
     let foreign = w.root().join("notes.jsonl");
     std::fs::write(&foreign, b"{\"not\": \"a prompt\"}\n").unwrap();
-    let (code, _, err) = run(&[
-        "decontam",
-        "--against",
-        p(&w.eval_manifest),
-        "--cache",
-        p(&w.cache),
-        "--prompts",
-        p(&pr),
-        "--drop",
-        p(&foreign),
-    ]);
+    let (code, _, err) = run(&decontam_args(
+        &w,
+        &["--prompts", p(&pr), "--drop", p(&foreign)],
+    ));
     assert_eq!(code, 2, "{err}");
     assert_eq!(
         std::fs::read(&foreign).unwrap(),
@@ -419,20 +383,10 @@ fn drop_on_a_full_disk_leaves_no_temp_files() {
     let out = w.root().join("out");
     mcq(&w, &out);
     let clean = w.root().join("clean");
-    let cmd = format!(
-        "trap '' XFSZ; ulimit -f 2; exec '{}' decontam --against '{}' --cache '{}' --shards '{}' --drop '{}'",
-        env!("CARGO_BIN_EXE_dlm-data"),
-        p(&w.eval_manifest),
-        p(&w.cache),
-        p(&out.join("sft")),
-        p(&clean)
-    );
-    let o = std::process::Command::new("bash")
-        .args(["-c", &cmd])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let sft = out.join("sft");
+    let args = decontam_args(&w, &["--shards", p(&sft), "--drop", p(&clean)]);
+    let (code, err) = run_disk_full(2, &args);
+    assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("File too large") && err.contains("part-00000"),
         "{err}"

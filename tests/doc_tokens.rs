@@ -111,17 +111,7 @@ fn falcon_tokenizer_works_for_pack_and_mcq() {
     }
     let w = world();
     let out = w.root().join("falcon");
-    let (code, _, err) = mcq_support::run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(&out),
-        "--tokenizer",
-        p(&falcon),
-    ]);
+    let (code, _, err) = run_mcq(&w, &out, &["--tokenizer", p(&falcon)]);
     assert_eq!(code, 0, "{err}");
     let eos = id(&falcon, "<|endoftext|>");
     let rows = sft_shards::read_dir(&out.join("sft")).unwrap();

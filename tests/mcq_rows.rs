@@ -29,18 +29,7 @@ fn hostile_world() -> World {
 fn blank_distractors_keep_the_item_or_name_the_row() {
     let w = hostile_world();
     let out = w.root().join("out");
-    let (code, stdout, err) = run(&[
-        "mcq",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--out",
-        p(&out),
-        "--tokenizer",
-        p(&w.tokenizer),
-        "--json",
-    ]);
+    let (code, stdout, err) = run_mcq(&w, &out, &["--tokenizer", p(&w.tokenizer), "--json"]);
     assert_eq!(code, 0, "{err}");
     let recs = prompts::read(&out.join("prompts.jsonl")).unwrap();
     assert_eq!(recs.len(), SCIQ_ROWS - 2 + MMLU_ROWS);
@@ -171,20 +160,8 @@ fn out_is_claimed_reruns_replace_only_their_own_files() {
 fn disk_full_leaves_no_temp_files() {
     let w = world();
     let out = w.root().join("full");
-    let cmd = format!(
-        "trap '' XFSZ; ulimit -f 4; exec '{}' mcq --manifest '{}' --cache '{}' --out '{}' --tokenizer '{}'",
-        env!("CARGO_BIN_EXE_dlm-data"),
-        p(&w.manifest),
-        p(&w.cache),
-        p(&out),
-        p(&w.tokenizer)
-    );
-    let o = std::process::Command::new("bash")
-        .args(["-c", &cmd])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = run_disk_full(4, &mcq_args(&w, &out, &["--tokenizer", p(&w.tokenizer)]));
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("File too large"), "{err}");
     assert!(
         err.contains("prompts.jsonl") || err.contains("part-00000"),

@@ -37,27 +37,11 @@ impl Chain {
 }
 
 /// distilled.json records for every prompt, written by the teacher at `teacher`.
-fn distilled_for(recs: &[prompts::PromptRecord], teacher: &Path) -> serde_json::Value {
+fn distilled_by(recs: &[prompts::PromptRecord], teacher: &Path) -> serde_json::Value {
     let a = ModelArchitecture::from_dir(teacher).unwrap();
-    serde_json::Value::Array(
-        recs.iter()
-            .map(|r| {
-                // The gold letter is the most probable: the record agrees with itself.
-                let mut probs = serde_json::Map::new();
-                probs.insert(r.gold.clone(), 0.75.into());
-                let other = if r.gold == "A" { "B" } else { "A" };
-                probs.insert(other.into(), 0.25.into());
-                serde_json::json!({
-                    "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
-                    "file": r.file, "row": r.row, "prompt": r.prompt,
-                    "response": format!(" {}", r.gold), "response_ids": [1, 2],
-                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
-                    "gold": r.gold, "correct": true,
-                    "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
-                    "teacher": {"path": teacher.display().to_string(), "weights_sha256": a.weights_sha256, "config_sha256": a.config_sha256}
-                })
-            })
-            .collect(),
+    distilled_for(
+        recs,
+        serde_json::json!({"path": teacher.display().to_string(), "weights_sha256": a.weights_sha256, "config_sha256": a.config_sha256}),
     )
 }
 
@@ -158,7 +142,7 @@ fn chain() -> Chain {
     let distilled = out.join("distilled.json");
     std::fs::write(
         &distilled,
-        serde_json::to_string(&distilled_for(&recs, &teacher)).unwrap(),
+        serde_json::to_string(&distilled_by(&recs, &teacher)).unwrap(),
     )
     .unwrap();
     let ckpt1 = root.join("ckpt/stage1");
@@ -195,20 +179,7 @@ fn chain() -> Chain {
 }
 
 fn audit(c: &Chain, args: &[&str]) -> (i32, AuditReport, String) {
-    let mut a = vec![
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--manifest",
-        p(&c.base_manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--json",
-    ];
-    a.extend_from_slice(args);
-    let (code, out, err) = run(&a);
-    let r: AuditReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
-    (code, r, err)
+    audit_json(&c.w, &[&c.base_manifest], args)
 }
 
 /// Every flag of the full chain, with `lineage` as the lineage file.
@@ -229,23 +200,6 @@ fn full<'a>(c: &'a Chain, lineage: &'a Path) -> Vec<&'a str> {
         "--shipped",
         p(&c.shipped),
     ]
-}
-
-fn failed(r: &AuditReport) -> Vec<String> {
-    r.failed().into_iter().map(String::from).collect()
-}
-
-fn status(r: &AuditReport, check: &str) -> Status {
-    r.checks.iter().find(|c| c.check == check).unwrap().status
-}
-
-fn problems(r: &AuditReport, check: &str) -> String {
-    r.checks
-        .iter()
-        .find(|c| c.check == check)
-        .unwrap()
-        .problems
-        .join("\n")
 }
 
 const MODEL_LINKS: [&str; 5] = [
@@ -281,18 +235,8 @@ fn clean_chain_passes_every_link_and_reads_base_first() {
     assert!(notes.contains("is_causal: absent → false"), "{notes}");
     assert!(notes.contains("mask id"), "{notes}");
     // The human report too, with --hash re-hashing the cached base.
-    let mut a = vec![
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--manifest",
-        p(&c.base_manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--hash",
-    ];
-    a.extend(full(&c, &c.lineage));
-    let (code, text, err) = run(&a);
+    let args = [&["--hash"][..], &full(&c, &c.lineage)].concat();
+    let (code, text, err) = run_audit(&c.w, &[&c.base_manifest], &args);
     assert_eq!(code, 0, "{text}{err}");
     let chain_at = text.find("chain:\n  openbmb/MiniCPM5-2B@").expect(&text);
     assert!(
@@ -308,16 +252,8 @@ fn clean_chain_passes_every_link_and_reads_base_first() {
 fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
     let c = chain();
     // A data-only audit of the same world shows no model links at all.
-    let (code, out, _) = run(&[
-        "audit",
-        "--manifest",
-        p(&c.w.manifest),
-        "--cache",
-        p(&c.w.cache),
-        "--json",
-    ]);
+    let (code, r, _) = audit_json(&c.w, &[], &[]);
     assert_eq!(code, 0);
-    let r: AuditReport = serde_json::from_str(&out).unwrap();
     assert!(r.chain.is_empty());
     assert!(r
         .checks
@@ -333,13 +269,12 @@ fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
         .collect();
     std::fs::write(&c.w.log, kept.join("\n") + "\n").unwrap();
     let (code, r, _) = audit(&c, &[]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["base-pinned"]);
-    assert!(
-        problems(&r, "base-pinned")
-            .contains("model-00002-of-00002.safetensors: no verified download"),
-        "{}",
-        problems(&r, "base-pinned")
+    assert_fails_only(
+        "a missing log line",
+        code,
+        &r,
+        "base-pinned",
+        &["model-00002-of-00002.safetensors: no verified download"],
     );
     std::fs::write(&c.w.log, text).unwrap();
     // One byte of the cached config changed: --hash names it.
@@ -353,12 +288,12 @@ fn base_pinned_fails_on_a_missing_log_line_or_a_changed_cached_byte() {
     b[3] ^= 1;
     std::fs::write(&real, b).unwrap();
     let (code, r, _) = audit(&c, &["--hash"]);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["base-pinned"]);
-    assert!(
-        problems(&r, "base-pinned").contains("config.json: sha256"),
-        "{}",
-        problems(&r, "base-pinned")
+    assert_fails_only(
+        "a changed byte",
+        code,
+        &r,
+        "base-pinned",
+        &["config.json: sha256"],
     );
     // No architecture.json: named.
     std::fs::remove_file(c.base_manifest.with_file_name("architecture.json")).unwrap();
@@ -458,10 +393,7 @@ fn teacher_architecture_names_what_a_conversion_may_not_change() {
     ];
     for (what, dir, needle) in cases {
         let (code, r) = only(&dir);
-        assert_eq!(code, 1, "{what}");
-        assert_eq!(failed(&r), ["teacher-architecture"], "{what}");
-        let pr = problems(&r, "teacher-architecture");
-        assert!(pr.contains(needle), "{what}: {pr}");
+        assert_fails_only(what, code, &r, "teacher-architecture", &[needle]);
     }
     // Another shape: every tensor that differs is named.
     let wide = c.path("t-wide");
@@ -500,12 +432,12 @@ fn teacher_weights_fail_for_another_checkpoint() {
     let i = args.iter().position(|a| *a == "--teacher").unwrap();
     args[i + 1] = p(&c.ckpt1);
     let (code, r, _) = audit(&c, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["teacher-weights"], "{r:#?}");
-    let pr = problems(&r, "teacher-weights");
-    assert!(
-        pr.contains("another weights_sha256") && pr.contains(p(&c.ckpt1)),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "teacher-weights",
+        &["another weights_sha256", p(&c.ckpt1)],
     );
 }
 
@@ -585,10 +517,7 @@ fn checkpoints_are_checked_link_by_link() {
         args.retain(|a| *a != "--shipped" && *a != p(&c.shipped));
         args.extend(["--shipped", p(last)]);
         let (code, r, _) = audit(&c, &args);
-        assert_eq!(code, 1, "{what}");
-        assert_eq!(failed(&r), ["checkpoints"], "{what}: {r:#?}");
-        let pr = problems(&r, "checkpoints");
-        assert!(pr.contains(needle), "{what}: {pr}");
+        assert_fails_only(what, code, &r, "checkpoints", &[needle]);
     }
     // A stage resumed as two entries of one name is one stage: the chain holds.
     let lp = c.path("lineage-resumed.json");
@@ -608,9 +537,13 @@ fn checkpoints_are_checked_link_by_link() {
     let mut args = full(&c, &c.lineage);
     args.drain(0..2); // no --shards stage1
     let (code, r, _) = audit(&c, &args);
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["checkpoints"]);
-    assert!(problems(&r, "checkpoints").contains("is not among this audit's outputs"));
+    assert_fails_only(
+        "uncovered data",
+        code,
+        &r,
+        "checkpoints",
+        &["is not among this audit's outputs"],
+    );
     // A teacher that is no stage's output.
     let lp = c.path("lineage-short.json");
     let (code, _) = lineage_add(&lp, "stage1", &c.base_dir, &[&c.stage1], &c.ckpt1);
@@ -635,12 +568,12 @@ fn shipped_model_must_equal_the_last_checkpoint_file_for_file() {
     std::fs::write(&cfg, &b).unwrap();
     std::fs::write(c.shipped.join("extra.bin"), b"x").unwrap();
     let (code, r, _) = audit(&c, &full(&c, &c.lineage));
-    assert_eq!(code, 1);
-    assert_eq!(failed(&r), ["shipped-model"]);
-    let pr = problems(&r, "shipped-model");
-    assert!(
-        pr.contains("config.json: sha256") && pr.contains("extra.bin is extra"),
-        "{pr}"
+    assert_fails_only(
+        "",
+        code,
+        &r,
+        "shipped-model",
+        &["config.json: sha256", "extra.bin is extra"],
     );
     std::fs::write(&cfg, &orig).unwrap();
     std::fs::remove_file(c.shipped.join("extra.bin")).unwrap();

@@ -201,33 +201,12 @@ fn mcq_and_decontam_logs_get_plain_progress_lines() {
         let out = w.root().join(format!("out{k}"));
         let err = go(
             global,
-            &[
-                "mcq",
-                "--manifest",
-                p(&w.manifest),
-                "--cache",
-                p(&w.cache),
-                "--out",
-                p(&out),
-                "--tokenizer",
-                p(&w.tokenizer),
-            ],
+            &mcq_args(&w, &out, &["--tokenizer", p(&w.tokenizer)]),
         );
         let pr = out.join("prompts.jsonl");
         let items = prompts::read(&pr).unwrap().len();
         let line = format!("mcq tokenize: {items}/{items} items (100.0%)");
-        let err2 = go(
-            global,
-            &[
-                "decontam",
-                "--against",
-                p(&w.eval_manifest),
-                "--cache",
-                p(&w.cache),
-                "--prompts",
-                p(&pr),
-            ],
-        );
+        let err2 = go(global, &decontam_args(&w, &["--prompts", p(&pr)]));
         let line2 = format!("decontam scan: {items}/{items} documents (100.0%)");
         if k == 0 {
             assert!(!err.contains('\x1b'), "ANSI codes in a log file:\n{err}");

@@ -64,9 +64,6 @@ struct Gen {
 
 /// The engine, with the residual precision from `DLM_RESID` (bf16 by default, or f32).
 fn engine(teacher: &Path, device: usize, max_pos: usize) -> Result<Engine> {
-    // Room for the left padding to a multiple of `DLM_PAD_MULTIPLE` (positions themselves
-    // never pass the longest real row).
-    let max_pos = max_pos + dlm_data::gpu::engine::pad_multiple();
     let mut e = Engine::load(teacher, device, max_pos)?;
     if let Ok(r) = std::env::var("DLM_RESID") {
         e.set_residual(Residual::parse(&r)?)?;

@@ -18,7 +18,7 @@ use super::prompts::{self, PromptRecord};
 use super::sft::SftRow;
 use super::{sft_shards, sft_write, PART_ROWS_PER_SHARD};
 use crate::shards::index::{self, Index};
-use crate::shards::outdir::{self, Claim};
+use crate::shards::outdir::Claim;
 
 /// Does `parts_root` hold mcq worker parts (each with a prompts.jsonl)?
 pub fn is_mcq_parts(parts_root: &Path, names: &[String]) -> bool {
@@ -112,16 +112,7 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
     claim.apply(out)?;
     let sft_dir = out.join("sft");
     if sft {
-        let mut claim = Claim::new("merge", force);
-        if let Some(old) = outdir::own_index(&sft_dir) {
-            claim = claim
-                .remove(outdir::journal_files(&old))
-                .remove([outdir::DECONTAM_REPORT]);
-            if !old.complete {
-                claim = claim.remove(outdir::shard_files(old.format, old.shards.len()));
-            }
-        }
-        claim.apply(&sft_dir)?;
+        super::claim_sft(Claim::new("merge", force), &sft_dir, false).apply(&sft_dir)?;
     }
     crate::signals::check()?;
     prompts::write(&prompts_path, &merged)?;

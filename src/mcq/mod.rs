@@ -440,22 +440,9 @@ pub fn run(args: McqArgs) -> Result<()> {
     let sft_report = sft_dir.join(outdir::DECONTAM_REPORT);
     let sft_report_scanned = outdir::own_decontam_report(&sft_report);
     if args.tokenizer.is_some() {
-        let mut claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
-        if let Some(old) = outdir::own_index(&sft_dir) {
-            // Its shards, and the decontam report about them (removed after the write when
-            // the shards changed); after an interrupted run also the one shard renamed before
-            // it was journaled.
-            claim = claim.remove(outdir::journal_files(&old));
-            claim = if sft_report_scanned.is_some() {
-                claim.keep([outdir::DECONTAM_REPORT])
-            } else {
-                claim.remove([outdir::DECONTAM_REPORT])
-            };
-            if !old.complete {
-                claim = claim.remove(outdir::shard_files(old.format, old.shards.len()));
-            }
-        }
-        claim.apply(&sft_dir)?;
+        // The decontam report is removed after the write when the shards changed.
+        let claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
+        claim_sft(claim, &sft_dir, sft_report_scanned.is_some()).apply(&sft_dir)?;
     }
     crate::signals::check()?;
     prompts::write(&prompts_path, &records)?;
@@ -653,4 +640,24 @@ fn up_to_date(
         );
     }
     Ok(())
+}
+
+/// `claim` extended with what an earlier `mcq` or `merge` run left in `sft_dir`, per its
+/// index: its shards, and the decontam report about them (kept when `keep_report`, else
+/// removable); after an interrupted run also the one shard renamed before it was journaled.
+fn claim_sft(claim: Claim, sft_dir: &std::path::Path, keep_report: bool) -> Claim {
+    let Some(old) = outdir::own_index(sft_dir) else {
+        return claim;
+    };
+    let claim = claim.remove(outdir::journal_files(&old));
+    let claim = if keep_report {
+        claim.keep([outdir::DECONTAM_REPORT])
+    } else {
+        claim.remove([outdir::DECONTAM_REPORT])
+    };
+    if old.complete {
+        claim
+    } else {
+        claim.remove(outdir::shard_files(old.format, old.shards.len()))
+    }
 }

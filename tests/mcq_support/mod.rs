@@ -12,8 +12,10 @@ use arrow::array::{
     Array, ArrayRef, Int64Array, ListBuilder, RecordBatch, StringArray, StringBuilder, StructArray,
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema};
+use dlm_data::audit::report::{AuditReport, Status};
 use dlm_data::fixtures::text::sentence;
 use dlm_data::manifest::{Lock, LockedFile, LockedSource, Role};
+use dlm_data::mcq::prompts;
 use dlm_data::util::SplitMix;
 use parquet::arrow::ArrowWriter;
 
@@ -57,8 +59,9 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// `dlm-data mcq` over the world's training manifest into `out`, plus `extra` flags.
-pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
+/// The arguments of `dlm-data mcq` over the world's training manifest into `out`, plus
+/// `extra` flags.
+pub fn mcq_args<'a>(w: &'a World, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec![
         "mcq",
         "--manifest",
@@ -69,23 +72,126 @@ pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
         p(out),
     ];
     a.extend_from_slice(extra);
-    run(&a)
+    a
 }
 
-/// `dlm-data decontam --json` of `target` (`--prompts F` / `--shards D`) against the world's
-/// eval manifest, plus `extra` flags.
-pub fn run_decontam(w: &World, target: &[&str], extra: &[&str]) -> (i32, String, String) {
+/// Run the binary under bash with files limited to `blocks` KiB (`ulimit -f`; SIGXFSZ
+/// ignored, so a write past it fails with "File too large"); returns (exit code, stderr).
+pub fn run_disk_full(blocks: u32, args: &[&str]) -> (i32, String) {
+    let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+    let cmd = format!(
+        "trap '' XFSZ; ulimit -f {blocks}; exec '{}' {}",
+        env!("CARGO_BIN_EXE_dlm-data"),
+        quoted.join(" ")
+    );
+    let o = Command::new("bash").args(["-c", &cmd]).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `dlm-data mcq` over the world's training manifest into `out`, plus `extra` flags.
+pub fn run_mcq(w: &World, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    run(&mcq_args(w, out, extra))
+}
+
+/// The arguments of `dlm-data decontam` against the world's eval manifest and cache, plus
+/// `args` (the target `--prompts F` / `--shards D`, and flags).
+pub fn decontam_args<'a>(w: &'a World, args: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec![
         "decontam",
         "--against",
         p(&w.eval_manifest),
         "--cache",
         p(&w.cache),
-        "--json",
     ];
-    a.extend_from_slice(target);
-    a.extend_from_slice(extra);
+    a.extend_from_slice(args);
+    a
+}
+
+/// `dlm-data decontam --json` of `target` (`--prompts F` / `--shards D`) against the world's
+/// eval manifest, plus `extra` flags.
+pub fn run_decontam(w: &World, target: &[&str], extra: &[&str]) -> (i32, String, String) {
+    run(&decontam_args(w, &[&["--json"], target, extra].concat()))
+}
+
+/// `dlm-data audit` of the world's training manifest, then `manifests` (each `--manifest`),
+/// against the world's cache, plus `args`.
+pub fn run_audit(w: &World, manifests: &[&Path], args: &[&str]) -> (i32, String, String) {
+    let mut a = vec!["audit", "--manifest", p(&w.manifest)];
+    for m in manifests {
+        a.extend(["--manifest", p(m)]);
+    }
+    a.extend(["--cache", p(&w.cache)]);
+    a.extend_from_slice(args);
     run(&a)
+}
+
+/// [`run_audit`] with `--json`: (exit code, the report, stderr).
+pub fn audit_json(w: &World, manifests: &[&Path], args: &[&str]) -> (i32, AuditReport, String) {
+    let (code, out, err) = run_audit(w, manifests, &[&["--json"], args].concat());
+    let r: AuditReport = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    (code, r, err)
+}
+
+/// The checks an audit report failed.
+pub fn failed(r: &AuditReport) -> Vec<String> {
+    r.failed().into_iter().map(String::from).collect()
+}
+
+/// The status of `check` in an audit report.
+pub fn status(r: &AuditReport, check: &str) -> Status {
+    r.checks.iter().find(|c| c.check == check).unwrap().status
+}
+
+/// The problems `check` of an audit report names, one a line.
+pub fn problems(r: &AuditReport, check: &str) -> String {
+    r.checks
+        .iter()
+        .find(|c| c.check == check)
+        .unwrap()
+        .problems
+        .join("\n")
+}
+
+/// An audit that exited 1 with `check` its only failed check, whose problems name each of
+/// `needles`; `what` labels the case in a failure message.
+pub fn assert_fails_only(what: &str, code: i32, r: &AuditReport, check: &str, needles: &[&str]) {
+    assert_eq!(code, 1, "{check} {what}: {r:#?}");
+    assert_eq!(failed(r), [check], "{check} {what}: {r:#?}");
+    let pr = problems(r, check);
+    for n in needles {
+        assert!(pr.contains(n), "{check} {what}: {n:?} not in\n{pr}");
+    }
+}
+
+/// distilled.json records (contract 6 fields) for every prompt, written by `teacher` (its
+/// `{"path", "weights_sha256", "config_sha256"}` object).
+pub fn distilled_for(
+    recs: &[prompts::PromptRecord],
+    teacher: serde_json::Value,
+) -> serde_json::Value {
+    serde_json::Value::Array(
+        recs.iter()
+            .map(|r| {
+                // The gold letter is the most probable: the record agrees with itself.
+                let mut probs = serde_json::Map::new();
+                probs.insert(r.gold.clone(), 0.75.into());
+                let other = if r.gold == "A" { "B" } else { "A" };
+                probs.insert(other.into(), 0.25.into());
+                serde_json::json!({
+                    "id": r.id, "source": r.source, "repo": r.repo, "commit": r.commit,
+                    "file": r.file, "row": r.row, "prompt": r.prompt,
+                    "response": format!(" {}", r.gold), "response_ids": [1, 2],
+                    "answer": r.gold, "answer_probs": probs, "answer_logprobs": {"A": -1.3},
+                    "gold": r.gold, "correct": true,
+                    "gen": {"gen_length": 8, "block_length": 8, "steps": 8, "temperature": 0.0, "remasking": "low_confidence", "seed": 0},
+                    "teacher": teacher.clone()
+                })
+            })
+            .collect(),
+    )
 }
 
 /// [`run_mcq`] writing the SFT set with the world's tokenizer as `format`, `rows` per shard.

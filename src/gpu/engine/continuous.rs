@@ -126,7 +126,13 @@ impl Engine {
         }
         let lp_max = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
         let rows = slots.min(n);
-        self.ensure_workspace(rows, lp_max + p.gen_length, rows * p.block_length)?;
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        self.ensure_workspace(
+            rows,
+            lp_max + p.gen_length,
+            longest + p.gen_length,
+            rows * p.block_length,
+        )?;
         if p.cache != CacheMode::None {
             self.ensure_kv_cache()?;
         }

@@ -477,17 +477,21 @@ impl Engine {
         t * per_tok + out_rows * ((BF + rb) * h + 4 * v + 20 + 80) + b * 16 + (64 << 20)
     }
 
-    fn ensure_workspace(&mut self, b: usize, s: usize, out_rows: usize) -> Result<()> {
+    /// A workspace for `b` rows of `s` tokens (left padding included) and `out_rows` output
+    /// rows. `real` is the longest row without its left padding: positions count real tokens
+    /// only (`pos = index - pad`), so `real`, not `s`, must fit the position table — checked
+    /// on every call, since a workspace kept from a larger batch would not check it.
+    fn ensure_workspace(&mut self, b: usize, s: usize, real: usize, out_rows: usize) -> Result<()> {
+        if real > self.max_pos {
+            bail!(
+                "sequence length {real} exceeds the engine's position table ({})",
+                self.max_pos
+            );
+        }
         if let Some(ws) = &self.ws {
             if ws.b >= b && ws.s >= s && ws.out_rows >= out_rows {
                 return Ok(());
             }
-        }
-        if s > self.max_pos {
-            bail!(
-                "sequence length {s} exceeds the engine's position table ({})",
-                self.max_pos
-            );
         }
         self.ws = None; // free the old one first
         let need = self.workspace_bytes(b, s, out_rows);
@@ -599,7 +603,9 @@ impl Engine {
                 bail!("batch row {r}: token id {t} is outside the vocabulary ({v})");
             }
         }
-        self.ensure_workspace(b, s, out_rows)?;
+        // The longest real row: the one with the least left padding.
+        let real = s - pads.iter().copied().min().unwrap_or(0).min(s);
+        self.ensure_workspace(b, s, real, out_rows)?;
         let ws = self.ws.as_ref().unwrap();
         let flat: Vec<u32> = seqs.iter().flatten().copied().collect();
         self.gpu.write(&ws.x, 0, &flat)?;
