@@ -27,10 +27,10 @@ const MAX_PROBE: usize = 32;
 /// See the module doc.
 pub(super) struct SharedWords {
     /// Per slot: the key's tag (high half) and its entry offset + 1 (low half); 0 is empty.
-    slots: Box<[AtomicU64]>,
+    slots: Zeroed,
     /// Entries: a header word (key length, id count, lead flag), the key's bytes packed
     /// little-endian into words (zero-padded), then the ids two to a word.
-    arena: Box<[AtomicU64]>,
+    arena: Zeroed,
     slot_bits: u32,
     next: Padded<AtomicUsize>,
     full: Padded<AtomicBool>,
@@ -40,17 +40,65 @@ pub(super) struct SharedWords {
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// `n` zeroed atomics from a zeroed allocation: the OS hands the pages over untouched, so a
-/// table costs memory only as it fills (a loop of `AtomicU64::new(0)` would write all 96 MiB).
-fn zeroed(n: usize) -> Box<[AtomicU64]> {
-    const _: () = assert!(
-        std::mem::size_of::<AtomicU64>() == std::mem::size_of::<u64>()
-            && std::mem::align_of::<AtomicU64>() == std::mem::align_of::<u64>()
+/// `n` zeroed atomics in an anonymous mapping: the OS hands the pages over untouched (a table
+/// costs memory only as it fills), and asks for huge pages — lookups land at random over tens
+/// of MiB, where 4 KiB pages cost a TLB miss each.
+struct Zeroed {
+    ptr: *mut AtomicU64,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value and only reached through `&[AtomicU64]`.
+unsafe impl Send for Zeroed {}
+unsafe impl Sync for Zeroed {}
+
+fn zeroed(n: usize) -> Zeroed {
+    if n == 0 {
+        return Zeroed {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+        };
+    }
+    let bytes = n * std::mem::size_of::<AtomicU64>();
+    // SAFETY: a fresh private anonymous mapping; checked for failure below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert!(
+        p != libc::MAP_FAILED,
+        "mapping {bytes} bytes for the word cache: {}",
+        std::io::Error::last_os_error()
     );
-    let b: Box<[u64]> = vec![0u64; n].into_boxed_slice();
-    // SAFETY: AtomicU64 has the size, alignment (asserted above) and bit validity of u64, and
-    // the box is moved, so nothing else holds a non-atomic reference to the memory.
-    unsafe { Box::from_raw(Box::into_raw(b) as *mut [AtomicU64]) }
+    // SAFETY: advice on our own mapping; a kernel without THP ignores it.
+    unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
+    Zeroed {
+        ptr: p.cast(),
+        len: n,
+    }
+}
+
+impl std::ops::Deref for Zeroed {
+    type Target = [AtomicU64];
+    fn deref(&self) -> &[AtomicU64] {
+        // SAFETY: `len` zero-initialised (valid) AtomicU64s, mapped for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Zeroed {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping made in `zeroed`, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len * std::mem::size_of::<AtomicU64>()) };
+        }
+    }
 }
 
 /// A slot's 32-bit key tag, from bits of the hash the slot index does not use (mixed: the
