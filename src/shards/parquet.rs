@@ -221,12 +221,28 @@ pub struct Streaming {
     group_rows: usize,
     /// Row groups handed out so far.
     groups: usize,
-    /// Row groups being encoded, oldest first.
-    pending: VecDeque<Receiver<Result<Vec<ArrowColumnChunk>>>>,
+    /// Row groups being encoded, oldest first (with the time each took).
+    pending: VecDeque<Receiver<Encoded>>,
     rows: u64,
     tokens: u64,
     /// Time spent waiting for row groups to finish encoding.
     waited: std::time::Duration,
+    /// Time the row groups spliced so far took to encode (on the pool, summed).
+    encoding: std::time::Duration,
+}
+
+/// One row group's encoded column chunks and the time its encoding took.
+type Encoded = (Result<Vec<ArrowColumnChunk>>, std::time::Duration);
+
+/// [`encode_group`], timed.
+fn encode_timed(
+    schema: &SchemaRef,
+    writers: Vec<ArrowColumnWriter>,
+    chunks: &[RecordBatch],
+) -> Encoded {
+    let t = std::time::Instant::now();
+    let r = encode_group(schema, writers, chunks);
+    (r, t.elapsed())
 }
 
 /// Row groups encoding at once per shard: enough to keep the pool busy, bounded in memory
@@ -283,6 +299,7 @@ impl Streaming {
             rows: 0,
             tokens: 0,
             waited: std::time::Duration::ZERO,
+            encoding: std::time::Duration::ZERO,
         })
     }
 
@@ -323,11 +340,11 @@ impl Streaming {
         if rayon::current_thread_index().is_some() {
             // Already on the pool (a caller's parallel loop): blocking here on pool jobs
             // could starve it; encode inline.
-            let _ = tx.send(encode_group(&self.schema, writers, &chunks));
+            let _ = tx.send(encode_timed(&self.schema, writers, &chunks));
         } else {
             let schema = self.schema.clone();
             rayon::spawn(move || {
-                let _ = tx.send(encode_group(&schema, writers, &chunks));
+                let _ = tx.send(encode_timed(&schema, writers, &chunks));
             });
         }
         self.pending.push_back(rx);
@@ -337,7 +354,7 @@ impl Streaming {
             match front.try_recv() {
                 Ok(ready) => {
                     self.pending.pop_front();
-                    self.splice(ready?)?;
+                    self.splice(ready)?;
                 }
                 Err(TryRecvError::Empty) if self.pending.len() > limit => self.splice_oldest()?,
                 Err(TryRecvError::Empty) => break,
@@ -353,15 +370,17 @@ impl Streaming {
             return Ok(());
         };
         let t = std::time::Instant::now();
-        let chunks = rx
+        let encoded = rx
             .recv()
             .map_err(|_| anyhow!("a row group encoder stopped"))?;
         self.waited += t.elapsed();
-        self.splice(chunks?)
+        self.splice(encoded)
     }
 
     /// Append one encoded row group to the file.
-    fn splice(&mut self, chunks: Vec<ArrowColumnChunk>) -> Result<()> {
+    fn splice(&mut self, (chunks, took): Encoded) -> Result<()> {
+        self.encoding += took;
+        let chunks = chunks?;
         let mut rg = self.file.next_row_group()?;
         for c in chunks {
             c.append_to_row_group(&mut rg)?;
@@ -375,14 +394,27 @@ impl Streaming {
         self.waited
     }
 
-    /// The complete file's bytes, its rows and tokens.
-    pub fn finish(mut self) -> Result<(Vec<u8>, u64, u64)> {
+    /// Time the row groups spliced so far took to encode and compress (summed over threads).
+    pub fn encoding(&self) -> std::time::Duration {
+        self.encoding
+    }
+
+    /// Encode the last (short) row group and splice every group still in flight (what
+    /// [`Self::finish`] does first; call it before to read the final [`Self::waited`] and
+    /// [`Self::encoding`]).
+    pub fn drain(&mut self) -> Result<()> {
         if self.group_rows > 0 {
             self.dispatch()?;
         }
         while !self.pending.is_empty() {
             self.splice_oldest()?;
         }
+        Ok(())
+    }
+
+    /// The complete file's bytes, its rows and tokens.
+    pub fn finish(mut self) -> Result<(Vec<u8>, u64, u64)> {
+        self.drain()?;
         let (rows, tokens) = (self.rows, self.tokens);
         Ok((self.file.into_inner()?, rows, tokens))
     }

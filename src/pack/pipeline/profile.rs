@@ -1,7 +1,9 @@
 //! `DLM_PACK_PROFILE=1`: where a pack run's time goes, per pipeline stage, printed on stderr at
 //! the end (`pack profile: ...`). The serial stages (reader thread, packer on the main thread,
 //! writer thread) each cap the run at tokens ÷ their busy seconds; the line names those caps,
-//! so a run that stops scaling says which stage stopped it. Off, it costs one relaxed load per
+//! so a run that stops scaling says which stage stopped it, and `pool busy` is the share of
+//! threads × wall the rayon pool spent tokenizing and encoding row groups (time measured per
+//! task: on an oversubscribed box it counts preemption too). Off, it costs one relaxed load per
 //! measured section.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +28,8 @@ pub(super) struct Profile {
     /// runs on the rayon pool), and waiting for those row groups (`encode_wait`, part of it).
     pub encode_cpu: AtomicU64,
     pub encode_wait: AtomicU64,
+    /// Streamed parquet row groups encoded and compressed on the rayon pool (summed).
+    pub encode_pool: AtomicU64,
     /// Writer thread: writing, fsync and journaling shards in order.
     pub write_io: AtomicU64,
     /// Writer thread: waiting for the next message or an encoder.
@@ -87,7 +91,7 @@ pub(super) fn report(wall: f64, tokens: u64) {
         s(&p.write_io),
     );
     eprintln!(
-        "pack profile: wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} cpu-s | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
+        "pack profile: wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} cpu-s | row groups on the pool {pool_rg:.2} cpu-s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
         s(&p.read_blocked),
         s(&p.tokenize_cpu),
         s(&p.wait_read),
@@ -101,5 +105,8 @@ pub(super) fn report(wall: f64, tokens: u64) {
         cap(wio),
         tokens as f64 / wall.max(1e-9) / 1e6,
         threads = rayon::current_num_threads(),
+        pool_rg = s(&p.encode_pool),
+        busy = 100.0 * (s(&p.tokenize_cpu) + s(&p.encode_pool))
+            / (wall.max(1e-9) * rayon::current_num_threads() as f64),
     );
 }

@@ -138,6 +138,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         .filter(|(k, _)| worker.owns(*k))
         .map(|(_, u)| u.clone())
         .collect();
+    tok.size_word_cache(units.iter().map(|u| u.bytes).sum());
     let settings = super::journal::settings(args, &plan, &tok, dtype, worker, inputs);
     Ok(Setup {
         _lock: lock,

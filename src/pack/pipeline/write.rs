@@ -155,12 +155,14 @@ pub(super) fn write_shards(
                                 c.lap(|p| &p.encode_cpu);
                             }
                             let mut c = Clock::start();
-                            let st = s.ok_or_else(|| anyhow!("a streamed shard without rows"))?;
-                            let waited = st.waited();
-                            let r = st.into_shard(k);
+                            let mut st =
+                                s.ok_or_else(|| anyhow!("a streamed shard without rows"))?;
+                            let drained = st.drain();
+                            // The waits were for row groups encoding on the pool.
+                            super::profile::add(|p| &p.encode_wait, st.waited());
+                            super::profile::add(|p| &p.encode_pool, st.encoding());
+                            let r = drained.and_then(|_| st.into_shard(k));
                             c.lap(|p| &p.encode_cpu);
-                            // The waits above were for row groups encoding on the pool.
-                            super::profile::add(|p| &p.encode_wait, waited);
                             r
                         })?;
                         open.insert(OpenShard { tx, handle })

@@ -26,6 +26,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use anyhow::{bail, Context, Result};
 
 use super::json::ModelJson;
+use super::shared_words::{self, SharedWords};
 
 /// rustc's Fx hash: a multiply-rotate hash, much cheaper than SipHash for short keys.
 #[derive(Default, Clone, Copy)]
@@ -129,8 +130,10 @@ pub struct Bpe {
     pub vocab: StrMap<Box<str>, u32>,
     /// Cache generation: thread-local caches never mix tokenizers.
     id: u64,
-    /// The word cache every thread shares (the per-thread map takes over when it is full).
-    shared: super::shared_words::SharedWords,
+    /// The word cache every thread shares (the per-thread map takes over when it is full),
+    /// made at the first insert with [`Self::size_shared_cache`]'s size.
+    shared: std::sync::OnceLock<SharedWords>,
+    shared_words: std::sync::atomic::AtomicUsize,
 }
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -545,7 +548,8 @@ impl Bpe {
                 .map(|(k, v)| (Box::<str>::from(*k), *v))
                 .collect(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            shared: super::shared_words::SharedWords::new(),
+            shared: std::sync::OnceLock::new(),
+            shared_words: std::sync::atomic::AtomicUsize::new(shared_words::DEFAULT_WORDS),
         };
         if let Some(rep) = run_rep {
             let rep_id = bpe.char_id(rep).expect("checked above");
@@ -601,6 +605,19 @@ impl Bpe {
     #[inline]
     pub fn whole_word(&self, word: &[u8]) -> Option<u32> {
         self.whole.as_ref().and_then(|w| w.get(word).copied())
+    }
+
+    /// Size the shared word cache for `words` words (before the first document; later calls
+    /// change nothing).
+    pub fn size_shared_cache(&self, words: usize) {
+        self.shared_words
+            .store(words, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn shared(&self) -> &SharedWords {
+        self.shared.get_or_init(|| {
+            SharedWords::new(self.shared_words.load(std::sync::atomic::Ordering::Relaxed))
+        })
     }
 
     /// Run `f` with this thread's word cache (one cache borrow per document, not per word).
@@ -728,9 +745,10 @@ impl Bpe {
         }
         let cacheable = key.len() <= MAX_CACHED_WORD_LEN;
         let mut hit = None;
+        let shared = self.shared();
         if cacheable {
-            hit = self.shared.get(key, h, &mut out.ids);
-            if hit.is_none() && self.shared.is_full() {
+            hit = shared.get(key, h, &mut out.ids);
+            if hit.is_none() && shared.is_full() {
                 if let Some((ids, lead)) = c.words.get(key, h) {
                     out.ids.extend_from_slice(ids);
                     hit = Some(lead);
@@ -754,7 +772,7 @@ impl Bpe {
             sl.key[..key.len()].copy_from_slice(key);
             sl.ids[..ids.len()].copy_from_slice(ids);
         }
-        if !in_map && cacheable && !self.shared.insert(key, h, ids, lead) {
+        if !in_map && cacheable && !shared.insert(key, h, ids, lead) {
             c.words.insert(key, h, ids, lead);
         }
         lead

@@ -221,6 +221,15 @@ impl DocTokenizer {
     }
 
     /// True when the exact fast path is in use.
+    /// Size the fast path's shared word cache for `input_bytes` of input files (call before
+    /// the first document; see `shared_words`).
+    pub fn size_word_cache(&self, input_bytes: u64) {
+        if let Some(f) = &self.fast {
+            f.bpe
+                .size_shared_cache(shared_words::SharedWords::words_for_input(input_bytes));
+        }
+    }
+
     pub fn is_fast(&self) -> bool {
         self.fast.is_some()
     }

@@ -15,9 +15,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-/// Words the table holds by default (about 100 MiB at most, touched as it fills): a 256k-word
-/// map cleared every few MB of SentencePiece code merged 3× the words this size does.
-pub const DEFAULT_WORDS: usize = 1_500_000;
+/// Words a table holds when nothing says how much text comes (the old per-thread bound).
+pub const DEFAULT_WORDS: usize = 1 << 18;
+/// The most words a table is sized for from its input (about 100 MiB, touched as it fills): a
+/// 256k-word map, cleared every few MB of SentencePiece code, merged 3× the words this does.
+pub const MAX_WORDS: usize = 1_500_000;
 /// Arena words (8 bytes) budgeted per cached word: a header, a key of up to 16 bytes and up to
 /// 6 ids take 6; longer words take more, shorter ones less.
 const ARENA_PER_WORD: usize = 6;
@@ -117,19 +119,24 @@ fn key_word(key: &[u8], w: usize) -> u64 {
 }
 
 impl SharedWords {
-    /// An empty table of `DLM_PACK_WORD_CACHE` words (default [`DEFAULT_WORDS`]; 0: no shared
-    /// table, every thread caches in its own map).
-    pub fn new() -> SharedWords {
+    /// An empty table of `DLM_PACK_WORD_CACHE` words when set (0: no shared table, every
+    /// thread caches in its own map), else `words`.
+    pub fn new(words: usize) -> SharedWords {
         let words = match std::env::var("DLM_PACK_WORD_CACHE") {
             Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-                tracing::warn!(
-                    "DLM_PACK_WORD_CACHE={v:?} is not a number of words: using {DEFAULT_WORDS}"
-                );
-                DEFAULT_WORDS
+                tracing::warn!("DLM_PACK_WORD_CACHE={v:?} is not a number of words: using {words}");
+                words
             }),
-            Err(_) => DEFAULT_WORDS,
+            Err(_) => words,
         };
         Self::for_words(words)
+    }
+
+    /// The table size for `bytes` of input files: small inputs do not fault in pages they never
+    /// use (on a VM a page fault costs microseconds; a 32 MB run would spend a fifth of its
+    /// time there), large ones get [`MAX_WORDS`].
+    pub fn words_for_input(bytes: u64) -> usize {
+        ((bytes / 16) as usize).clamp(DEFAULT_WORDS, MAX_WORDS)
     }
 
     /// An empty table for about `words` words (slots stay under half full).
