@@ -87,9 +87,12 @@ fn encode_batch(ctx: &PackCtx, unit: usize, items: &[(u64, Outcome)]) -> Result<
         .par_iter()
         .map(|t| {
             let mut c = Clock::start();
+            let cpu = profile.then(super::profile::thread_cpu);
             let r = ctx.tok.encode_doc(t);
-            if profile {
+            if let Some(t0) = cpu {
                 c.lap(|p| &p.tokenize_cpu);
+                let used = super::profile::thread_cpu().saturating_sub(t0);
+                super::profile::add(|p| &p.tokenize_thread_cpu, used);
             }
             r
         })
