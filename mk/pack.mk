@@ -48,7 +48,7 @@ bench-tokenizers: $(VENV)/.stamp
 # Scaling (issue #31): pack vs the Python pipeline at 1/2/4/8/16 threads, per family, on a
 # >= 1 GB code-and-docs corpus built from this machine's Python install. Runs on a box without
 # Rust: BIN is a prebuilt release binary (built here when missing and cargo exists), PYBENCH
-# any python3 with pyarrow, numpy and tokenizers. BENCH_SCALE_ARGS passes --threads,
+# any python3 with pyarrow, numpy and tokenizers. BENCH_SCALE_ARGS passes --threads, --ceiling,
 # --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages.
 .PHONY: bench-pack-scale
 BENCH_SCALE_MB ?= 1024

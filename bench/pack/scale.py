@@ -14,16 +14,21 @@ the whole corpus, the Python pipeline's Mtok/s on a --ref-mb slice of it (defaul
 pipeline at one thread would take an hour on 1 GB; the slice is a prefix of the same cyclic
 mix), their ratio, and dlm-data's speedup and parallel efficiency against its own 1-thread
 run. `--stages` adds dlm-data's per-stage busy seconds (DLM_PACK_PROFILE=1): reader, tokenize,
-packer, writer, which names the serial stage that caps it.
+packer, writer, which names the serial stage that caps it. `--ceiling` adds, per thread count N
+> 1, what this machine gives N independent 1-thread `dlm-data pack` processes, each on its own
+1/N of the corpus and pinned to its own core (`taskset`), run at once: the embarrassingly
+parallel throughput of N cores (lower all-core clocks and shared caches included); `hw` is that
+against N × one such process alone on an idle machine (what the hardware itself keeps of
+linear scaling), `of ceil` the N-thread run against it (what the pipeline keeps).
 
 Runs on a box without Rust: BIN is a prebuilt `dlm-data` (release). Needs python3 with pyarrow,
 numpy and tokenizers.
 
 usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
                 [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
-                [--stages]
+                [--stages] [--ceiling]
 """
-import json, os, subprocess, sys, time
+import json, os, shutil, subprocess, sys, time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,6 +50,7 @@ REF_MB = int(opt("--ref-mb", "12"))
 THREADS = [int(t) for t in opt("--threads", "1,2,4,8,16").split(",")]
 FAMILIES = opt("--families", "llama3-shaped,mistral-7b-v0.1,phi-2").split(",")
 STAGES = "--stages" in sys.argv
+CEILING = "--ceiling" in sys.argv
 SEQ = 2048
 EOS = {"mistral-7b-v0.1": "</s>"}
 
@@ -181,6 +187,56 @@ def ours(corpus, tok, eos, threads):
     return dt, s["tokens"], (stages[-1] if stages else "")
 
 
+def slices_of(corpus, n):
+    """`n` contiguous row slices of the corpus with about equal text bytes (cached)."""
+    paths = [os.path.join(WORK, f"slices-{n}", f"part-{k:02d}.parquet") for k in range(n)]
+    if all(os.path.exists(p) for p in paths):
+        return paths
+    os.makedirs(os.path.dirname(paths[0]), exist_ok=True)
+    col = pq.read_table(corpus, columns=["text"]).column("text").combine_chunks()
+    sizes = [len(t.encode()) for t in col.to_pylist()]
+    total, acc, cuts = sum(sizes), 0, [0]
+    for i, b in enumerate(sizes):
+        acc += b
+        if len(cuts) < n and acc >= total * len(cuts) / n:
+            cuts.append(i + 1)
+    cuts.append(len(sizes))
+    for k, p in enumerate(paths):
+        pq.write_table(pa.table({"text": col.slice(cuts[k], cuts[k + 1] - cuts[k])}), p + ".tmp",
+                       compression="zstd", row_group_size=4096)
+        os.rename(p + ".tmp", p)
+    return paths
+
+
+def pinned_packs(parts, tok, eos):
+    """Mtok/s of one 1-thread pack per part, part k pinned to core k, all at once (total
+    tokens / until the last ends)."""
+    for k in range(len(parts)):
+        subprocess.run(["rm", "-rf", os.path.join(WORK, f"ceil-out-{k}")])
+    procs = []
+    t0 = time.perf_counter()
+    for k, part in enumerate(parts):
+        cmd = [BIN, "pack", "--input", part, "--text-column", "text", "--tokenizer", tok, "--eos-token", eos,
+               "--out", os.path.join(WORK, f"ceil-out-{k}"), "--seq-len", str(SEQ), "--json"]
+        procs.append(subprocess.Popen(["taskset", "-c", str(k)] + cmd, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env_for(1)))
+    ntok = 0
+    for p in procs:
+        so, se = p.communicate()
+        if p.returncode != 0:
+            sys.exit(f"ceiling run failed:\n{se[-4000:]}")
+        ntok += json.loads(so.strip().splitlines()[-1])["tokens"]
+    return ntok / (time.perf_counter() - t0) / 1e6
+
+
+def ceiling(corpus, tok, eos, n):
+    """(N pinned 1-thread packs at once, the hardware's share of N × one of them alone)."""
+    parts = slices_of(corpus, n)
+    solo = pinned_packs(parts[:1], tok, eos)
+    c = pinned_packs(parts, tok, eos)
+    return c, c / (n * solo)
+
+
 def python_ref(corpus, tok, eos, threads, wrap):
     out = os.path.join(WORK, "ref.parquet")
     dt, so, _ = run([sys.executable, wrap, eos, REF, corpus, tok, out, str(SEQ)], env_for(threads))
@@ -211,7 +267,10 @@ def main():
         else:
             say(f"note: {f}: no tokenizer.json under {SHARED} (pass --shared DIR); skipped")
     results = {}
-    say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}  stages")
+    if CEILING and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
+        sys.exit("--ceiling needs taskset and at least as many cores as the largest thread count")
+    say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}"
+        + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "") + "  stages")
     for name, tok in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
         base = None
@@ -222,10 +281,18 @@ def main():
             base = base or (m if th == 1 else None)
             sp = m / base if base else float("nan")
             eff = sp / th if base else float("nan")
-            results.setdefault(name, []).append({"threads": th, "dlm_mtok_s": round(m, 2), "py_mtok_s": round(mp, 3),
-                                                 "ratio": round(m / mp, 2), "speedup": round(sp, 2), "tokens": ntok,
-                                                 "seconds": round(dt, 2), "stages": stages})
-            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}  "
+            row = {"threads": th, "dlm_mtok_s": round(m, 2), "py_mtok_s": round(mp, 3),
+                   "ratio": round(m / mp, 2), "speedup": round(sp, 2), "tokens": ntok,
+                   "seconds": round(dt, 2), "stages": stages}
+            ceil = ""
+            if CEILING and th > 1:
+                c, hw = ceiling(corpus, tok, eos, th)
+                row["ceiling_mtok_s"], row["hw_share"] = round(c, 2), round(hw, 3)
+                ceil = f" {c:>7.2f} {hw:>4.0%} {m / c:>7.0%}"
+            elif CEILING:
+                ceil = f" {'-':>7} {'-':>4} {'-':>7}"
+            results.setdefault(name, []).append(row)
+            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}{ceil}  "
                 f"[{time.perf_counter() - t_start:.0f} s] {stages}")
     json.dump(results, open(os.path.join(WORK, "scale.json"), "w"), indent=1)
     say(f"goal: Mtok/s at 16 threads >= 12x Mtok/s at 1 (75% parallel efficiency). total {time.perf_counter() - t_start:.0f} s; "
