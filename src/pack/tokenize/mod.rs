@@ -15,6 +15,7 @@ pub use crate::added_text::trie as added;
 pub mod bpe;
 pub mod fast;
 pub mod gpt2;
+mod gpt4_split;
 pub mod json;
 pub use crate::added_text::ranged;
 pub mod regex;

@@ -96,6 +96,8 @@ pub struct Regex {
     /// Per top-level alternative: the ASCII chars that can start it (no alternative is
     /// nullable: such patterns are refused), so `match_at` skips those that cannot match.
     alt_first_ascii: Vec<u128>,
+    /// The Llama-3 / Qwen2 pattern: matched by its own scanner (same pieces).
+    gpt4: Option<super::gpt4_split::Gpt4Split>,
 }
 
 /// Continuation of a match: what must follow the current sequence.
@@ -108,6 +110,7 @@ enum Cont<'a> {
 pub struct Parsed {
     alts: Vec<Vec<Node>>,
     sets: Vec<CharSet>,
+    source: String,
 }
 
 struct Parser<'a> {
@@ -456,7 +459,11 @@ pub fn parse(pattern: &str, atoms: &mut Vec<String>) -> Result<Parsed> {
     if alts.iter().any(|a| min_len(a) == 0) {
         bail!("pattern can match the empty string");
     }
-    Ok(Parsed { alts, sets: p.sets })
+    Ok(Parsed {
+        alts,
+        sets: p.sets,
+        source: pattern.to_string(),
+    })
 }
 
 fn first_sets(seq: &[Node], out: &mut Vec<usize>) {
@@ -482,8 +489,18 @@ fn first_sets(seq: &[Node], out: &mut Vec<usize>) {
 }
 
 impl Regex {
-    /// Compile a parsed pattern against the table that holds its atoms.
+    /// Compile a parsed pattern against the table that holds its atoms (the Llama-3 / Qwen2
+    /// pattern gets its own scanner, [`super::gpt4_split`]).
     pub fn compile(p: Parsed, table: &ClassTable) -> Regex {
+        let gpt4 = super::gpt4_split::Gpt4Split::for_pattern(&p.source, table);
+        Regex {
+            gpt4,
+            ..Self::compile_generic(p, table)
+        }
+    }
+
+    /// [`Self::compile`] without the Llama-3 scanner (the tests compare the two).
+    pub fn compile_generic(p: Parsed, table: &ClassTable) -> Regex {
         let mut sets = p.sets;
         for s in &mut sets {
             s.compile(table);
@@ -510,12 +527,16 @@ impl Regex {
             first_ascii,
             first_sets: first,
             alt_first_ascii,
+            gpt4: None,
         }
     }
 
     /// Calls `emit(start, end)` for the pieces of a `Split(…, behavior = Isolated)`: every match
     /// and every non-empty gap between matches, in order, covering `s`.
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
+        if let Some(g) = &self.gpt4 {
+            return g.split(s, table, emit);
+        }
         let b = s.as_bytes();
         let mut gap = 0;
         let mut p = 0;
