@@ -867,13 +867,7 @@ impl Bpe {
                 if best == u64::MAX {
                     break;
                 }
-                if lead.is_none() {
-                    if (best >> 32) as u32 >= threshold {
-                        lead = Some(false);
-                    } else if at == 0 {
-                        lead = Some(true);
-                    }
-                }
+                note_lead(&mut lead, (best >> 32) as u32, at == 0, threshold);
                 ids[at] = best as u32;
                 ids.copy_within(at + 2..n, at + 1);
                 val.copy_within(at + 2..n, at + 1);
@@ -927,13 +921,7 @@ impl Bpe {
             {
                 continue;
             }
-            if lead.is_none() {
-                if rank >= threshold {
-                    lead = Some(false);
-                } else if p == 0 {
-                    lead = Some(true);
-                }
-            }
+            note_lead(&mut lead, rank, p == 0, threshold);
             s[p].id = new_id;
             s[p].next = s[q].next;
             s[q].dead = true;
@@ -955,6 +943,20 @@ impl Bpe {
         }
         out.extend(s.iter().filter(|x| !x.dead).map(|x| x.id));
         lead == Some(true)
+    }
+}
+
+/// The lead flag's rule for one merge (rank `rank`, of the first symbol when `first`), shared by
+/// both merge loops: undecided until a merge ranked at or above `threshold` (false) or one of
+/// the first symbol (true), whichever comes first (see [`RunSplit`]).
+#[inline]
+fn note_lead(lead: &mut Option<bool>, rank: u32, first: bool, threshold: u32) {
+    if lead.is_none() {
+        if rank >= threshold {
+            *lead = Some(false);
+        } else if first {
+            *lead = Some(true);
+        }
     }
 }
 
