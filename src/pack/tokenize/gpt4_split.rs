@@ -202,6 +202,7 @@ fn contraction(b: &[u8], p: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::regex::tests::onig_spans;
     use super::super::regex::{self, Regex};
     use super::*;
 
@@ -249,23 +250,6 @@ mod tests {
         out
     }
 
-    fn onig(pattern: &str, s: &str) -> Vec<(usize, usize)> {
-        let r = tokenizers::utils::SysRegex::new(pattern).unwrap();
-        let mut out = Vec::new();
-        let mut prev = 0;
-        for (a, e) in r.find_iter(s) {
-            if prev < a {
-                out.push((prev, a));
-            }
-            out.push((a, e));
-            prev = e;
-        }
-        if prev < s.len() {
-            out.push((prev, s.len()));
-        }
-        out
-    }
-
     #[test]
     fn pieces_equal_the_generic_matchers_and_oniguruma() {
         for (pattern, name) in [(LLAMA3, "llama3"), (QWEN2, "qwen2")] {
@@ -280,7 +264,7 @@ mod tests {
                 let got = pieces(&t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e)));
                 assert_eq!(
                     want,
-                    onig(pattern, &t),
+                    onig_spans(pattern, &t),
                     "generic matcher vs Oniguruma: {t:?}"
                 );
                 if got != want && bad.len() < 5 {

@@ -670,27 +670,35 @@ pub fn decode(b: &[u8], p: usize) -> (char, usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::gpt4_split::LLAMA3;
     use super::*;
     use tokenizers::utils::SysRegex;
 
-    pub const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-    fn pieces_onig(re: &str, s: &str) -> Vec<String> {
+    /// The byte spans of an Isolated `Split` by Oniguruma itself: every match and every
+    /// non-empty gap between matches, in order.
+    pub(in crate::pack::tokenize) fn onig_spans(re: &str, s: &str) -> Vec<(usize, usize)> {
         let r = SysRegex::new(re).unwrap();
         let mut out = Vec::new();
         let mut prev = 0;
         for (a, b) in r.find_iter(s) {
             if prev < a {
-                out.push(s[prev..a].to_string());
+                out.push((prev, a));
             }
-            out.push(s[a..b].to_string());
+            out.push((a, b));
             prev = b;
         }
         if prev < s.len() {
-            out.push(s[prev..].to_string());
+            out.push((prev, s.len()));
         }
         out
+    }
+
+    fn pieces_onig(re: &str, s: &str) -> Vec<String> {
+        onig_spans(re, s)
+            .into_iter()
+            .map(|(a, b)| s[a..b].to_string())
+            .collect()
     }
 
     fn pieces_ours(re: &str, s: &str) -> Vec<String> {
