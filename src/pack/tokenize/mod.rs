@@ -221,7 +221,6 @@ impl DocTokenizer {
         })
     }
 
-    /// True when the exact fast path is in use.
     /// Size the fast path's shared word cache for `input_bytes` of input files (call before
     /// the first document; see `shared_words`).
     pub fn size_word_cache(&self, input_bytes: u64) {
@@ -231,6 +230,7 @@ impl DocTokenizer {
         }
     }
 
+    /// True when the exact fast path is in use.
     pub fn is_fast(&self) -> bool {
         self.fast.is_some()
     }
