@@ -63,8 +63,11 @@ struct Gen {
 }
 
 /// The engine, with the residual precision from `DLM_RESID` (bf16 by default, or f32).
+/// `max_pos` = longest prompt + gen length; the rows are left-padded to a multiple of
+/// `pad_multiple()`, so the RoPE tables get that much room more.
 fn engine(teacher: &Path, device: usize, max_pos: usize) -> Result<Engine> {
-    let mut e = Engine::load(teacher, device, max_pos)?;
+    let room = dlm_data::gpu::engine::pad_multiple();
+    let mut e = Engine::load(teacher, device, max_pos + room)?;
     if let Ok(r) = std::env::var("DLM_RESID") {
         e.set_residual(Residual::parse(&r)?)?;
     }
@@ -303,10 +306,12 @@ fn main() -> Result<()> {
         } => {
             let ps = read_prompts(&prompts)?;
             let lp = ps.iter().map(|p| p.len()).max().unwrap_or(0);
-            let s = lp + g.gen_length;
-            let mut e = engine(&teacher, g.device, s)?;
+            let mut e = engine(&teacher, g.device, lp + g.gen_length)?;
             let p = params(&e, &g)?;
             let (seqs, pads, _) = Engine::left_pad(&ps, &p);
+            // Rows are left-padded to a multiple of the pad size: the last block ends at the
+            // padded length, not at the longest prompt + gen length.
+            let s = seqs[0].len();
             let at: Vec<(usize, usize)> = (0..ps.len())
                 .flat_map(|r| (s - g.block_length..s).map(move |q| (r, q)))
                 .collect();
