@@ -218,21 +218,21 @@ impl Gpu {
     }
 
     /// Record an event on the stream now (profiling: [`Self::elapsed_ms`] between two).
-    pub fn record(&self) -> Result<sys::CUevent> {
+    pub fn record(&self) -> Result<Event> {
         let e = dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(cu("event"))?;
         unsafe { dr::event::record(e, self.stream) }.map_err(cu("event record"))?;
-        Ok(e)
+        Ok(Event(e))
     }
 
     /// Milliseconds between two recorded events (after a sync); destroys neither.
-    pub fn elapsed_ms(&self, a: sys::CUevent, b: sys::CUevent) -> Result<f32> {
-        unsafe { dr::event::elapsed(a, b) }.map_err(cu("event elapsed"))
+    pub fn elapsed_ms(&self, a: &Event, b: &Event) -> Result<f32> {
+        unsafe { dr::event::elapsed(a.0, b.0) }.map_err(cu("event elapsed"))
     }
 
     /// Destroy a recorded event.
-    pub fn destroy_event(&self, e: sys::CUevent) {
+    pub fn destroy_event(&self, e: Event) {
         unsafe {
-            let _ = dr::event::destroy(e);
+            let _ = dr::event::destroy(e.0);
         }
     }
 
@@ -264,6 +264,9 @@ impl Drop for Gpu {
 }
 
 /// An instantiated CUDA graph (destroyed on drop).
+/// An event recorded on the stream by [`Gpu::record`]; only this module touches the handle.
+pub struct Event(sys::CUevent);
+
 pub struct Graph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,

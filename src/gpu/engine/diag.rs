@@ -49,7 +49,7 @@ impl Engine {
         self.gpu.sync()?;
         let mut acc: Vec<(String, f64)> = vec![];
         for w in marks.windows(2) {
-            let ms = self.gpu.elapsed_ms(w[0].1, w[1].1)? as f64;
+            let ms = self.gpu.elapsed_ms(&w[0].1, &w[1].1)? as f64;
             match acc.iter_mut().find(|(n, _)| n == w[1].0) {
                 Some(e) => e.1 += ms,
                 None => acc.push((w[1].0.to_string(), ms)),

@@ -224,7 +224,7 @@ pub struct Engine {
     /// row, for A/B checks).
     tail_rows: bool,
     /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
-    marks: std::cell::RefCell<Option<Vec<(&'static str, cudarc::driver::sys::CUevent)>>>,
+    marks: std::cell::RefCell<Option<Vec<(&'static str, crate::gpu::driver::Event)>>>,
 }
 
 const BF: usize = 2;
