@@ -40,14 +40,6 @@ pub(super) struct PackCtx<'a> {
     pub sources: &'a [std::sync::Arc<crate::pack::plan::SourceInfo>],
 }
 
-/// Batches tokenized at once, one per tokenizing thread (each batch split over the rayon
-/// pool): while one batch waits for its longest document (a code file can be 1 MB), the
-/// others keep every core busy, and the main thread packs finished batches meanwhile. One per
-/// two pool threads, at least 3.
-fn tokenize_threads() -> usize {
-    (rayon::current_num_threads() / 2).clamp(3, 32)
-}
-
 /// A reader message in stream order, its batch's screening and tokenization under way.
 enum Slot {
     Ready(ReadMsg),
@@ -111,9 +103,8 @@ pub(super) fn pack_loop(
     wtx: &SyncSender<WriteMsg>,
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
-    let tokenizers = tokenize_threads();
-    // Batches between the reader and the packer (read, tokenizing or tokenized, in order).
-    let ahead = 2 * tokenizers;
+    let tokenizers = super::tuning::tokenize_threads();
+    let ahead = super::tuning::batches_ahead(tokenizers);
     let (jtx, jrx) = sync_channel::<Job>(ahead);
     let jrx = std::sync::Mutex::new(jrx);
     std::thread::scope(|scope| -> Result<()> {
@@ -168,6 +159,8 @@ pub(super) fn pack_loop(
                         .recv()
                         .map_err(|_| anyhow!("a tokenizing thread stopped"))?;
                     clock.lap(|p| &p.wait_tokenize);
+                    super::profile::mark(|p| &p.at_first_batch, true);
+                    super::profile::mark(|p| &p.at_last_batch, false);
                     feed.rows(unit, &items, enc)?;
                 }
             }

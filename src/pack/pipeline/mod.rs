@@ -15,6 +15,7 @@ mod profile;
 mod progress;
 mod read;
 mod setup;
+mod tuning;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -38,6 +39,7 @@ use write::{WriteMsg, WriterStopped};
 
 pub fn run(args: PackArgs) -> Result<()> {
     let t0 = Instant::now();
+    profile::start();
     let mut s = setup::prepare(&args)?;
     let Journal {
         cursor,
@@ -78,6 +80,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             .collect(),
     );
 
+    profile::mark(|p| &p.at_setup, true);
     let (rtx, rrx) = sync_channel::<ReadMsg>(3);
     // Parquet shards of a whole run, unshuffled, are encoded while they are packed: the
     // writer gets them a chunk of rows at a time (a queue of 16 chunks, ~8 MiB at seq-len
@@ -123,6 +126,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         sources: &s.plan.sources,
     };
     let result = feed::pack_loop(&ctx, cursor, rows_per_shard, rrx, &wtx);
+    profile::mark(|p| &p.at_packed, true);
     drop(wtx);
     let wres = writer
         .join()

@@ -12,9 +12,7 @@ use crate::pack::plan::Unit;
 use crate::pack::remote::Streaming;
 use crate::sources::{Outcome, Stop};
 
-/// Text bytes per tokenization batch.
-const BATCH_TEXT_BYTES: usize = 4 << 20;
-const BATCH_MAX_ROWS: usize = 16_384;
+use super::tuning::{batch_text_bytes, BATCH_MAX_ROWS};
 
 /// What the reader hands the packing thread, in unit order.
 pub(super) enum ReadMsg {
@@ -62,7 +60,7 @@ pub(super) fn read_units(
                     bytes += t.len();
                 }
                 items.push((row, o));
-                if bytes >= BATCH_TEXT_BYTES || items.len() >= BATCH_MAX_ROWS {
+                if bytes >= batch_text_bytes() || items.len() >= BATCH_MAX_ROWS {
                     bytes = 0;
                     let batch = std::mem::take(&mut items);
                     clock.lap(|p| &p.read_busy);
