@@ -130,19 +130,23 @@ fn byte_identical_whatever_the_thread_count() {
     let (input, _) = corpus(d.path(), 400);
     let mut trees = Vec::new();
     // The third run decodes the input's row groups, cut into ~2 KB pieces, on 3 threads. The
-    // last two tokenize without the shared word table (each thread caches in its own map) and
-    // with one so small it fills at once (the per-thread maps take over).
+    // next two tokenize without the shared word table (each thread caches in its own map) and
+    // with one so small it fills at once (the per-thread maps take over). The last cuts the
+    // input into 4 KB batches of ~1 KB tokenizing chunks, at most 2 batches ahead: many
+    // chunks per batch joined back in row order, many batches in flight.
     let runs = [
-        ("1", "1", None),
-        ("2", "1", None),
-        ("2", "3", None),
-        ("2", "1", Some("0")),
-        ("2", "1", Some("40")),
+        ("1", "1", None, None),
+        ("2", "1", None, None),
+        ("2", "3", None, None),
+        ("2", "1", Some("0"), None),
+        ("2", "1", Some("40"), None),
+        ("3", "1", None, Some(("4", "1", "2"))),
     ];
-    for (threads, read_threads, word_cache) in runs {
-        let out = d
-            .path()
-            .join(format!("t{threads}-r{read_threads}-w{word_cache:?}"));
+    for (threads, read_threads, word_cache, batching) in runs {
+        let out = d.path().join(format!(
+            "t{threads}-r{read_threads}-w{word_cache:?}-b{batching:?}"
+        ));
+        let (batch_kb, chunk_kb, ahead) = batching.unwrap_or(("4096", "256", "6"));
         pack(
             &input,
             &tok,
@@ -160,6 +164,9 @@ fn byte_identical_whatever_the_thread_count() {
                 ("DLM_PACK_READ_THREADS", read_threads),
                 ("DLM_PACK_READ_PIECE_BYTES", "2000"),
                 ("DLM_PACK_WORD_CACHE", word_cache.unwrap_or("1500000")),
+                ("DLM_PACK_BATCH_KB", batch_kb),
+                ("DLM_PACK_CHUNK_KB", chunk_kb),
+                ("DLM_PACK_AHEAD", ahead),
             ],
         );
         trees.push(tree(&out));

@@ -290,6 +290,34 @@ fn token_budget_splits_by_weight() {
     // 60% of 3000 = 1800 for web; it stops at the first document past its budget.
     assert!((1800..1800 + 1200).contains(&web), "{web}");
     assert!((600..600 + 600).contains(&math), "{math}");
+    // Tiny batches cut into tiny chunks, several in flight on 3 threads: chunks of a batch
+    // that start after a source's budget is spent are skipped, and the result is the same.
+    let small = f.dir.path().join("small");
+    let mut a = vec!["pack", "--manifest", f.manifest.to_str().unwrap()];
+    a.extend([
+        "--cache",
+        f.cache.to_str().unwrap(),
+        "--tokenizer",
+        f.tok.to_str().unwrap(),
+    ]);
+    a.extend([
+        "--out",
+        small.to_str().unwrap(),
+        "--seq-len",
+        "32",
+        "--shard-bytes",
+        "4KiB",
+    ]);
+    a.extend(["--tokens", "3000"]);
+    let env = [
+        ("RAYON_NUM_THREADS", "3"),
+        ("DLM_PACK_BATCH_KB", "1"),
+        ("DLM_PACK_CHUNK_KB", "1"),
+        ("DLM_PACK_AHEAD", "2"),
+    ];
+    ok(&run(&a, &env));
+    assert_eq!(index(&small)["totals"], idx["totals"]);
+    assert_eq!(parquet_rows(&small), parquet_rows(&out));
 }
 
 #[test]

@@ -4,15 +4,16 @@
 //! resumed run would start from. Source budgets (`--tokens`) and provenance ranges are kept
 //! here.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Result};
-use rayon::prelude::*;
 
 use super::profile::Clock;
 use super::progress::Progress;
 use super::read::ReadMsg;
+use super::tuning;
 use super::write::{WriteMsg, WriterStopped};
 use crate::pack::packer::Packer;
 use crate::pack::plan::Unit;
@@ -45,8 +46,8 @@ enum Slot {
     Ready(ReadMsg),
     Rows {
         unit: usize,
-        /// The batch's rows back, with their screening and ids.
-        done: Receiver<(Vec<(u64, Outcome)>, Result<Screened>)>,
+        /// The batch back from the pool, with its screening and ids.
+        done: Receiver<Done>,
     },
 }
 
@@ -57,26 +58,107 @@ struct Screened {
     docs: Vec<Result<Encoded>>,
 }
 
-type Job = (
-    usize,
-    Vec<(u64, Outcome)>,
-    SyncSender<(Vec<(u64, Outcome)>, Result<Screened>)>,
-);
+/// A batch's rows and what its chunks made of them.
+type Done = (Arc<Batch>, Result<Screened>);
 
-/// Screen and tokenize one batch of `unit` (any thread; rayon inside).
-fn encode_batch(ctx: &PackCtx, unit: usize, items: &[(u64, Outcome)]) -> Result<Screened> {
-    let u = &ctx.units[unit];
-    if ctx.exhausted[u.source.index].load(Ordering::Relaxed) {
-        // The packer drops this batch unread; spare the work.
-        return Ok(Screened {
-            keep: Vec::new(),
-            docs: Vec::new(),
-        });
+/// One batch on the pool: its rows, cut into chunks of about [`tuning::chunk_text_bytes`]
+/// that are screened and tokenized as separate tasks; the last chunk to finish joins the
+/// parts in row order and hands the batch to the packer.
+struct Batch {
+    items: Vec<(u64, Outcome)>,
+    parts: Mutex<Vec<Option<Part>>>,
+    left: AtomicUsize,
+    done: Mutex<Option<SyncSender<Done>>>,
+}
+
+/// One chunk's result.
+enum Part {
+    /// The source's `--tokens` budget was spent before the chunk ran: the packer drops the
+    /// whole batch unread, so the work is spared.
+    Skipped,
+    Done(Result<Screened>),
+}
+
+/// Row ranges of `items` holding about `target` text bytes each (a long document alone).
+fn chunks(items: &[(u64, Outcome)], target: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut from, mut bytes) = (0, 0);
+    for (i, (_, o)) in items.iter().enumerate() {
+        if let Outcome::Text(t) = o {
+            bytes += t.len();
+        }
+        if bytes >= target {
+            out.push(from..i + 1);
+            (from, bytes) = (i + 1, 0);
+        }
     }
+    if from < items.len() || out.is_empty() {
+        out.push(from..items.len());
+    }
+    out
+}
+
+/// Screen and tokenize rows `range` of a batch of `unit` (one pool task), then, if it is the
+/// batch's last chunk to finish, join the parts and send the batch on.
+fn run_chunk(
+    ctx: &PackCtx,
+    unit: usize,
+    batch: &Arc<Batch>,
+    k: usize,
+    range: std::ops::Range<usize>,
+) {
+    let u = &ctx.units[unit];
+    let part = if ctx.exhausted[u.source.index].load(Ordering::Relaxed) {
+        Part::Skipped
+    } else {
+        Part::Done(encode_rows(ctx, u, &batch.items[range]))
+    };
+    lock(&batch.parts)[k] = Some(part);
+    if batch.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    let parts = std::mem::take(&mut *lock(&batch.parts));
+    let joined = join_parts(parts.into_iter().map(|p| p.expect("every chunk finished")));
+    if let Some(tx) = lock(&batch.done).take() {
+        let _ = tx.send((batch.clone(), joined));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The chunks' parts in row order as one batch's result: the first error in row order, or an
+/// empty result when any chunk was skipped (the packer drops such a batch unread).
+fn join_parts(parts: impl Iterator<Item = Part>) -> Result<Screened> {
+    let mut all = Screened {
+        keep: Vec::new(),
+        docs: Vec::new(),
+    };
+    let mut skipped = false;
+    for p in parts {
+        match p {
+            Part::Skipped => skipped = true,
+            Part::Done(r) => {
+                let s = r?;
+                all.keep.extend(s.keep);
+                all.docs.extend(s.docs);
+            }
+        }
+    }
+    if skipped {
+        all.keep.clear();
+        all.docs.clear();
+    }
+    Ok(all)
+}
+
+/// Screen and tokenize rows of `u` on this thread.
+fn encode_rows(ctx: &PackCtx, u: &Unit, items: &[(u64, Outcome)]) -> Result<Screened> {
     let (texts, keep) = screen(ctx.args, u, items)?;
     let profile = super::profile::enabled();
     let docs = texts
-        .par_iter()
+        .iter()
         .map(|t| {
             let mut c = Clock::start();
             let cpu = profile.then(super::profile::thread_cpu);
@@ -92,9 +174,12 @@ fn encode_batch(ctx: &PackCtx, unit: usize, items: &[(u64, Outcome)]) -> Result<
     Ok(Screened { keep, docs })
 }
 
-/// Tokenize and pack in document order; hand full shards to the writer. Batches are screened
-/// and tokenized ahead of the packer, [`tokenize_threads`] at a time; the packer takes them
-/// in stream order, so the output does not depend on the thread count.
+/// Tokenize and pack in document order; hand full shards to the writer. Each batch is cut
+/// into chunks that are queued on the rayon pool first-in first-out as the reader hands the
+/// batches on, up to [`tuning::batches_ahead`] batches ahead of the packer: the pool works
+/// on the oldest batches first, and no thread waits for a batch's longest document while
+/// later chunks are queued. The packer takes batches in stream order, so the output does not
+/// depend on the thread count.
 pub(super) fn pack_loop(
     ctx: &PackCtx,
     start: Cursor,
@@ -103,45 +188,39 @@ pub(super) fn pack_loop(
     wtx: &SyncSender<WriteMsg>,
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
-    let tokenizers = super::tuning::tokenize_threads();
-    let ahead = super::tuning::batches_ahead(tokenizers);
-    let (jtx, jrx) = sync_channel::<Job>(ahead);
-    let jrx = std::sync::Mutex::new(jrx);
+    let ahead = tuning::batches_ahead();
+    let chunk_bytes = tuning::chunk_text_bytes();
     std::thread::scope(|scope| -> Result<()> {
         let (otx, orx) = sync_channel::<Slot>(ahead);
-        for k in 0..tokenizers {
-            let jrx = &jrx;
-            std::thread::Builder::new()
-                .name(format!("pack-tokenize-{k}"))
-                .spawn_scoped(scope, move || loop {
-                    let job = jrx
-                        .lock()
-                        .map_err(|_| ())
-                        .and_then(|r| r.recv().map_err(|_| ()));
-                    let Ok((unit, items, done)) = job else { return };
-                    let enc = encode_batch(ctx, unit, &items);
-                    let _ = done.send((items, enc));
-                })?;
-        }
-        // Dispatch: reader messages into stream order, batches to the tokenizing threads.
+        // Dispatch: reader messages into stream order, batches' chunks onto the pool.
         std::thread::Builder::new()
             .name("pack-dispatch".into())
             .spawn_scoped(scope, move || {
-                for msg in rx {
-                    let slot = match msg {
-                        ReadMsg::Rows { unit, items } => {
-                            let (dtx, drx) = sync_channel(1);
-                            if jtx.send((unit, items, dtx)).is_err() {
-                                return;
+                rayon::in_place_scope_fifo(|pool| {
+                    for msg in rx {
+                        let slot = match msg {
+                            ReadMsg::Rows { unit, items } => {
+                                let (dtx, drx) = sync_channel(1);
+                                let ranges = chunks(&items, chunk_bytes);
+                                let batch = Arc::new(Batch {
+                                    parts: Mutex::new((0..ranges.len()).map(|_| None).collect()),
+                                    left: AtomicUsize::new(ranges.len()),
+                                    done: Mutex::new(Some(dtx)),
+                                    items,
+                                });
+                                for (k, r) in ranges.into_iter().enumerate() {
+                                    let b = batch.clone();
+                                    pool.spawn_fifo(move |_| run_chunk(ctx, unit, &b, k, r));
+                                }
+                                Slot::Rows { unit, done: drx }
                             }
-                            Slot::Rows { unit, done: drx }
+                            m => Slot::Ready(m),
+                        };
+                        if otx.send(slot).is_err() {
+                            return;
                         }
-                        m => Slot::Ready(m),
-                    };
-                    if otx.send(slot).is_err() {
-                        return;
                     }
-                }
+                })
             })?;
         let mut clock = Clock::start();
         for slot in orx {
@@ -155,13 +234,13 @@ pub(super) fn pack_loop(
                 Slot::Ready(ReadMsg::UnitEnd { unit }) => feed.unit_end(unit)?,
                 Slot::Ready(ReadMsg::Rows { .. }) => unreachable!("batches are dispatched"),
                 Slot::Rows { unit, done } => {
-                    let (items, enc) = done
+                    let (batch, enc) = done
                         .recv()
-                        .map_err(|_| anyhow!("a tokenizing thread stopped"))?;
+                        .map_err(|_| anyhow!("a tokenizing task stopped"))?;
                     clock.lap(|p| &p.wait_tokenize);
                     super::profile::mark(|p| &p.at_first_batch, true);
                     super::profile::mark(|p| &p.at_last_batch, false);
-                    feed.rows(unit, &items, enc)?;
+                    feed.rows(unit, &batch.items, enc)?;
                 }
             }
             clock.lap(|p| &p.pack);
@@ -374,7 +453,7 @@ impl<'a> Feed<'a> {
         )
     }
 
-    /// A batch of rows of `unit`, screened and tokenized ([`encode_batch`]): pack.
+    /// A batch of rows of `unit`, screened and tokenized ([`run_chunk`]): pack.
     fn rows(
         &mut self,
         unit: usize,
@@ -601,4 +680,81 @@ fn bump(totals: &mut Totals, key: &str) {
         .entry(key.to_string())
         .or_insert(serde_json::json!(0));
     *v = serde_json::json!(v.as_u64().unwrap_or(0) + 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(sizes: &[usize]) -> Vec<(u64, Outcome)> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let o = if n == 0 {
+                    Outcome::Empty
+                } else {
+                    Outcome::Text("x".repeat(n))
+                };
+                (i as u64, o)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chunks_cover_every_row_in_order() {
+        for sizes in [
+            vec![],
+            vec![5],
+            vec![3, 0, 4, 10, 1, 1, 1, 0, 0],
+            vec![100, 1, 1],
+            vec![1, 1, 100],
+        ] {
+            let items = rows(&sizes);
+            let cs = chunks(&items, 4);
+            let mut next = 0;
+            for (k, c) in cs.iter().enumerate() {
+                assert_eq!(c.start, next, "{sizes:?}: {cs:?}");
+                next = c.end;
+                let bytes: usize = sizes[c.clone()].iter().sum();
+                // Every chunk but the last reaches the target, and would not without its last row.
+                if k + 1 < cs.len() {
+                    assert!(
+                        bytes >= 4 && bytes - sizes[c.end - 1] < 4,
+                        "{sizes:?}: {cs:?}"
+                    );
+                }
+            }
+            assert_eq!(next, sizes.len(), "{sizes:?}: {cs:?}");
+            assert!(!cs.is_empty());
+        }
+        // A long document is a chunk alone.
+        assert_eq!(chunks(&rows(&[1, 1, 100]), 4), vec![0..3]);
+        assert_eq!(chunks(&rows(&[100, 1, 1]), 4), vec![0..1, 1..3]);
+    }
+
+    fn part(keep: &[bool]) -> Part {
+        Part::Done(Ok(Screened {
+            keep: keep.to_vec(),
+            docs: keep
+                .iter()
+                .filter(|k| **k)
+                .map(|_| Err(anyhow!("doc")))
+                .collect(),
+        }))
+    }
+
+    #[test]
+    fn parts_join_in_row_order() {
+        let j = join_parts([part(&[true, false]), part(&[true]), part(&[])].into_iter()).unwrap();
+        assert_eq!(j.keep, [true, false, true]);
+        assert_eq!(j.docs.len(), 2);
+        // The first error in row order is the batch's.
+        let e = |m: &str| Part::Done(Err(anyhow!("{m}")));
+        let r = join_parts([part(&[true]), e("first"), e("second")].into_iter());
+        assert_eq!(r.err().unwrap().to_string(), "first");
+        // A chunk skipped after the budget was spent: the packer gets nothing to read.
+        let j = join_parts([part(&[true]), Part::Skipped].into_iter()).unwrap();
+        assert!(j.keep.is_empty() && j.docs.is_empty());
+    }
 }

@@ -1,5 +1,5 @@
 //! The pipeline's queue and batch sizes, in one place, each overridable from the environment
-//! so a many-core box can be tuned by measurement (`DLM_PACK_BATCH_KB`, `DLM_PACK_TOKENIZERS`,
+//! so a many-core box can be tuned by measurement (`DLM_PACK_BATCH_KB`, `DLM_PACK_CHUNK_KB`,
 //! `DLM_PACK_AHEAD`; docs/environment.md). None of them changes a byte of the output.
 
 use std::sync::OnceLock;
@@ -17,16 +17,17 @@ pub(super) fn batch_text_bytes() -> usize {
 /// Rows per tokenization batch at most.
 pub(super) const BATCH_MAX_ROWS: usize = 16_384;
 
-/// Batches tokenized at once, one per tokenizing thread (each batch split over the rayon
-/// pool): while one batch waits for its longest document (a code file can be 1 MB), the
-/// others keep every core busy, and the main thread packs finished batches meanwhile. One per
-/// two pool threads, at least 3 (`DLM_PACK_TOKENIZERS`).
-pub(super) fn tokenize_threads() -> usize {
-    env_usize("DLM_PACK_TOKENIZERS").unwrap_or((rayon::current_num_threads() / 2).clamp(3, 32))
+/// Text bytes per tokenizing task (`DLM_PACK_CHUNK_KB`, default 256 KiB): a batch is cut
+/// into chunks of about this much (a longer document is a chunk alone), each one task on the
+/// pool.
+pub(super) fn chunk_text_bytes() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| env_usize("DLM_PACK_CHUNK_KB").map_or(256 << 10, |kb| kb << 10))
 }
 
-/// Batches between the reader and the packer (read, tokenizing or tokenized, in stream order):
-/// twice the tokenizing threads (`DLM_PACK_AHEAD`).
-pub(super) fn batches_ahead(tokenizers: usize) -> usize {
-    env_usize("DLM_PACK_AHEAD").unwrap_or(2 * tokenizers)
+/// Batches between the reader and the packer (read, tokenizing or tokenized, in stream
+/// order): one per pool thread, 6 to 64 (`DLM_PACK_AHEAD`) — 64 MiB of text in flight on
+/// 16 threads.
+pub(super) fn batches_ahead() -> usize {
+    env_usize("DLM_PACK_AHEAD").unwrap_or(rayon::current_num_threads().clamp(6, 64))
 }

@@ -1064,7 +1064,11 @@ mod tests {
                 for tail in [&b""[..], b"x", &rb[..1]] {
                     let mut w = rb.repeat(k);
                     w.extend_from_slice(tail);
-                    let want = if tail == &rb[..1] && rb.len() == 1 { k + 1 } else { k };
+                    let want = if tail == &rb[..1] && rb.len() == 1 {
+                        k + 1
+                    } else {
+                        k
+                    };
                     assert_eq!(leading_run(&w, rb), want, "{r} x {k} + {tail:?}");
                 }
             }
