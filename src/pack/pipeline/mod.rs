@@ -131,6 +131,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     let wres = writer
         .join()
         .map_err(|_| anyhow!("writer thread panicked"))?;
+    profile::mark(|p| &p.at_written, true);
     let _ = reader.join();
     let final_idx = match (result, wres) {
         // The writer failed first (a full disk...): its error names the file.

@@ -39,11 +39,12 @@ pub(super) struct Profile {
     pub write_wait: AtomicU64,
     /// Timeline, nanoseconds since [`start`] (+1, so 0 is unset): setup done (tokenizer
     /// loaded, journal opened), the first and the last tokenized batch taken by the packer, the
-    /// packer done. Start-up and tail show here, apart from the steady state between.
+    /// packer done, the writer done (last shard and index.json on disk). Start-up and tail show here, apart from the steady state between.
     pub at_setup: AtomicU64,
     pub at_first_batch: AtomicU64,
     pub at_last_batch: AtomicU64,
     pub at_packed: AtomicU64,
+    pub at_written: AtomicU64,
 }
 
 static ORIGIN: OnceLock<Instant> = OnceLock::new();
@@ -139,11 +140,12 @@ pub(super) fn report(wall: f64, tokens: u64) {
         ns => format!("{:.2}", (ns - 1) as f64 / 1e9),
     };
     eprintln!(
-        "pack profile: timeline s: setup {}, first batch {}, last batch {}, packed {} | wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} s ({:.2} thread cpu-s) | row groups on the pool {pool_rg:.2} s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
+        "pack profile: timeline s: setup {}, first batch {}, last batch {}, packed {}, written {} | wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} s ({:.2} thread cpu-s) | row groups on the pool {pool_rg:.2} s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
         at(&p.at_setup),
         at(&p.at_first_batch),
         at(&p.at_last_batch),
         at(&p.at_packed),
+        at(&p.at_written),
         s(&p.read_blocked),
         s(&p.tokenize_cpu),
         s(&p.tokenize_thread_cpu),
