@@ -4,11 +4,14 @@
 //!    directory;
 //! 2. [`journal`] — `index.json`: fresh, resume at a cursor, or already complete; claim the
 //!    directory; save the incomplete index;
-//! 3. three stages connected by bounded channels: the reader thread ([`read`]) → tokenize +
-//!    pack on the main thread ([`feed`], rayon inside) → the writer thread ([`write`]), which
-//!    journals every shard; [`progress`] draws the bar;
+//! 3. three stages connected by bounded channels: the reader thread ([`read`]) → batches
+//!    screened and tokenized in chunks on the rayon pool ([`chunked`]) and packed in stream
+//!    order on the main thread ([`feed`]) → the writer thread ([`write`]), which journals
+//!    every shard; [`progress`] draws the bar; [`tuning`] holds the queue and batch sizes,
+//!    [`profile`] the `DLM_PACK_PROFILE` line;
 //! 4. the summary (stderr, and one JSON line on stdout with `--json`).
 
+mod chunked;
 mod feed;
 mod journal;
 mod profile;
