@@ -39,7 +39,8 @@ pub(super) struct Profile {
     pub write_wait: AtomicU64,
     /// Timeline, nanoseconds since [`start`] (+1, so 0 is unset): setup done (tokenizer
     /// loaded, journal opened), the first and the last tokenized batch taken by the packer, the
-    /// packer done, the writer done (last shard and index.json on disk). Start-up and tail show here, apart from the steady state between.
+    /// packer done, the writer done (last shard and index.json on disk). Start-up and tail
+    /// show here, apart from the steady state between.
     pub at_setup: AtomicU64,
     pub at_first_batch: AtomicU64,
     pub at_last_batch: AtomicU64,

@@ -313,6 +313,33 @@ const EMPTY_SLOT: Slot = Slot {
     ids: [0; SLOT_IDS],
 };
 
+impl Slot {
+    /// Whether this slot holds the key laid out as `k` ([`short_key`]).
+    #[inline]
+    fn holds(&self, k: &[u64; 4]) -> bool {
+        self.head[..3] == k[..3] && self.head[3] & KEY_BITS == k[3]
+    }
+
+    /// The held ids and lead flag.
+    #[inline]
+    fn value(&self) -> (&[u32], bool) {
+        let count = (self.head[3] >> 56) as u8;
+        (
+            &self.ids[..(count & !LEAD_BIT) as usize],
+            count & LEAD_BIT != 0,
+        )
+    }
+
+    /// Hold key `k` ([`short_key`]) with `ids` (at most [`SLOT_IDS`]) and the lead flag.
+    #[inline]
+    fn fill(&mut self, k: [u64; 4], ids: &[u32], lead: bool) {
+        let count = ids.len() as u8 | if lead { LEAD_BIT } else { 0 };
+        self.head = k;
+        self.head[3] |= (count as u64) << 56;
+        self.ids[..ids.len()].copy_from_slice(ids);
+    }
+}
+
 /// A key of at most [`SLOT_KEY`] bytes as a [`Slot`] holds it (id-count byte zero).
 #[inline]
 fn short_key(key: &[u8]) -> [u64; 4] {
@@ -743,11 +770,10 @@ impl Bpe {
         let slot = short.map(|k| ((h >> (64 - L1_BITS)) as usize, k));
         if let Some((i, k)) = slot {
             let sl = &c.l1[i];
-            if sl.head[..3] == k[..3] && sl.head[3] & KEY_BITS == k[3] {
-                let count = (sl.head[3] >> 56) as u8;
-                let n = (count & !LEAD_BIT) as usize;
-                out.ids.extend_from_slice(&sl.ids[..n]);
-                return count & LEAD_BIT != 0;
+            if sl.holds(&k) {
+                let (ids, lead) = sl.value();
+                out.ids.extend_from_slice(ids);
+                return lead;
             }
         }
         let start = out.ids.len();
@@ -755,10 +781,7 @@ impl Bpe {
             if let Some(id) = self.whole_word(key) {
                 out.ids.push(id);
                 if let Some((i, k)) = slot {
-                    let sl = &mut c.l1[i];
-                    sl.head = k;
-                    sl.head[3] |= 1 << 56;
-                    sl.ids[0] = id;
+                    c.l1[i].fill(k, &[id], false);
                 }
                 return false;
             }
@@ -786,11 +809,7 @@ impl Bpe {
         };
         let ids = &out.ids[start..];
         if let Some((i, k)) = slot.filter(|_| ids.len() <= SLOT_IDS) {
-            let sl = &mut c.l1[i];
-            let count = ids.len() as u8 | if lead { LEAD_BIT } else { 0 };
-            sl.head = k;
-            sl.head[3] |= (count as u64) << 56;
-            sl.ids[..ids.len()].copy_from_slice(ids);
+            c.l1[i].fill(k, ids, lead);
         }
         if !in_map && cacheable && !shared.insert(key, h, ids, lead) {
             c.words.insert(key, h, ids, lead);
@@ -1040,16 +1059,12 @@ mod tests {
             let ka = short_key(a);
             assert_eq!(short_hash(&ka, a.len()), word_hash(a), "{a:?}");
             let mut slot = EMPTY_SLOT;
-            assert!(
-                !(slot.head[..3] == ka[..3] && slot.head[3] & KEY_BITS == ka[3]),
-                "the empty slot matched {a:?}"
-            );
-            slot.head = ka;
-            slot.head[3] |= ((SLOT_IDS as u8) | LEAD_BIT) as u64 * (1 << 56);
+            assert!(!slot.holds(&ka), "the empty slot matched {a:?}");
+            let ids: Vec<u32> = (0..SLOT_IDS as u32).collect();
+            slot.fill(ka, &ids, true);
+            assert_eq!(slot.value(), (&ids[..], true));
             for b in &keys {
-                let kb = short_key(b);
-                let hit = slot.head[..3] == kb[..3] && slot.head[3] & KEY_BITS == kb[3];
-                assert_eq!(hit, a == b, "{a:?} vs {b:?}");
+                assert_eq!(slot.holds(&short_key(b)), a == b, "{a:?} vs {b:?}");
             }
         }
     }
