@@ -314,6 +314,11 @@ fn pack_one_writer_force_never_takes_a_live_dir_and_sigterm_resumes() {
     let idx = dlm_data::shards::index::load(&out).unwrap();
     assert!(!idx.complete);
     assert!(idx.shards.len() >= 2, "{} shards", idx.shards.len());
+    // The inputs' sha256 are hashed while the run starts and journaled with its first shard:
+    // the resume below compares them.
+    let inputs = idx.args.as_ref().and_then(|a| a.inputs.clone()).unwrap();
+    assert_eq!(inputs.len(), 1);
+    assert_eq!(inputs[0].sha256, dlm_data::util::sha256_file(&input).unwrap());
     for s in &idx.shards {
         assert_eq!(
             std::fs::metadata(out.join(&s.file)).unwrap().len(),

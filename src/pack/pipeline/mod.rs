@@ -102,6 +102,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             None
         };
         let first_shard = cursor.shards;
+        let hashes = s.hashes.take();
         std::thread::Builder::new()
             .name("pack-writer".into())
             .spawn(move || {
@@ -113,6 +114,7 @@ pub fn run(args: PackArgs) -> Result<()> {
                     base,
                     prior_mds,
                     first_shard,
+                    hashes,
                     wrx,
                 )
             })?

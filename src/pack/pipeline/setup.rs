@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::hub::cache::Cache;
 use crate::manifest::Manifest;
@@ -14,6 +14,7 @@ use crate::pack::tokenize::{BoundaryFlags, DocTokenizer};
 use crate::pack::{DtypeArg, PackArgs};
 use crate::shards::settings::PackSettings;
 use crate::shards::{Dtype, ShardFormat};
+use crate::sources::files::PendingHashes;
 use crate::worker::WorkerSlice;
 
 /// Everything the later steps need, fixed before the output directory is touched.
@@ -32,8 +33,27 @@ pub(super) struct Setup {
     pub out_dir: PathBuf,
     /// The units of the plan this worker owns, in global order.
     pub units: Vec<Unit>,
-    /// The settings resolved from the flags, recorded as the index's `args`.
+    /// The settings resolved from the flags, recorded as the index's `args`. In a fresh
+    /// `--input` run their `inputs` come from `hashes` (still being computed).
     pub settings: PackSettings,
+    /// `--input` files' sha256 still being computed: the writer records them in `args.inputs`
+    /// before it journals the first shard ([`settle_inputs`]).
+    pub hashes: Option<PendingHashes>,
+}
+
+/// Record pending input hashes in an index's `args` (once, before its first save after the
+/// run's start).
+pub(super) fn settle_inputs(
+    hashes: &mut Option<PendingHashes>,
+    idx: &mut crate::shards::index::Index,
+) -> Result<()> {
+    if let Some(h) = hashes.take() {
+        let files = h.wait()?;
+        if let Some(a) = idx.args.as_mut() {
+            a.inputs = Some(files);
+        }
+    }
+    Ok(())
 }
 
 /// Check the flags, plan the units, load the tokenizer, pick the dtype; create the output
@@ -99,13 +119,17 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         (None, false) => {
             let files = crate::sources::files::expand(&args.input)?;
             let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
-            let hashed = crate::sources::files::hash_all(&files)?;
+            let mut bytes = 0u64;
+            for f in &files {
+                bytes += std::fs::metadata(f)
+                    .with_context(|| format!("--input {}", f.display()))?
+                    .len();
+            }
             tracing::info!(
-                "--input: {} files, {} bytes (sha256 recorded in index.json)",
-                hashed.len(),
-                hashed.iter().map(|f| f.bytes).sum::<u64>()
+                "--input: {} files, {bytes} bytes (sha256 recorded in index.json)",
+                files.len()
             );
-            (plan, Some(hashed))
+            (plan, Some(files))
         }
         _ => {
             return Err(crate::error::usage(
@@ -139,6 +163,20 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         .map(|(_, u)| u.clone())
         .collect();
     tok.size_word_cache(units.iter().map(|u| u.bytes).sum());
+    // The inputs' sha256 belong to the resume fingerprint. An existing journal is compared
+    // with it before anything else: hash first. A fresh directory's index gets them when the
+    // writer journals its first shard: hashing overlaps tokenizing.
+    let (inputs, hashes) = match inputs {
+        None => (None, None),
+        Some(files) => {
+            let pending = PendingHashes::spawn(files)?;
+            if crate::shards::index::index_path(&out_dir).exists() {
+                (Some(pending.wait()?), None)
+            } else {
+                (None, Some(pending))
+            }
+        }
+    };
     let settings = super::journal::settings(args, &plan, &tok, dtype, worker, inputs);
     Ok(Setup {
         _lock: lock,
@@ -151,6 +189,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         out_dir,
         units,
         settings,
+        hashes,
     })
 }
 

@@ -12,10 +12,12 @@ use std::thread::JoinHandle;
 use anyhow::{anyhow, Context, Result};
 
 use super::profile::Clock;
+use super::setup::settle_inputs;
 use crate::pack::packer::shuffle_rows;
 use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
 use crate::shards::{parquet, Dtype, EncodedShard, RowBatch, ShardFormat, ShardWriter};
+use crate::sources::files::PendingHashes;
 
 /// What the packing thread hands the writer.
 pub(super) enum WriteMsg {
@@ -83,6 +85,7 @@ pub(super) fn write_shards(
     mut idx: Index,
     mut mds: Vec<serde_json::Value>,
     mut n: usize,
+    mut hashes: Option<PendingHashes>,
     rx: Receiver<WriteMsg>,
 ) -> Result<Index> {
     let is_mds = format == ShardFormat::Mds;
@@ -95,38 +98,42 @@ pub(super) fn write_shards(
     let mut first_pending = n;
     let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype));
     // Write and journal the oldest shard in flight.
-    let mut commit =
-        |f: InFlight, idx: &mut Index, mds: &mut Vec<serde_json::Value>| -> Result<()> {
-            let k = first_pending;
-            first_pending += 1;
-            let mut c = Clock::start();
-            let enc = f
-                .handle
-                .join()
-                .map_err(|_| anyhow!("shard encoder panicked"))?
-                .with_context(|| format!("encoding shard {k} in {}", dir.display()))?;
-            c.lap(|p| &p.write_wait);
-            let w = enc
-                .commit(dir)
-                .with_context(|| format!("writing shard {k} in {}", dir.display()))?;
-            idx.shards.push(w.entry);
-            if let Some(m) = w.mds {
-                mds.push(m);
+    let mut commit = |f: InFlight,
+                      idx: &mut Index,
+                      mds: &mut Vec<serde_json::Value>,
+                      hashes: &mut Option<PendingHashes>|
+     -> Result<()> {
+        let k = first_pending;
+        first_pending += 1;
+        let mut c = Clock::start();
+        let enc = f
+            .handle
+            .join()
+            .map_err(|_| anyhow!("shard encoder panicked"))?
+            .with_context(|| format!("encoding shard {k} in {}", dir.display()))?;
+        c.lap(|p| &p.write_wait);
+        let w = enc
+            .commit(dir)
+            .with_context(|| format!("writing shard {k} in {}", dir.display()))?;
+        idx.shards.push(w.entry);
+        if let Some(m) = w.mds {
+            mds.push(m);
+        }
+        if let Some(c) = f.cursor {
+            idx.totals = c.totals.clone();
+            idx.provenance = c.provenance.clone();
+            idx.extra.insert("resume".into(), serde_json::to_value(&c)?);
+            settle_inputs(hashes, idx)?;
+            index::save(dir, idx, is_mds.then_some(&mds[..]))?;
+            crate::signals::pause_point("pack-shard");
+            if let Some(ms) = throttle {
+                // Tests and demos: slow down so a kill lands mid-run.
+                std::thread::sleep(std::time::Duration::from_millis(ms));
             }
-            if let Some(c) = f.cursor {
-                idx.totals = c.totals.clone();
-                idx.provenance = c.provenance.clone();
-                idx.extra.insert("resume".into(), serde_json::to_value(&c)?);
-                index::save(dir, idx, is_mds.then_some(&mds[..]))?;
-                crate::signals::pause_point("pack-shard");
-                if let Some(ms) = throttle {
-                    // Tests and demos: slow down so a kill lands mid-run.
-                    std::thread::sleep(std::time::Duration::from_millis(ms));
-                }
-            }
-            c.lap(|p| &p.write_io);
-            Ok(())
-        };
+        }
+        c.lap(|p| &p.write_io);
+        Ok(())
+    };
     let mut clock = Clock::start();
     for msg in rx {
         clock.lap(|p| &p.write_wait);
@@ -175,7 +182,8 @@ pub(super) fn write_shards(
                         cursor: None,
                         handle: o.handle,
                     });
-                    return Err(commit(in_flight.pop_front().unwrap(), &mut idx, &mut mds)
+                    let f = in_flight.pop_front().unwrap();
+                    return Err(commit(f, &mut idx, &mut mds, &mut hashes)
                         .err()
                         .unwrap_or_else(|| anyhow!("shard encoder stopped")));
                 }
@@ -207,12 +215,13 @@ pub(super) fn write_shards(
             }
             WriteMsg::Finish { totals, provenance } => {
                 while let Some(f) = in_flight.pop_front() {
-                    commit(f, &mut idx, &mut mds)?;
+                    commit(f, &mut idx, &mut mds, &mut hashes)?;
                 }
                 idx.totals = totals;
                 idx.provenance = provenance;
                 idx.extra.remove("resume");
                 idx.complete = true;
+                settle_inputs(&mut hashes, &mut idx)?;
                 index::save(dir, &idx, is_mds.then_some(&mds[..]))?;
                 return Ok(idx);
             }
@@ -221,7 +230,12 @@ pub(super) fn write_shards(
         while in_flight.len() > max_in_flight
             || in_flight.front().is_some_and(|f| f.handle.is_finished())
         {
-            commit(in_flight.pop_front().unwrap(), &mut idx, &mut mds)?;
+            commit(
+                in_flight.pop_front().unwrap(),
+                &mut idx,
+                &mut mds,
+                &mut hashes,
+            )?;
         }
         clock = Clock::start();
     }
