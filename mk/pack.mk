@@ -49,7 +49,9 @@ bench-tokenizers: $(VENV)/.stamp
 # >= 1 GB code-and-docs corpus built from this machine's Python install. Runs on a box without
 # Rust: BIN is a prebuilt release binary (built here when missing and cargo exists), PYBENCH
 # any python3 with pyarrow, numpy and tokenizers. BENCH_SCALE_ARGS passes --threads, --ceiling,
-# --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages.
+# --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages,
+# --repeat N (fastest of N, thread counts alternating: shared many-core hosts drift by ±20 %
+# within minutes, bench/results/pack-scale.md).
 .PHONY: bench-pack-scale
 BENCH_SCALE_MB ?= 1024
 BENCH_SCALE_BIN ?= target/release/dlm-data
