@@ -55,12 +55,13 @@ pub(super) fn read_units(
             let mut items: Vec<(u64, Outcome)> = Vec::new();
             let mut bytes = 0usize;
             let mut clock = Clock::start();
+            let batch_bytes = batch_text_bytes();
             let mut sink = |row: u64, o: Outcome| -> Result<()> {
                 if let Outcome::Text(t) = &o {
                     bytes += t.len();
                 }
                 items.push((row, o));
-                if bytes >= batch_text_bytes() || items.len() >= BATCH_MAX_ROWS {
+                if bytes >= batch_bytes || items.len() >= BATCH_MAX_ROWS {
                     bytes = 0;
                     let batch = std::mem::take(&mut items);
                     clock.lap(|p| &p.read_busy);
