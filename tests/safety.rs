@@ -318,7 +318,10 @@ fn pack_one_writer_force_never_takes_a_live_dir_and_sigterm_resumes() {
     // the resume below compares them.
     let inputs = idx.args.as_ref().and_then(|a| a.inputs.clone()).unwrap();
     assert_eq!(inputs.len(), 1);
-    assert_eq!(inputs[0].sha256, dlm_data::util::sha256_file(&input).unwrap());
+    assert_eq!(
+        inputs[0].sha256,
+        dlm_data::util::sha256_file(&input).unwrap()
+    );
     for s in &idx.shards {
         assert_eq!(
             std::fs::metadata(out.join(&s.file)).unwrap().len(),

@@ -129,7 +129,8 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
                 "--input: {} files, {bytes} bytes (sha256 recorded in index.json)",
                 files.len()
             );
-            (plan, Some(files))
+            // Hashed while the tokenizer loads and the run starts (see below).
+            (plan, Some(PendingHashes::spawn(files)?))
         }
         _ => {
             return Err(crate::error::usage(
@@ -168,8 +169,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
     // writer journals its first shard: hashing overlaps tokenizing.
     let (inputs, hashes) = match inputs {
         None => (None, None),
-        Some(files) => {
-            let pending = PendingHashes::spawn(files)?;
+        Some(pending) => {
             if crate::shards::index::index_path(&out_dir).exists() {
                 (Some(pending.wait()?), None)
             } else {
