@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::hub::cache::Cache;
 use crate::manifest::Manifest;
@@ -119,15 +119,10 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         (None, false) => {
             let files = crate::sources::files::expand(&args.input)?;
             let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
-            let mut bytes = 0u64;
-            for f in &files {
-                bytes += std::fs::metadata(f)
-                    .with_context(|| format!("--input {}", f.display()))?
-                    .len();
-            }
             tracing::info!(
-                "--input: {} files, {bytes} bytes (sha256 recorded in index.json)",
-                files.len()
+                "--input: {} files, {} bytes (sha256 recorded in index.json)",
+                plan.units.len(),
+                plan.units.iter().map(|u| u.bytes).sum::<u64>()
             );
             // Hashed while the tokenizer loads and the run starts (see below).
             (plan, Some(PendingHashes::spawn(files)?))
