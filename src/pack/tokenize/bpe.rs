@@ -343,10 +343,33 @@ impl Slot {
 /// A key of at most [`SLOT_KEY`] bytes as a [`Slot`] holds it (id-count byte zero).
 #[inline]
 fn short_key(key: &[u8]) -> [u64; 4] {
-    let mut b = [0u8; 32];
-    b[..key.len()].copy_from_slice(key);
-    b[30] = key.len() as u8;
-    std::array::from_fn(|w| u64::from_le_bytes(b[8 * w..8 * w + 8].try_into().expect("8 bytes")))
+    let mut k = [0u64; 4];
+    for (w, c) in key.chunks(8).enumerate() {
+        k[w] = le_word(c);
+    }
+    k[3] |= (key.len() as u64) << 48;
+    k
+}
+
+/// Up to 8 bytes as a little-endian word, zero-padded. Loads the bytes in place (two
+/// overlapping loads for 2–7 bytes): copying a short key into a stack buffer and reading it
+/// back as words stalled every lookup on a failed store-to-load forward (~1/6 of the
+/// first-level cache's time, perf annotate, phi-2 on code).
+#[inline]
+pub(super) fn le_word(b: &[u8]) -> u64 {
+    let n = b.len();
+    if n >= 8 {
+        return u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+    }
+    if n >= 4 {
+        let lo = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as u64;
+        let hi = u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes")) as u64;
+        return lo | hi << (8 * (n - 4));
+    }
+    if n == 0 {
+        return 0;
+    }
+    b[0] as u64 | (b[n / 2] as u64) << (8 * (n / 2)) | (b[n - 1] as u64) << (8 * (n - 1))
 }
 
 /// [`word_hash`] of a key from its [`short_key`] words.
@@ -370,9 +393,7 @@ fn word_hash(key: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let mut b = [0u8; 8];
-        b[..rest.len()].copy_from_slice(rest);
-        h.add(u64::from_le_bytes(b));
+        h.add(le_word(rest));
     }
     h.0
 }
@@ -1066,6 +1087,18 @@ mod tests {
             for b in &keys {
                 assert_eq!(slot.holds(&short_key(b)), a == b, "{a:?} vs {b:?}");
             }
+        }
+    }
+
+    /// Every length 0..=8 and every byte position: the in-place loads build the word a
+    /// zero-padded copy does.
+    #[test]
+    fn le_word_is_the_zero_padded_little_endian_word() {
+        let src: Vec<u8> = (1..=8u8).map(|i| i.wrapping_mul(37) | 0x80).collect();
+        for n in 0..=8 {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(&src[..n]);
+            assert_eq!(le_word(&src[..n]), u64::from_le_bytes(b), "{n} bytes");
         }
     }
 

@@ -112,10 +112,7 @@ fn tag(h: u64) -> u64 {
 
 #[inline]
 fn key_word(key: &[u8], w: usize) -> u64 {
-    let s = &key[w * 8..key.len().min(w * 8 + 8)];
-    let mut b = [0u8; 8];
-    b[..s.len()].copy_from_slice(s);
-    u64::from_le_bytes(b)
+    super::bpe::le_word(&key[w * 8..key.len().min(w * 8 + 8)])
 }
 
 impl SharedWords {
