@@ -51,7 +51,8 @@ bench-tokenizers: $(VENV)/.stamp
 # any python3 with pyarrow, numpy and tokenizers. BENCH_SCALE_ARGS passes --threads, --ceiling,
 # --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages,
 # --repeat N (fastest of N, thread counts alternating: shared many-core hosts drift by ±20 %
-# within minutes, bench/results/pack-scale.md).
+# within minutes, bench/results/pack-scale.md), --hw (what the cores themselves keep with N
+# busy: a pure-compute loop pinned alone vs N at once, and the efficiency over it).
 .PHONY: bench-pack-scale
 BENCH_SCALE_MB ?= 1024
 BENCH_SCALE_BIN ?= target/release/dlm-data

@@ -20,13 +20,18 @@ packer, writer, which names the serial stage that caps it. `--ceiling` adds, per
 parallel throughput of N cores (lower all-core clocks and shared caches included); `hw` is that
 against N × one such process alone on an idle machine (what the hardware itself keeps of
 linear scaling), `of ceil` the N-thread run against it (what the pipeline keeps).
+`--hw` adds, per thread count N > 1, what this machine's cores keep of their one-core speed
+when N are busy, with no dlm-data in it: a fixed pure-Python loop (no memory traffic to speak
+of) pinned to core 0 alone, then N copies pinned one per core at once; `hw` = time alone ÷
+mean time of the N (all-core clocks, a shared host's neighbours); `eff/hw` = the run's
+parallel efficiency over that: the part of the cores' own throughput the pipeline keeps.
 
 Runs on a box without Rust: BIN is a prebuilt `dlm-data` (release). Needs python3 with pyarrow,
 numpy and tokenizers.
 
 usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
                 [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
-                [--stages] [--ceiling] [--repeat N]
+                [--stages] [--ceiling] [--hw] [--repeat N]
 
 `--repeat N` (default 1) runs dlm-data N times per family and thread count, alternating thread
 counts (1 2 4 8 16, 1 2 4 8 16, ...) so that a slow spell of a shared machine hits every count
@@ -56,6 +61,7 @@ THREADS = [int(t) for t in opt("--threads", "1,2,4,8,16").split(",")]
 FAMILIES = opt("--families", "llama3-shaped,mistral-7b-v0.1,phi-2").split(",")
 STAGES = "--stages" in sys.argv
 CEILING = "--ceiling" in sys.argv
+HW = "--hw" in sys.argv
 REPEAT = max(1, int(opt("--repeat", "1")))
 SEQ = 2048
 EOS = {"mistral-7b-v0.1": "</s>"}
@@ -243,6 +249,22 @@ def ceiling(corpus, tok, eos, n):
     return c, c / (n * solo)
 
 
+HW_LOOP = "import time\nt = time.perf_counter(); x = 0\nfor i in range(8_000_000): x += i * i\nprint(time.perf_counter() - t)"
+
+
+def hw_share(n):
+    """Seconds of the pure-compute loop alone on core 0 (mean of before and after) ÷ the mean
+    seconds of n copies pinned to cores 0..n-1 at once."""
+    def loops(cores):
+        procs = [subprocess.Popen(["taskset", "-c", str(k), sys.executable, "-c", HW_LOOP],
+                                  stdout=subprocess.PIPE, text=True) for k in cores]
+        return [float(p.communicate()[0]) for p in procs]
+    alone = loops([0])[0]
+    many = loops(range(n))
+    alone = (alone + loops([0])[0]) / 2
+    return alone / (sum(many) / len(many))
+
+
 def python_ref(corpus, tok, eos, threads, wrap):
     out = os.path.join(WORK, "ref.parquet")
     dt, so, _ = run([sys.executable, wrap, eos, REF, corpus, tok, out, str(SEQ)], env_for(threads))
@@ -273,10 +295,11 @@ def main():
         else:
             say(f"note: {f}: no tokenizer.json under {SHARED} (pass --shared DIR); skipped")
     results = {}
-    if CEILING and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
-        sys.exit("--ceiling needs taskset and at least as many cores as the largest thread count")
+    if (CEILING or HW) and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
+        sys.exit("--ceiling and --hw need taskset and at least as many cores as the largest thread count")
     say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}"
-        + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "") + "  stages")
+        + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "")
+        + (f" {'hw':>4} {'eff/hw':>6}" if HW else "") + "  stages")
     for name, tok in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
         base = None
@@ -302,6 +325,12 @@ def main():
                 ceil = f" {c:>7.2f} {hw:>4.0%} {m / c:>7.0%}"
             elif CEILING:
                 ceil = f" {'-':>7} {'-':>4} {'-':>7}"
+            if HW and th > 1:
+                hw = hw_share(th)
+                row["hw_compute_share"] = round(hw, 3)
+                ceil += f" {hw:>4.0%} {eff / hw:>6.0%}"
+            elif HW:
+                ceil += f" {'-':>4} {'-':>6}"
             results.setdefault(name, []).append(row)
             say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}{ceil}  "
                 f"[{time.perf_counter() - t_start:.0f} s]"
