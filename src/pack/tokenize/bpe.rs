@@ -320,14 +320,22 @@ impl Slot {
         self.head[..3] == k[..3] && self.head[3] & KEY_BITS == k[3]
     }
 
-    /// The held ids and lead flag.
+    /// Append the held ids to `out` and return the lead flag: all [`SLOT_IDS`] words are
+    /// copied into reserved room and the length set to the count, one fixed-size copy instead
+    /// of a `memmove` call per cached word (~2 % of a phi-2 pack on code).
     #[inline]
-    fn value(&self) -> (&[u32], bool) {
+    fn append_to(&self, out: &mut Vec<u32>) -> bool {
         let count = (self.head[3] >> 56) as u8;
-        (
-            &self.ids[..(count & !LEAD_BIT) as usize],
-            count & LEAD_BIT != 0,
-        )
+        let n = (count & !LEAD_BIT) as usize;
+        out.reserve(SLOT_IDS);
+        let len = out.len();
+        // SAFETY: `reserve` made room for SLOT_IDS more ids after `len`; all SLOT_IDS are
+        // written (initialised) before the length grows by `n <= SLOT_IDS` of them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ids.as_ptr(), out.as_mut_ptr().add(len), SLOT_IDS);
+            out.set_len(len + n);
+        }
+        count & LEAD_BIT != 0
     }
 
     /// Hold key `k` ([`short_key`]) with `ids` (at most [`SLOT_IDS`]) and the lead flag.
@@ -792,9 +800,7 @@ impl Bpe {
         if let Some((i, k)) = slot {
             let sl = &c.l1[i];
             if sl.holds(&k) {
-                let (ids, lead) = sl.value();
-                out.ids.extend_from_slice(ids);
-                return lead;
+                return sl.append_to(&mut out.ids);
             }
         }
         let start = out.ids.len();
@@ -1081,9 +1087,15 @@ mod tests {
             assert_eq!(short_hash(&ka, a.len()), word_hash(a), "{a:?}");
             let mut slot = EMPTY_SLOT;
             assert!(!slot.holds(&ka), "the empty slot matched {a:?}");
-            let ids: Vec<u32> = (0..SLOT_IDS as u32).collect();
-            slot.fill(ka, &ids, true);
-            assert_eq!(slot.value(), (&ids[..], true));
+            // Fewer ids after more: the stale ones past the count never show.
+            for (n, lead) in [(SLOT_IDS, true), (0, false), (3, true), (1, false)] {
+                let ids: Vec<u32> = (0..n as u32).map(|i| 100 + i).collect();
+                slot.fill(ka, &ids, lead);
+                let mut out = vec![7, 7];
+                assert_eq!(slot.append_to(&mut out), lead);
+                assert_eq!(out[2..], ids[..], "{a:?}: {n} ids");
+                assert_eq!(out[..2], [7, 7]);
+            }
             for b in &keys {
                 assert_eq!(slot.holds(&short_key(b)), a == b, "{a:?} vs {b:?}");
             }
