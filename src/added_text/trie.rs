@@ -34,8 +34,146 @@ pub struct AddedInfo {
 
 /// One trie (raw or normalized) of added tokens.
 pub struct Trie {
-    ac: AhoCorasick,
+    matcher: Matcher,
     infos: Vec<AddedInfo>,
+}
+
+/// How a trie finds its leftmost-longest matches.
+enum Matcher {
+    Automaton(AhoCorasick),
+    Runs(Runs),
+}
+
+/// Patterns that are all runs of one ASCII byte, each at least two long (CodeGen / phi-2's
+/// indentation tokens: 30 runs of spaces, 8 of tabs): the automaton's prefilter stopped at
+/// every single space of the text (~6 % of a phi-2 pack on code); here a match can only start
+/// where a byte is doubled, which memchr's pair search finds without stopping at lone spaces.
+/// Same matches as the automaton (leftmost, then longest, then the first pattern added).
+struct Runs {
+    bytes: Vec<RunByte>,
+}
+
+struct RunByte {
+    /// The doubled byte a match starts with.
+    pair: memchr::memmem::Finder<'static>,
+    byte: u8,
+    /// Per run length `0..=longest`: the longest pattern that fits, as (length, pattern).
+    fit: Vec<Option<(usize, usize)>>,
+}
+
+impl Runs {
+    /// `None` unless every pattern is a run of one ASCII byte of length ≥ 2 with no
+    /// `single_word` / `lstrip` / `rstrip` (at most four distinct bytes).
+    fn new(patterns: &[(String, AddedInfo)]) -> Option<Runs> {
+        let mut bytes: Vec<RunByte> = Vec::new();
+        for (i, (p, info)) in patterns.iter().enumerate() {
+            let b = p.as_bytes();
+            let c = *b.first()?;
+            if b.len() < 2
+                || !c.is_ascii()
+                || b.iter().any(|&x| x != c)
+                || info.single_word
+                || info.lstrip
+                || info.rstrip
+            {
+                return None;
+            }
+            let k = match bytes.iter().position(|r| r.byte == c) {
+                Some(k) => k,
+                None => {
+                    bytes.push(RunByte {
+                        pair: memchr::memmem::Finder::new(&[c, c]).into_owned(),
+                        byte: c,
+                        fit: Vec::new(),
+                    });
+                    bytes.len() - 1
+                }
+            };
+            let fit = &mut bytes[k].fit;
+            if fit.len() <= b.len() {
+                fit.resize(b.len() + 1, None);
+            }
+            // The first pattern added wins among equal ones.
+            fit[b.len()].get_or_insert((b.len(), i));
+        }
+        if bytes.len() > 4 {
+            return None;
+        }
+        for r in &mut bytes {
+            for n in 1..r.fit.len() {
+                if r.fit[n].is_none() {
+                    r.fit[n] = r.fit[n - 1];
+                }
+            }
+        }
+        Some(Runs { bytes })
+    }
+}
+
+/// Matches of a [`Runs`] in `hay[pos..]`, in order, not overlapping.
+struct RunMatches<'a> {
+    runs: &'a Runs,
+    hay: &'a [u8],
+    pos: usize,
+    /// Per run byte: where its next doubling is (`usize::MAX`: none), once searched.
+    next: [Option<usize>; 4],
+}
+
+impl Iterator for RunMatches<'_> {
+    type Item = (usize, usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize, usize)> {
+        loop {
+            let mut best = (usize::MAX, 0);
+            for (k, r) in self.runs.bytes.iter().enumerate() {
+                let at = match self.next[k] {
+                    Some(at) if at >= self.pos => at,
+                    _ => {
+                        let at = r
+                            .pair
+                            .find(&self.hay[self.pos..])
+                            .map_or(usize::MAX, |i| self.pos + i);
+                        self.next[k] = Some(at);
+                        at
+                    }
+                };
+                best = best.min((at, k));
+            }
+            let (at, k) = best;
+            if at == usize::MAX {
+                return None;
+            }
+            let r = &self.runs.bytes[k];
+            let run = self.hay[at..].iter().take_while(|&&x| x == r.byte).count();
+            match r.fit[run.min(r.fit.len() - 1)] {
+                Some((len, pattern)) => {
+                    self.pos = at + len;
+                    return Some((pattern, at, at + len));
+                }
+                None => self.pos = at + run,
+            }
+        }
+    }
+}
+
+/// A trie's matches: (pattern, start, end).
+enum Matches<'a> {
+    Automaton(aho_corasick::FindIter<'a, 'a>),
+    Runs(RunMatches<'a>),
+}
+
+impl Iterator for Matches<'_> {
+    type Item = (usize, usize, usize);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, usize, usize)> {
+        match self {
+            Matches::Automaton(it) => it
+                .next()
+                .map(|m| (m.pattern().as_usize(), m.start(), m.end())),
+            Matches::Runs(it) => it.next(),
+        }
+    }
 }
 
 /// A piece of a split: an added token's id, or text `start..end` of the split string.
@@ -49,17 +187,42 @@ pub enum Piece {
 impl Trie {
     /// `None` when there is nothing to match.
     pub fn new(patterns: Vec<(String, AddedInfo)>) -> Result<Option<Trie>> {
+        Self::build(patterns, true)
+    }
+
+    /// [`Self::new`]; `runs`: take the run scanner when the patterns allow it.
+    fn build(patterns: Vec<(String, AddedInfo)>, runs: bool) -> Result<Option<Trie>> {
         if patterns.is_empty() {
             return Ok(None);
         }
-        let ac = AhoCorasickBuilder::new()
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(patterns.iter().map(|(p, _)| p.as_str()))
-            .map_err(|e| anyhow!("added-token matcher: {e}"))?;
+        let matcher = match Runs::new(&patterns).filter(|_| runs) {
+            Some(r) => Matcher::Runs(r),
+            None => Matcher::Automaton(
+                AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(patterns.iter().map(|(p, _)| p.as_str()))
+                    .map_err(|e| anyhow!("added-token matcher: {e}"))?,
+            ),
+        };
         Ok(Some(Trie {
-            ac,
+            matcher,
             infos: patterns.into_iter().map(|(_, i)| i).collect(),
         }))
+    }
+
+    /// Leftmost-longest matches inside `range` of `s`, in order.
+    fn find_iter<'a>(&'a self, s: &'a str, range: std::ops::Range<usize>) -> Matches<'a> {
+        match &self.matcher {
+            Matcher::Automaton(ac) => {
+                Matches::Automaton(ac.find_iter(aho_corasick::Input::new(s).range(range)))
+            }
+            Matcher::Runs(r) => Matches::Runs(RunMatches {
+                runs: r,
+                hay: &s.as_bytes()[..range.end],
+                pos: range.start,
+                next: [None; 4],
+            }),
+        }
     }
 
     /// The crate's `find_matches`: pieces of `s` in order (text pieces are never empty).
@@ -87,12 +250,9 @@ impl Trie {
     ) -> bool {
         let mut saw = false;
         let from = span.start.max(*start_offset).min(span.end);
-        let input = aho_corasick::Input::new(s).range(from..span.end);
-        for m in self.ac.find_iter(input) {
-            let info = &self.infos[m.pattern().as_usize()];
+        for (pattern, mut start, mut stop) in self.find_iter(s, from..span.end) {
+            let info = &self.infos[pattern];
             saw |= info.marker;
-            let mut start = m.start();
-            let mut stop = m.end();
             if info.single_word {
                 let start_space = start == 0 || !ENDS_WITH_WORD.is_match(&s[..start]);
                 let stop_space = stop == s.len() || !STARTS_WITH_WORD.is_match(&s[stop..]);
@@ -119,33 +279,34 @@ impl Trie {
     /// Every leftmost-longest occurrence in `s` (`single_word` applied as in matching), as
     /// (token id, start, end), appended to `out`.
     pub fn occurrences(&self, s: &str, out: &mut Vec<(u32, usize, usize)>) {
-        for m in self.ac.find_iter(s) {
-            let info = &self.infos[m.pattern().as_usize()];
+        for (pattern, start, stop) in self.find_iter(s, 0..s.len()) {
+            let info = &self.infos[pattern];
             if info.single_word {
-                let (start, stop) = (m.start(), m.end());
                 let start_space = start == 0 || !ENDS_WITH_WORD.is_match(&s[..start]);
                 let stop_space = stop == s.len() || !STARTS_WITH_WORD.is_match(&s[stop..]);
                 if !stop_space || !start_space {
                     continue;
                 }
             }
-            out.push((info.id, m.start(), m.end()));
+            out.push((info.id, start, stop));
         }
     }
 
     /// The spans of the marker tokens among the matches the automaton picks in `s` (before
     /// `single_word` / strip rules): what [`Self::split`]'s return value summarizes.
     pub fn marker_picks(&self, s: &str) -> Vec<(usize, usize)> {
-        self.ac
-            .find_iter(s)
-            .filter(|m| self.infos[m.pattern().as_usize()].marker)
-            .map(|m| (m.start(), m.end()))
+        self.find_iter(s, 0..s.len())
+            .filter(|&(pattern, ..)| self.infos[pattern].marker)
+            .map(|(_, start, stop)| (start, stop))
             .collect()
     }
 
     /// True when some pattern occurs in `s` (a cheap pre-check).
     pub fn any(&self, s: &str) -> bool {
-        self.ac.is_match(s)
+        match &self.matcher {
+            Matcher::Automaton(ac) => ac.is_match(s),
+            Matcher::Runs(_) => self.find_iter(s, 0..s.len()).next().is_some(),
+        }
     }
 }
 
@@ -241,5 +402,97 @@ impl AddedTries {
             .get(&id)
             .cloned()
             .unwrap_or_else(|| format!("[{id}]"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: u32) -> AddedInfo {
+        AddedInfo {
+            id,
+            single_word: false,
+            lstrip: false,
+            rstrip: false,
+            marker: false,
+        }
+    }
+
+    fn with_ids(pats: &[String]) -> Vec<(String, AddedInfo)> {
+        pats.iter()
+            .enumerate()
+            .map(|(i, p)| (p.clone(), info(i as u32)))
+            .collect()
+    }
+
+    /// xorshift64: the same pseudo-random texts every run.
+    fn next(r: &mut u64) -> usize {
+        *r ^= *r << 13;
+        *r ^= *r >> 7;
+        *r ^= *r << 17;
+        *r as usize
+    }
+
+    /// The run scanner against the automaton on random texts of spaces, tabs, letters and a
+    /// two-byte char: the same pieces from `split`, `split_span` over a random span and start,
+    /// `occurrences` and `any`. Pattern sets: phi-2's (spaces 2–31, tabs 2–9, longest first as
+    /// in its file) and one with gaps, a duplicate (the first added wins), a minimum of 3 and a
+    /// letter run.
+    #[test]
+    fn runs_match_exactly_as_the_automaton_does() {
+        let phi2: Vec<String> = (2..=31)
+            .rev()
+            .map(|n| " ".repeat(n))
+            .chain((2..=9).rev().map(|n| "\t".repeat(n)))
+            .collect();
+        let gaps: Vec<String> = ["   ", "     ", "\t\t", "   ", "xxxx", "\t\t\t\t\t"]
+            .map(String::from)
+            .to_vec();
+        let mut r = 0x9e37_79b9_7f4a_7c15u64;
+        for pats in [phi2, gaps] {
+            let runs = Trie::build(with_ids(&pats), true).unwrap().unwrap();
+            assert!(matches!(runs.matcher, Matcher::Runs(_)), "{pats:?}");
+            let ac = Trie::build(with_ids(&pats), false).unwrap().unwrap();
+            assert!(matches!(ac.matcher, Matcher::Automaton(_)));
+            for _ in 0..4000 {
+                let len = next(&mut r) % 90;
+                let s: String = (0..len)
+                    .map(|_| [" ", " ", " ", "\t", "\t", "x", "a", "\n", "é"][next(&mut r) % 9])
+                    .collect();
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                assert_eq!(ac.split(&s, &mut a), runs.split(&s, &mut b));
+                assert_eq!(a, b, "split {s:?}");
+                let bounds: Vec<usize> = (0..=s.len()).filter(|&i| s.is_char_boundary(i)).collect();
+                let mut pick = || bounds[next(&mut r) % bounds.len()];
+                let (x, y, z) = (pick(), pick(), pick());
+                let (lo, hi) = (x.min(y), x.max(y));
+                let (mut oa, mut ob) = (z, z);
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                ac.split_span(&s, lo..hi, &mut oa, &mut a);
+                runs.split_span(&s, lo..hi, &mut ob, &mut b);
+                assert_eq!((a, oa), (b, ob), "span {lo}..{hi} from {z} of {s:?}");
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                ac.occurrences(&s, &mut a);
+                runs.occurrences(&s, &mut b);
+                assert_eq!(a, b, "occurrences {s:?}");
+                assert_eq!(ac.any(&s), runs.any(&s), "any {s:?}");
+            }
+        }
+    }
+
+    /// Anything but plain runs of one ASCII byte, two or more long, keeps the automaton.
+    #[test]
+    fn only_plain_ascii_runs_take_the_run_scanner() {
+        for pats in [&[" "][..], &["  ", " x"], &["éé"], &["  ", "<|endoftext|>"]] {
+            let pats: Vec<String> = pats.iter().map(|p| p.to_string()).collect();
+            assert!(Runs::new(&with_ids(&pats)).is_none(), "{pats:?}");
+        }
+        let mut stripped = with_ids(&["  ".to_string()]);
+        stripped[0].1.lstrip = true;
+        assert!(Runs::new(&stripped).is_none());
+        let five: Vec<String> = ["aa", "bb", "cc", "dd", "ee"].map(String::from).to_vec();
+        assert!(Runs::new(&with_ids(&five)).is_none());
+        assert!(Runs::new(&with_ids(&five[..4])).is_some());
     }
 }
