@@ -40,9 +40,7 @@ impl Hasher for FxHasher {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b) ^ (rest.len() as u64) << 59);
+            self.add(le_word(rest) ^ (rest.len() as u64) << 59);
         }
     }
     fn write_u64(&mut self, x: u64) {
