@@ -53,6 +53,8 @@ bench-tokenizers: $(VENV)/.stamp
 # --repeat N (fastest of N, thread counts alternating: shared many-core hosts drift by ±20 %
 # within minutes, bench/results/pack-scale.md), --hw (what the cores themselves keep with N
 # busy: a pure-compute loop pinned alone vs N at once, and the efficiency over it).
+# BENCH_SCALE_MB=4096 for steady state on a fast box: at 200+ Mtok/s a 1 GB run is ~1.5 s at
+# 16 threads, ~11 % of it start-up and the last shard.
 .PHONY: bench-pack-scale
 BENCH_SCALE_MB ?= 1024
 BENCH_SCALE_BIN ?= target/release/dlm-data

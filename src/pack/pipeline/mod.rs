@@ -6,8 +6,8 @@
 //!    directory; save the incomplete index;
 //! 3. three stages connected by bounded channels: the reader thread ([`read`]) → batches
 //!    screened and tokenized in chunks on the rayon pool ([`chunked`]) and packed in stream
-//!    order on the main thread ([`feed`]) → the writer thread ([`write`]), which journals
-//!    every shard; [`progress`] draws the bar; [`tuning`] holds the queue and batch sizes,
+//!    order on the main thread ([`feed`]) → the writer thread ([`write`]), which routes
+//!    rows to shard encoders, and its committer, which writes and journals every shard; [`progress`] draws the bar; [`tuning`] holds the queue and batch sizes,
 //!    [`profile`] the `DLM_PACK_PROFILE` line;
 //! 4. the summary (stderr, and one JSON line on stdout with `--json`).
 

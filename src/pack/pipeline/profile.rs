@@ -1,6 +1,6 @@
 //! `DLM_PACK_PROFILE=1`: where a pack run's time goes, per pipeline stage, printed on stderr at
 //! the end (`pack profile: ...`). The serial stages (reader thread, packer on the main thread,
-//! writer thread) each cap the run at tokens ÷ their busy seconds; the line names those caps,
+//! committer thread) each cap the run at tokens ÷ their busy seconds; the line names those caps,
 //! so a run that stops scaling says which stage stopped it, and `pool busy` is the share of
 //! threads × wall the rayon pool spent tokenizing and encoding row groups (time measured per
 //! task: on an oversubscribed box it counts preemption too). Off, it costs one relaxed load per
@@ -33,9 +33,9 @@ pub(super) struct Profile {
     pub encode_wait: AtomicU64,
     /// Streamed parquet row groups encoded and compressed on the rayon pool (summed).
     pub encode_pool: AtomicU64,
-    /// Writer thread: writing, fsync and journaling shards in order.
+    /// Committer thread: writing, fsync and journaling shards in order.
     pub write_io: AtomicU64,
-    /// Writer thread: waiting for the next message or an encoder.
+    /// Committer thread: waiting for the next shard's encoder.
     pub write_wait: AtomicU64,
     /// Timeline, nanoseconds since [`start`] (+1, so 0 is unset): setup done (tokenizer
     /// loaded, journal opened), the first and the last tokenized batch taken by the packer, the

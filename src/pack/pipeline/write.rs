@@ -1,7 +1,7 @@
-//! The writer thread of a pack run: encodes finished shards (shuffled first when
-//! `--shuffle-seed` says so) on encoder threads, several at once, then writes each durably and
-//! journals it in `index.json` with the resume cursor, in shard order, so a killed run resumes
-//! after the last shard recorded; the end marks the index complete.
+//! The writer side of a pack run: the writer thread encodes finished shards (shuffled first
+//! when `--shuffle-seed` says so) on encoder threads, several at once, and a committer thread
+//! writes each durably and journals it in `index.json` with the resume cursor, in shard order,
+//! so a killed run resumes after the last shard recorded; the end marks the index complete.
 
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
