@@ -109,7 +109,7 @@ pub(super) fn write_shards(
             .name("pack-commit".into())
             .spawn(move || commit_shards(&dir, is_mds, idx, mds, n, hashes, crx))?
     };
-    let routed = route(dir, format, dtype, shuffle, n, rx, ctx);
+    let routed = route(dir, format, dtype, shuffle, n, rx, ctx, &committer);
     let committed = committer
         .join()
         .map_err(|_| anyhow!("shard committer panicked"))?;
@@ -124,6 +124,7 @@ pub(super) fn write_shards(
 
 /// Route the packer's messages: streamed rows to the open parquet shard's encoder, finished
 /// shards to encoder threads, and each shard, in order, on to the committer.
+#[allow(clippy::too_many_arguments)]
 fn route(
     dir: &Path,
     format: ShardFormat,
@@ -132,6 +133,7 @@ fn route(
     mut n: usize,
     rx: Receiver<WriteMsg>,
     ctx: SyncSender<Commit>,
+    committer: &JoinHandle<Result<Option<Index>>>,
 ) -> Result<()> {
     let mut open: Option<OpenShard> = None;
     let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype));
@@ -140,6 +142,11 @@ fn route(
     for msg in rx {
         match msg {
             WriteMsg::Rows { batch } => {
+                // The committer ends early only on an error (or a signal): stop the packer
+                // now, not at the shard's end.
+                if committer.is_finished() {
+                    return Err(stopped());
+                }
                 anyhow::ensure!(
                     format == ShardFormat::Parquet && shuffle.is_none(),
                     "streamed rows for a {format:?} shard (shuffled: {})",
