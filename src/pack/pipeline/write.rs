@@ -99,9 +99,10 @@ pub(super) fn write_shards(
     hashes: Option<PendingHashes>,
     rx: Receiver<WriteMsg>,
 ) -> Result<Index> {
-    // Shards encoded but not yet written, beyond the one being written: the router waits
-    // on the committer past this many.
-    let (ctx, crx) = sync_channel::<Commit>(encoders());
+    // Shards in flight (encoding or encoded, not yet written) stay at most `encoders() + 1`,
+    // as before the committer: the one it waits on or writes, those queued here, and the
+    // one the router waits to hand on.
+    let (ctx, crx) = sync_channel::<Commit>(encoders() - 1);
     let committer = {
         let dir = dir.to_path_buf();
         let is_mds = format == ShardFormat::Mds;
