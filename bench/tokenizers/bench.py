@@ -21,7 +21,10 @@ gigatoken (issue 43): beside the Python pipeline, gigatoken's `encode_files(Parq
 (interpreter + import + tokenizer load + encode; tokenize only: no packing, nothing written),
 interleaved with `pack` at all cores and at RAYON_NUM_THREADS=1 (`--threads` sets the counts,
 e.g. 1,2 or 1,16). `pack/gig` = gigatoken's seconds ÷ pack's (pack's speed over gigatoken's: ≥ 1
-means the whole `pack` pipeline is at least as fast as gigatoken tokenizing alone). `gig ids` =
+means the whole `pack` pipeline is at least as fast as gigatoken tokenizing alone); `cpu p/g` =
+the same over CPU seconds (user + sys of the whole process, fastest run each): on a loaded box the
+wall clock of a 1-thread run depends on its share of the cores, and pack's reader and writer
+threads are extra threads, so the CPU ratio is the per-core cost compared. `gig ids` =
 gigatoken's ids of the first --check documents equal HF `tokenizers`' `encode_batch(...,
 add_special_tokens=False)`. `--vs-giga` (for corpora of hundreds of MB) skips the Python pipeline
 and the split-mode runs: `ids` is then pack's stream over the first --check documents against HF
@@ -31,7 +34,7 @@ reads that text as text).
 usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R] [--corpus prose|code]
                 [--threads 1,2] [--vs-giga] [--no-giga] [--check N]
 """
-import glob, json, math, os, subprocess, sys, time
+import glob, json, math, os, resource, subprocess, sys, time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -118,10 +121,20 @@ def trained(docs):
     return out
 
 
+CPU = [0.0]  # CPU seconds (user + sys) of the last timed child process
+
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd, env=None):
+    c0 = child_cpu()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    CPU[0] = child_cpu() - c0
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     return dt, p.stdout
@@ -176,10 +189,12 @@ def giga(c, tokp, threads=None, dump=0):
     env = dict(os.environ)
     if threads:
         env["RAYON_NUM_THREADS"] = str(threads)
+    c0 = child_cpu()
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, GIGA_PY, tokp, c] + (["--dump", str(dump)] if dump else []),
                        capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    CPU[0] = child_cpu() - c0
     if p.returncode != 0:
         print(f"  gigatoken failed on {tokp}: {p.stderr.strip().splitlines()[-1:]}", flush=True)
         return None, None
@@ -204,7 +219,7 @@ def table(which, c, fams, wrap):
     if not VS_GIGA:
         head += f"{'python s':>9} {'ratio':>7} {'split s':>7} {'plain/split':>11} "
     for t in tl:
-        head += f"{'pack ' + t:>9} " + (f"{'gig ' + t:>9} {'pack/gig':>8} " if GIGA else "")
+        head += f"{'pack ' + t:>9} " + (f"{'gig ' + t:>9} {'pack/gig':>8} {'cpu p/g':>7} " if GIGA else "")
     head += f"{'gig ids':>7} {'Mtok/s':>7} {'held':>5}  path" if GIGA else f"{'Mtok/s':>7} {'held':>5}  path"
     print(head)
     rows = []
@@ -215,6 +230,8 @@ def table(which, c, fams, wrap):
         dt_py = dt_sp = float("inf")
         dt_rs = {t: float("inf") for t in THREADS}
         dt_gg = {t: float("inf") for t in THREADS}
+        cpu_rs = {t: float("inf") for t in THREADS}
+        cpu_gg = {t: float("inf") for t in THREADS}
         gig_ok = GIGA
         for _ in range(REPEAT):
             if not VS_GIGA:
@@ -222,12 +239,14 @@ def table(which, c, fams, wrap):
             for t in THREADS:
                 d, idx = ours(c, p, eos, out + (f"-{t}t" if t else ""), threads=t)
                 dt_rs[t] = min(dt_rs[t], d)
+                cpu_rs[t] = min(cpu_rs[t], CPU[0])
                 if gig_ok:
                     d, _ = giga(c, p, t)
                     if d is None:
                         gig_ok = False
                     else:
                         dt_gg[t] = min(dt_gg[t], d)
+                        cpu_gg[t] = min(cpu_gg[t], CPU[0])
             if not VS_GIGA:
                 d, sidx = ours(c, p, eos, out + "-split", mode="split")
                 dt_sp = min(dt_sp, d)
@@ -264,7 +283,8 @@ def table(which, c, fams, wrap):
         if not VS_GIGA:
             line += f"{dt_py:9.2f} {r:6.2f}x {dt_sp:7.2f} {tall / dt_sp:10.3f}x "
         for t in THREADS:
-            line += f"{dt_rs[t]:9.2f} " + ((f"{dt_gg[t]:9.2f} {gr[t]:7.2f}x " if gig_ok else f"{'-':>9} {'-':>8} ") if GIGA else "")
+            line += f"{dt_rs[t]:9.2f} " + ((f"{dt_gg[t]:9.2f} {gr[t]:7.2f}x {cpu_gg[t] / cpu_rs[t]:6.2f}x " if gig_ok
+                                            else f"{'-':>9} {'-':>8} {'-':>7} ") if GIGA else "")
         line += (f"{str(gsame):>7} " if GIGA else "") + f"{tokens / tall / 1e6:7.2f} {held:5}  {enc}"
         print(line, flush=True)
     bpe = [r for r in rows if r[1] != "WordPiece" and r[1] != "Unigram"]
