@@ -293,14 +293,14 @@ def main():
     t_start = time.perf_counter()
     if not os.access(BIN, os.X_OK):
         sys.exit(f"{BIN}: no dlm-data binary (build it with `cargo build --release` and carry it)")
-    if REF is None:
+    if REF is None and PYTHON:
         sys.exit("py_pack_ref.py not found: pass --ref PATH (../shared/bench/py_pack_ref.py)")
     say("command: " + " ".join(sys.argv))
     corpus = build_corpus(MB, f"{CORPUS}-corpus-{MB}mb.parquet")
-    ref_corpus = slice_of(corpus, REF_MB, f"code-corpus-{MB}mb-first{REF_MB}mb.parquet")
+    ref_corpus = slice_of(corpus, REF_MB, f"{CORPUS}-corpus-{MB}mb-first{REF_MB}mb.parquet") if PYTHON else None
     meta = pq.ParquetFile(corpus).metadata
     say(f"corpus: {corpus} ({os.path.getsize(corpus) / 1e6:.0f} MB zstd parquet, {meta.num_rows} documents, >= {MB} MB of text: "
-        f"stdlib sources + docs), python slice {REF_MB} MB; {os.cpu_count()} cores; seq_len {SEQ}; built in {time.perf_counter() - t_start:.0f} s")
+        f"{CORPUS}: stdlib sources + docs or docs alone), python slice {REF_MB if PYTHON else 0} MB; {os.cpu_count()} cores; seq_len {SEQ}; built in {time.perf_counter() - t_start:.0f} s")
     wrap = os.path.join(WORK, "ref_wrap.py")
     open(wrap, "w").write(WRAP)
     fams = {}
