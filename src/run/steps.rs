@@ -1,6 +1,7 @@
 //! The pipeline file turned into commands: each step is one or more ordinary `dlm-data`
-//! command lines (what a user would type), plus the files whose digests say whether the step
-//! is still complete.
+//! command lines (what a user would type), plus the files it reads and writes, whose
+//! signatures say whether the step is still complete (run.md's table of what counts as a
+//! change is this file).
 
 use std::path::{Path, PathBuf};
 
@@ -15,9 +16,60 @@ pub struct Step {
     pub name: &'static str,
     /// Each a full argument vector without the program name.
     pub commands: Vec<Vec<String>>,
-    /// Files or directories whose digests, unchanged since the step last succeeded with the
-    /// same commands, make the step complete.
-    pub watch: Vec<PathBuf>,
+    /// Files or directories it reads: changed bytes here re-run the step (and, through its
+    /// outputs, what reads them).
+    pub reads: Vec<PathBuf>,
+    /// Outputs it is complete against: gone or altered, the step runs again in place.
+    pub writes: Vec<PathBuf>,
+    /// The output rebuilt beside the old one when reads or settings changed (its `--out`).
+    pub out: Option<PathBuf>,
+}
+
+impl Step {
+    fn new(name: &'static str) -> Step {
+        Step {
+            name,
+            commands: vec![],
+            reads: vec![],
+            writes: vec![],
+            out: None,
+        }
+    }
+
+    /// The command lines with `--out OUT` pointed at `to` (a rebuild's staging path).
+    pub fn commands_into(&self, to: &Path) -> Vec<Vec<String>> {
+        let Some(out) = &self.out else {
+            return self.commands.clone();
+        };
+        let live = s(out);
+        self.commands
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                for i in 1..c.len() {
+                    if c[i - 1] == "--out" && c[i] == live {
+                        c[i] = s(to);
+                    }
+                }
+                c
+            })
+            .collect()
+    }
+
+    /// (staged, live) paths a rebuild into `staged` swaps: the output, and distill's parts.
+    pub fn swap_pairs(&self, staged: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let Some(out) = &self.out else {
+            return vec![];
+        };
+        let mut v = vec![(staged.to_path_buf(), out.clone())];
+        if self.name == "distill" {
+            v.push((
+                crate::distill::output::parts_dir(staged),
+                crate::distill::output::parts_dir(out),
+            ));
+        }
+        v
+    }
 }
 
 fn s(p: &Path) -> String {
@@ -51,11 +103,7 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     let mut steps = Vec::new();
 
     // fetch: every manifest, base first.
-    let mut fetch = Step {
-        name: "fetch",
-        commands: vec![],
-        watch: vec![],
-    };
+    let mut fetch = Step::new("fetch");
     for m in p.manifests() {
         let mut c = vec!["fetch".to_string(), "--manifest".into(), s(&m)];
         c.extend(cache.iter().cloned());
@@ -63,16 +111,16 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         if let Some(b) = &p.base {
             if b.manifest == m {
                 push_opt(&mut c, "--local-dir", &b.local_dir.as_ref().map(|d| s(d)));
-                fetch.watch.extend(b.local_dir.clone());
+                fetch.writes.extend(b.local_dir.clone());
                 // architecture.json is written beside the manifest.
                 fetch
-                    .watch
+                    .writes
                     .push(m.with_file_name(crate::model::architecture::ARCHITECTURE_FILE));
             }
         }
         c.extend(p.fetch.args.iter().cloned());
-        fetch.watch.push(m.clone());
-        fetch.watch.push(lock_of(&m));
+        fetch.reads.push(m.clone());
+        fetch.writes.push(lock_of(&m));
         fetch.commands.push(c);
     }
     if !fetch.commands.is_empty() {
@@ -82,15 +130,15 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     // pack
     let k = &p.pack;
     let mut c = vec!["pack".to_string()];
-    let mut watch = vec![];
+    let mut pack = Step::new("pack");
     if let Some(m) = &k.manifest {
         c.extend(["--manifest".into(), s(m)]);
         c.extend(cache.iter().cloned());
-        watch.extend([m.clone(), lock_of(m)]);
+        pack.reads.extend([m.clone(), lock_of(m)]);
     }
     for i in &k.inputs {
         c.extend(["--input".into(), s(i)]);
-        watch.push(i.clone());
+        pack.reads.extend(input_files(i));
     }
     push_opt(&mut c, "--text-column", &k.text_column);
     c.extend([
@@ -104,15 +152,11 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     push_opt(&mut c, "--tokens", &k.tokens);
     push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
     c.extend(k.args.iter().cloned());
-    watch.extend([
-        p.tokenizer.clone(),
-        k.out.join(crate::shards::index::INDEX_FILE),
-    ]);
-    steps.push(Step {
-        name: "pack",
-        commands: vec![c],
-        watch,
-    });
+    pack.reads.push(p.tokenizer.clone());
+    pack.writes.push(k.out.join(crate::shards::index::INDEX_FILE));
+    pack.out = Some(k.out.clone());
+    pack.commands.push(c);
+    steps.push(pack);
 
     // mcq
     if let Some(m) = &p.mcq {
@@ -131,13 +175,16 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         steps.push(Step {
             name: "mcq",
             commands: vec![c],
-            watch: vec![
+            reads: vec![
                 m.manifest.clone(),
                 lock_of(&m.manifest),
                 p.tokenizer.clone(),
+            ],
+            writes: vec![
                 m.out.join("prompts.jsonl"),
                 m.out.join("sft").join(crate::shards::index::INDEX_FILE),
             ],
+            out: Some(m.out.clone()),
         });
     }
 
@@ -148,22 +195,19 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         base.extend(cache.iter().cloned());
         push_opt(&mut base, "--ngram", &d.ngram);
         base.extend(d.args.iter().cloned());
-        let mut step = Step {
-            name: "decontam",
-            commands: vec![],
-            watch: vec![],
-        };
+        let mut step = Step::new("decontam");
         for a in &d.against {
-            step.watch.push(a.clone());
+            step.reads.push(a.clone());
             if a.extension().is_some_and(|e| e == "toml") {
-                step.watch.push(lock_of(a));
+                step.reads.push(lock_of(a));
             }
         }
         let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
             let mut c = base.clone();
             c.extend([flag.to_string(), s(&target)]);
             step.commands.push(c);
-            step.watch.extend([watched, report]);
+            step.reads.push(watched);
+            step.writes.push(report);
         };
         if d.stage1 {
             let o = &p.pack.out;
@@ -224,7 +268,9 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         steps.push(Step {
             name: "distill",
             commands: vec![c],
-            watch: vec![d.teacher.clone(), prompts, d.out.clone()],
+            reads: vec![d.teacher.clone(), prompts],
+            writes: vec![d.out.clone()],
+            out: Some(d.out.clone()),
         });
     }
 
@@ -255,10 +301,15 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     push_opt(&mut c, "--lineage", &p.audit.lineage.as_ref().map(|t| s(t)));
     push_opt(&mut c, "--shipped", &p.audit.shipped.as_ref().map(|t| s(t)));
     c.extend(p.audit.args.iter().cloned());
-    steps.push(Step {
-        name: "audit",
-        commands: vec![c],
-        watch: vec![],
-    });
+    let mut audit = Step::new("audit");
+    audit.commands.push(c);
+    steps.push(audit);
     steps
+}
+
+/// The files an `--input` names, as pack expands it (a directory's data files, a glob's
+/// matches now); itself when that fails (pack then says why).
+fn input_files(i: &Path) -> Vec<PathBuf> {
+    crate::sources::files::expand(std::slice::from_ref(&i.to_path_buf()))
+        .unwrap_or_else(|_| vec![i.to_path_buf()])
 }
