@@ -174,12 +174,12 @@ pub fn run(args: RunArgs, cli: Cli) -> Result<()> {
     let t0 = Instant::now();
     let job = prepare(&args, &cli)?;
     if args.check {
-        eprintln!(
+        crate::report::note(&format!(
             "run: {}: {} step(s) checked: every command parses, every input is there, no \
              step writes what another reads",
             args.pipeline.display(),
             job.plan.len()
-        );
+        ));
         return Ok(());
     }
     // One run of a pipeline at a time: an overlapping cron start exits 75 naming the holder.
@@ -235,7 +235,7 @@ fn audit(job: &Job, step: &steps::Step, line: &str) -> Result<crate::audit::repo
             e.to_string().trim()
         ))
     })?;
-    eprintln!("run: audit: {line}");
+    crate::report::note(&format!("run: audit: {line}"));
     crate::audit::audit(&a).context("run: step audit")
 }
 
@@ -253,29 +253,29 @@ fn finish(
         .map(|r| r.failed().into_iter().map(String::from).collect())
         .unwrap_or_default();
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "pipeline": args.pipeline.display().to_string(),
-                "state": job.state_path.display().to_string(),
-                "steps": outcomes,
-                "verdict": match ok { Some(true) => "pass", Some(false) => "broken", None => "not-audited" },
-                "failed": failed,
-                "seconds": t0.elapsed().as_secs_f64(),
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "pipeline": args.pipeline.display().to_string(),
+            "state": job.state_path.display().to_string(),
+            "steps": outcomes,
+            "verdict": match ok { Some(true) => "pass", Some(false) => "broken", None => "not-audited" },
+            "failed": failed,
+            "seconds": t0.elapsed().as_secs_f64(),
+        }));
     } else {
         let ran = outcomes
             .iter()
             .filter(|o| o.status == "ran" || o.status == "rebuilt")
             .count();
         let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
-        eprintln!(
+        crate::report::note(&format!(
             "run: {}: {ran} step(s) ran, {skipped} complete and skipped, in {:.1} s",
             args.pipeline.display(),
             t0.elapsed().as_secs_f64()
-        );
-        if let Some(r) = &report {
+        ));
+        if let Some(r) = report
+            .as_ref()
+            .filter(|r| !(r.ok && crate::report::settings().quiet))
+        {
             print!("{}", crate::audit::report::human(r));
         }
     }

@@ -4,8 +4,8 @@
 //!   the old output and swapped in when complete ([`super::swap`]), the old one readable
 //!   until then — also what drives `pack` past its "written by a different pack command"
 //!   refusal, with no flag;
-//! - otherwise (first night, no record, an output gone, `--rerun`): run in place, where the
-//!   command resumes or finds its output complete on its own.
+//! - otherwise (first night, no record, an output gone, or complete but `--rerun`): run in
+//!   place, where the command resumes or finds its output complete on its own.
 //!
 //! The steps downstream of a change see their inputs' bytes change and follow the same rule.
 
@@ -27,7 +27,7 @@ pub fn recover(st: &mut RunState, state_path: &Path) -> Result<()> {
         .collect();
     for name in done {
         let r = st.rebuilds[&name].clone();
-        eprintln!("run: {name}: finishing the swap of its rebuilt output (a night was stopped there)");
+        crate::report::note(&format!("run: {name}: finishing the swap of its rebuilt output (a night was stopped there)"));
         swap::finish(&r.staging, &r.swap)?;
         st.rebuilds.remove(&name);
         st.save(state_path)?;
@@ -48,16 +48,16 @@ pub fn step(
     let inputs = state::sigs(&step.reads, &prev_in)?;
     let pending = st.rebuilds.get(step.name).cloned();
     let mut rebuild = false;
-    if let (Some(rec), false) = (&prev, rerun) {
+    if let Some(rec) = &prev {
         let settings = rec.commands == step.commands;
         let read_same = state::same(&rec.inputs, &inputs);
         if settings && read_same && pending.is_none() {
             let outputs = state::sigs(&step.writes, &rec.outputs)?;
-            if state::same(&rec.outputs, &outputs) {
-                eprintln!(
+            if !rerun && state::same(&rec.outputs, &outputs) {
+                crate::report::note(&format!(
                     "run: {}: complete (since {}, inputs, settings and outputs unchanged); skipped",
                     step.name, rec.completed
-                );
+                ));
                 refresh(st, job, step, inputs, outputs)?;
                 return Ok("skipped");
             }
@@ -69,11 +69,12 @@ pub fn step(
             } else {
                 "a rebuild was under way".to_string()
             };
-            eprintln!("run: {}: {why}", step.name);
+            crate::report::note(&format!("run: {}: {why}", step.name));
+            // Changed, with an output in place (`--rerun` or not): built beside it.
             rebuild = step.out.as_ref().is_some_and(|o| o.exists());
         }
     }
-    rebuild |= pending.is_some() && !rerun;
+    rebuild |= pending.is_some();
     let t = std::time::Instant::now();
     // The step's record goes before it runs: a step that fails is not complete.
     if st.steps.remove(step.name).is_some() {
@@ -124,13 +125,14 @@ fn refresh(
 fn in_place(job: &Job, step: &Step, commands: &[Vec<String>], exec: Exec) -> Result<()> {
     for argv in commands {
         let line = quote(argv);
-        eprintln!("run: {}: {line}", step.name);
-        exec(argv).with_context(|| {
-            format!(
-                "run: step {} (`{line}`; pipeline file {})",
-                step.name,
-                job.pipeline.display()
-            )
+        crate::report::note(&format!("run: {}: {line}", step.name));
+        // Typed context: `--json`'s failure line names the step and its command line.
+        exec(argv).map_err(|e| {
+            e.context(crate::cron::StepFailed {
+                step: step.name.to_string(),
+                command_line: line.clone(),
+                pipeline: job.pipeline.display().to_string(),
+            })
         })?;
         crate::signals::check()?;
     }
@@ -166,15 +168,15 @@ fn rebuild_beside(
         );
         st.save(&job.state_path)?;
     } else {
-        eprintln!("run: {}: resuming its rebuild in {}", step.name, staging.display());
+        crate::report::note(&format!("run: {}: resuming its rebuild in {}", step.name, staging.display()));
     }
     std::fs::create_dir_all(&staging)
         .with_context(|| format!("creating {}", staging.display()))?;
-    eprintln!(
+    crate::report::note(&format!(
         "run: {}: building the new output in {} (the old one stays in place until it is complete)",
         step.name,
         staging.display()
-    );
+    ));
     in_place(job, step, &step.commands_into(&staged), exec)?;
     let mut pairs = Vec::new();
     for (new, live) in step.swap_pairs(&staged) {
@@ -188,6 +190,6 @@ fn rebuild_beside(
     swap::finish(&staging, &pairs)?;
     st.rebuilds.remove(step.name);
     st.save(&job.state_path)?;
-    eprintln!("run: {}: the new output replaced the old one", step.name);
+    crate::report::note(&format!("run: {}: the new output replaced the old one", step.name));
     Ok(())
 }

@@ -101,8 +101,17 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         .map(|c| vec!["--cache".to_string(), s(c)])
         .unwrap_or_default();
     let mut steps = Vec::new();
+    steps.extend(fetch(p, &cache));
+    steps.push(pack(p, &cache));
+    steps.extend(mcq(p, &cache));
+    steps.extend(decontam(p, &cache));
+    steps.extend(distill(p));
+    steps.push(audit(p, &cache));
+    steps
+}
 
-    // fetch: every manifest, base first.
+/// fetch: every manifest, base first.
+fn fetch(p: &Pipeline, cache: &[String]) -> Option<Step> {
     let mut fetch = Step::new("fetch");
     for m in p.manifests() {
         let mut c = vec!["fetch".to_string(), "--manifest".into(), s(&m)];
@@ -123,11 +132,11 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         fetch.writes.push(lock_of(&m));
         fetch.commands.push(c);
     }
-    if !fetch.commands.is_empty() {
-        steps.push(fetch);
-    }
+    (!fetch.commands.is_empty()).then_some(fetch)
+}
 
-    // pack
+/// pack: stage 1 from a manifest or local files.
+fn pack(p: &Pipeline, cache: &[String]) -> Step {
     let k = &p.pack;
     let mut c = vec!["pack".to_string()];
     let mut pack = Step::new("pack");
@@ -141,6 +150,7 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         pack.reads.extend(input_files(i));
     }
     push_opt(&mut c, "--text-column", &k.text_column);
+    push_opt(&mut c, "--text", &k.text);
     c.extend([
         "--tokenizer".into(),
         s(&p.tokenizer),
@@ -156,125 +166,130 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     pack.writes.push(k.out.join(crate::shards::index::INDEX_FILE));
     pack.out = Some(k.out.clone());
     pack.commands.push(c);
-    steps.push(pack);
+    pack
+}
 
-    // mcq
-    if let Some(m) = &p.mcq {
-        let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
-        c.extend(cache.iter().cloned());
-        c.extend([
-            "--tokenizer".into(),
-            s(&p.tokenizer),
-            "--out".into(),
-            s(&m.out),
-        ]);
-        push_opt(&mut c, "--seq-len", &m.seq_len);
-        push_opt(&mut c, "--format", &m.format);
-        push_opt(&mut c, "--seed", &m.seed);
-        c.extend(m.args.iter().cloned());
-        steps.push(Step {
-            name: "mcq",
-            commands: vec![c],
-            reads: vec![
-                m.manifest.clone(),
-                lock_of(&m.manifest),
-                p.tokenizer.clone(),
-            ],
-            writes: vec![
-                m.out.join("prompts.jsonl"),
-                m.out.join("sft").join(crate::shards::index::INDEX_FILE),
-            ],
-            out: Some(m.out.clone()),
-        });
-    }
+/// mcq: the SFT shards and the prompts.
+fn mcq(p: &Pipeline, cache: &[String]) -> Option<Step> {
+    let m = p.mcq.as_ref()?;
+    let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
+    c.extend(cache.iter().cloned());
+    c.extend([
+        "--tokenizer".into(),
+        s(&p.tokenizer),
+        "--out".into(),
+        s(&m.out),
+    ]);
+    push_opt(&mut c, "--seq-len", &m.seq_len);
+    push_opt(&mut c, "--format", &m.format);
+    push_opt(&mut c, "--seed", &m.seed);
+    c.extend(m.args.iter().cloned());
+    Some(Step {
+        name: "mcq",
+        commands: vec![c],
+        reads: vec![
+            m.manifest.clone(),
+            lock_of(&m.manifest),
+            p.tokenizer.clone(),
+        ],
+        writes: vec![
+            m.out.join("prompts.jsonl"),
+            m.out.join("sft").join(crate::shards::index::INDEX_FILE),
+        ],
+        out: Some(m.out.clone()),
+    })
+}
 
-    // decontam: stage-1 shards, SFT shards, prompts.
-    if let Some(d) = &p.decontam {
-        let mut base = vec!["decontam".to_string(), "--against".into()];
-        base.extend(d.against.iter().map(|a| s(a)));
-        base.extend(cache.iter().cloned());
-        push_opt(&mut base, "--ngram", &d.ngram);
-        base.extend(d.args.iter().cloned());
-        let mut step = Step::new("decontam");
-        for a in &d.against {
-            step.reads.push(a.clone());
-            if a.extension().is_some_and(|e| e == "toml") {
-                step.reads.push(lock_of(a));
-            }
+/// decontam: stage-1 shards, SFT shards, prompts.
+fn decontam(p: &Pipeline, cache: &[String]) -> Option<Step> {
+    let d = p.decontam.as_ref()?;
+    let mut base = vec!["decontam".to_string(), "--against".into()];
+    base.extend(d.against.iter().map(|a| s(a)));
+    base.extend(cache.iter().cloned());
+    push_opt(&mut base, "--ngram", &d.ngram);
+    base.extend(d.args.iter().cloned());
+    let mut step = Step::new("decontam");
+    for a in &d.against {
+        step.reads.push(a.clone());
+        if a.extension().is_some_and(|e| e == "toml") {
+            step.reads.push(lock_of(a));
         }
-        let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
-            let mut c = base.clone();
-            c.extend([flag.to_string(), s(&target)]);
-            step.commands.push(c);
-            step.reads.push(watched);
-            step.writes.push(report);
-        };
-        if d.stage1 {
-            let o = &p.pack.out;
+    }
+    let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
+        let mut c = base.clone();
+        c.extend([flag.to_string(), s(&target)]);
+        step.commands.push(c);
+        step.reads.push(watched);
+        step.writes.push(report);
+    };
+    if d.stage1 {
+        let o = &p.pack.out;
+        scan(
+            "--shards",
+            o.clone(),
+            o.join(crate::shards::index::INDEX_FILE),
+            report_of_dir(o),
+        );
+    }
+    if let Some(m) = &p.mcq {
+        let sft = m.out.join("sft");
+        if d.sft {
             scan(
                 "--shards",
-                o.clone(),
-                o.join(crate::shards::index::INDEX_FILE),
-                report_of_dir(o),
+                sft.clone(),
+                sft.join(crate::shards::index::INDEX_FILE),
+                report_of_dir(&sft),
             );
         }
-        if let Some(m) = &p.mcq {
-            let sft = m.out.join("sft");
-            if d.sft {
-                scan(
-                    "--shards",
-                    sft.clone(),
-                    sft.join(crate::shards::index::INDEX_FILE),
-                    report_of_dir(&sft),
-                );
-            }
-            if d.prompts {
-                let pr = m.out.join("prompts.jsonl");
-                let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
-                    "prompts.jsonl",
-                ));
-                scan("--prompts", pr.clone(), pr, rep);
-            }
-        }
-        if !step.commands.is_empty() {
-            steps.push(step);
+        if d.prompts {
+            let pr = m.out.join("prompts.jsonl");
+            let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
+                "prompts.jsonl",
+            ));
+            scan("--prompts", pr.clone(), pr, rep);
         }
     }
+    (!step.commands.is_empty()).then_some(step)
+}
 
-    // distill
-    if let (Some(d), Some(m)) = (&p.distill, &p.mcq) {
-        let prompts = m.out.join("prompts.jsonl");
-        let mut c = vec![
-            "distill".to_string(),
-            "--teacher".into(),
-            s(&d.teacher),
-            "--prompts".into(),
-            s(&prompts),
-            "--out".into(),
-            s(&d.out),
-        ];
-        push_opt(&mut c, "--device", &d.device);
-        push_opt(&mut c, "--gen-length", &d.gen_length);
-        push_opt(&mut c, "--block-length", &d.block_length);
-        push_opt(&mut c, "--steps", &d.steps);
-        push_opt(&mut c, "--batch-size", &d.batch_size);
-        push_opt(&mut c, "--temperature", &d.temperature);
-        push_opt(&mut c, "--seed", &d.seed);
-        push_opt(&mut c, "--cache", &d.kv_cache);
-        push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
-        push_opt(&mut c, "--threshold", &d.threshold);
-        push_opt(&mut c, "--limit", &d.limit);
-        c.extend(d.args.iter().cloned());
-        steps.push(Step {
-            name: "distill",
-            commands: vec![c],
-            reads: vec![d.teacher.clone(), prompts],
-            writes: vec![d.out.clone()],
-            out: Some(d.out.clone()),
-        });
-    }
+/// distill: the mcq prompts through the teacher.
+fn distill(p: &Pipeline) -> Option<Step> {
+    let (Some(d), Some(m)) = (&p.distill, &p.mcq) else {
+        return None;
+    };
+    let prompts = m.out.join("prompts.jsonl");
+    let mut c = vec![
+        "distill".to_string(),
+        "--teacher".into(),
+        s(&d.teacher),
+        "--prompts".into(),
+        s(&prompts),
+        "--out".into(),
+        s(&d.out),
+    ];
+    push_opt(&mut c, "--device", &d.device);
+    push_opt(&mut c, "--gen-length", &d.gen_length);
+    push_opt(&mut c, "--block-length", &d.block_length);
+    push_opt(&mut c, "--steps", &d.steps);
+    push_opt(&mut c, "--batch-size", &d.batch_size);
+    push_opt(&mut c, "--temperature", &d.temperature);
+    push_opt(&mut c, "--seed", &d.seed);
+    push_opt(&mut c, "--cache", &d.kv_cache);
+    push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
+    push_opt(&mut c, "--threshold", &d.threshold);
+    push_opt(&mut c, "--limit", &d.limit);
+    c.extend(d.args.iter().cloned());
+    Some(Step {
+        name: "distill",
+        commands: vec![c],
+        reads: vec![d.teacher.clone(), prompts],
+        writes: vec![d.out.clone()],
+        out: Some(d.out.clone()),
+    })
+}
 
-    // audit: the whole chain that exists in this file.
+/// audit: the whole chain that exists in this file.
+fn audit(p: &Pipeline, cache: &[String]) -> Step {
     let mut c = vec!["audit".to_string()];
     for m in p.manifests() {
         // Benchmarks are never training inputs: audit reads them through the reports.
@@ -303,8 +318,7 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     c.extend(p.audit.args.iter().cloned());
     let mut audit = Step::new("audit");
     audit.commands.push(c);
-    steps.push(audit);
-    steps
+    audit
 }
 
 /// The files an `--input` names, as pack expands it (a directory's data files, a glob's
