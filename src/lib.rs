@@ -33,6 +33,7 @@
 
 pub mod added_text;
 pub mod audit;
+pub mod bounded;
 pub mod cli;
 pub mod decontam;
 pub mod distill;
