@@ -213,7 +213,7 @@ pub fn run(args: InspectArgs) -> Result<()> {
         Target::Distilled(p) => records::distilled(&p, &args, &mut text)?,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&stats)?);
+        crate::cron::json_line(serde_json::to_string(&stats)?);
     } else {
         use std::io::Write;
         let mut o = std::io::stdout().lock();

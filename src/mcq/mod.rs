@@ -583,19 +583,16 @@ pub fn run(args: McqArgs) -> Result<()> {
         ));
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "out": out.display().to_string(),
-                "prompts": prompts_path.display().to_string(),
-                "items": records.len(),
-                "skipped_empty": loaded.skipped_empty,
-                "skipped_oversize": loaded.skipped_oversize,
-                "kept_without_blank_options": loaded.kept_without_blank,
-                "skipped": loaded.skipped,
-                "sft": sft_summary,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "out": out.display().to_string(),
+            "prompts": prompts_path.display().to_string(),
+            "items": records.len(),
+            "skipped_empty": loaded.skipped_empty,
+            "skipped_oversize": loaded.skipped_oversize,
+            "kept_without_blank_options": loaded.kept_without_blank,
+            "skipped": loaded.skipped,
+            "sft": sft_summary,
+        }));
     }
     Ok(())
 }
@@ -627,16 +624,13 @@ fn up_to_date(
             }),
             None => serde_json::Value::Null,
         };
-        println!(
-            "{}",
-            serde_json::json!({
-                "up_to_date": true,
-                "out": out.display().to_string(),
-                "prompts": prompts_path.display().to_string(),
-                "items": items,
-                "sft": sft,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "up_to_date": true,
+            "out": out.display().to_string(),
+            "prompts": prompts_path.display().to_string(),
+            "items": items,
+            "sft": sft,
+        }));
     }
     Ok(())
 }

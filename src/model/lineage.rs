@@ -275,15 +275,12 @@ pub fn run(args: LineageArgs, now: String) -> Result<()> {
         LineageCommand::Add(a) => {
             let (stage, added) = add_stage(&a, now)?;
             if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "lineage": a.lineage.display().to_string(),
-                        "added": added,
-                        "stages": Lineage::load(&a.lineage)?.stages.len(),
-                        "stage": stage,
-                    })
-                );
+                crate::cron::json_line(serde_json::json!({
+                    "lineage": a.lineage.display().to_string(),
+                    "added": added,
+                    "stages": Lineage::load(&a.lineage)?.stages.len(),
+                    "stage": stage,
+                }));
             }
             Ok(())
         }
@@ -324,12 +321,12 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
             && s.to.sha256 == to.sha256
             && s.data == data
     }) {
-        eprintln!(
+        crate::report::note(&format!(
             "lineage: {} already recorded in {} at {} (same checkpoints and data); unchanged",
             same.stage,
             a.lineage.display(),
             same.time
-        );
+        ));
         return Ok((same.clone(), false));
     }
     if let Some(prev) = lineage.stages.last() {
@@ -352,13 +349,13 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
     };
     lineage.stages.push(stage.clone());
     lineage.save(&a.lineage)?;
-    eprintln!(
+    crate::report::note(&format!(
         "lineage: {} recorded in {} ({} → {}, {} data input(s))",
         stage.stage,
         a.lineage.display(),
         &stage.from.sha256[..12],
         &stage.to.sha256[..12],
         stage.data.len()
-    );
+    ));
     Ok((stage, true))
 }

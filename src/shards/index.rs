@@ -240,6 +240,11 @@ pub fn load_complete(dir: &Path) -> Result<Index> {
 /// writes the MDS layout `{"version": 2, "shards": mds_shards, "dlm_data": index}`.
 pub fn save(dir: &Path, idx: &Index, mds_shards: Option<&[serde_json::Value]>) -> Result<()> {
     let text = to_json(idx, mds_shards)?;
+    // A complete output carries its dataset card, written first: an index that says
+    // complete never stands without it.
+    if idx.complete {
+        super::card::write(dir, idx)?;
+    }
     crate::util::atomic_write(&index_path(dir), text.as_bytes())
 }
 

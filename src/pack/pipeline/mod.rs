@@ -50,14 +50,17 @@ pub fn run(args: PackArgs) -> Result<()> {
         prior_mds,
     } = match journal::open(&args, &s)? {
         Opened::Complete(idx) => {
-            eprintln!(
+            // An output written before cards existed gains its card (an unchanged one is
+            // left alone: write-if-changed).
+            crate::shards::card::write(&s.out_dir, &idx)?;
+            crate::report::note(&format!(
                 "{}: already complete ({} shards, {} rows); nothing to do",
                 s.out_dir.display(),
                 idx.shards.len(),
                 idx.totals.rows
-            );
+            ));
             if args.json {
-                println!("{}", summary(&idx, &s.out_dir, 0.0, true));
+                crate::cron::json_line(summary(&idx, &s.out_dir, 0.0, true));
             }
             return Ok(());
         }
@@ -180,7 +183,7 @@ fn spawn_reader(
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
 fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
     let t = &idx.totals;
-    eprintln!(
+    crate::report::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
         t.rows,
         t.tokens,
@@ -192,7 +195,7 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         t.dropped_tail_tokens,
         t.skipped_empty,
         t.skipped_filtered
-    );
+    ));
     for m in idx.totals.mixture.iter().flatten().filter(|m| m.short) {
         tracing::warn!(
             "mixture: source {:?} supplied {} of its {} budgeted tokens: {:.1} % of the output against a requested {:.1} %",
@@ -225,7 +228,7 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         tracing::warn!("{}", c.summary("documents"));
     }
     if args.json {
-        println!("{}", summary(idx, out_dir, secs, false));
+        crate::cron::json_line(summary(idx, out_dir, secs, false));
     }
 }
 
