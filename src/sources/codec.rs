@@ -134,13 +134,12 @@ mod tests {
         let mut e =
             flate2::write::GzEncoder::new(File::create(&big).unwrap(), flate2::Compression::fast());
         let mut rng = crate::util::SplitMix(7);
-        for _ in 0..200_000 {
+        for _ in 0..400_000 {
             writeln!(e, "{{\"text\":\"{}\"}}", rng.below(1 << 30)).unwrap();
         }
         e.finish().unwrap();
         let size = std::fs::metadata(&big).unwrap().len();
         let mut r = open(&big, "big").unwrap();
-        assert_eq!(crate::bounded::consumed(), 0);
         let mut buf = vec![0u8; 64 << 10];
         r.read_exact(&mut buf).unwrap();
         let mid = crate::bounded::consumed();
