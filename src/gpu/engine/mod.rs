@@ -3,7 +3,7 @@
 //! Per step (one CUDA graph, replayed `steps` times with no host synchronisation; per-step
 //! values — global step, step within block, block index — live in a device-side state the
 //! kernels read and the last kernel advances):
-//!   embed → 42 × [RMSNorm → QKV GEMM → RoPE/split → flash attention → o_proj GEMM (+residual)
+//!   embed → `num_hidden_layers` × [RMSNorm → QKV GEMM → RoPE/split → flash attention → o_proj GEMM (+residual)
 //!   → RMSNorm → gate/up GEMM → SwiGLU → down GEMM (+residual)] → final RMSNorm of the current
 //!   block's rows only → LM head GEMM (block rows only, fp32 logits) → fused sampler pass →
 //!   per-row top-k commit → advance.

@@ -1,4 +1,4 @@
-//! Step 3 of a pack run, on the main thread: take the reader's batches in unit order, have
+//! Step 3b of a pack run, on the main thread: take the reader's batches in unit order, have
 //! each screened and tokenized on the pool ([`super::chunked`]), feed the documents to the
 //! [`Packer`] in document order and hand every finished shard to the writer with the cursor a
 //! resumed run would start from. Source budgets (`--tokens`) and provenance ranges are kept
