@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Result};
 
-use super::feed::PackCtx;
+use super::context::PackCtx;
 use super::profile::Clock;
 use crate::pack::plan::Unit;
 use crate::pack::tokenize::Encoded;
