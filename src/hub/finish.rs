@@ -22,7 +22,7 @@ pub(super) fn write_refs(cache: &Cache, plans: &[SourcePlan]) -> Result<()> {
             let r = cache
                 .ref_path(p.source.role, &p.source.repo, &p.source.revision)
                 .with_context(|| format!("source {:?}", p.source.name))?;
-            crate::util::atomic_write(&r, p.commit.as_bytes())?;
+            crate::util::write_if_changed(&r, p.commit.as_bytes())?;
         }
     }
     Ok(())
@@ -41,7 +41,7 @@ pub(super) fn architecture(
     let mut architecture = None;
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(cache, lock_path, model_plans)?;
-        eprintln!("fetch: architecture {}", a.display());
+        crate::report::note(&format!("fetch: architecture {}", a.display()));
         architecture = Some(a.display().to_string());
         if let Some(dir) = &args.local_dir {
             let shas = verified_shas(results);
@@ -52,10 +52,10 @@ pub(super) fn architecture(
             })?;
         }
     } else if args.local_dir.is_some() {
-        eprintln!(
+        crate::report::note(&format!(
             "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
             slice.index, slice.count
-        );
+        ));
     }
     Ok(architecture)
 }
@@ -96,7 +96,7 @@ impl Summary<'_> {
 
     /// The line on stderr; with `--json`, the object on stdout.
     pub(super) fn print(&self) {
-        eprintln!(
+        crate::report::note(&format!(
             "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
             self.results.len(),
             self.cached(),
@@ -108,9 +108,9 @@ impl Summary<'_> {
             } else {
                 String::new()
             }
-        );
+        ));
         if self.args.json {
-            println!("{}", self.json());
+            crate::cron::json_line(self.json());
         }
     }
 

@@ -119,12 +119,15 @@ async fn one_file(
         .client_for(t.kind)
         .resolve_url(&t.repo, &t.commit, &t.path);
     let rec = record(t, &url, &r);
-    dlog.append(&rec)?;
+    dlog.append_new(&rec)?;
     match &r {
         Ok(o) => {
             // Bytes not streamed now: a cached file, a resumed file's earlier part.
             dl.progress.add_done(t.size.saturating_sub(o.downloaded));
-            dl.progress.println(&file_line(t, o))
+            // One line per file is progress: `--quiet` keeps failures only.
+            if !crate::report::settings().quiet {
+                dl.progress.println(&file_line(t, o))
+            }
         }
         Err(e) => dl.progress.println(&format!(
             "FAILED {}@{} {}: {e:#}",

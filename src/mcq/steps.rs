@@ -222,18 +222,15 @@ pub(super) fn summary(
         ));
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "out": out.display().to_string(),
-                "prompts": prompts_path.display().to_string(),
-                "items": items,
-                "skipped_empty": loaded.skipped_empty,
-                "skipped_oversize": loaded.skipped_oversize,
-                "kept_without_blank_options": loaded.kept_without_blank,
-                "skipped": loaded.skipped,
-                "sft": sft,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "out": out.display().to_string(),
+            "prompts": prompts_path.display().to_string(),
+            "items": items,
+            "skipped_empty": loaded.skipped_empty,
+            "skipped_oversize": loaded.skipped_oversize,
+            "kept_without_blank_options": loaded.kept_without_blank,
+            "skipped": loaded.skipped,
+            "sft": sft,
+        }));
     }
 }
