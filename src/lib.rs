@@ -24,8 +24,7 @@
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
-//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage, [`input`] opens
-//! every input file (regular files only, reads bounded); [`added_text`] holds
+//! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
 //! the rule that text from data never becomes an added (control or mask) token; [`cron`] the
 //! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
 //! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
@@ -45,7 +44,6 @@ pub mod fixtures;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod hub;
-pub mod input;
 pub mod inspect;
 pub mod lock;
 pub mod manifest;

@@ -17,7 +17,7 @@
 pub mod codec;
 pub mod columns;
 pub mod files;
-pub use crate::input;
+pub mod input;
 pub mod json_array;
 pub mod jsonl;
 pub mod local;
@@ -30,7 +30,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-pub use crate::input::Bound;
+pub use input::Bound;
 pub use template::{Outcome, Template};
 
 use crate::manifest::Format;
