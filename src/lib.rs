@@ -34,6 +34,7 @@
 
 pub mod added_text;
 pub mod audit;
+pub mod bounded;
 pub mod cli;
 pub mod cron;
 pub mod decontam;

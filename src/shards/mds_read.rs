@@ -166,10 +166,10 @@ pub fn read(path: &Path) -> Result<Vec<Sample>> {
 pub fn read_bounded(path: &Path, max_raw: u64) -> Result<Vec<Sample>> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    crate::sources::input::open_regular(path)?
+    crate::bounded::open_regular(path)?
         .read_to_end(&mut bytes)
         .with_context(|| format!("reading {}", path.display()))?;
-    let bound = crate::sources::Bound::new(
+    let bound = crate::bounded::Bound::new(
         max_raw,
         "the rows and tokens index.json lists for it allow no more: a corrupt shard or a \
          decompression bomb",
@@ -178,7 +178,7 @@ pub fn read_bounded(path: &Path, max_raw: u64) -> Result<Vec<Sample>> {
         let what = format!("{}: decompressed", path.display());
         let dec = zstd::stream::read::Decoder::new(&bytes[..])
             .with_context(|| format!("{}: not zstd", path.display()))?;
-        crate::sources::input::read_capped(dec, bound, &what)
+        crate::bounded::read_capped(dec, bound, &what)
             .with_context(|| format!("{}: not zstd, or too large", path.display()))?
     } else {
         anyhow::ensure!(

@@ -158,7 +158,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
-    row_max: crate::sources::Bound,
+    row_max: crate::bounded::Bound,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {
