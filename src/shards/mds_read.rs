@@ -237,29 +237,3 @@ pub fn read_batch(path: &Path, max_raw: u64) -> Result<RowBatch> {
     }
     Ok(b)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::{mds, Column, Dtype, RowBatch};
-    use super::*;
-
-    #[test]
-    fn round_trip() {
-        let batch = RowBatch {
-            input_ids: vec![vec![7, 8, 9], (0..300).collect()],
-            columns: vec![
-                ("prompt_len".into(), Column::U32(vec![2, 200])),
-                ("id".into(), Column::Str(vec!["a".into(), "bé".into()])),
-            ],
-        };
-        for dt in [Dtype::U32, Dtype::U16] {
-            let (raw, _) = mds::encode(&batch, dt).unwrap();
-            let s = decode(&raw).unwrap();
-            assert_eq!(s.len(), 2);
-            assert_eq!(s[1]["input_ids"], Value::Ids((0..300).collect()));
-            assert_eq!(s[0]["input_ids"], Value::Ids(vec![7, 8, 9]));
-            assert_eq!(s[1]["prompt_len"], Value::U32(200));
-            assert_eq!(s[1]["id"], Value::Str("bé".into()));
-        }
-    }
-}

@@ -12,6 +12,7 @@
 //! 4. the summary (stderr, and one JSON line on stdout with `--json`).
 
 mod chunked;
+mod context;
 mod feed;
 mod journal;
 mod profile;
@@ -123,7 +124,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             })?
     };
 
-    let ctx = feed::PackCtx {
+    let ctx = context::PackCtx {
         args: &args,
         tok: &s.tok,
         units: &s.units,

@@ -1,4 +1,4 @@
-//! The reader thread of a pack run: streams this worker's units from the resume cursor (from
+//! Step 3a of a pack run, the reader thread: streams this worker's units from the resume cursor (from
 //! the cache, or from the Hub with `--stream`) and hands their rows to the packing thread in
 //! batches of about 4 MiB of text, framed by unit start / end messages.
 
