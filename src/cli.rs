@@ -57,7 +57,10 @@ pub fn main() -> Result<()> {
     let names = subcommand_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     crate::cron::init(crate::cron::mode_of(
-        &std::env::args().collect::<Vec<_>>(),
+        // args_os: a non-UTF-8 argument is refused by the parser (named), not a panic here.
+        &std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>(),
         &names,
     ));
     let cli = match Cli::try_parse() {
