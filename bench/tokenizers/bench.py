@@ -31,6 +31,9 @@ and the split-mode runs: `ids` is then pack's stream over the first --check docu
 `tokenizers` (`n/a` when it differs and documents held added-token text: pack's default plain mode
 reads that text as text).
 
+Paths: DLM_SHARED_TOKENIZERS (default ../shared/tokenizers) and DLM_PY_PACK_REF (default
+../shared/bench/py_pack_ref.py), for checkouts where ../shared is elsewhere (a git worktree).
+
 usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R] [--corpus prose|code]
                 [--threads 1,2] [--vs-giga] [--no-giga] [--check N]
 """
@@ -57,7 +60,7 @@ CHECK = int(sys.argv[sys.argv.index("--check") + 1]) if "--check" in sys.argv el
 GIGA_PY = os.path.join(HERE, "giga.py")
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 SHARED = os.environ.get("DLM_SHARED_TOKENIZERS", os.path.join(ROOT, "..", "shared", "tokenizers"))
-REF = os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py")
+REF = os.environ.get("DLM_PY_PACK_REF", os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py"))
 SEQ = 2048
 os.makedirs(WORK, exist_ok=True)
 
