@@ -10,7 +10,7 @@ use super::policy::Use;
 use super::report::Check;
 use crate::shards::index as shard_index;
 
-pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
+pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Check {
     if dirs.is_empty() {
         return Check::skip("shards", "no --shards given");
     }
@@ -36,8 +36,18 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
             Some(h) => c.fail(format!(
                 "{d}/index.json: built from a lock with sha256 {h}, which is none of the audited locks (re-run the stage or audit with its manifest)"
             )),
-            None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+            None => match idx.args.as_ref().and_then(|a| a.inputs.as_ref()) {
+                // Own files (`pack --input`): each recorded file is a link of the chain.
+                Some(inputs) => super::local::check_inputs(&mut c, &d.to_string(), inputs, hash),
+                None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+            },
         }
+        let local: std::collections::BTreeSet<&str> = idx
+            .args
+            .as_ref()
+            .and_then(|a| a.inputs.as_ref())
+            .map(|v| v.iter().map(|f| f.path.as_str()).collect())
+            .unwrap_or_default();
         let (mut rows, mut tokens) = (0u64, 0u64);
         for sh in &idx.shards {
             total_files += 1;
@@ -119,6 +129,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], uses: &mut Vec<Use>) -> Check {
         for (k, p) in idx.provenance.iter().enumerate() {
             let key = (p.repo.clone(), p.commit.clone(), p.file.clone());
             match ctx.train_files.get(&key) {
+                _ if p.repo == super::local::REPO && local.contains(p.file.as_str()) => {}
                 Some(tf) if tf.source == p.source => {}
                 Some(tf) => c.fail(format!(
                     "{d} provenance[{k}]: {} is locked under source {:?}, not {:?}",
