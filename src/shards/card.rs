@@ -140,7 +140,7 @@ pub fn render(idx: &Index) -> String {
         fmt = format_name(idx.format),
         rows = t.rows,
         seq = idx.seq_len,
-        dtype = serde_json::to_value(&idx.dtype)
+        dtype = serde_json::to_value(idx.dtype)
             .ok()
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default(),
