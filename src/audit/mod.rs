@@ -6,7 +6,7 @@
 //! - [`checkpoints`]: `checkpoints` (lineage.json), `shipped-model`;
 //! - [`context`]: manifests, locks, cache, download log, known eval-reference files;
 //! - [`fetched`]: `manifest-pinned`, `download-log`, `cache`;
-//! - [`shards`]: `shards`; [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
+//! - [`shards`]: `shards` (with `--deep`, every shard decoded by [`deep`]); [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
 //! - [`policy`]: `split-policy`, `eval-reference-isolation` over every use found above;
 //! - [`report`]: the human report and its JSON form.
 //!
@@ -15,6 +15,7 @@
 pub mod checkpoints;
 pub mod context;
 pub mod decontam;
+pub mod deep;
 pub mod fetched;
 pub mod model;
 pub mod policy;
@@ -55,6 +56,11 @@ pub struct AuditArgs {
     /// Re-hash every cached locked file (default: sizes only; shards are always re-hashed).
     #[arg(long)]
     pub hash: bool,
+    /// Also decode every shard and check it against its format's contract (row lengths,
+    /// doc_offsets, ids below the vocabulary, no nulls, Megatron/MDS bounds) and the decoded
+    /// totals against index.json.
+    #[arg(long)]
+    pub deep: bool,
     /// The base among the manifests' `[[model]]`s (default: the only one declared).
     #[arg(long)]
     pub base: Option<String>,
@@ -124,7 +130,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         fetched::cache(&ctx, args.hash),
         fetched::local_sources(&ctx),
     ]);
-    checks.push(shards::check(&ctx, &args.shards, &mut uses));
+    checks.push(shards::check(&ctx, &args.shards, args.deep, &mut uses));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);
     checks.push(pc);
     checks.push(prompts::check_distilled(

@@ -135,6 +135,17 @@ pub fn run(args: DecontamArgs) -> Result<()> {
             Err(why) => tracing::debug!("{}: not up to date: {why}", rpath.display()),
         }
     }
+    // One writer of the report (audit reads it): a second scan writing it exits 75.
+    let _report_lock = match scanned {
+        Some(scanned) => Some(crate::lock::OutputLock::beside(
+            &args
+                .report
+                .clone()
+                .unwrap_or_else(|| report::default_path(scanned, is_shards)),
+            "decontam",
+        )?),
+        None => None,
+    };
     let cache = Cache::resolve(args.cache.as_deref());
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);
