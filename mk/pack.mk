@@ -39,11 +39,19 @@ check-mds-streaming: $(VENV_MDS)/.stamp
 
 # Tokenizer families (issue #15): pack vs the Python pipeline per family, same corpus, one run;
 # real tokenizer.json files read in place from ../shared/tokenizers, byte-level shapes trained here.
+# gigatoken (issue 43) is the same-run tokenize-only reference: pinned, from PyPI, into the venv.
+# BENCH_TOK_ARGS passes --threads 1,2, --vs-giga (no Python pipeline: for >= 200 MB corpora),
+# --only, --corpus, --repeat, --check N (bench/tokenizers/bench.py).
 .PHONY: bench-tokenizers
 BENCH_TOK_MB ?= 8
-bench-tokenizers: $(VENV)/.stamp
+BENCH_TOK_ARGS ?=
+GIGATOKEN_PKG := gigatoken==0.10.0
+$(VENV)/.gigatoken: $(VENV)/.stamp mk/pack.mk
+	$(VENV)/bin/pip install -q $(GIGATOKEN_PKG)
+	touch $@
+bench-tokenizers: $(VENV)/.gigatoken
 	$(CARGO) build --release --bins
-	$(PY) bench/tokenizers/bench.py target/release/dlm-data target/bench-tokenizers --mb $(BENCH_TOK_MB)
+	$(PY) bench/tokenizers/bench.py target/release/dlm-data target/bench-tokenizers --mb $(BENCH_TOK_MB) $(BENCH_TOK_ARGS)
 
 # Scaling (issue #31): pack vs the Python pipeline at 1/2/4/8/16 threads, per family, on a
 # >= 1 GB code-and-docs corpus built from this machine's Python install. Runs on a box without

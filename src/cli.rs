@@ -54,18 +54,30 @@ pub enum Command {
 
 /// Parse arguments and run. Exit codes are chosen by the caller from the error.
 pub fn main() -> Result<()> {
+    let names = subcommand_names();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    crate::cron::init(crate::cron::mode_of(
+        &std::env::args().collect::<Vec<_>>(),
+        &names,
+    ));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            // --help / --version print and exit 0; real parse errors exit 2.
+            // --help / --version print and exit 0; real parse errors exit 2 (and owe the
+            // `--json` line).
+            if e.use_stderr() {
+                crate::cron::usage_line(&e.to_string());
+            }
             e.exit();
         }
     };
     let out = crate::report::init(cli.quiet, cli.progress_interval as u64);
     init_logging(out);
-    // Commands that write outputs stop at a safe point on SIGTERM/SIGINT/SIGHUP (a decontam
-    // scan without --drop only writes its report atomically: the default action is fine).
-    if matches!(
+    // SIGTERM/SIGINT/SIGHUP: commands that write outputs stop at their next safe point (the
+    // watchdog ends them 4 s later if none came); read-only ones (a decontam scan without
+    // --drop writes only its report, atomically) end at once. Either way exit 128+N, with the
+    // `--json` line.
+    let writes = matches!(
         cli.command,
         Command::Fetch(_)
             | Command::Pack(_)
@@ -73,11 +85,23 @@ pub fn main() -> Result<()> {
             | Command::Distill(_)
             | Command::Merge(_)
             | Command::Run(_)
-    ) || matches!(&cli.command, Command::Decontam(a) if a.drop.is_some())
-    {
-        crate::signals::install();
-    }
+    ) || matches!(&cli.command, Command::Decontam(a) if a.drop.is_some());
+    let grace = std::time::Duration::from_secs(if writes { 4 } else { 0 });
+    crate::signals::install_with_deadline(grace, stop_now);
     dispatch(cli.command)
+}
+
+/// The stop watchdog's end ([`crate::signals::install_with_deadline`]): the error line, the
+/// `--json` line, exit 128+N without unwinding the command still running.
+fn stop_now(sig: i32) {
+    use std::io::Write;
+    let e = anyhow::Error::new(crate::error::Interrupted(sig));
+    eprintln!("error: {e:#}");
+    crate::cron::failure_line(&e, 128 + sig);
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process without running destructors on other threads' data.
+    unsafe { libc::_exit(128 + sig) };
 }
 
 /// Run one parsed command (also how `dlm-data run` runs its steps).
@@ -109,6 +133,15 @@ pub fn dispatch(command: Command) -> Result<()> {
     }
 }
 
+/// The subcommands' names (what [`crate::cron`] looks for in the raw arguments).
+fn subcommand_names() -> Vec<String> {
+    use clap::CommandFactory;
+    Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
 /// One step of `dlm-data run`: its command line parsed and run as if typed (never `run`
 /// itself).
 fn run_step(argv: &[String]) -> Result<()> {
@@ -120,7 +153,10 @@ fn run_step(argv: &[String]) -> Result<()> {
             "a pipeline step cannot be `run` itself",
         ));
     }
-    dispatch(cli.command)
+    let r = dispatch(cli.command);
+    // A step's own `--json` line went to stderr with its stdout: the run owes its own.
+    crate::cron::forget_line();
+    r
 }
 
 /// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default

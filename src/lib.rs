@@ -25,7 +25,8 @@
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
-//! the rule that text from data never becomes an added (control or mask) token; [`doc_tokens`]
+//! the rule that text from data never becomes an added (control or mask) token; [`cron`] the
+//! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
 //! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
 //! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
 //! every command that writes. No two top-level
@@ -34,6 +35,7 @@
 pub mod added_text;
 pub mod audit;
 pub mod cli;
+pub mod cron;
 pub mod decontam;
 pub mod distill;
 pub mod doc_tokens;

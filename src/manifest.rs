@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::util::atomic_write;
-
 /// Input format of a source's files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -449,10 +447,10 @@ impl Lock {
         Ok(lock)
     }
 
-    /// Write atomically (temp + rename).
+    /// Write atomically (temp + rename), unless the file already holds these bytes.
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = toml::to_string_pretty(self)?;
-        atomic_write(path, text.as_bytes())
+        crate::util::write_if_changed(path, text.as_bytes()).map(|_| ())
     }
 
     pub fn source(&self, name: &str) -> Option<&LockedSource> {
@@ -507,7 +505,8 @@ pub fn save_lock(path: &Path, lock: &Lock, models: &[LockedModel]) -> Result<()>
         sources: &lock.sources,
         models,
     })?;
-    atomic_write(path, text.as_bytes())
+    // An unchanged lock keeps its bytes and mtime (a nightly rerun rewrites nothing).
+    crate::util::write_if_changed(path, text.as_bytes()).map(|_| ())
 }
 
 #[cfg(test)]

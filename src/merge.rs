@@ -68,7 +68,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
         )));
     };
     if args.json {
-        println!("{summary}");
+        crate::cron::json_line(summary);
     }
     Ok(())
 }
@@ -142,12 +142,12 @@ fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Va
         OutFormat::Json
     });
     let f = output::finalize(&parts, out, format)?;
-    eprintln!(
+    crate::report::note(&format!(
         "merge: {} records from {} parts → {}",
         f.records,
         f.parts,
         out.display()
-    );
+    ));
     Ok(serde_json::json!({
         "kind": "distill",
         "out": out.display().to_string(),
@@ -209,11 +209,11 @@ pub fn join_fetch_logs(
     for (_, p) in &parts {
         std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
     }
-    eprintln!(
+    crate::report::note(&format!(
         "merge: joined {lines} log lines from {workers} workers into {}; now run the unsharded `dlm-data fetch --manifest {}` to write the lock (it re-verifies the cache and downloads nothing)",
         log.display(),
         manifest.display()
-    );
+    ));
     Ok(serde_json::json!({
         "kind": "fetch",
         "log": log.display().to_string(),

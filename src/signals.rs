@@ -43,6 +43,27 @@ pub fn install() {
     }
 }
 
+/// [`install`], plus a watchdog for the promise that every command ends within 5 s of a stop
+/// signal: once a signal has gone `grace` without the command stopping at a safe point (a
+/// read-only command has none: grace 0; a writer's safe points come well within its grace),
+/// `on_deadline` runs on the watchdog's thread (the CLI prints the `--json` line and exits
+/// 128+N). Every write is atomic, so an exit there leaves no partial output looking complete.
+pub fn install_with_deadline(grace: Duration, on_deadline: fn(i32)) {
+    install();
+    let spawned = std::thread::Builder::new()
+        .name("stop-watchdog".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(20));
+            if let Some(sig) = received() {
+                std::thread::sleep(grace);
+                on_deadline(sig);
+                return;
+            }
+        });
+    // No thread (resource limits): the safe points alone stop the command.
+    drop(spawned);
+}
+
 /// The signal received so far, if any.
 pub fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {

@@ -119,6 +119,19 @@ pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
     written
 }
 
+/// [`atomic_write`] unless `path` already holds exactly `bytes`: an unchanged rerun leaves the
+/// file's bytes and mtime alone (cron, `make`, rsync and backups see nothing new). Returns
+/// whether it wrote.
+pub fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<bool> {
+    let same = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+        && std::fs::read(path).is_ok_and(|old| old == bytes);
+    if same {
+        return Ok(false);
+    }
+    atomic_write(path, bytes)?;
+    Ok(true)
+}
+
 /// Rename `tmp` onto `path` and fsync the parent directory so the rename is durable.
 pub fn commit_rename(tmp: &Path, path: &Path) -> Result<()> {
     std::fs::rename(tmp, path)
@@ -307,6 +320,26 @@ impl SplitMix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Same bytes: no write (mtime kept); other bytes: written.
+    #[test]
+    fn write_if_changed_keeps_an_unchanged_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f.json");
+        assert!(write_if_changed(&p, b"one").unwrap());
+        let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t0)
+            .unwrap();
+        assert!(!write_if_changed(&p, b"one").unwrap());
+        assert_eq!(std::fs::metadata(&p).unwrap().modified().unwrap(), t0);
+        assert!(write_if_changed(&p, b"two").unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_ne!(std::fs::metadata(&p).unwrap().modified().unwrap(), t0);
+    }
 
     #[test]
     fn git_blob_sha1_matches_git() {

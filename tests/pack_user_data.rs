@@ -226,9 +226,10 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
     ]));
     assert_eq!(index(&out2)["args"]["text_column"], "title");
     assert!(index(&out2)["args"].get("text").is_none());
-    // A template naming a field no row has: every row is filtered, none packed.
+    // A template naming a field no row has: own data is strict, the run fails naming the
+    // file, the row and the fields the row has ...
     let out3 = t.path().join("out3");
-    ok(&pack(&[
+    let o = pack(&[
         "--input",
         input.to_str().unwrap(),
         "--text",
@@ -237,8 +238,37 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
         tok.to_str().unwrap(),
         "--out",
         out3.to_str().unwrap(),
-    ]));
-    assert_eq!(index(&out3)["totals"]["skipped_filtered"], rows.len());
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("articles.jsonl.zst")
+            && e.contains("row 0")
+            && e.contains("no field \"meta.missing\" (fields present: \"lang\")"),
+        "{e}"
+    );
+    // ... or, with --on-missing-text skip, skips and counts every row (and warns that the
+    // input gave no document).
+    let out3 = t.path().join("out3s");
+    let o = pack(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--text",
+        "{meta.missing}",
+        "--on-missing-text",
+        "skip",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out3.to_str().unwrap(),
+    ]);
+    ok(&o);
+    assert_eq!(index(&out3)["totals"]["skipped_missing_text"], rows.len());
+    assert!(
+        stderr(&o).contains("contributed 0 documents"),
+        "{}",
+        stderr(&o)
+    );
     // A malformed template is a usage error.
     let o = pack(&[
         "--input",
@@ -319,4 +349,115 @@ fn a_bad_row_in_a_compressed_file_names_the_file_and_row() {
         ]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn own_data_is_strict_about_text_fields() {
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let dir = t.path().join("in");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.jsonl"), jsonl(&docs(1, 4))).unwrap();
+    // A file whose rows hold the text under another name.
+    let content: String = docs(2, 3)
+        .iter()
+        .map(|d| serde_json::json!({ "id": 1, "content": d }).to_string() + "\n")
+        .collect();
+    std::fs::write(dir.join("b.jsonl"), content).unwrap();
+    let run = |extra: &[&str], out: &str| {
+        let out = t.path().join(out);
+        let mut a = vec![
+            "--input",
+            dir.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--seq-len",
+            "16",
+        ];
+        a.extend_from_slice(extra);
+        let o = pack(&[&a[..], &["--out", out.to_str().unwrap()]].concat());
+        (o, out)
+    };
+    // `--text-column body` on files whose field is `text`: an error, not 0 rows and exit 0.
+    let (o, _) = run(&["--text-column", "body"], "o1");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("a.jsonl: row 0: no field \"body\" (fields present: \"text\")"),
+        "{e}"
+    );
+    // A directory mixing `text` and `content` files: the `content` one is named.
+    let (o, _) = run(&[], "o2");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("b.jsonl: row 0: no field \"text\" (fields present: \"id\", \"content\")"),
+        "{}",
+        stderr(&o)
+    );
+    // Skipped and counted with the policy; per-input documents in index.json and --json.
+    let (o, out) = run(&["--on-missing-text", "skip", "--json"], "o3");
+    ok(&o);
+    let idx = index(&out);
+    assert_eq!(idx["totals"]["skipped_missing_text"], 3);
+    assert_eq!(idx["totals"]["documents"], 4);
+    let summary: serde_json::Value = serde_json::from_slice(o.stdout.trim_ascii()).unwrap();
+    let inputs = summary["inputs"].as_array().unwrap();
+    assert_eq!(inputs.len(), 2);
+    assert_eq!(inputs[0]["documents"], 4);
+    assert_eq!(inputs[1]["documents"], 0);
+    assert!(inputs[1]["file"].as_str().unwrap().ends_with("b.jsonl"));
+    assert!(
+        stderr(&o).contains("b.jsonl: contributed 0 documents"),
+        "{}",
+        stderr(&o)
+    );
+    // A number where text should be: refused naming the row and field, as for parquet.
+    std::fs::remove_file(dir.join("b.jsonl")).unwrap();
+    std::fs::write(dir.join("c.jsonl"), "{\"text\": \"fine\"}\n{\"text\": 5}\n").unwrap();
+    let (o, _) = run(&[], "o4");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("c.jsonl: row 1: field \"text\" is a number, not text"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn text_escapes_read_as_pack_md_writes_them() {
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let rows: Vec<(String, String)> = docs(3, 12)
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| (format!("Title {i}"), b))
+        .collect();
+    let mut text = String::new();
+    for (ti, b) in &rows {
+        text += &serde_json::json!({"title": ti, "body": b}).to_string();
+        text.push('\n');
+    }
+    let input = t.path().join("a.jsonl");
+    std::fs::write(&input, text).unwrap();
+    let out = t.path().join("out");
+    // As typed in a shell: a backslash and an `n`, not a newline.
+    ok(&pack(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--text",
+        r"{title}\n\n{body}\t.",
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--seq-len",
+        "16",
+    ]));
+    let want: Vec<String> = rows
+        .iter()
+        .map(|(ti, b)| format!("{ti}\n\n{b}\t."))
+        .collect();
+    let got = parquet_rows(&out);
+    assert_eq!(got.concat(), expected_stream(&tok, &want)[..got.len() * 16]);
 }

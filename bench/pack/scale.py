@@ -29,9 +29,15 @@ parallel efficiency over that: the part of the cores' own throughput the pipelin
 Runs on a box without Rust: BIN is a prebuilt `dlm-data` (release). Needs python3 with pyarrow,
 numpy and tokenizers.
 
+`--giga` (issue 43) adds gigatoken's `encode_files(ParquetFileSource)` on the same corpus at the
+same thread count (bench/tokenizers/giga.py: cold, whole process, tokenize only), interleaved with
+dlm-data's runs: `gig Mtok/s` and `pack/gig` (pack's whole pipeline over gigatoken's tokenizing;
+fastest of --repeat each). `--no-python` skips the Python pipeline. `--corpus prose` builds the
+corpus from the natural-English documents alone (same per-copy headers) instead of code + docs.
+
 usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
                 [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
-                [--stages] [--ceiling] [--hw] [--repeat N]
+                [--stages] [--ceiling] [--hw] [--repeat N] [--giga] [--no-python] [--corpus code|prose]
 
 `--repeat N` (default 1) runs dlm-data N times per family and thread count, alternating thread
 counts (1 2 4 8 16, 1 2 4 8 16, ...) so that a slow spell of a shared machine hits every count
@@ -63,6 +69,10 @@ STAGES = "--stages" in sys.argv
 CEILING = "--ceiling" in sys.argv
 HW = "--hw" in sys.argv
 REPEAT = max(1, int(opt("--repeat", "1")))
+GIGA = "--giga" in sys.argv
+PYTHON = "--no-python" not in sys.argv
+CORPUS = opt("--corpus", "code")
+GIGA_PY = os.path.join(ROOT, "bench", "tokenizers", "giga.py")
 SEQ = 2048
 EOS = {"mistral-7b-v0.1": "</s>"}
 
@@ -86,12 +96,12 @@ def say(*a):
 
 
 def build_corpus(mb, name):
-    """At least `mb` MB: code and docs interleaved, cycled; each copy gets a header line, so
-    repeated documents are not byte-identical (no tokenizer cache sees the same text twice)."""
+    """At least `mb` MB: code and docs interleaved (or the natural docs alone, --corpus prose),
+    cycled; each copy gets a header line, so repeated documents are not byte-identical."""
     path = os.path.join(WORK, name)
     if os.path.exists(path):
         return path
-    base = code_and_docs()
+    base = natural_docs() if CORPUS == "prose" else code_and_docs()
     tmp = path + ".tmp"
     w = None
     size, k, batch = 0, 0, []
@@ -265,6 +275,13 @@ def hw_share(n):
     return alone / (sum(many) / len(many))
 
 
+def giga(corpus, tok, threads):
+    """gigatoken's cold whole-process seconds (its own counting time taken off) and tokens."""
+    dt, so, _ = run([sys.executable, GIGA_PY, tok, corpus], env_for(threads))
+    res = json.loads(so.strip().splitlines()[-1])
+    return dt - res["dump_s"], res["tokens"]
+
+
 def python_ref(corpus, tok, eos, threads, wrap):
     out = os.path.join(WORK, "ref.parquet")
     dt, so, _ = run([sys.executable, wrap, eos, REF, corpus, tok, out, str(SEQ)], env_for(threads))
@@ -279,7 +296,7 @@ def main():
     if REF is None:
         sys.exit("py_pack_ref.py not found: pass --ref PATH (../shared/bench/py_pack_ref.py)")
     say("command: " + " ".join(sys.argv))
-    corpus = build_corpus(MB, f"code-corpus-{MB}mb.parquet")
+    corpus = build_corpus(MB, f"{CORPUS}-corpus-{MB}mb.parquet")
     ref_corpus = slice_of(corpus, REF_MB, f"code-corpus-{MB}mb-first{REF_MB}mb.parquet")
     meta = pq.ParquetFile(corpus).metadata
     say(f"corpus: {corpus} ({os.path.getsize(corpus) / 1e6:.0f} MB zstd parquet, {meta.num_rows} documents, >= {MB} MB of text: "
@@ -298,18 +315,22 @@ def main():
     if (CEILING or HW) and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
         sys.exit("--ceiling and --hw need taskset and at least as many cores as the largest thread count")
     say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}"
+        + (f" {'gig Mtok/s':>10} {'pack/gig':>8}" if GIGA else "")
         + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "")
         + (f" {'hw':>4} {'eff/hw':>6}" if HW else "") + "  stages")
     for name, tok in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
         base = None
         runs = {th: [] for th in THREADS}
+        gruns = {th: [] for th in THREADS}
         for _ in range(REPEAT):
             for th in THREADS:
                 runs[th].append(ours(corpus, tok, eos, th))
+                if GIGA:
+                    gruns[th].append(giga(corpus, tok, th))
         for th in THREADS:
             dt, ntok, stages = min(runs[th], key=lambda r: r[0])
-            dtp, ntp = python_ref(ref_corpus, tok, eos, th, wrap)
+            dtp, ntp = python_ref(ref_corpus, tok, eos, th, wrap) if PYTHON else (float("nan"), 0)
             m, mp = ntok / dt / 1e6, ntp / dtp / 1e6
             base = base or (m if th == 1 else None)
             sp = m / base if base else float("nan")
@@ -318,6 +339,13 @@ def main():
                    "ratio": round(m / mp, 2), "speedup": round(sp, 2), "tokens": ntok,
                    "seconds": round(dt, 2), "all_seconds": [round(r[0], 2) for r in runs[th]],
                    "stages": stages}
+            gcol = ""
+            if GIGA:
+                gdt, gtok = min(gruns[th])
+                mg = gtok / gdt / 1e6
+                row.update({"gig_mtok_s": round(mg, 2), "gig_seconds": round(gdt, 2), "gig_tokens": gtok,
+                            "gig_all_seconds": [round(r[0], 2) for r in gruns[th]], "pack_over_gig": round(gdt / dt, 3)})
+                gcol = f" {mg:>10.2f} {gdt / dt:>7.2f}x"
             ceil = ""
             if CEILING and th > 1:
                 c, hw = ceiling(corpus, tok, eos, th)
@@ -332,7 +360,7 @@ def main():
             elif HW:
                 ceil += f" {'-':>4} {'-':>6}"
             results.setdefault(name, []).append(row)
-            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}{ceil}  "
+            say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}{gcol}{ceil}  "
                 f"[{time.perf_counter() - t_start:.0f} s]"
                 + (f" runs {'/'.join(f'{r[0]:.2f}' for r in runs[th])} s" if REPEAT > 1 else "") + f" {stages}")
     json.dump(results, open(os.path.join(WORK, "scale.json"), "w"), indent=1)

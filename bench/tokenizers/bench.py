@@ -16,9 +16,25 @@ Corpora (bench/pack/corpus.py, from this machine's files), --mb MB each (default
 whitespace runs, indentation, long identifiers, markup). Both are reported, each with its own
 table and summary; --corpus prose|code runs one.
 
+gigatoken (issue 43): beside the Python pipeline, gigatoken's `encode_files(ParquetFileSource)`
+(bench/tokenizers/giga.py, pinned in mk/pack.mk) is timed on the same corpus, cold, whole process
+(interpreter + import + tokenizer load + encode; tokenize only: no packing, nothing written),
+interleaved with `pack` at all cores and at RAYON_NUM_THREADS=1 (`--threads` sets the counts,
+e.g. 1,2 or 1,16). `pack/gig` = gigatoken's seconds ÷ pack's (pack's speed over gigatoken's: ≥ 1
+means the whole `pack` pipeline is at least as fast as gigatoken tokenizing alone); `cpu p/g` =
+the same over CPU seconds (user + sys of the whole process, fastest run each): on a loaded box the
+wall clock of a 1-thread run depends on its share of the cores, and pack's reader and writer
+threads are extra threads, so the CPU ratio is the per-core cost compared. `gig ids` =
+gigatoken's ids of the first --check documents equal HF `tokenizers`' `encode_batch(...,
+add_special_tokens=False)`. `--vs-giga` (for corpora of hundreds of MB) skips the Python pipeline
+and the split-mode runs: `ids` is then pack's stream over the first --check documents against HF
+`tokenizers` (`n/a` when it differs and documents held added-token text: pack's default plain mode
+reads that text as text).
+
 usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R] [--corpus prose|code]
+                [--threads 1,2] [--vs-giga] [--no-giga] [--check N]
 """
-import glob, json, math, os, subprocess, sys, time
+import glob, json, math, os, resource, subprocess, sys, time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -34,6 +50,11 @@ ONLY = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv
 # Best of REPEAT interleaved runs per side: on a shared machine the load moves between runs.
 REPEAT = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 2
 CORPORA = [sys.argv[sys.argv.index("--corpus") + 1]] if "--corpus" in sys.argv else ["prose", "code"]
+THREADS = [int(t) for t in sys.argv[sys.argv.index("--threads") + 1].split(",")] if "--threads" in sys.argv else [None, 1]
+VS_GIGA = "--vs-giga" in sys.argv
+GIGA = "--no-giga" not in sys.argv
+CHECK = int(sys.argv[sys.argv.index("--check") + 1]) if "--check" in sys.argv else 1000
+GIGA_PY = os.path.join(HERE, "giga.py")
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 SHARED = os.environ.get("DLM_SHARED_TOKENIZERS", os.path.join(ROOT, "..", "shared", "tokenizers"))
 REF = os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py")
@@ -100,10 +121,20 @@ def trained(docs):
     return out
 
 
+CPU = [0.0]  # CPU seconds (user + sys) of the last timed child process
+
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd, env=None):
+    c0 = child_cpu()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    CPU[0] = child_cpu() - c0
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
     return dt, p.stdout
@@ -152,51 +183,130 @@ def main():
         sys.exit("ids differ: " + ", ".join(bad))
 
 
+def giga(c, tokp, threads=None, dump=0):
+    """gigatoken's cold whole-process seconds (less its own dump time) and its JSON, or None
+    when it refuses the tokenizer (the error is printed once)."""
+    env = dict(os.environ)
+    if threads:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    c0 = child_cpu()
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, GIGA_PY, tokp, c] + (["--dump", str(dump)] if dump else []),
+                       capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    CPU[0] = child_cpu() - c0
+    if p.returncode != 0:
+        print(f"  gigatoken failed on {tokp}: {p.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None, None
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    return dt - res["dump_s"], res
+
+
+def hf_ids(tokp, texts):
+    """HF `tokenizers`' ids of texts (the identity reference)."""
+    from tokenizers import Tokenizer
+    t = Tokenizer.from_file(tokp)
+    return t, [e.ids for e in t.encode_batch(texts, add_special_tokens=False)]
+
+
 def table(which, c, fams, wrap):
     texts = pq.read_table(c, columns=["text"]).column(0).to_pylist()
     text_mb = sum(len(t.encode()) for t in texts) / 1e6
     what = "English prose" if which == "prose" else "code and docs (stdlib sources + docs)"
     print(f"\ncorpus {which}: {c} ({text_mb:.1f} MB of {what}), {os.cpu_count()} cores, seq_len {SEQ}")
-    print(f"{'family':28} {'kind':10} {'ids':>5} {'python s':>9} {'ours s':>7} {'ratio':>7} {'Mtok/s':>7} {'1-thr':>6} "
-          f"{'split s':>7} {'plain/split':>11} {'held':>5}  path")
+    tl = [f"{t}t" if t else "all" for t in THREADS]
+    head = f"{'family':28} {'kind':10} {'ids':>5} "
+    if not VS_GIGA:
+        head += f"{'python s':>9} {'ratio':>7} {'split s':>7} {'plain/split':>11} "
+    for t in tl:
+        head += f"{'pack ' + t:>9} " + (f"{'gig ' + t:>9} {'pack/gig':>8} {'cpu p/g':>7} " if GIGA else "")
+    head += f"{'gig ids':>7} {'Mtok/s':>7} {'held':>5}  path" if GIGA else f"{'Mtok/s':>7} {'held':>5}  path"
+    print(head)
     rows = []
     for name, p in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
         refout = os.path.join(WORK, f"ref-{which}-{name}.parquet")
         out = os.path.join(WORK, f"out-{which}-{name}")
-        dt_py = dt_rs = dt_sp = float("inf")
+        dt_py = dt_sp = float("inf")
+        dt_rs = {t: float("inf") for t in THREADS}
+        dt_gg = {t: float("inf") for t in THREADS}
+        cpu_rs = {t: float("inf") for t in THREADS}
+        cpu_gg = {t: float("inf") for t in THREADS}
+        gig_ok = GIGA
         for _ in range(REPEAT):
-            dt_py = min(dt_py, timed([sys.executable, wrap, eos, REF, c, p, refout, str(SEQ)])[0])
-            d, idx = ours(c, p, eos, out)
-            dt_rs = min(dt_rs, d)
-            d, sidx = ours(c, p, eos, out + "-split", mode="split")
-            dt_sp = min(dt_sp, d)
-        mine = ids([os.path.join(out, s["file"]) for s in idx["shards"]])
-        split_ids = ids([os.path.join(out + "-split", s["file"]) for s in sidx["shards"]])
-        ref = ids([refout])
+            if not VS_GIGA:
+                dt_py = min(dt_py, timed([sys.executable, wrap, eos, REF, c, p, refout, str(SEQ)])[0])
+            for t in THREADS:
+                d, idx = ours(c, p, eos, out + (f"-{t}t" if t else ""), threads=t)
+                dt_rs[t] = min(dt_rs[t], d)
+                cpu_rs[t] = min(cpu_rs[t], CPU[0])
+                if gig_ok:
+                    d, _ = giga(c, p, t)
+                    if d is None:
+                        gig_ok = False
+                    else:
+                        dt_gg[t] = min(dt_gg[t], d)
+                        cpu_gg[t] = min(cpu_gg[t], CPU[0])
+            if not VS_GIGA:
+                d, sidx = ours(c, p, eos, out + "-split", mode="split")
+                dt_sp = min(dt_sp, d)
+        t0 = THREADS[0]
+        o0 = out + (f"-{t0}t" if t0 else "")
+        idx = json.load(open(os.path.join(o0, "index.json")))
+        mine = ids([os.path.join(o0, s["file"]) for s in idx["shards"]])
         held = idx["totals"].get("added_token_text", {}).get("documents", 0)
-        same = split_ids.shape == ref.shape and bool((split_ids == ref).all())
-        if held == 0:
-            same = same and mine.shape == split_ids.shape and bool((mine == split_ids).all())
-        dt_1 = min(ours(c, p, eos, out + "-1t", threads=1)[0] for _ in range(REPEAT))
+        hf, want = hf_ids(p, texts[:CHECK]) if (GIGA or VS_GIGA) else (None, None)
+        if VS_GIGA:
+            e = hf.token_to_id(eos)
+            exp = np.fromiter((x for w in want for x in w + [e]), dtype=np.int64)
+            same = len(mine) >= len(exp) and bool((mine[:len(exp)] == exp).all())
+            if not same and held:
+                same = "n/a"
+        else:
+            split_ids = ids([os.path.join(out + "-split", s["file"]) for s in sidx["shards"]])
+            ref = ids([refout])
+            same = split_ids.shape == ref.shape and bool((split_ids == ref).all())
+            if held == 0:
+                same = same and mine.shape == split_ids.shape and bool((mine == split_ids).all())
+        gsame = "-"
+        if gig_ok:
+            _, res = giga(c, p, THREADS[-1], dump=CHECK)
+            gsame = res is not None and res["ids"] == want
         tokens = len(mine)
         enc = idx.get("tokenizer_encoder", "?")
         kind = KIND.get(name, "SP BPE" if "SentencePiece" in enc or name.startswith(("mistral", "phi-3")) else "BPE")
-        r = dt_py / dt_rs
-        rows.append((name, kind, same, r, enc, dt_rs / dt_sp))
-        print(f"{name:28} {kind:10} {str(same):>5} {dt_py:9.2f} {dt_rs:7.2f} {r:6.2f}x {tokens / dt_rs / 1e6:7.2f} {tokens / dt_1 / 1e6:6.2f} "
-              f"{dt_sp:7.2f} {dt_rs / dt_sp:10.3f}x {held:5}  {enc}", flush=True)
+        tall = dt_rs[THREADS[0]]
+        r = dt_py / tall
+        gr = {t: dt_gg[t] / dt_rs[t] for t in THREADS} if gig_ok else {}
+        rows.append((name, kind, same, r, enc, tall / dt_sp, gr, gsame))
+        line = f"{name:28} {kind:10} {str(same):>5} "
+        if not VS_GIGA:
+            line += f"{dt_py:9.2f} {r:6.2f}x {dt_sp:7.2f} {tall / dt_sp:10.3f}x "
+        for t in THREADS:
+            line += f"{dt_rs[t]:9.2f} " + ((f"{dt_gg[t]:9.2f} {gr[t]:7.2f}x {cpu_gg[t] / cpu_rs[t]:6.2f}x " if gig_ok
+                                            else f"{'-':>9} {'-':>8} {'-':>7} ") if GIGA else "")
+        line += (f"{str(gsame):>7} " if GIGA else "") + f"{tokens / tall / 1e6:7.2f} {held:5}  {enc}"
+        print(line, flush=True)
     bpe = [r for r in rows if r[1] != "WordPiece" and r[1] != "Unigram"]
     fast_bpe = [r for r in bpe if r[4].startswith("exact fast")]
     for label, sel in [("all families", rows), ("BPE families (fast path)", fast_bpe)]:
-        if sel:
+        if sel and not VS_GIGA:
             g = math.exp(sum(math.log(r[3]) for r in sel) / len(sel))
             w = min(sel, key=lambda r: r[3])
             print(f"{which} corpus, {label}: geo-mean {g:.2f}x, worst {w[3]:.2f}x ({w[0]})")
             ws = max(sel, key=lambda r: r[5])
             gs = math.exp(sum(math.log(r[5]) for r in sel) / len(sel))
             print(f"{which} corpus, {label}: plain/split time geo-mean {gs:.3f}, worst {ws[5]:.3f} ({ws[0]})")
-    return [f"{r[0]} ({which})" for r in rows if not r[2]]
+        for t, tn in zip(THREADS, tl):
+            gsel = [r for r in sel if t in r[6]]
+            if gsel:
+                g = math.exp(sum(math.log(r[6][t]) for r in gsel) / len(gsel))
+                w = min(gsel, key=lambda r: r[6][t])
+                print(f"{which} corpus, {label}, {tn}: pack/gigatoken geo-mean {g:.2f}x, worst {w[6][t]:.2f}x ({w[0]})")
+    for r in rows:
+        if r[7] is False:
+            print(f"note: gigatoken's ids differ from HF tokenizers on {r[0]} ({which})")
+    return [f"{r[0]} ({which})" for r in rows if r[2] is False]
 
 
 main()

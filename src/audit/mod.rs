@@ -159,8 +159,9 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
 pub fn run(args: AuditArgs) -> Result<()> {
     let r = audit(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string(&r)?);
-    } else {
+        crate::cron::json_line(serde_json::to_string(&r)?);
+    } else if !(r.ok && crate::report::settings().quiet) {
+        // --quiet: the report only when a link is broken (the exit code says pass).
         print!("{}", report::human(&r));
     }
     if r.ok {

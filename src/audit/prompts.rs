@@ -3,7 +3,6 @@
 //! prompts' order, and come from exactly one teacher (weights and config hashes).
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::Value;
@@ -32,7 +31,7 @@ pub fn check_prompts(
         return (Check::skip("prompts", "no --prompts given"), None);
     };
     let mut c = Check::new("prompts");
-    let f = match std::fs::File::open(path) {
+    let f = match crate::sources::input::open_regular(path) {
         Ok(f) => f,
         Err(e) => {
             c.fail(format!("{}: {e}", path.display()));
@@ -42,11 +41,18 @@ pub fn check_prompts(
     let mut recs = Vec::new();
     let mut ids = HashSet::new();
     let mut per_source: HashMap<String, u64> = HashMap::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
+    let bound = crate::sources::Bound::new(
+        crate::distill::prompts::MAX_LINE_BYTES,
+        "a prompt line is at most that, as distill reads it",
+    );
+    for (i, line) in crate::sources::input::BoundedLines::new(f, bound).enumerate() {
         let ln = i + 1;
-        let Ok(line) = line else {
-            c.fail(format!("{} line {ln}: unreadable", path.display()));
-            break;
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                c.fail(format!("{} line {ln}: unreadable ({e})", path.display()));
+                break;
+            }
         };
         if line.trim().is_empty() {
             continue;
@@ -134,24 +140,10 @@ pub fn check_prompts(
     (c, Some(recs))
 }
 
+/// Every distilled record, through the one JSON record reader (streamed, each record
+/// bounded; the records are kept together for the cross-checks below).
 fn read_distilled(path: &Path) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if text.trim_start().starts_with('[') {
-        match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Array(a)) => Ok(a),
-            Ok(_) => Err(format!("{}: not a JSON array", path.display())),
-            Err(e) => Err(format!("{}: not JSON ({e})", path.display())),
-        }
-    } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .map_err(|e| format!("{} line {}: not JSON ({e})", path.display(), i + 1))
-            })
-            .collect()
-    }
+    crate::model::lineage::read_records(path).map_err(|e| format!("{e:#}"))
 }
 
 /// `distilled`

@@ -45,6 +45,9 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], deep: bool, uses: &mut Vec<Use>) -> Ch
         if deep {
             deep_check(&mut c, dir, &idx);
         }
+        if let Some(m) = card_mismatch(dir, &idx) {
+            c.fail(format!("{d}: {m}"));
+        }
         for name in unlisted(dir, &idx) {
             c.fail(format!(
                 "{d}: holds {name}, which index.json does not list: a directory reader would \
@@ -312,6 +315,21 @@ fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usiz
         }
     }
     Ok(at)
+}
+
+/// The dataset card (README.md) is part of the audited set: when present it must be the one
+/// index.json renders (an edited or stale card misstates the provenance of an upload). A
+/// directory written before cards existed has none: not a failure.
+fn card_mismatch(dir: &std::path::Path, idx: &shard_index::Index) -> Option<String> {
+    use crate::shards::card;
+    let text = std::fs::read(card::card_path(dir)).ok()?;
+    (text != card::render(idx).as_bytes()).then(|| {
+        format!(
+            "{} does not match index.json (edited, or left from another run): re-run the stage \
+             to rewrite it",
+            card::CARD_FILE
+        )
+    })
 }
 
 /// Entries of a shard directory that are neither listed in its index (shards and their extra

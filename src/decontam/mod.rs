@@ -258,8 +258,9 @@ fn print_report(
     rpath: &std::path::Path,
 ) -> Result<()> {
     if args.json {
-        println!("{}", serde_json::to_string(rep)?);
-    } else {
+        crate::cron::json_line(serde_json::to_string(rep)?);
+    } else if !crate::report::settings().quiet || rep.contaminated_documents > 0 {
+        // --quiet: the report file is written; printed only when something overlapped.
         print!("{}", report::human(rep));
         println!("  report: {}", rpath.display());
     }

@@ -3,99 +3,31 @@
 //! `text` template of a manifest source (`{question}\n{choices}`, nested `{train.question}`)
 //! rendered over them, lists joined by newlines.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use anyhow::{anyhow, bail, Context, Result};
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Float32Type, Float64Type};
-use serde_json::{Map, Value};
+use anyhow::{anyhow, Result};
+use serde_json::Value;
 
-use crate::mcq::columns::{int_at, str_at};
+/// The bound on one benchmark row (a JSON line or array element) while it is read.
+const ROW_MAX: crate::sources::Bound = crate::sources::Bound::new(
+    crate::sources::ROW_BYTES,
+    "a benchmark row is at most that; no flag raises it",
+);
 
-fn value_at(col: &dyn Array, i: usize) -> Value {
-    if col.is_null(i) {
-        return Value::Null;
-    }
-    if let Some(s) = str_at(col, i) {
-        return Value::String(s.to_string());
-    }
-    if let Some(n) = int_at(col, i) {
-        return Value::from(n);
-    }
-    match col.data_type() {
-        DataType::Boolean => Value::Bool(col.as_boolean().value(i)),
-        DataType::Float64 => Value::from(col.as_primitive::<Float64Type>().value(i)),
-        DataType::Float32 => Value::from(col.as_primitive::<Float32Type>().value(i) as f64),
-        DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(_, _) => {
-            let v = match col.data_type() {
-                DataType::List(_) => col.as_list::<i32>().value(i),
-                DataType::LargeList(_) => col.as_list::<i64>().value(i),
-                _ => col.as_fixed_size_list().value(i),
-            };
-            Value::Array((0..v.len()).map(|j| value_at(v.as_ref(), j)).collect())
-        }
-        DataType::Struct(_) => {
-            let s = col.as_struct();
-            let mut m = Map::new();
-            for (f, c) in s.fields().iter().zip(s.columns()) {
-                m.insert(f.name().clone(), value_at(c.as_ref(), i));
-            }
-            Value::Object(m)
-        }
-        _ => Value::Null,
-    }
-}
-
-fn batch_rows(b: &RecordBatch, out: &mut Vec<Value>) {
-    let schema = b.schema();
-    for i in 0..b.num_rows() {
-        let mut m = Map::new();
-        for (f, c) in schema.fields().iter().zip(b.columns()) {
-            m.insert(f.name().clone(), value_at(c.as_ref(), i));
-        }
-        out.push(Value::Object(m));
-    }
-}
-
-/// Every row of a parquet, JSONL or JSON-array file (chosen by extension).
+/// Every row of a parquet, JSONL or JSON-array file (chosen by extension, optionally `.gz` /
+/// `.zst`), through the one [`crate::sources::RowReader`]; a regular file only.
 pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
-    let name = path.to_string_lossy().to_ascii_lowercase();
-    let mut out = Vec::new();
-    if name.ends_with(".parquet") {
-        for b in crate::shards::guarded::open(path)? {
-            batch_rows(
-                &b.with_context(|| format!("decoding {}", path.display()))?,
-                &mut out,
-            );
-        }
-    } else if name.ends_with(".jsonl") || name.ends_with(".ndjson") {
-        let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        for (i, line) in BufReader::new(f).lines().enumerate() {
-            let line = line.with_context(|| format!("reading {}", path.display()))?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            out.push(
-                serde_json::from_str(&line)
-                    .with_context(|| format!("{} line {}: not JSON", path.display(), i + 1))?,
-            );
-        }
-    } else if name.ends_with(".json") {
-        let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        match serde_json::from_reader(BufReader::new(f))
-            .with_context(|| format!("{}: not JSON", path.display()))?
-        {
-            Value::Array(a) => out = a,
-            _ => bail!("{}: expected a JSON array of objects", path.display()),
-        }
-    } else {
+    if crate::sources::files::format_of_name(path).is_none() {
         return Err(crate::error::usage(format!(
             "{}: unknown benchmark format (use .parquet, .jsonl or .json, or a manifest .toml)",
             path.display()
         )));
     }
+    let mut out = Vec::new();
+    crate::sources::read_values(path, ROW_MAX, &mut |_, v| {
+        out.push(v);
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -130,29 +62,24 @@ pub fn all_text(row: &Value) -> String {
     s
 }
 
-/// Render a manifest `text` template (`{col}`, `{a.b}`) over a row. A placeholder naming a
-/// missing field is an error naming it.
+/// Render a manifest `text` template (`{col}`, `{a.b}`, the escapes of
+/// [`crate::sources::Template`], which parses it) over a row, lists joined by newlines. A
+/// placeholder naming a missing field is an error naming it.
 pub fn render(template: &str, row: &Value) -> Result<String> {
-    let mut out = String::new();
-    let mut rest = template;
-    while let Some(i) = rest.find('{') {
-        out.push_str(&rest[..i]);
-        let tail = &rest[i + 1..];
-        let end = tail
-            .find('}')
-            .ok_or_else(|| anyhow!("text template {template:?}: unclosed '{{'"))?;
-        let path = &tail[..end];
+    let tpl = crate::sources::Template::parse(template)?;
+    tpl.render_with(|path, out| {
         let mut v = row;
-        for part in path.split('.') {
+        for part in path {
             v = v.get(part).ok_or_else(|| {
-                anyhow!("text template {template:?}: no field {path:?} in the row")
+                anyhow!(
+                    "text template {template:?}: no field {:?} in the row",
+                    path.join(".")
+                )
             })?;
         }
-        push_value(v, &mut out);
-        rest = &tail[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+        push_value(v, out);
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod prompts;
 pub mod record;
 pub mod run;
 pub mod sampler;
+pub mod watch;
 
 use std::path::PathBuf;
 

@@ -374,9 +374,13 @@ impl PartWriter {
                 .write(true)
                 .open(path)
                 .with_context(|| format!("opening {}", path.display()))?;
-            file.set_len(part.valid_len)?;
+            // Only a torn tail is cut: a whole part keeps its mtime (a truncate to the same
+            // length still stamps it).
+            if file.metadata()?.len() != part.valid_len {
+                file.set_len(part.valid_len)?;
+                file.sync_all()?;
+            }
             file.seek(SeekFrom::End(0))?;
-            file.sync_all()?;
             return Ok(PartWriter {
                 file,
                 path: path.to_path_buf(),
@@ -570,7 +574,10 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
             }
         }
     }
-    write_atomic(out, buf.as_bytes())?;
+    // The same records as last time: distilled.json keeps its bytes and mtime.
+    if std::fs::read(out).ok().as_deref() != Some(buf.as_bytes()) {
+        write_atomic(out, buf.as_bytes())?;
+    }
     Ok(Finalized {
         records: recs.len(),
         batches: nb,

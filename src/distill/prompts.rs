@@ -90,13 +90,23 @@ pub const MAX_LINE_BYTES: u64 = 64 << 20;
 
 /// Read every prompt of `path`; blank lines are skipped, duplicate ids refused.
 pub fn read_prompts(path: &Path) -> Result<Vec<PromptItem>> {
-    read_prompts_bounded(path, MAX_LINE_BYTES)
+    let mut out = Vec::new();
+    for_each_prompt(path, MAX_LINE_BYTES, &mut |item| {
+        out.push(item);
+        Ok(())
+    })?;
+    Ok(out)
 }
 
-fn read_prompts_bounded(path: &Path, max_line: u64) -> Result<Vec<PromptItem>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut r = BufReader::new(f);
-    let mut out = Vec::new();
+/// [`read_prompts`] one prompt at a time (a regular file only; a line over `max_line` is
+/// refused before it is read whole): memory holds one line and the ids seen.
+pub fn for_each_prompt(
+    path: &Path,
+    max_line: u64,
+    f: &mut dyn FnMut(PromptItem) -> Result<()>,
+) -> Result<()> {
+    let file = crate::sources::input::open_regular(path)?;
+    let mut r = BufReader::new(file);
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut buf = Vec::new();
     for n in 1.. {
@@ -132,9 +142,9 @@ fn read_prompts_bounded(path: &Path, max_line: u64) -> Result<Vec<PromptItem>> {
                 item.id
             );
         }
-        out.push(item);
+        f(item)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -164,6 +174,15 @@ mod tests {
         assert_eq!(v[1].provenance[0], Value::from("sciq"));
         assert_eq!(v[1].provenance[4], Value::from(3));
         assert_eq!(v[1].provenance[1], Value::Null);
+    }
+
+    fn read_prompts_bounded(p: &Path, max: u64) -> Result<Vec<PromptItem>> {
+        let mut out = vec![];
+        for_each_prompt(p, max, &mut |i| {
+            out.push(i);
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     #[test]

@@ -518,9 +518,10 @@ pub fn run(args: DistillArgs) -> Result<()> {
         .collect();
     let done_before = (owned_prompts - todo_prompts) as u64;
     let pb = progress_bar(owned_prompts as u64, done_before);
-    let ticker = crate::report::Ticker::new(
+    let full_steps = s.params.block_rule_steps(s.params.gen_length - 1);
+    let progress = super::watch::ForwardProgress::new(
         &format!("distill worker {}", s.slice),
-        "prompts",
+        forward_estimate(&args, &e, &units, &o.todo, full_steps),
         owned_prompts as u64,
         done_before,
     );
@@ -542,10 +543,13 @@ pub fn run(args: DistillArgs) -> Result<()> {
     // Timed from here: the decoding, not the teacher's load (the summary's prompts/s).
     let start = Instant::now();
     let mut tally = Tally::default();
-    let full_steps = s.params.block_rule_steps(s.params.gen_length - 1);
     for &k in &o.todo.clone() {
         output::safe_point()?;
-        let be = backend.as_mut().expect("backend for work").as_mut();
+        // A stop signal is honoured before every forward pass: the unit in flight is dropped.
+        let be = &mut super::watch::Watched {
+            inner: backend.as_mut().expect("backend for work").as_mut(),
+            progress: &progress,
+        };
         let unit = &units[k];
         let (rows, forwards) =
             decode_unit(be, &args, &s, &e, unit, &stop_ids).with_context(|| format!("unit {k}"))?;
@@ -562,7 +566,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         }
         tally.exit.batch_forwards += forwards;
         pb.inc(unit.len() as u64);
-        ticker.update(done_before + tally.prompts as u64);
+        progress.committed(done_before + tally.prompts as u64);
         pb.set_message(format!(
             "{:.2} prompts/s",
             tally.prompts as f64 / start.elapsed().as_secs_f64().max(1e-9)
@@ -570,9 +574,32 @@ pub fn run(args: DistillArgs) -> Result<()> {
         tracing::debug!("unit {k} committed ({} prompts)", unit.len());
     }
     pb.finish_and_clear();
-    ticker.finish(done_before + tally.prompts as u64);
+    progress.finish();
     o.discard.disarm();
     finish(&args, &s, &e, &o, &tally, start.elapsed().as_secs_f64())
+}
+
+/// Forward passes the units `todo` take at most: every row its full steps with early exit
+/// (rows run one by one on the host), every batch its full steps without; one more per
+/// `--batch-size` MCQ rows for the answers.
+fn forward_estimate(
+    args: &DistillArgs,
+    e: &Encoded,
+    units: &[Vec<usize>],
+    todo: &[usize],
+    full_steps: usize,
+) -> u64 {
+    let mut n = 0u64;
+    for &k in todo {
+        let unit = &units[k];
+        let rows = if args.early_exit() { unit.len() } else { 1 };
+        let mcq = unit
+            .iter()
+            .filter(|&&i| e.items[i].options.is_some())
+            .count();
+        n += (rows * full_steps + mcq.div_ceil(args.batch_size())) as u64;
+    }
+    n
 }
 
 /// The summary (log line, `--json`) and, for a single process, the finalised output.
@@ -662,7 +689,7 @@ fn finish(
         ));
     }
     if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        crate::cron::json_line(serde_json::to_string(&summary)?);
     }
     Ok(())
 }

@@ -1,8 +1,10 @@
-//! `download.log`: one JSON object per line per file per fetch run — what an auditor reads
+//! `download.log`: one JSON object per line per file fetched (a file found in the cache,
+//! verified, is logged once: an unchanged nightly fetch adds no line) — what an auditor reads
 //! to tie every cached byte to a repo, commit, URL and checksum. Appended line by line (a
 //! killed run leaves only whole lines for the files it finished); never holds a token: each
 //! line passes through [`crate::secret::redact`] before it is written.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,6 +48,21 @@ pub struct LogRecord {
 pub struct DownloadLog {
     path: PathBuf,
     file: Mutex<File>,
+    /// (repo, commit, path, sha256) of every verified line already in the log.
+    logged: HashSet<(String, String, String, String)>,
+}
+
+/// The verified files a log already records (unreadable lines are skipped: the audit names
+/// them).
+fn verified_lines(path: &Path) -> HashSet<(String, String, String, String)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return HashSet::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<LogRecord>(l).ok())
+        .filter(|r| r.verified && r.error.is_none())
+        .map(|r| (r.repo, r.commit, r.path, r.sha256))
+        .collect()
 }
 
 impl DownloadLog {
@@ -61,7 +78,25 @@ impl DownloadLog {
         Ok(DownloadLog {
             path: path.to_path_buf(),
             file: Mutex::new(file),
+            logged: verified_lines(path),
         })
+    }
+
+    /// [`Self::append`], except for a file found in the cache, verified, that the log already
+    /// records with this sha256: a rerun that downloads nothing adds no line (the log stays
+    /// one line per file per download, not per night). Returns whether it wrote.
+    pub fn append_new(&self, rec: &LogRecord) -> Result<bool> {
+        let key = (
+            rec.repo.clone(),
+            rec.commit.clone(),
+            rec.path.clone(),
+            rec.sha256.clone(),
+        );
+        if rec.cached && rec.verified && rec.error.is_none() && self.logged.contains(&key) {
+            return Ok(false);
+        }
+        self.append(rec)?;
+        Ok(true)
     }
 
     /// Append one record, redacted, as a single `write` of a whole line, then fsync.

@@ -394,12 +394,15 @@ async fn fetch(
                 .client_for(t.kind)
                 .resolve_url(&t.repo, &t.commit, &t.path);
             let rec = record(&t, &url, &r);
-            dlog.append(&rec)?;
+            dlog.append_new(&rec)?;
             match &r {
                 Ok(o) => {
                     // Bytes not streamed now: a cached file, a resumed file's earlier part.
                     dl.progress.add_done(t.size.saturating_sub(o.downloaded));
-                    dl.progress.println(&file_line(&t, o))
+                    // One line per file is progress: `--quiet` keeps failures only.
+                    if !crate::report::settings().quiet {
+                        dl.progress.println(&file_line(&t, o))
+                    }
                 }
                 Err(e) => dl.progress.println(&format!(
                     "FAILED {}@{} {}: {e:#}",
@@ -451,7 +454,7 @@ async fn fetch(
                 let r = cache
                     .ref_path(p.source.role, &p.source.repo, &p.source.revision)
                     .with_context(|| format!("source {:?}", p.source.name))?;
-                crate::util::atomic_write(&r, p.commit.as_bytes())?;
+                crate::util::write_if_changed(&r, p.commit.as_bytes())?;
             }
         }
     }
@@ -462,7 +465,7 @@ async fn fetch(
     let mut architecture = None;
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(&cache, &lock_path, &model_plans)?;
-        eprintln!("fetch: architecture {}", a.display());
+        crate::report::note(&format!("fetch: architecture {}", a.display()));
         architecture = Some(a.display().to_string());
         if let Some(dir) = &args.local_dir {
             let shas = verified_shas(&results);
@@ -473,12 +476,12 @@ async fn fetch(
             })?;
         }
     } else if args.local_dir.is_some() {
-        eprintln!(
+        crate::report::note(&format!(
             "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
             slice.index, slice.count
-        );
+        ));
     }
-    eprintln!(
+    crate::report::note(&format!(
         "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
         results.len(),
         cached,
@@ -490,7 +493,7 @@ async fn fetch(
         } else {
             String::new()
         }
-    );
+    ));
     if args.json {
         let count = |i: usize| results.iter().filter(|r| r.1 == i).count();
         let sources: Vec<serde_json::Value> = plans
@@ -523,25 +526,22 @@ async fn fetch(
             })
             .collect();
         let secs = t0.elapsed().as_secs_f64();
-        println!(
-            "{}",
-            serde_json::json!({
-                "manifest": args.manifest.display().to_string(),
-                "worker": slice.to_string(),
-                "offline": offline,
-                "files": results.len(),
-                "cached": cached,
-                "fetched": results.len() - cached,
-                "downloaded_bytes": downloaded,
-                "seconds": (secs * 1000.0).round() / 1000.0,
-                "log": log_path.display().to_string(),
-                "lock": wrote_lock.then(|| lock_path.display().to_string()),
-                "lock_unchanged": (slice.is_whole() && lock.is_some()).then(|| lock_path.display().to_string()),
-                "architecture": architecture,
-                "sources": sources,
-                "models": models,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "manifest": args.manifest.display().to_string(),
+            "worker": slice.to_string(),
+            "offline": offline,
+            "files": results.len(),
+            "cached": cached,
+            "fetched": results.len() - cached,
+            "downloaded_bytes": downloaded,
+            "seconds": (secs * 1000.0).round() / 1000.0,
+            "log": log_path.display().to_string(),
+            "lock": wrote_lock.then(|| lock_path.display().to_string()),
+            "lock_unchanged": (slice.is_whole() && lock.is_some()).then(|| lock_path.display().to_string()),
+            "architecture": architecture,
+            "sources": sources,
+            "models": models,
+        }));
     }
     Ok(())
 }

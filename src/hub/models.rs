@@ -232,12 +232,12 @@ pub fn materialise(
                 .with_context(|| format!("copying {} to {}", src.display(), tmp.display()))?;
             crate::util::commit_rename(&tmp, &dst)?;
         }
-        eprintln!(
+        crate::report::note(&format!(
             "fetch: model {:?} materialised in {} ({} files)",
             p.model.name,
             root.display(),
             p.files.len()
-        );
+        ));
     }
     Ok(())
 }

@@ -36,6 +36,10 @@ pub struct InspectArgs {
     /// Print only the summary, as one line of JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Largest record of prompts.jsonl / distilled.json read (bytes, e.g. 64MiB): a longer
+    /// one ends the inspection naming it, having read no more than this.
+    #[arg(long, value_parser = crate::pack::parse_bytes, default_value = "64MiB")]
+    pub max_record_bytes: u64,
 }
 
 /// What PATH is.
@@ -55,9 +59,13 @@ fn bad(path: &Path, why: &str) -> anyhow::Error {
 }
 
 /// Decide what PATH is from what is there, never from its name alone.
-fn classify(path: &Path) -> Result<Target> {
+fn classify(path: &Path, bound: crate::sources::Bound) -> Result<Target> {
     if !path.exists() {
         return Err(bad(path, "no such file or directory"));
+    }
+    if !path.is_dir() {
+        // A FIFO would block the read for ever, /dev/zero never end.
+        crate::sources::input::check_regular(path)?;
     }
     if path.is_dir() {
         if crate::shards::index::index_path(path).is_file() {
@@ -112,7 +120,7 @@ fn classify(path: &Path) -> Result<Target> {
     }
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     if name.ends_with(".jsonl") || name.ends_with(".json") {
-        return match records::first_record(path)? {
+        return match records::first_record(path, bound)? {
             Some(v) if v.get("response").is_some() => Ok(Target::Distilled(path.to_path_buf())),
             Some(v) if v.get("prompt").is_some() => Ok(Target::Prompts(path.to_path_buf())),
             Some(_) => Err(bad(
@@ -199,13 +207,13 @@ pub(crate) fn cut(text: &str, chars: usize) -> String {
 pub fn run(args: InspectArgs) -> Result<()> {
     crate::lock::require_utf8("PATH", &args.path)?;
     let mut text = String::new();
-    let stats = match classify(&args.path)? {
+    let stats = match classify(&args.path, records::bound(&args))? {
         Target::Shards(dir, only) => shards::inspect(&dir, only, &args, &mut text)?,
         Target::Prompts(p) => records::prompts(&p, &args, &mut text)?,
         Target::Distilled(p) => records::distilled(&p, &args, &mut text)?,
     };
     if args.json {
-        println!("{}", serde_json::to_string(&stats)?);
+        crate::cron::json_line(serde_json::to_string(&stats)?);
     } else {
         use std::io::Write;
         let mut o = std::io::stdout().lock();

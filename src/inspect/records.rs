@@ -1,8 +1,8 @@
 //! The two JSON outputs: `prompts.jsonl` (contract 5, read and validated as `distill` reads
-//! it, [`crate::distill::prompts::read_prompts`]) and `distilled.json` (an array or JSON lines, read by
-//! [`crate::model::lineage::read_records`]).
+//! it, [`crate::distill::prompts::for_each_prompt`]) and `distilled.json` (an array or JSON
+//! lines, read by [`crate::model::lineage::for_each_record`]), both streamed: one record in
+//! memory at a time, each bounded by `--max-record-bytes` while it is read.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -11,32 +11,19 @@ use serde_json::Value;
 use super::stats::Stats;
 use super::{cut, show, InspectArgs};
 
-/// The first record of a `.json` array or JSON-lines file (None: no record), read without
-/// loading the whole file when it is JSON lines.
-pub fn first_record(path: &Path) -> Result<Option<Value>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut r = BufReader::new(f);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line)
-            .with_context(|| format!("reading {}", path.display()))?
-            == 0
-        {
-            return Ok(None);
-        }
-        let t = line.trim();
-        if t.is_empty() {
-            continue;
-        }
-        if t.starts_with('[') {
-            let all = crate::model::lineage::read_records(path)?;
-            return Ok(all.into_iter().next());
-        }
-        let v: Value = serde_json::from_str(t)
-            .with_context(|| format!("{}: first line is not JSON", path.display()))?;
-        return Ok(Some(v));
-    }
+/// The first record of a `.json` array or JSON-lines file (None: no record), read alone.
+pub fn first_record(path: &Path, bound: crate::sources::Bound) -> Result<Option<Value>> {
+    let mut first = None;
+    crate::model::lineage::for_each_record(path, bound, &mut |_, v| {
+        first = Some(v);
+        Err(crate::sources::Stop.into())
+    })?;
+    Ok(first)
+}
+
+/// The bound on one record, from `--max-record-bytes`.
+pub(super) fn bound(args: &InspectArgs) -> crate::sources::Bound {
+    crate::sources::Bound::new(args.max_record_bytes, "--max-record-bytes")
 }
 
 fn shown(args: &InspectArgs, k: usize) -> bool {
@@ -46,7 +33,6 @@ fn shown(args: &InspectArgs, k: usize) -> bool {
 /// prompts.jsonl (MCQ items or open prompts, read as `distill` reads them): items per source,
 /// prompt lengths (tokens with `--tokenizer`, else chars).
 pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stats> {
-    let recs = crate::distill::prompts::read_prompts(path)?;
     let tok = super::decoder(args.tokenizer.as_deref(), None)?;
     let mut st = Stats {
         path: path.display().to_string(),
@@ -61,7 +47,8 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
     };
     let mut gold = std::collections::BTreeMap::<String, u64>::new();
     let mut mcq = 0u64;
-    for (k, r) in recs.iter().enumerate() {
+    let mut k = 0usize;
+    crate::distill::prompts::for_each_prompt(path, args.max_record_bytes, &mut |r| {
         let n = match &tok {
             Some(t) => {
                 let e = t
@@ -104,7 +91,9 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
                 out.push_str(&format!("  {letter}. {}\n", cut(o, args.chars)));
             }
         }
-    }
+        k += 1;
+        Ok(())
+    })?;
     st.extra.insert("mcq_items".into(), mcq.into());
     st.extra
         .insert("gold_letters".into(), serde_json::to_value(&gold)?);
@@ -113,7 +102,6 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
 
 /// distilled.json: records per source, response tokens, stop reasons, answer accuracy.
 pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stats> {
-    let recs = crate::model::lineage::read_records(path)?;
     let tok = super::decoder(args.tokenizer.as_deref(), None)?;
     let mut st = Stats {
         path: path.display().to_string(),
@@ -122,7 +110,8 @@ pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<St
         ..Default::default()
     };
     let (mut eos, mut length, mut answered, mut correct, mut with_gold) = (0u64, 0, 0, 0, 0);
-    for (k, r) in recs.iter().enumerate() {
+    crate::model::lineage::for_each_record(path, bound(args), &mut |k, r| {
+        let k = k as usize;
         let at = || format!("{} record {k}", path.display());
         let id = r
             .get("id")
@@ -175,7 +164,8 @@ pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<St
                 ));
             }
         }
-    }
+        Ok(())
+    })?;
     let e = &mut st.extra;
     e.insert("stop_eos".into(), eos.into());
     e.insert("stop_length".into(), length.into());

@@ -227,7 +227,7 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
     std::fs::remove_dir_all(&parts_root)
         .with_context(|| format!("removing {}", parts_root.display()))?;
     let secs = t0.elapsed().as_secs_f64();
-    eprintln!(
+    crate::report::note(&format!(
         "merge: {workers} mcq parts → {total} items in {}{} ({secs:.1} s)",
         prompts_path.display(),
         if sft {
@@ -235,6 +235,6 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
         } else {
             String::new()
         }
-    );
+    ));
     Ok(summary)
 }

@@ -6,13 +6,12 @@
 //! the lock. Eval splits and eval-reference sources are refused before anything is read.
 //!
 //! - [`item`]: the item, letters A–J, the seeded shuffle placing sciq's correct answer;
-//! - [`read`]: sciq / mmlu parquet schemas → items; [`columns`]: Arrow accessors;
+//! - [`read`]: sciq / mmlu parquet schemas → items; [`crate::sources::columns`]: Arrow accessors;
 //! - [`template`]: the prompt template shared by stages 2 and 3;
 //! - [`prompts`]: prompts.jsonl (contract 5); [`sft`] + [`sft_shards`]: the SFT shards,
 //!   written by the shared [`crate::shards`] writers with their index.json (contract 4);
 //! - [`tokenizer`]: tokenizer + EOS.
 
-pub mod columns;
 pub mod item;
 pub mod merge;
 pub mod prompts;
@@ -584,19 +583,16 @@ pub fn run(args: McqArgs) -> Result<()> {
         ));
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "out": out.display().to_string(),
-                "prompts": prompts_path.display().to_string(),
-                "items": records.len(),
-                "skipped_empty": loaded.skipped_empty,
-                "skipped_oversize": loaded.skipped_oversize,
-                "kept_without_blank_options": loaded.kept_without_blank,
-                "skipped": loaded.skipped,
-                "sft": sft_summary,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "out": out.display().to_string(),
+            "prompts": prompts_path.display().to_string(),
+            "items": records.len(),
+            "skipped_empty": loaded.skipped_empty,
+            "skipped_oversize": loaded.skipped_oversize,
+            "kept_without_blank_options": loaded.kept_without_blank,
+            "skipped": loaded.skipped,
+            "sft": sft_summary,
+        }));
     }
     Ok(())
 }
@@ -628,16 +624,13 @@ fn up_to_date(
             }),
             None => serde_json::Value::Null,
         };
-        println!(
-            "{}",
-            serde_json::json!({
-                "up_to_date": true,
-                "out": out.display().to_string(),
-                "prompts": prompts_path.display().to_string(),
-                "items": items,
-                "sft": sft,
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "up_to_date": true,
+            "out": out.display().to_string(),
+            "prompts": prompts_path.display().to_string(),
+            "items": items,
+            "sft": sft,
+        }));
     }
     Ok(())
 }

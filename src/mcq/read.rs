@@ -8,9 +8,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 
-use super::columns::{int_at, str_at, str_list_at};
 use super::item::{shuffle_options, McqItem};
 use crate::provenance::Provenance;
+use crate::sources::columns::{int_at, str_at, str_list_at};
 
 /// The schema a file was recognised as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

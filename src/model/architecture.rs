@@ -107,7 +107,7 @@ impl ArchitectureFile {
         f.models.sort_by(|a, b| a.name.cmp(&b.name));
         let mut text = serde_json::to_string_pretty(&f)?;
         text.push('\n');
-        crate::util::atomic_write(path, text.as_bytes())
+        crate::util::write_if_changed(path, text.as_bytes()).map(|_| ())
     }
 
     pub fn model(&self, name: &str) -> Option<&ModelArchitecture> {

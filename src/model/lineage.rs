@@ -67,8 +67,7 @@ pub struct Lineage {
 
 impl Lineage {
     pub fn load(path: &Path) -> Result<Lineage> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let text = crate::sources::input::read_regular_text(path, LINEAGE_MAX)?;
         let l: Lineage =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         if l.version != 1 {
@@ -84,34 +83,51 @@ impl Lineage {
     }
 }
 
-/// The JSON records of a distilled.json (one array, or JSON lines).
-pub fn read_records(path: &Path) -> Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    if text.trim_start().starts_with('[') {
-        match serde_json::from_str::<Value>(&text)
-            .with_context(|| format!("{}: not JSON", path.display()))?
-        {
-            Value::Array(a) => Ok(a),
-            _ => bail!("{}: not a JSON array", path.display()),
-        }
-    } else {
-        text.lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-            .map(|(i, l)| {
-                serde_json::from_str(l)
-                    .with_context(|| format!("{} line {}: not JSON", path.display(), i + 1))
-            })
-            .collect()
+/// The most bytes a lineage.json or an index.json is read to (a regular file only).
+const LINEAGE_MAX: crate::sources::Bound = crate::sources::Bound::new(
+    256 << 20,
+    "a lineage.json or index.json is at most that; no flag raises it",
+);
+
+/// The bound on one distilled record while it is read.
+pub const RECORD_MAX: crate::sources::Bound = crate::sources::Bound::new(
+    crate::sources::ROW_BYTES,
+    "a distilled record is at most that; no flag raises it here",
+);
+
+/// Every record of a distilled.json (one array, or JSON lines; plain, `.gz` or `.zst`),
+/// streamed through [`crate::sources::records`]: one record in memory at a time.
+pub fn for_each_record(
+    path: &Path,
+    bound: crate::sources::Bound,
+    f: &mut crate::sources::records::OnRecord,
+) -> Result<()> {
+    let name = path.display().to_string();
+    match crate::sources::records::for_each_in(path, &name, bound, 0, f) {
+        Err(e) if crate::sources::is_stop(&e) => Ok(()),
+        r => r,
     }
 }
 
-/// The one `teacher.weights_sha256` of distilled records; an error names a record without
-/// one or a second teacher.
-pub fn distilled_teacher(path: &Path, recs: &[Value]) -> Result<String> {
-    let mut seen: Option<String> = None;
-    for (i, r) in recs.iter().enumerate() {
+/// The JSON records of a distilled.json (one array, or JSON lines), all in memory: for the
+/// callers that need them together; [`for_each_record`] streams them.
+pub fn read_records(path: &Path) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for_each_record(path, RECORD_MAX, &mut |_, v| {
+        out.push(v);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Checks that records carry one `teacher.weights_sha256`, record by record.
+#[derive(Default)]
+struct OneTeacher {
+    seen: Option<String>,
+}
+
+impl OneTeacher {
+    fn add(&mut self, path: &Path, i: usize, r: &Value) -> Result<()> {
         let w = r["teacher"]["weights_sha256"].as_str().with_context(|| {
             format!(
                 "{} record {i} ({}): no teacher.weights_sha256",
@@ -119,8 +135,8 @@ pub fn distilled_teacher(path: &Path, recs: &[Value]) -> Result<String> {
                 r["id"]
             )
         })?;
-        match &seen {
-            None => seen = Some(w.to_string()),
+        match &self.seen {
+            None => self.seen = Some(w.to_string()),
             Some(s) if s != w => bail!(
                 "{} record {i} ({}): a second teacher {w} (first {s})",
                 path.display(),
@@ -128,15 +144,35 @@ pub fn distilled_teacher(path: &Path, recs: &[Value]) -> Result<String> {
             ),
             Some(_) => {}
         }
+        Ok(())
     }
-    seen.with_context(|| format!("{}: no records", path.display()))
+    fn done(self, path: &Path) -> Result<String> {
+        self.seen
+            .with_context(|| format!("{}: no records", path.display()))
+    }
+}
+
+/// The one `teacher.weights_sha256` of distilled records; an error names a record without
+/// one or a second teacher.
+pub fn distilled_teacher(path: &Path, recs: &[Value]) -> Result<String> {
+    let mut t = OneTeacher::default();
+    for (i, r) in recs.iter().enumerate() {
+        t.add(path, i, r)?;
+    }
+    t.done(path)
+}
+
+/// [`distilled_teacher`] of a distilled.json, read streaming.
+pub fn distilled_teacher_of(path: &Path) -> Result<String> {
+    let mut t = OneTeacher::default();
+    for_each_record(path, RECORD_MAX, &mut |i, r| t.add(path, i as usize, &r))?;
+    t.done(path)
 }
 
 /// The kind of an index.json (`kind`, or `dlm_data.kind` in an MDS index), refusing an
 /// incomplete one.
 pub fn index_kind(path: &Path) -> Result<DataKind> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = crate::sources::input::read_regular_text(path, LINEAGE_MAX)?;
     let v: Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     let obj = if v.get("dlm_data").is_some() {
@@ -180,8 +216,7 @@ pub fn data_input(path: &Path) -> Result<DataInput> {
     let (kind, teacher) = if is_index {
         (index_kind(&file)?, None)
     } else {
-        let recs = read_records(&file)?;
-        let t = distilled_teacher(&file, &recs).with_context(|| {
+        let t = distilled_teacher_of(&file).with_context(|| {
             format!(
                 "--data {}: not an index.json, nor a distilled.json",
                 path.display()
@@ -242,15 +277,12 @@ pub fn run(args: LineageArgs, now: String) -> Result<()> {
             let _lock = claim(&a)?;
             let (stage, added) = add_stage(&a, now)?;
             if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "lineage": a.lineage.display().to_string(),
-                        "added": added,
-                        "stages": Lineage::load(&a.lineage)?.stages.len(),
-                        "stage": stage,
-                    })
-                );
+                crate::cron::json_line(serde_json::json!({
+                    "lineage": a.lineage.display().to_string(),
+                    "added": added,
+                    "stages": Lineage::load(&a.lineage)?.stages.len(),
+                    "stage": stage,
+                }));
             }
             Ok(())
         }
@@ -316,12 +348,12 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
             && s.to.sha256 == to.sha256
             && s.data == data
     }) {
-        eprintln!(
+        crate::report::note(&format!(
             "lineage: {} already recorded in {} at {} (same checkpoints and data); unchanged",
             same.stage,
             a.lineage.display(),
             same.time
-        );
+        ));
         return Ok((same.clone(), false));
     }
     if let Some(prev) = lineage.stages.last() {
@@ -344,13 +376,13 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
     };
     lineage.stages.push(stage.clone());
     lineage.save(&a.lineage)?;
-    eprintln!(
+    crate::report::note(&format!(
         "lineage: {} recorded in {} ({} → {}, {} data input(s))",
         stage.stage,
         a.lineage.display(),
         &stage.from.sha256[..12],
         &stage.to.sha256[..12],
         stage.data.len()
-    );
+    ));
     Ok((stage, true))
 }

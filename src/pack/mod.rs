@@ -201,9 +201,19 @@ pub struct PackArgs {
     /// memory grows ~75x its length) are oversized too.
     #[arg(long, value_parser = parse_bytes, default_value = "1MiB")]
     pub max_word_bytes: u64,
+    /// Largest input row (a JSON line or array element) read, in bytes: a longer one ends the
+    /// run naming the file and row, whatever --on-oversize says, having read no more than this
+    /// (default: 64MiB, or twice --max-doc-bytes when that is more).
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_row_bytes: Option<u64>,
     /// Policy for oversized documents.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_oversize: Oversize,
+    /// With --input: a JSON row without the text field(s) ends the run naming the file, the row
+    /// and the fields it has (`fail`), or is skipped and counted in index.json's
+    /// `totals.skipped_missing_text` (`skip`).
+    #[arg(long, value_enum, default_value = "fail")]
+    pub on_missing_text: MissingText,
     /// Always encode through the `tokenizers` crate (disable the exact fast BPE path).
     #[arg(long)]
     pub no_fast_tokenizer: bool,
@@ -220,6 +230,23 @@ pub struct PackArgs {
     /// in --out accounts for, instead of refusing; never an input, never any other file.
     #[arg(long)]
     pub force: bool,
+}
+
+/// `--on-missing-text`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingText {
+    Fail,
+    Skip,
+}
+
+impl PackArgs {
+    /// The bound on one input row while it is read (`--max-row-bytes`, see there).
+    pub fn row_max(&self) -> crate::sources::Bound {
+        let limit = self
+            .max_row_bytes
+            .unwrap_or_else(|| crate::sources::ROW_BYTES.max(self.max_doc_bytes.saturating_mul(2)));
+        crate::sources::Bound::new(limit, "--max-row-bytes")
+    }
 }
 
 pub fn run(args: PackArgs) -> Result<()> {

@@ -88,7 +88,10 @@ impl Plan {
     /// template (`--text`, or `{COLUMN}` from `--text-column`). One source: named by the file
     /// stem when there is one file, else `input`.
     pub fn from_input(files: &[PathBuf], text: &str, budget: Option<u64>) -> Result<Plan> {
-        let tpl = Template::parse(text).map_err(|e| crate::error::usage(format!("--text: {e}")))?;
+        // Own data is strict: a missing or non-string field is never silently filtered.
+        let tpl = Template::parse(text)
+            .map_err(|e| crate::error::usage(format!("--text: {e}")))?
+            .strict();
         let name: Arc<str> = Arc::from(match files {
             [one] => std::path::Path::new(&crate::sources::codec::Codec::strip(one))
                 .file_stem()

@@ -105,7 +105,14 @@ impl Streaming {
     }
 
     /// Read one unit's rows from `start_row` on; logs the file whatever the outcome.
-    pub fn read(&self, u: &Unit, spec: &RemoteSpec, start_row: u64, sink: &mut Sink) -> Result<()> {
+    pub fn read(
+        &self,
+        u: &Unit,
+        spec: &RemoteSpec,
+        start_row: u64,
+        row_max: sources::Bound,
+        sink: &mut Sink,
+    ) -> Result<()> {
         let t0 = Instant::now();
         let f = RemoteFile::new(self.client.clone(), spec.clone());
         let (name, tpl) = (u.file.as_str(), &u.source.tpl);
@@ -116,13 +123,19 @@ impl Streaming {
             Format::Json => sources::json_array::read_from(
                 RangeRead::new(&f, &self.rt),
                 name,
+                row_max,
                 tpl,
                 start_row,
                 sink,
             ),
-            Format::Jsonl => {
-                sources::jsonl::read_from(RangeRead::new(&f, &self.rt), name, tpl, start_row, sink)
-            }
+            Format::Jsonl => sources::jsonl::read_from(
+                RangeRead::new(&f, &self.rt),
+                name,
+                row_max,
+                tpl,
+                start_row,
+                sink,
+            ),
         };
         let r = match r {
             Err(e) if sources::is_stop(&e) => Ok(()),

@@ -76,6 +76,9 @@ pub struct Pack {
     pub inputs: Vec<PathBuf>,
     /// `--text-column` for `inputs`.
     pub text_column: Option<String>,
+    /// `--text` for `inputs`: a template over fields ("{title}\n\n{body}"), read with the
+    /// escapes of every template ([`crate::sources::Template`]).
+    pub text: Option<String>,
     /// Output directory.
     pub out: PathBuf,
     /// `--seq-len`.
@@ -187,6 +190,12 @@ impl Pipeline {
         if p.pack.manifest.is_some() == !p.pack.inputs.is_empty() {
             return Err(crate::error::usage(format!(
                 "pipeline file {}: [pack] needs exactly one of `manifest` and `inputs`",
+                path.display()
+            )));
+        }
+        if p.pack.text.is_some() && (p.pack.inputs.is_empty() || p.pack.text_column.is_some()) {
+            return Err(crate::error::usage(format!(
+                "pipeline file {}: [pack] text goes with `inputs`, and instead of `text_column`",
                 path.display()
             )));
         }

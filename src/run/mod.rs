@@ -168,7 +168,7 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
                         e.to_string().trim()
                     ))
                 })?;
-                eprintln!("run: audit: {}", commands[0]);
+                crate::report::note(&format!("run: audit: {}", commands[0]));
                 report = Some(crate::audit::audit(&a).context("run: step audit")?);
                 outcomes.push(StepOutcome::new(
                     step.name,
@@ -181,10 +181,10 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
             if !args.rerun {
                 if let Some(rec) = st.steps.get(step.name) {
                     if rec.commands == step.commands && rec.digest == state::digest(&step.watch)? {
-                        eprintln!(
+                        crate::report::note(&format!(
                             "run: {}: complete (since {}, inputs and outputs unchanged); skipped",
                             step.name, rec.completed
-                        );
+                        ));
                         outcomes.push(StepOutcome::new(
                             step.name,
                             "skipped",
@@ -200,13 +200,14 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
                 st.save(&state_path)?;
             }
             for (argv, line) in step.commands.iter().zip(&commands) {
-                eprintln!("run: {}: {line}", step.name);
-                exec(argv).with_context(|| {
-                    format!(
-                        "run: step {} (`{line}`; pipeline file {})",
-                        step.name,
-                        args.pipeline.display()
-                    )
+                crate::report::note(&format!("run: {}: {line}", step.name));
+                // Typed context: `--json`'s failure line names the step and its command line.
+                exec(argv).map_err(|e| {
+                    e.context(crate::cron::StepFailed {
+                        step: step.name.to_string(),
+                        command_line: line.clone(),
+                        pipeline: args.pipeline.display().to_string(),
+                    })
                 })?;
                 crate::signals::check()?;
             }
@@ -230,26 +231,26 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
         .map(|r| r.failed().into_iter().map(String::from).collect())
         .unwrap_or_default();
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "pipeline": args.pipeline.display().to_string(),
-                "state": state_path.display().to_string(),
-                "steps": outcomes,
-                "verdict": match ok { Some(true) => "pass", Some(false) => "broken", None => "not-audited" },
-                "failed": failed,
-                "seconds": t0.elapsed().as_secs_f64(),
-            })
-        );
+        crate::cron::json_line(serde_json::json!({
+            "pipeline": args.pipeline.display().to_string(),
+            "state": state_path.display().to_string(),
+            "steps": outcomes,
+            "verdict": match ok { Some(true) => "pass", Some(false) => "broken", None => "not-audited" },
+            "failed": failed,
+            "seconds": t0.elapsed().as_secs_f64(),
+        }));
     } else {
         let ran = outcomes.iter().filter(|o| o.status == "ran").count();
         let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
-        eprintln!(
+        crate::report::note(&format!(
             "run: {}: {ran} step(s) ran, {skipped} complete and skipped, in {:.1} s",
             args.pipeline.display(),
             t0.elapsed().as_secs_f64()
-        );
-        if let Some(r) = &report {
+        ));
+        if let Some(r) = report
+            .as_ref()
+            .filter(|r| !(r.ok && crate::report::settings().quiet))
+        {
             print!("{}", crate::audit::report::human(r));
         }
     }

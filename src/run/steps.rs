@@ -93,6 +93,7 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         watch.push(i.clone());
     }
     push_opt(&mut c, "--text-column", &k.text_column);
+    push_opt(&mut c, "--text", &k.text);
     c.extend([
         "--tokenizer".into(),
         s(&p.tokenizer),

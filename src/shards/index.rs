@@ -216,7 +216,11 @@ pub fn parse(text: &str, origin: &Path) -> Result<Index> {
 /// Read `dir/index.json` in either layout. Does not check `complete`; see [`load_complete`].
 pub fn load(dir: &Path) -> Result<Index> {
     let p = index_path(dir);
-    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    // A regular file only (a FIFO would block), and bounded (an index of a million shards is
+    // ~300 MB).
+    let bound = crate::sources::Bound::new(1 << 30, "an index.json is at most that");
+    let text = crate::sources::input::read_regular_text(&p, bound)
+        .with_context(|| format!("reading {}", p.display()))?;
     parse(&text, &p)
 }
 
@@ -236,6 +240,11 @@ pub fn load_complete(dir: &Path) -> Result<Index> {
 /// writes the MDS layout `{"version": 2, "shards": mds_shards, "dlm_data": index}`.
 pub fn save(dir: &Path, idx: &Index, mds_shards: Option<&[serde_json::Value]>) -> Result<()> {
     let text = to_json(idx, mds_shards)?;
+    // A complete output carries its dataset card, written first: an index that says
+    // complete never stands without it.
+    if idx.complete {
+        super::card::write(dir, idx)?;
+    }
     crate::util::atomic_write(&index_path(dir), text.as_bytes())
 }
 

@@ -29,7 +29,10 @@ impl ShardWriter for Mds {
 
 impl ShardReader for Mds {
     fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch> {
-        super::mds_read::read_batch(&dir.join(&entry.file))
+        super::mds_read::read_batch(
+            &dir.join(&entry.file),
+            super::mds_read::raw_bound(entry.rows, entry.tokens),
+        )
     }
 }
 

@@ -142,21 +142,59 @@ pub fn decode(raw: &[u8]) -> Result<Vec<Sample>> {
     Ok(out)
 }
 
-/// Read and decode `shard.NNNNN.mds.zstd` (or an uncompressed `.mds`).
+/// The most raw bytes [`read`] decompresses when nothing better bounds a shard: 1 GiB.
+pub const RAW_MAX: u64 = 1 << 30;
+
+/// The most raw bytes a shard of `rows` rows and `tokens` tokens can hold: 4 bytes a token
+/// and a `doc_offsets` entry per token at most, plus 4 KiB a row for the sample header and
+/// string columns, plus 1 MiB. A shard decompressing to more is refused while decompressing.
+pub fn raw_bound(rows: u64, tokens: u64) -> u64 {
+    tokens
+        .saturating_mul(8)
+        .saturating_add(rows.saturating_mul(4096))
+        .saturating_add(1 << 20)
+}
+
+/// Read and decode `shard.NNNNN.mds.zstd` (or an uncompressed `.mds`), decompressing at most
+/// [`RAW_MAX`] bytes.
 pub fn read(path: &Path) -> Result<Vec<Sample>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    read_bounded(path, RAW_MAX)
+}
+
+/// [`read`], refusing a shard whose raw bytes exceed `max_raw` while decompressing it (a
+/// regular file only).
+pub fn read_bounded(path: &Path, max_raw: u64) -> Result<Vec<Sample>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    crate::sources::input::open_regular(path)?
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let bound = crate::sources::Bound::new(
+        max_raw,
+        "the rows and tokens index.json lists for it allow no more: a corrupt shard or a \
+         decompression bomb",
+    );
     let raw = if path.extension().is_some_and(|e| e == "zstd") {
-        zstd::stream::decode_all(&bytes[..])
-            .with_context(|| format!("{}: not zstd", path.display()))?
+        let what = format!("{}: decompressed", path.display());
+        let dec = zstd::stream::read::Decoder::new(&bytes[..])
+            .with_context(|| format!("{}: not zstd", path.display()))?;
+        crate::sources::input::read_capped(dec, bound, &what)
+            .with_context(|| format!("{}: not zstd, or too large", path.display()))?
     } else {
+        anyhow::ensure!(
+            bytes.len() as u64 <= max_raw,
+            "{}",
+            bound.message(&path.display().to_string())
+        );
         bytes
     };
     decode(&raw).with_context(|| format!("{}: not a readable MDS shard", path.display()))
 }
 
-/// An MDS shard as a batch: `input_ids` plus its other columns (in the shard's sorted order).
-pub fn read_batch(path: &Path) -> Result<RowBatch> {
-    let samples = read(path)?;
+/// An MDS shard as a batch: `input_ids` plus its other columns (in the shard's sorted order),
+/// its raw bytes bounded by `max_raw` ([`raw_bound`]).
+pub fn read_batch(path: &Path, max_raw: u64) -> Result<RowBatch> {
+    let samples = read_bounded(path, max_raw)?;
     let mut b = RowBatch::default();
     for (i, mut s) in samples.into_iter().enumerate() {
         match s.remove("input_ids") {

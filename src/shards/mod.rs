@@ -6,6 +6,7 @@
 //! `input_ids` + `doc_offsets` + `source`; the SFT set reuses the same writers with its own
 //! columns (e.g. a `prompt_len`).
 
+pub mod card;
 pub mod guarded;
 pub mod index;
 pub mod mds;

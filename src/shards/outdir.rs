@@ -163,6 +163,8 @@ pub fn journal_files(idx: &Index) -> Vec<String> {
         .iter()
         .flat_map(|s| std::iter::once(s.file.clone()).chain(s.extra_files.keys().cloned()))
         .chain(std::iter::once(super::index::INDEX_FILE.to_string()))
+        // The dataset card written with every complete index.
+        .chain(idx.complete.then(|| super::card::CARD_FILE.to_string()))
         .collect()
 }
 

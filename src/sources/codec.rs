@@ -43,9 +43,12 @@ impl Codec {
     }
 }
 
-/// `path`'s decompressed bytes as a stream (`name` in errors).
+/// `path`'s decompressed bytes as a stream (`name` in errors); a regular file only
+/// ([`super::input::open_regular`]: a FIFO or device is refused, exit 2).
 pub fn open(path: &Path, name: &str) -> Result<Box<dyn Read + Send>> {
-    let f = File::open(path).with_context(|| format!("{name}: opening {}", path.display()))?;
+    let f = super::input::open_regular(path).with_context(|| name.to_string())?;
+    // Counted, so progress can follow the bytes read (compressed ones for .gz / .zst).
+    let f = super::input::Consumed::new(f);
     Ok(match Codec::of(path) {
         Codec::Plain => Box::new(f),
         Codec::Gzip => Box::new(Named {
@@ -126,6 +129,24 @@ mod tests {
         let mut s = String::new();
         open(&zs, "a").unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "[1]");
+        // Progress: the compressed bytes read so far, counted while the stream is read.
+        let big = d.path().join("big.jsonl.gz");
+        let mut e =
+            flate2::write::GzEncoder::new(File::create(&big).unwrap(), flate2::Compression::fast());
+        let mut rng = crate::util::SplitMix(7);
+        for _ in 0..200_000 {
+            writeln!(e, "{{\"text\":\"{}\"}}", rng.below(1 << 30)).unwrap();
+        }
+        e.finish().unwrap();
+        let size = std::fs::metadata(&big).unwrap().len();
+        let mut r = open(&big, "big").unwrap();
+        assert_eq!(super::super::input::consumed(), 0);
+        let mut buf = vec![0u8; 64 << 10];
+        r.read_exact(&mut buf).unwrap();
+        let mid = super::super::input::consumed();
+        assert!(mid > 0 && mid < size, "{mid} of {size}");
+        std::io::copy(&mut r, &mut std::io::sink()).unwrap();
+        assert_eq!(super::super::input::consumed(), size);
         std::fs::write(&zs, b"not zstd").unwrap();
         let mut s = String::new();
         let e = open(&zs, "a").unwrap().read_to_string(&mut s).unwrap_err();

@@ -1,7 +1,11 @@
 //! Streaming readers: each input format turns one file into rows rendered by the source's
 //! text template, in file order, with bounded memory — never a whole file in memory.
 //!
-//! One module per format ([`parquet`], [`json_array`], [`jsonl`]); [`template`] renders a row;
+//! [`RowReader`] is the one reader over every input format ([`parquet`], [`json_array`],
+//! [`jsonl`]; [`reader`] picks it): rows as JSON objects ([`RowReader::values`], for
+//! decontam, inspect, audit and lineage) or rendered by a template ([`RowReader::rendered`],
+//! for pack). [`records`] streams both JSON layouts with a bound per record; [`input`] opens
+//! regular files only and holds the bounds; [`template`] renders a row;
 //! [`codec`] reads `.gz` / `.zst` forms of any of them; [`files`] expands `--input` paths and
 //! local manifest sources into files; [`local`] pins local manifest sources.
 //! [`parquet`] decodes a file's row groups on several threads when it has several
@@ -11,18 +15,22 @@
 //! A sink may stop the read early by returning [`Stop`].
 
 pub mod codec;
+pub mod columns;
 pub mod files;
+pub mod input;
 pub mod json_array;
 pub mod jsonl;
 pub mod local;
 pub mod parquet;
 mod parquet_par;
+pub mod records;
 pub mod template;
 
 use std::path::Path;
 
 use anyhow::Result;
 
+pub use input::Bound;
 pub use template::{Outcome, Template};
 
 use crate::manifest::Format;
@@ -46,22 +54,75 @@ pub fn is_stop(e: &anyhow::Error) -> bool {
 /// The row callback.
 pub type Sink<'a> = dyn FnMut(u64, Outcome) -> Result<()> + 'a;
 
+/// The default bound on one input row's bytes (a JSON line or array element) before it is
+/// parsed: twice pack's default `--max-doc-bytes`, as JSON escapes can double a text.
+pub const ROW_BYTES: u64 = 64 << 20;
+
+/// One input format, read from a local file (plain, `.gz` or `.zst`; a regular file only)
+/// row by row in file order from `start_row` on, holding one row at a time. Rows are 0-based
+/// (parquet row, JSON array element, JSONL line); errors name the file (`name`) and the row.
+pub trait RowReader {
+    /// Each row as a JSON object.
+    fn values(
+        &self,
+        path: &Path,
+        name: &str,
+        start_row: u64,
+        f: &mut records::OnRecord,
+    ) -> Result<()>;
+
+    /// Each row rendered by `tpl` (a format may render without building JSON values).
+    fn rendered(
+        &self,
+        path: &Path,
+        name: &str,
+        tpl: &Template,
+        start_row: u64,
+        sink: &mut Sink,
+    ) -> Result<()> {
+        self.values(path, name, start_row, &mut |row, v| {
+            let o = render_json(tpl, &v).map_err(|e| anyhow::anyhow!("{name}: row {row}: {e}"))?;
+            sink(row, o)
+        })
+    }
+}
+
+/// The reader of `format`, each JSON row bounded by `row_max` while it is read.
+pub fn reader(format: Format, row_max: Bound) -> Box<dyn RowReader> {
+    match format {
+        Format::Parquet => Box::new(parquet::Parquet),
+        Format::Json => Box::new(records::Json(records::Layout::Array, row_max)),
+        Format::Jsonl => Box::new(records::Json(records::Layout::Lines, row_max)),
+    }
+}
+
 /// Read `path` (shown as `name` in errors) in `format`, calling `sink` for every row from
 /// `start_row` on. Returns normally at end of file or when the sink returned [`Stop`].
 pub fn read_rows(
     path: &Path,
     name: &str,
     format: Format,
+    row_max: Bound,
     tpl: &Template,
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    let r = match format {
-        Format::Parquet => parquet::read(path, name, tpl, start_row, sink),
-        Format::Json => json_array::read(path, name, tpl, start_row, sink),
-        Format::Jsonl => jsonl::read(path, name, tpl, start_row, sink),
-    };
-    match r {
+    match reader(format, row_max).rendered(path, name, tpl, start_row, sink) {
+        Err(e) if is_stop(&e) => Ok(()),
+        r => r,
+    }
+}
+
+/// Every row of `path` as a JSON object, in the format its name says; `Err` naming the file
+/// for an unknown format (exit 2).
+pub fn read_values(path: &Path, row_max: Bound, f: &mut records::OnRecord) -> Result<()> {
+    let name = path.display().to_string();
+    let format = files::format_of_name(path).ok_or_else(|| {
+        crate::error::usage(format!(
+            "{name}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)"
+        ))
+    })?;
+    match reader(format, row_max).values(path, &name, 0, f) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }
@@ -88,8 +149,14 @@ pub(crate) fn json_field<'a>(
     }
 }
 
-/// Render one JSON object row.
-pub(crate) fn render_json(tpl: &Template, obj: &serde_json::Value) -> Outcome {
+/// Render one JSON object row. With a strict template (own data) an absent field is
+/// [`Outcome::Missing`] and a value that is not a string (nor null) an error.
+pub(crate) fn render_json(tpl: &Template, obj: &serde_json::Value) -> Result<Outcome> {
+    if tpl.is_strict() {
+        if let Some(o) = strict_check(tpl, obj)? {
+            return Ok(o);
+        }
+    }
     let n = tpl.fields().len();
     let mut scratch: Vec<Option<String>> = vec![None; n];
     // Two passes so the borrows of `scratch` stay disjoint.
@@ -98,5 +165,42 @@ pub(crate) fn render_json(tpl: &Template, obj: &serde_json::Value) -> Outcome {
         owned.push(json_field(obj, f, s).map(str::to_string));
     }
     let vals: Vec<Option<&str>> = owned.iter().map(|o| o.as_deref()).collect();
-    tpl.render(&vals)
+    Ok(tpl.render(&vals))
+}
+
+/// A strict template's verdict on a row before rendering: `Missing` naming the first absent
+/// field and the fields the row has there, an error for a non-string value, else `None`.
+fn strict_check(tpl: &Template, obj: &serde_json::Value) -> Result<Option<Outcome>> {
+    for path in tpl.fields() {
+        let mut v = obj;
+        for (k, p) in path.iter().enumerate() {
+            match v.get(p) {
+                Some(x) => v = x,
+                None => {
+                    let keys: Vec<String> = v
+                        .as_object()
+                        .map(|m| m.keys().take(20).map(|k| format!("{k:?}")).collect())
+                        .unwrap_or_default();
+                    let has = if keys.is_empty() {
+                        "none".to_string()
+                    } else {
+                        keys.join(", ")
+                    };
+                    let at = path[..=k].join(".");
+                    return Ok(Some(Outcome::Missing(format!(
+                        "no field {at:?} (fields present: {has})"
+                    ))));
+                }
+            }
+        }
+        match v {
+            serde_json::Value::String(_) | serde_json::Value::Null => {}
+            other => anyhow::bail!(
+                "field {:?} is {}, not text; name a string field",
+                path.join("."),
+                records::kind(other)
+            ),
+        }
+    }
+    Ok(None)
 }

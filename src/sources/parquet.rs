@@ -293,6 +293,50 @@ pub(super) fn locate_error(
     anyhow!("{name}: rows from {from}: {first}")
 }
 
+/// The parquet [`super::RowReader`]: rendered straight from the Arrow columns (no JSON
+/// values) for pack; as JSON objects for the other readers.
+pub struct Parquet;
+
+impl super::RowReader for Parquet {
+    fn values(
+        &self,
+        path: &Path,
+        name: &str,
+        start_row: u64,
+        f: &mut super::records::OnRecord,
+    ) -> Result<()> {
+        let tmp = match super::codec::Codec::of(path) {
+            super::codec::Codec::Plain => None,
+            _ => Some(super::codec::decompress_to_temp(path, name)?),
+        };
+        let path = tmp.as_ref().map_or(path, |t| t.path.as_path());
+        let mut row = 0u64;
+        for b in crate::shards::guarded::open(path)? {
+            let b = b.with_context(|| format!("decoding {name}"))?;
+            let mut vals = Vec::with_capacity(b.num_rows());
+            super::columns::batch_rows(&b, &mut vals);
+            for v in vals {
+                if row >= start_row {
+                    f(row, v)?;
+                }
+                row += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn rendered(
+        &self,
+        path: &Path,
+        name: &str,
+        tpl: &Template,
+        start_row: u64,
+        sink: &mut Sink,
+    ) -> Result<()> {
+        read(path, name, tpl, start_row, sink)
+    }
+}
+
 pub fn read(
     path: &Path,
     name: &str,

@@ -1,6 +1,9 @@
-//! The manifest's per-source `text` template: `{text}`, `{query}\n\n{response}`, nested
-//! fields as `{train.question}`, `{{`/`}}` for literal braces. Rendering decides whether a
-//! row is a document, empty, or filtered out.
+//! The one template language, for `pack --text`, the manifests' per-source `text` (pack and
+//! decontam) and the pipeline file's `[pack] text`: `{text}`, `{query}\n\n{response}`,
+//! nested fields as `{train.question}`, `{{`/`}}` for literal braces, and the escapes `\n`
+//! (newline), `\t` (tab), `\r` and `\\` (a backslash) read the same way wherever the
+//! template came from (a shell argument, a TOML literal string); any other backslash is
+//! kept as written. Rendering decides whether a row is a document, empty, or filtered out.
 
 use anyhow::{bail, Result};
 
@@ -9,6 +12,9 @@ use anyhow::{bail, Result};
 pub struct Template {
     parts: Vec<Part>,
     fields: Vec<Vec<String>>,
+    /// Own data (`pack --input`): a field missing from a JSON row is [`Outcome::Missing`] and
+    /// a non-string value an error, where a Hub source's row is filtered or stringified.
+    strict: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +34,9 @@ pub enum Outcome {
     /// A referenced field is null or the placeholder `-` (OpenCodeReasoning's `input` for
     /// rows whose question lives in another dataset); counted as `skipped_filtered`.
     Filtered,
+    /// A strict template's field is absent from the row (the text says which, and which
+    /// fields the row has): an error, or `skipped_missing_text` with `--on-missing-text skip`.
+    Missing(String),
 }
 
 impl Template {
@@ -38,6 +47,18 @@ impl Template {
         let mut it = s.chars().peekable();
         while let Some(c) = it.next() {
             match c {
+                '\\' => match it.peek().copied() {
+                    Some(e @ ('n' | 't' | 'r' | '\\')) => {
+                        it.next();
+                        lit.push(match e {
+                            'n' => '\n',
+                            't' => '\t',
+                            'r' => '\r',
+                            _ => '\\',
+                        });
+                    }
+                    _ => lit.push('\\'),
+                },
                 '{' if it.peek() == Some(&'{') => {
                     it.next();
                     lit.push('{');
@@ -81,7 +102,22 @@ impl Template {
         if fields.is_empty() {
             bail!("text template {s:?} names no field");
         }
-        Ok(Template { parts, fields })
+        Ok(Template {
+            parts,
+            fields,
+            strict: false,
+        })
+    }
+
+    /// The same template, strict about missing and non-string JSON fields (own data).
+    pub fn strict(mut self) -> Template {
+        self.strict = true;
+        self
+    }
+
+    /// See [`Template::strict`].
+    pub fn is_strict(&self) -> bool {
+        self.strict
     }
 
     /// Distinct field paths, in order of first use (`["train", "question"]`).
@@ -98,6 +134,22 @@ impl Template {
             }
         }
         v
+    }
+
+    /// Render by asking `field` to append each placeholder's value (a field path) to the
+    /// text; its error ends the rendering.
+    pub fn render_with(
+        &self,
+        mut field: impl FnMut(&[String], &mut String) -> Result<()>,
+    ) -> Result<String> {
+        let mut out = String::new();
+        for p in &self.parts {
+            match p {
+                Part::Lit(l) => out.push_str(l),
+                Part::Field(i) => field(&self.fields[*i], &mut out)?,
+            }
+        }
+        Ok(out)
     }
 
     /// Render with `values[i]` for `fields()[i]` (`None` = null / missing).
@@ -153,6 +205,12 @@ mod tests {
         let b = Template::parse("{{x}} {a}").unwrap();
         assert_eq!(b.render(&[Some("1")]), Outcome::Text("{x} 1".into()));
         assert!(Template::parse("{a").is_err());
+        // Escapes read the same from a shell argument as from TOML.
+        let e = Template::parse(r"{a}\n\t{b}\\n \q").unwrap();
+        assert_eq!(
+            e.render(&[Some("x"), Some("y")]),
+            Outcome::Text("x\n\ty\\n \\q".into())
+        );
         assert!(Template::parse("plain").is_err());
         assert!(Template::parse("{a..b}").is_err());
     }

@@ -4,6 +4,9 @@
 pyarrow; DLM_REQUIRE_ALL_READERS=1 makes the other two mandatory). Every reader must see the
 rows of index.json's shards in order.
 
+With a dataset card (OUT/README.md), its YAML `configs` is checked and `load_dataset(OUT)`
+must read the same rows.
+
 usage: check_dataset_dir.py OUT
 """
 import json, os, sys
@@ -48,4 +51,30 @@ try:
 except ImportError:
     if need:
         raise
+# The dataset card (README.md): its YAML `configs` must name exactly the index's shards, and
+# `load_dataset(OUT)` (the Hub's reading of an uploaded directory) must see the same rows.
+card = os.path.join(out, "README.md")
+if os.path.exists(card):
+    text = open(card, encoding="utf-8").read()
+    assert text.startswith("---\n"), "card without YAML front matter"
+    front = text[4:text.index("\n---\n", 4)]
+    try:
+        import yaml
+        y = yaml.safe_load(front)
+        cfg = y["configs"][0]
+        assert cfg["config_name"] == "default", cfg
+        assert cfg["data_files"] == [{"split": "train", "path": "data/*.parquet"}], cfg
+        readers.append("card YAML")
+    except ImportError:
+        assert "path: data/*.parquet" in front, front
+    try:
+        import datasets
+        got = datasets.load_dataset(os.path.abspath(out), split="train")
+        assert got.num_rows == rows and got["input_ids"] == want_ids, "load_dataset(OUT)"
+        readers.append("datasets.load_dataset(OUT)")
+    except ImportError:
+        if need:
+            raise
+elif need:
+    raise AssertionError("no dataset card README.md in " + out)
 print("ok", rows, "rows read whole by", ", ".join(readers))

@@ -15,6 +15,7 @@ use super::feed::PackCtx;
 use super::profile::Clock;
 use crate::pack::plan::Unit;
 use crate::pack::tokenize::Encoded;
+use crate::pack::MissingText;
 use crate::pack::{Oversize, PackArgs};
 use crate::sources::Outcome;
 
@@ -195,6 +196,13 @@ fn screen<'i>(
             Outcome::Text(t) => {
                 texts.push(t);
                 keep.push(true);
+            }
+            Outcome::Missing(why) if args.on_missing_text == MissingText::Fail => {
+                return Err(anyhow!(
+                    "{}: row {row}: {why} (policy: fail; use --text-column/--text to name the \
+                     field, or --on-missing-text skip to skip and count such rows)",
+                    u.file
+                ));
             }
             _ => keep.push(false),
         }

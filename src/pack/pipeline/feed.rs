@@ -48,6 +48,8 @@ enum Slot {
         unit: usize,
         /// The batch back from the pool, with its screening and ids.
         done: Receiver<Done>,
+        /// Bytes of the unit's file read by then ([`ReadMsg::Rows`]).
+        at: u64,
     },
 }
 
@@ -76,9 +78,10 @@ pub(super) fn pack_loop(
                 rayon::in_place_scope_fifo(|pool| {
                     for msg in rx {
                         let slot = match msg {
-                            ReadMsg::Rows { unit, items } => Slot::Rows {
+                            ReadMsg::Rows { unit, items, at } => Slot::Rows {
                                 unit,
                                 done: chunked::queue(pool, ctx, unit, items, chunk_bytes),
+                                at,
                             },
                             m => Slot::Ready(m),
                         };
@@ -99,14 +102,14 @@ pub(super) fn pack_loop(
                 }
                 Slot::Ready(ReadMsg::UnitEnd { unit }) => feed.unit_end(unit)?,
                 Slot::Ready(ReadMsg::Rows { .. }) => unreachable!("batches are dispatched"),
-                Slot::Rows { unit, done } => {
+                Slot::Rows { unit, done, at } => {
                     let (batch, enc) = done
                         .recv()
                         .map_err(|_| anyhow!("a tokenizing task stopped"))?;
                     clock.lap(|p| &p.wait_tokenize);
                     super::profile::mark(|p| &p.at_first_batch, true);
                     super::profile::mark(|p| &p.at_last_batch, false);
-                    feed.rows(unit, &batch.items, enc)?;
+                    feed.rows(unit, &batch.items, enc, at)?;
                 }
             }
             clock.lap(|p| &p.pack);
@@ -325,6 +328,7 @@ impl<'a> Feed<'a> {
         unit: usize,
         items: &[(u64, Outcome)],
         encoded: Result<Screened>,
+        at: u64,
     ) -> Result<()> {
         let ctx = self.ctx;
         let u = &ctx.units[unit];
@@ -344,6 +348,7 @@ impl<'a> Feed<'a> {
             match o {
                 Outcome::Empty => self.st.totals.skipped_empty += 1,
                 Outcome::Filtered => self.st.totals.skipped_filtered += 1,
+                Outcome::Missing(_) => bump(&mut self.st.totals, "skipped_missing_text"),
                 Outcome::Text(_) if !kept => bump(&mut self.st.totals, "skipped_oversize"),
                 Outcome::Text(_) => {
                     let (e, text) = enc.next().expect("one encoding per kept text");
@@ -362,7 +367,7 @@ impl<'a> Feed<'a> {
             }
         }
         self.progress
-            .rows(unit, items.last().map_or(0, |i| i.0 + 1));
+            .rows(unit, items.last().map_or(0, |i| i.0 + 1), at);
         Ok(())
     }
 

@@ -76,13 +76,13 @@ pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
     let (prior, cursor) = match found {
         Found::Complete(idx) => return Ok(Opened::Complete(idx)),
         Found::Resume(idx, c) => {
-            eprintln!(
+            crate::report::note(&format!(
                 "{}: resuming after {} recorded shards (input unit {}, row {})",
                 out_dir.display(),
                 c.shards,
                 c.unit,
                 c.row
-            );
+            ));
             (Some(idx), c)
         }
         Found::Fresh => (

@@ -50,14 +50,17 @@ pub fn run(args: PackArgs) -> Result<()> {
         prior_mds,
     } = match journal::open(&args, &s)? {
         Opened::Complete(idx) => {
-            eprintln!(
+            // An output written before cards existed gains its card (an unchanged one is
+            // left alone: write-if-changed).
+            crate::shards::card::write(&s.out_dir, &idx)?;
+            crate::report::note(&format!(
                 "{}: already complete ({} shards, {} rows); nothing to do",
                 s.out_dir.display(),
                 idx.shards.len(),
                 idx.totals.rows
-            );
+            ));
             if args.json {
-                println!("{}", summary(&idx, &s.out_dir, 0.0, true));
+                crate::cron::json_line(summary(&idx, &s.out_dir, 0.0, true));
             }
             return Ok(());
         }
@@ -91,7 +94,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     let stream_rows =
         s.part_format == ShardFormat::Parquet && s.worker.is_whole() && args.shuffle_seed.is_none();
     let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
-    let reader = spawn_reader(&mut s, &cursor, &exhausted, rtx)?;
+    let reader = spawn_reader(&mut s, &cursor, args.row_max(), &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
         let (format, dtype) = (s.part_format, s.dtype);
@@ -154,6 +157,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
+    row_max: crate::sources::Bound,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {
@@ -168,6 +172,7 @@ fn spawn_reader(
                 &units,
                 start_unit,
                 start_row,
+                row_max,
                 &exhausted,
                 streaming.as_deref(),
                 &tx,
@@ -178,7 +183,7 @@ fn spawn_reader(
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
 fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
     let t = &idx.totals;
-    eprintln!(
+    crate::report::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
         t.rows,
         t.tokens,
@@ -190,7 +195,7 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         t.dropped_tail_tokens,
         t.skipped_empty,
         t.skipped_filtered
-    );
+    ));
     for m in idx.totals.mixture.iter().flatten().filter(|m| m.short) {
         tracing::warn!(
             "mixture: source {:?} supplied {} of its {} budgeted tokens: {:.1} % of the output against a requested {:.1} %",
@@ -201,6 +206,20 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
             100.0 * m.requested_share
         );
     }
+    if let Some(n) = idx.totals.extra.get("skipped_missing_text") {
+        tracing::warn!("{n} rows had no text field and were skipped (--on-missing-text skip)");
+    }
+    if !args.input.is_empty() {
+        for (file, docs) in input_documents(idx) {
+            if docs == 0 {
+                tracing::warn!(
+                    "--input {file}: contributed 0 documents (check --text-column / --text)"
+                );
+            } else {
+                tracing::info!("--input {file}: {docs} documents");
+            }
+        }
+    }
     if let Some(c) =
         idx.totals.extra.get("added_token_text").and_then(|v| {
             serde_json::from_value::<crate::added_text::AddedTextCounts>(v.clone()).ok()
@@ -209,8 +228,21 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
         tracing::warn!("{}", c.summary("documents"));
     }
     if args.json {
-        println!("{}", summary(idx, out_dir, secs, false));
+        crate::cron::json_line(summary(idx, out_dir, secs, false));
     }
+}
+
+/// Documents per input file, in the order the index's provenance first names them (index.json
+/// holds them per range: `provenance[].documents`).
+fn input_documents(idx: &Index) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for p in &idx.provenance {
+        match out.iter_mut().find(|(f, _)| *f == p.file) {
+            Some((_, n)) => *n += p.documents,
+            None => out.push((p.file.clone(), p.documents)),
+        }
+    }
+    out
 }
 
 fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
@@ -226,6 +258,11 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "skipped_filtered": idx.totals.skipped_filtered,
         "eos_token": idx.tokenizer.eos_token,
         "added_token_text": idx.totals.extra.get("added_token_text"),
+        "skipped_missing_text": idx.totals.extra.get("skipped_missing_text"),
+        "inputs": input_documents(idx)
+            .into_iter()
+            .map(|(file, documents)| serde_json::json!({"file": file, "documents": documents}))
+            .collect::<Vec<_>>(),
         "mixture": idx.totals.mixture,
         "seconds": (secs * 1000.0).round() / 1000.0,
         "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },

@@ -63,16 +63,18 @@ impl Progress {
         self.tokens.set(self.tokens.get() + n);
         self.docs.set(self.docs.get() + 1);
     }
-    pub(super) fn rows(&self, unit: usize, rows_done: u64) {
-        let before: u64 = self.unit_bytes[..unit]
-            .iter()
-            .sum::<u64>()
-            .max(self.done_before);
-        let frac = match self.rows_total.borrow()[unit] {
-            Some(t) if t > 0 => rows_done as f64 / t as f64,
-            _ => 0.0,
-        };
-        let pos = before + (frac * self.unit_bytes[unit] as f64) as u64;
+    /// `rows_done` rows of `unit` are packed, `at` bytes of its file read (0: unknown): the
+    /// position is by rows where the file's row count is known (parquet), else by bytes read
+    /// (JSON, compressed or not), so a line advances within a file, not only at its end.
+    pub(super) fn rows(&self, unit: usize, rows_done: u64, at: u64) {
+        let pos = position(
+            &self.unit_bytes,
+            self.done_before,
+            unit,
+            self.rows_total.borrow()[unit],
+            rows_done,
+            at,
+        );
         self.ticker.update(pos);
         let Some(b) = &self.bar else { return };
         b.set_position(pos);
@@ -95,5 +97,41 @@ impl Progress {
             b.finish_and_clear();
         }
         self.ticker.finish(self.unit_bytes.iter().sum());
+    }
+}
+
+/// Input bytes done at `rows_done` rows / `at` bytes read of `unit`: the units before it, plus
+/// its share by rows (when its row count `rows_total` is known) or else by bytes read.
+fn position(
+    unit_bytes: &[u64],
+    done_before: u64,
+    unit: usize,
+    rows_total: Option<u64>,
+    rows_done: u64,
+    at: u64,
+) -> u64 {
+    let before: u64 = unit_bytes[..unit].iter().sum::<u64>().max(done_before);
+    let frac = match rows_total {
+        Some(t) if t > 0 => rows_done as f64 / t as f64,
+        _ if unit_bytes[unit] > 0 => (at as f64 / unit_bytes[unit] as f64).min(1.0),
+        _ => 0.0,
+    };
+    before + (frac * unit_bytes[unit] as f64) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::position;
+
+    #[test]
+    fn json_inputs_advance_by_bytes_read_within_a_file() {
+        let units = [1000, 4000];
+        // A JSON unit (no row count) half read: half its bytes, after the first unit.
+        assert_eq!(position(&units, 0, 1, None, 10, 2000), 3000);
+        assert_eq!(position(&units, 0, 0, None, 10, 250), 250);
+        // Read past the (compressed) size never overshoots the unit.
+        assert_eq!(position(&units, 0, 0, None, 10, 5000), 1000);
+        // Parquet keeps its row fraction.
+        assert_eq!(position(&units, 0, 1, Some(100), 25, 0), 2000);
     }
 }

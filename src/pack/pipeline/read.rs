@@ -19,6 +19,9 @@ pub(super) enum ReadMsg {
     Rows {
         unit: usize,
         items: Vec<(u64, Outcome)>,
+        /// Bytes of the unit's file read when the batch was cut (compressed bytes for
+        /// `.gz` / `.zst`; 0 when unknown): progress for inputs without row counts.
+        at: u64,
     },
     UnitStart {
         unit: usize,
@@ -35,6 +38,7 @@ pub(super) fn read_units(
     units: &[Unit],
     start_unit: usize,
     start_row: u64,
+    row_max: crate::sources::Bound,
     exhausted: &[AtomicBool],
     streaming: Option<&Streaming>,
     tx: &SyncSender<ReadMsg>,
@@ -68,6 +72,7 @@ pub(super) fn read_units(
                     let sent = tx.send(ReadMsg::Rows {
                         unit: k,
                         items: batch,
+                        at: crate::sources::input::consumed(),
                     });
                     clock.lap(|p| &p.read_blocked);
                     if sent.is_err() || exhausted[src].load(Ordering::Relaxed) {
@@ -77,11 +82,12 @@ pub(super) fn read_units(
                 Ok(())
             };
             let r = match (&u.remote, streaming) {
-                (Some(spec), Some(st)) => st.read(u, spec, first, &mut sink),
+                (Some(spec), Some(st)) => st.read(u, spec, first, row_max, &mut sink),
                 _ => crate::sources::read_rows(
                     &u.path,
                     &u.file,
                     u.format,
+                    row_max,
                     &u.source.tpl,
                     first,
                     &mut sink,
@@ -94,7 +100,14 @@ pub(super) fn read_units(
                 return;
             }
             clock.lap(|p| &p.read_busy);
-            let sent = items.is_empty() || tx.send(ReadMsg::Rows { unit: k, items }).is_ok();
+            let sent = items.is_empty()
+                || tx
+                    .send(ReadMsg::Rows {
+                        unit: k,
+                        items,
+                        at: crate::sources::input::consumed(),
+                    })
+                    .is_ok();
             clock.lap(|p| &p.read_blocked);
             if !sent {
                 return;
