@@ -238,8 +238,10 @@ impl Target for JsonRows {
             n += 1;
             Ok(())
         };
-        let a = jsonl::read_from(input, "in.jsonl", &tpl, 0, &mut sink);
-        let b = json_array::read_from(input, "in.json", &tpl, 0, &mut sink);
+        // A small row bound, so the bound itself is exercised.
+        let bound = dlm_data::sources::Bound::new(4096, "--max-row-bytes");
+        let a = jsonl::read_from(input, "in.jsonl", bound, &tpl, 0, &mut sink);
+        let b = json_array::read_from(input, "in.json", bound, &tpl, 0, &mut sink);
         match (a, b) {
             (Err(e), Err(_)) => Err(e),
             _ => Ok(()),
