@@ -57,7 +57,10 @@ pub fn main() -> Result<()> {
     let names = subcommand_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     crate::cron::init(crate::cron::mode_of(
-        &std::env::args().collect::<Vec<_>>(),
+        // args_os: a non-UTF-8 argument is refused by the parser (named), not a panic here.
+        &std::env::args_os()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>(),
         &names,
     ));
     let cli = match Cli::try_parse() {
@@ -129,7 +132,13 @@ pub fn dispatch(command: Command) -> Result<()> {
             crate::hub::emulator::run(a)
         }
         Command::Fixtures(a) => crate::fixtures::run(a),
-        Command::Run(a) => crate::run::run(a, &run_step),
+        Command::Run(a) => crate::run::run(
+            a,
+            crate::run::Cli {
+                exec: &run_step,
+                parse: &|argv| parse_step(argv).map(|_| ()),
+            },
+        ),
     }
 }
 
@@ -145,6 +154,14 @@ fn subcommand_names() -> Vec<String> {
 /// One step of `dlm-data run`: its command line parsed and run as if typed (never `run`
 /// itself).
 fn run_step(argv: &[String]) -> Result<()> {
+    let r = dispatch(parse_step(argv)?);
+    // A step's own `--json` line went to stderr with its stdout: the run owes its own.
+    crate::cron::forget_line();
+    r
+}
+
+/// A step's command line through the real parser (`run`'s preflight parses every one first).
+fn parse_step(argv: &[String]) -> Result<Command> {
     let cli =
         Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
             .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
@@ -153,10 +170,7 @@ fn run_step(argv: &[String]) -> Result<()> {
             "a pipeline step cannot be `run` itself",
         ));
     }
-    let r = dispatch(cli.command);
-    // A step's own `--json` line went to stderr with its stdout: the run owes its own.
-    crate::cron::forget_line();
-    r
+    Ok(cli.command)
 }
 
 /// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default

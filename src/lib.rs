@@ -20,7 +20,7 @@
 //! 8. [`run`] — `dlm-data run PIPELINE.toml`: the stages above from one file, in order,
 //!    complete steps skipped, ending with the audit verdict.
 //!
-//! 8. [`inspect`] — any output as a trainer would see it: decoded rows, counts, histogram.
+//! 9. [`inspect`] — any output as a trainer would see it: decoded rows, counts, histogram.
 //!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
@@ -34,6 +34,7 @@
 
 pub mod added_text;
 pub mod audit;
+pub mod bounded;
 pub mod cli;
 pub mod cron;
 pub mod decontam;

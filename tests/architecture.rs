@@ -361,3 +361,540 @@ fn the_checker_finds_a_circle_and_ignores_comments() {
     fixed[3] = f("d.rs", "use crate::b::Thing;\n");
     assert_eq!(circles(&graph(&fixed, &modules)), vec![vec!["b", "c", "d"]]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Inside the modules: small functions, no circle between the files of one folder, and a map
+// (docs/architecture.md) that names every module and nothing that is gone.
+
+/// The longest a function in `src/` may be, in lines from its `fn` line to its closing brace:
+/// longer ones are split into named steps (as `src/pack/pipeline/` is: a sequence function
+/// calling one well-named step each).
+const MAX_FN_LINES: usize = 120;
+
+/// Functions still over [`MAX_FN_LINES`] while their split is under way, as `(file under src/,
+/// fn name)`. MUST BE EMPTY: the list may only shrink (each one listed must still be over the
+/// limit, so a finished split has to leave it), and nothing may be added.
+const OVER_120_PENDING: &[(&str, &str)] = &[
+    ("audit/checkpoints.rs", "check"),
+    ("audit/model.rs", "base_pinned"),
+    ("audit/prompts.rs", "check_distilled"),
+    ("audit/shards.rs", "check"),
+    ("inspect/shards.rs", "inspect"),
+    ("pack/pipeline/setup.rs", "prepare"),
+    ("pack/tokenize/bpe.rs", "from_model"),
+    ("pack/tokenize/fast.rs", "from_json"),
+];
+
+/// Import circles between the files of one folder still being untangled, each as its sorted
+/// module paths (`pack/tokenize/bpe`). MUST BE EMPTY, like [`OVER_120_PENDING`].
+const CIRCLES_PENDING: &[&[&str]] = &[
+    &["pack/tokenize/gpt4_split", "pack/tokenize/regex"],
+    &["shards/card", "shards/index"],
+    &["run/state", "run/swap"],
+    &["sources/parquet", "sources/parquet_par"],
+];
+
+/// `text` with every comment, string literal and char literal blanked out (each byte becomes a
+/// space, newlines stay), so braces and `crate::` paths are code wherever they are found and
+/// byte offsets and line numbers are unchanged. Lifetimes (`'a`) are code.
+fn blank_non_code(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < b.len() {
+        let rest = &b[i..];
+        let after_ident = i > 0 && ident(b[i - 1]);
+        if rest.starts_with(b"//") {
+            let e = rest.iter().position(|&c| c == b'\n').map_or(b.len(), |k| i + k);
+            blank(&mut out, i, e);
+            i = e;
+        } else if rest.starts_with(b"/*") {
+            let (mut depth, mut j) = (0usize, i);
+            while j < b.len() {
+                if b[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if b[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if let Some(e) = raw_string_end(b, i).filter(|_| !after_ident) {
+            blank(&mut out, i, e);
+            i = e;
+        } else if b[i] == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i, j + 1);
+            i = j + 1;
+        } else if b[i] == b'\'' {
+            i = char_literal_end(text, i).inspect(|&e| blank(&mut out, i, e)).unwrap_or(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where a raw string (`r"…"`, `r#"…"#`, `br#"…"#`) starting at `i` ends, if one does.
+fn raw_string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + usize::from(b[i] == b'b');
+    if b.get(j) != Some(&b'r') {
+        return None;
+    }
+    j += 1;
+    let hashes = b[j..].iter().take_while(|&&c| c == b'#').count();
+    j += hashes;
+    if b.get(j) != Some(&b'"') {
+        return None;
+    }
+    let mut close = vec![b'"'];
+    close.extend(std::iter::repeat(b'#').take(hashes));
+    let k = b[j + 1..].windows(close.len()).position(|w| w == close.as_slice())?;
+    Some(j + 1 + k + close.len())
+}
+
+/// Where a char literal (`'x'`, `'\n'`, `'\u{1F600}'`) starting at `i` ends; `None` for a
+/// lifetime or a label (`'a`).
+fn char_literal_end(text: &str, i: usize) -> Option<usize> {
+    let rest = &text[i + 1..];
+    if let Some(esc) = rest.strip_prefix('\\') {
+        let k = esc.get(1..)?.find('\'')?;
+        return Some(i + 1 + 1 + 1 + k + 1);
+    }
+    let c = rest.chars().next()?;
+    rest[c.len_utf8()..]
+        .starts_with('\'')
+        .then(|| i + 1 + c.len_utf8() + 1)
+}
+
+/// Every function with a body in a piece of (blanked) code: (name, first line, line count
+/// from its `fn` line to its closing brace, both counted).
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let b = code.as_bytes();
+    let line_at = |i: usize| code[..i].matches('\n').count() + 1;
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(k) = code[at..].find("fn ") {
+        let start = at + k;
+        at = start + 3;
+        if start > 0 && is_ident(b[start - 1]) {
+            continue;
+        }
+        let name_at = at + code[at..].len() - code[at..].trim_start().len();
+        let name: String = code[name_at..]
+            .bytes()
+            .take_while(|&c| is_ident(c))
+            .map(char::from)
+            .collect();
+        if name.is_empty() {
+            continue; // `fn(u8) -> u8`, a pointer type
+        }
+        // The body's `{` is the first one outside (…) and […]; a `;` first means no body.
+        let (mut depth, mut open) = (0i64, None);
+        for (j, &c) in b.iter().enumerate().skip(name_at) {
+            match c {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b';' if depth == 0 => break,
+                b'{' if depth == 0 => {
+                    open = Some(j);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut braces = 0usize;
+        for (j, &c) in b.iter().enumerate().skip(open) {
+            match c {
+                b'{' => braces += 1,
+                b'}' => {
+                    braces -= 1;
+                    if braces == 0 {
+                        let (first, last) = (line_at(start), line_at(j));
+                        out.push((name.clone(), first, last - first + 1));
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Every function in `src/` over [`MAX_FN_LINES`]: (file under src/, name, line, length).
+fn long_functions() -> Vec<(String, String, usize, usize)> {
+    let mut out = Vec::new();
+    for (rel, text) in src_files(&src()) {
+        for (name, line, len) in functions(&blank_non_code(&text)) {
+            if len > MAX_FN_LINES {
+                out.push((rel.display().to_string(), name, line, len));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_in_src_is_over_120_lines() {
+    let long = long_functions();
+    let is_pending = |f: &str, n: &str| OVER_120_PENDING.iter().any(|&(pf, pn)| pf == f && pn == n);
+    let offenders: Vec<String> = long
+        .iter()
+        .filter(|(f, n, _, _)| !is_pending(f, n))
+        .map(|(f, n, line, len)| format!("src/{f}:{line} fn {n}: {len} lines"))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "functions over {MAX_FN_LINES} lines (split each into named steps):\n{}",
+        offenders.join("\n")
+    );
+    let done: Vec<_> = OVER_120_PENDING
+        .iter()
+        .filter(|&&(pf, pn)| !long.iter().any(|(f, n, _, _)| f == pf && n == pn))
+        .collect();
+    assert!(
+        done.is_empty(),
+        "OVER_120_PENDING lists functions no longer over {MAX_FN_LINES} lines (remove them): {done:?}"
+    );
+}
+
+#[test]
+fn the_function_measure_sees_bodies_not_strings() {
+    let text = "fn short() {\n    let s = \"}\";\n    let c = '}';\n}\n\
+                trait T { fn decl(&self) -> u8; }\n\
+                fn long<'a>(x: &'a [u8; 2]) -> impl Fn(u8) {\n    // }\n    r#\"}\"#;\n\n    {}\n}\n";
+    let f = functions(&blank_non_code(text));
+    assert_eq!(
+        f,
+        [("short".to_string(), 1, 4), ("long".to_string(), 6, 6)],
+        "{f:?}"
+    );
+}
+
+/// The module path of a file under src/ (`pack/plan.rs` → [pack, plan], `pack/mod.rs` →
+/// [pack], `lib.rs` → []).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut m: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(m.last().map(String::as_str), Some("mod" | "lib")) {
+        m.pop();
+    }
+    m
+}
+
+/// Every path a piece of blanked code names through `crate::`, `super::` or `self::`, made
+/// absolute from module `here`, each with its line; `use a::{b, c::{d}}` groups expand.
+/// Inline modules (`mod tests { … }`) move `super` and `self` as the compiler does.
+fn module_paths(code: &str, here: &[String]) -> Vec<(usize, Vec<String>)> {
+    let b = code.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let line_at = |i: usize| code[..i].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    let mut inline: Vec<(String, usize)> = Vec::new(); // inline modules open, with their depth
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'{' {
+            depth += 1;
+        } else if c == b'}' {
+            depth = depth.saturating_sub(1);
+            if inline.last().is_some_and(|&(_, d)| d == depth) {
+                inline.pop();
+            }
+        }
+        let word_start = i == 0 || !(is_ident(b[i - 1]) || b[i - 1] == b'$' || b[i - 1] == b':');
+        if !word_start || !c.is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let word: String = code[i..].bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+        if word == "mod" {
+            let rest = code[i + 3..].trim_start();
+            let name: String = rest.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+            if rest[name.len()..].trim_start().starts_with('{') {
+                inline.push((name, depth));
+            }
+        }
+        if matches!(word.as_str(), "crate" | "super" | "self") && code[i + word.len()..].starts_with("::") {
+            let mut base: Vec<String> = here.to_vec();
+            base.extend(inline.iter().map(|(n, _)| n.clone()));
+            let mut trees = Vec::new();
+            let end = path_tree(code, i, &mut Vec::new(), &mut trees);
+            for p in trees {
+                if let Some(abs) = absolute(&base, &p) {
+                    out.push((line_at(i), abs));
+                }
+            }
+            i = end;
+            continue;
+        }
+        i += word.len();
+    }
+    out
+}
+
+/// Parses the path (or `use` tree) starting at byte `i`: pushes each full path onto `out`
+/// (a group `a::{b, c}` gives `a::b` and `a::c`) and returns where it ends.
+fn path_tree(code: &str, mut i: usize, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+    let b = code.as_bytes();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let n = prefix.len();
+    loop {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if b.get(i) == Some(&b'{') {
+            i += 1;
+            loop {
+                i = path_tree(code, i, prefix, out);
+                while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b',') {
+                    i += 1;
+                }
+                if i >= b.len() || b[i] == b'}' {
+                    prefix.truncate(n);
+                    return i + 1;
+                }
+            }
+        }
+        let seg: String = code[i..].bytes().take_while(|&c| is_ident(c) || c == b'*').map(char::from).collect();
+        if seg.is_empty() {
+            break;
+        }
+        i += seg.len();
+        prefix.push(seg);
+        let rest = &code[i..];
+        let ws = rest.len() - rest.trim_start().len();
+        if rest[ws..].starts_with("::") {
+            i += ws + 2;
+        } else {
+            break;
+        }
+    }
+    out.push(prefix.clone());
+    prefix.truncate(n);
+    i
+}
+
+/// A path made absolute: `crate::a` → [a]; `super::b` from [x, y] → [x, b]; `self::c` from
+/// [x] → [x, c]. `None` for a `super` above the crate root.
+fn absolute(here: &[String], p: &[String]) -> Option<Vec<String>> {
+    let mut base = here.to_vec();
+    let mut rest = p;
+    match p.first().map(String::as_str) {
+        Some("crate") => {
+            base.clear();
+            rest = &p[1..];
+        }
+        Some("self") => rest = &p[1..],
+        _ => {}
+    }
+    while rest.first().is_some_and(|s| s == "super") {
+        base.pop()?;
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().filter(|s| s.as_str() != "self").cloned());
+    Some(base)
+}
+
+/// The modules of the tree: every file and folder under src/ as a module path.
+fn module_set(files: &[(PathBuf, String)]) -> BTreeSet<Vec<String>> {
+    let mut set = BTreeSet::new();
+    for (rel, _) in files {
+        let m = module_of(rel);
+        for k in 1..=m.len() {
+            set.insert(m[..k].to_vec());
+        }
+    }
+    set
+}
+
+/// Edges between sibling modules (two files or folders of one folder, the crate root
+/// included), keyed `a/b/c` (the folder and the module), each with the first `file:line`.
+fn sibling_graph(files: &[(PathBuf, String)]) -> Graph {
+    let modules = module_set(files);
+    let mut g = Graph::new();
+    for (rel, text) in files {
+        if rel == Path::new("main.rs") {
+            continue; // the binary: its own crate
+        }
+        let here = module_of(rel);
+        for (line, to) in module_paths(&blank_non_code(text), &here) {
+            // The folder both live in, and the two children of it the edge runs between.
+            let k = here.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if k >= here.len() || k >= to.len() || !modules.contains(&to[..=k].to_vec()) {
+                continue; // into itself, up to an ancestor, or to an item of an ancestor
+            }
+            g.entry(here[..=k].join("/"))
+                .or_default()
+                .entry(to[..=k].join("/"))
+                .or_insert_with(|| format!("src/{}:{line}", rel.display()));
+        }
+    }
+    g
+}
+
+#[test]
+fn no_import_circles_inside_a_folder() {
+    let files = src_files(&src());
+    let g = sibling_graph(&files);
+    // The checker sees the edges it must (so an empty result means something).
+    assert!(g["pack/pipeline/feed"].contains_key("pack/pipeline/write"), "{g:?}");
+    assert!(g["pack"].contains_key("shards"), "{g:?}");
+    let found = circles(&g);
+    let pending = |c: &Vec<String>| CIRCLES_PENDING.iter().any(|p| p == c);
+    let new: Vec<_> = found.iter().filter(|c| !pending(c)).cloned().collect();
+    assert!(new.is_empty(), "{}", report(&g, &new));
+    let gone: Vec<_> = CIRCLES_PENDING
+        .iter()
+        .filter(|p| !found.iter().any(|c| c == *p))
+        .collect();
+    assert!(gone.is_empty(), "CIRCLES_PENDING lists circles that are gone (remove them): {gone:?}");
+}
+
+#[test]
+fn the_folder_checker_resolves_super_self_groups_and_inline_modules() {
+    let f = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = vec![
+        f("x/mod.rs", "mod a; mod b; mod c; pub use self::a::T;\n"),
+        f("x/a.rs", "use super::{b::U, c};\nmod tests { use super::T; fn t() { super::super::c::f() } }\n"),
+        f("x/b.rs", "fn g() -> crate::x::a::T { todo!() }\n"),
+        f("x/c.rs", "// super::a\nconst S: &str = \"super::a::T\";\nfn h() -> crate::y::V { todo!() }\n"),
+        f("y.rs", "pub struct V; fn k() { crate::x::a::f() }\n"),
+    ];
+    let g = sibling_graph(&files);
+    assert_eq!(g["x/a"].keys().collect::<Vec<_>>(), ["x/b", "x/c"]);
+    assert_eq!(g["x/a"]["x/c"], "src/x/a.rs:1");
+    assert_eq!(g["x/b"].keys().collect::<Vec<_>>(), ["x/a"]);
+    assert!(!g.contains_key("x/c") || !g["x/c"].keys().any(|k| k.starts_with("x/")), "{g:?}");
+    assert_eq!(g["x"].keys().collect::<Vec<_>>(), ["y"]);
+    assert_eq!(g["y"].keys().collect::<Vec<_>>(), ["x"]);
+    let found = circles(&g);
+    assert_eq!(found, vec![vec!["x", "y"], vec!["x/a", "x/b"]]);
+}
+
+/// The `src/` part of the folder tree docs/architecture.md draws under "## The folder tree":
+/// (top-level entries, at the entry column; every `name.rs` or `name/` the part names).
+fn documented_tree(md: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let block = md
+        .split("## The folder tree")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("docs/architecture.md: no code block under \"## The folder tree\"");
+    let lines: Vec<&str> = block
+        .lines()
+        .skip_while(|l| !l.starts_with("src/"))
+        .take_while(|l| l.starts_with("src/") || l.starts_with(' ') || l.is_empty())
+        .collect();
+    let column = lines[0].find("main.rs").expect("the src/ line names main.rs");
+    let names = |s: &str| -> Vec<String> {
+        s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '/'))
+            .filter(|w| {
+                let stem = w.trim_end_matches('/').trim_end_matches(".rs");
+                (w.ends_with(".rs") || w.ends_with('/'))
+                    && !stem.is_empty()
+                    && stem.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+            })
+            .map(|w| w.trim_end_matches('/').to_string())
+            .collect()
+    };
+    let mut top = BTreeSet::new();
+    let mut named = BTreeSet::new();
+    for l in &lines {
+        let entry = l.get(column..).unwrap_or("");
+        if !entry.starts_with(' ') {
+            top.extend(names(entry.split("  ").next().unwrap()));
+        }
+        named.extend(names(l.get(4..).unwrap_or("")));
+    }
+    (top, named)
+}
+
+#[test]
+fn docs_architecture_names_every_module_and_only_real_ones() {
+    let root = src();
+    let md = std::fs::read_to_string(root.join("../docs/architecture.md")).unwrap();
+    let (top, named) = documented_tree(&md);
+    let files = src_files(&root);
+    let exists_anywhere = |n: &str| {
+        files.iter().any(|(rel, _)| {
+            rel.components().any(|c| c.as_os_str() == n)
+                || rel.parent().is_some_and(|p| p.ends_with(n))
+        })
+    };
+    let mut problems = Vec::new();
+    // Every top-level module is an entry of the tree; every folder deeper down is named in it.
+    for m in top_modules(&std::fs::read_to_string(root.join("lib.rs")).unwrap()) {
+        let entry = if root.join(&m).is_dir() { m.clone() } else { format!("{m}.rs") };
+        if !top.contains(&entry) {
+            problems.push(format!("src/{entry} is not an entry of the folder tree"));
+        }
+    }
+    for (rel, _) in &files {
+        for dir in rel.ancestors().skip(1).filter(|d| d.components().count() >= 2) {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            if !named.contains(&name) {
+                problems.push(format!("src/{}/ is not named in the folder tree", dir.display()));
+            }
+        }
+    }
+    // Every name the tree gives is a file or folder: at the top level where it is an entry.
+    for t in &top {
+        if !root.join(t).exists() {
+            problems.push(format!("the folder tree's entry {t} is not in src/"));
+        }
+    }
+    for n in &named {
+        if !exists_anywhere(n) {
+            problems.push(format!("the folder tree names {n}, which is nowhere in src/"));
+        }
+    }
+    // Every `src/…` path the page names exists; so does every file of the pack step table.
+    for w in md.split(|c: char| c.is_whitespace() || "`()[],;:".contains(c)) {
+        if let Some(p) = w.strip_prefix("src/") {
+            let p = p.trim_end_matches('.');
+            if !p.is_empty() && !root.join(p).exists() {
+                problems.push(format!("docs/architecture.md names src/{p}, which does not exist"));
+            }
+        }
+    }
+    let steps = md
+        .split("## One pack run, step by step")
+        .nth(1)
+        .expect("docs/architecture.md: no \"## One pack run, step by step\" section");
+    let steps = steps.split("\n## ").next().unwrap();
+    for l in steps.lines().filter(|l| l.starts_with("| ")) {
+        for f in l.split('|').nth(2).unwrap_or("").split('`').skip(1).step_by(2) {
+            if !root.join("pack/pipeline").join(f).exists() {
+                problems.push(format!("the pack step table names {f}, not in src/pack/pipeline/"));
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    assert!(problems.is_empty(), "docs/architecture.md:\n{}", problems.join("\n"));
+}

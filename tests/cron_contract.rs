@@ -329,6 +329,8 @@ fn json_prints_one_line_on_refusals_and_usage_errors() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("bad.toml");
     std::fs::write(&p, "version = 1\nbogus_key = 3\n").unwrap();
+    std::fs::create_dir_all(d.path().join("badidx")).unwrap();
+    std::fs::write(d.path().join("badidx/index.json"), "{not json").unwrap();
     let cases: Vec<(Vec<String>, i32, &str)> = vec![
         (
             vec!["run".into(), "--json".into(), p.display().to_string()],
@@ -357,7 +359,7 @@ fn json_prints_one_line_on_refusals_and_usage_errors() {
             ["inspect", "--json"]
                 .map(String::from)
                 .into_iter()
-                .chain([d.path().join("missing").display().to_string()])
+                .chain([d.path().join("badidx").display().to_string()])
                 .collect(),
             1,
             "inspect",
@@ -387,10 +389,11 @@ fn json_prints_one_line_on_refusals_and_usage_errors() {
 fn write_prompts(path: &Path, n: usize) {
     let mut s = String::new();
     for i in 0..n {
+        let gold = ["A", "B", "C"][i % 3];
         let v = serde_json::json!({"id": format!("p-{i:03}"), "source": "fixture", "repo": "fixture/prompts",
             "commit": "0".repeat(40), "file": "p.jsonl", "row": i,
             "prompt": format!("Question {i}: say something about {} things.", 3 + i % 5),
-            "options": ["yes", "no", "maybe"], "gold": ["A", "B", "C"][i % 3]});
+            "options": ["yes", "no", "maybe"], "gold": gold});
         s.push_str(&v.to_string());
         s.push('\n');
     }

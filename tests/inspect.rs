@@ -314,7 +314,7 @@ fn bad_paths_are_named() {
         (d.path().join("x.jsonl"), "neither"),
         (d.path().join("empty.json"), "no records"),
         (d.path().join("notes.txt"), "not a shard"),
-        (d.path().join("broken.jsonl"), "not JSON"),
+        (d.path().join("broken.jsonl"), "malformed JSON"),
     ];
     std::fs::write(d.path().join("x.jsonl"), "{\"a\": 1}\n").unwrap();
     std::fs::write(d.path().join("empty.json"), "").unwrap();

@@ -127,7 +127,8 @@ fn out_is_claimed_reruns_replace_only_their_own_files() {
     );
     names.sort();
     let mut listed: Vec<String> = idx.shards.iter().map(|s| s.file.clone()).collect();
-    listed.push("index.json".into());
+    // index.json and the dataset card beside it (#41).
+    listed.extend(["index.json".into(), "README.md".into()]);
     listed.sort();
     assert_eq!(names, listed);
     // A foreign file in sft/ or a foreign prompts.jsonl: refused by a run that writes

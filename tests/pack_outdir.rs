@@ -106,7 +106,8 @@ fn foreign_files_refuse_a_fresh_run_and_force_clears_only_own_formats() {
         .collect();
     assert!(listed.len() > 1, "{listed:?}");
     let mut expect = listed.clone();
-    expect.push("index.json".into());
+    // index.json and the dataset card beside it (#41).
+    expect.extend(["index.json".into(), "README.md".into()]);
     expect.sort();
     assert_eq!(names(&out), expect);
 }

@@ -24,6 +24,8 @@ const BOMB: u64 = 3 << 29;
 
 /// Exit code, stderr and peak RSS (KiB) of `dlm-data ARGS` under the address-space cap
 /// `cap` (none: `None`), killed after 120 s (a hang fails the test instead of blocking it).
+/// The peak is the child's own `VmHWM` (/proc, sampled every 5 ms until it exits): the
+/// rusage of a forked child would count the test process's pages it was forked from.
 fn run_capped(args: &[&str], cap: Option<u64>) -> (Option<i32>, String, u64) {
     let mut c = Command::new(bin());
     c.args(args)
@@ -59,7 +61,19 @@ fn run_capped(args: &[&str], cap: Option<u64>) -> (Option<i32>, String, u64) {
     });
     let t0 = Instant::now();
     let (mut status, mut ru): (libc::c_int, libc::rusage) = (0, unsafe { std::mem::zeroed() });
+    let status_file = format!("/proc/{pid}/status");
+    let exe = std::fs::canonicalize(bin()).unwrap();
+    let mut hwm_kib = 0u64;
     loop {
+        // Only once the child runs dlm-data (after exec), its own memory.
+        if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe) {
+            if let Ok(st) = std::fs::read_to_string(&status_file) {
+                if let Some(l) = st.lines().find(|l| l.starts_with("VmHWM:")) {
+                    let kib: u64 = l.split_whitespace().nth(1).unwrap().parse().unwrap();
+                    hwm_kib = hwm_kib.max(kib);
+                }
+            }
+        }
         // SAFETY: wait4 on our own child, with valid out-pointers.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
         if r == pid {
@@ -69,10 +83,10 @@ fn run_capped(args: &[&str], cap: Option<u64>) -> (Option<i32>, String, u64) {
             let _ = child.kill();
             panic!("dlm-data {args:?} still running after 120 s (blocked on a file?)");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    (code, reader.join().unwrap(), ru.ru_maxrss as u64)
+    (code, reader.join().unwrap(), hwm_kib)
 }
 
 /// `n` bytes of `b` through `w`, in 1 MiB writes.
@@ -214,7 +228,13 @@ fn fifos_and_devices_are_refused_never_waited_on() {
     let input = t.path().join("ok.jsonl");
     std::fs::write(&input, "{\"text\":\"one two three\"}\n").unwrap();
     let out = t.path().join("pq");
-    ok(&run_pack(&input, &tok, &out, &[], &[]));
+    ok(&run_pack(
+        &input,
+        &tok,
+        &out,
+        &["--seq-len", "2", "--pad-last"],
+        &[],
+    ));
     let idx = index(&out);
     let shard = out.join(idx["shards"][0]["file"].as_str().unwrap());
     std::fs::remove_file(&shard).unwrap();
@@ -251,6 +271,7 @@ fn inspect_streams_a_large_distilled_json_in_bounded_memory() {
     assert!(size > 150 << 20, "{size}");
     let (code, err, rss_kib) = run_capped(&["inspect", p.to_str().unwrap(), "--json"], None);
     assert_eq!(code, Some(0), "{err}");
+    assert!(rss_kib > 0, "VmHWM was never sampled");
     // Streaming holds one record: far below the file's size (read whole it was ~6x it).
     assert!(
         rss_kib < 64 << 10,

@@ -6,7 +6,8 @@
 //! - [`checkpoints`]: `checkpoints` (lineage.json), `shipped-model`;
 //! - [`context`]: manifests, locks, cache, download log, known eval-reference files;
 //! - [`fetched`]: `manifest-pinned`, `download-log`, `cache`;
-//! - [`shards`]: `shards` (with `--deep`, every shard decoded by [`deep`]); [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
+//! - [`shards`]: `shards` ([`local`]: the `--input` files an index records; with `--deep`,
+//!   every shard decoded by [`deep`]); [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
 //! - [`policy`]: `split-policy`, `eval-reference-isolation` over every use found above;
 //! - [`report`]: the human report and its JSON form.
 //!
@@ -17,6 +18,7 @@ pub mod context;
 pub mod decontam;
 pub mod deep;
 pub mod fetched;
+pub mod local;
 pub mod model;
 pub mod policy;
 pub mod prompts;
@@ -32,8 +34,9 @@ use report::AuditReport;
 
 #[derive(Args, Debug, Clone)]
 pub struct AuditArgs {
-    /// Manifest(s) whose locks the outputs were built from (repeatable).
-    #[arg(long, required = true, num_args = 1..)]
+    /// Manifest(s) whose locks the outputs were built from (repeatable; none when every
+    /// output was packed from local `--input` files).
+    #[arg(long, num_args = 1..)]
     pub manifest: Vec<PathBuf>,
     /// Cache root (default as in `fetch`).
     #[arg(long)]
@@ -78,6 +81,11 @@ pub struct AuditArgs {
 
 /// Run every check and build the report.
 pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
+    if args.manifest.is_empty() && args.shards.is_empty() {
+        return Err(crate::error::usage(
+            "give --manifest (the locks the outputs were built from) or --shards",
+        ));
+    }
     if args.distilled.is_some() && args.prompts.is_none() {
         return Err(crate::error::usage(
             "--distilled needs --prompts (records are traced through their prompts)",
@@ -130,7 +138,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         fetched::cache(&ctx, args.hash),
         fetched::local_sources(&ctx),
     ]);
-    checks.push(shards::check(&ctx, &args.shards, args.deep, &mut uses));
+    checks.push(shards::check(&ctx, &args.shards, args.hash, args.deep, &mut uses));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);
     checks.push(pc);
     checks.push(prompts::check_distilled(

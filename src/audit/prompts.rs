@@ -31,7 +31,7 @@ pub fn check_prompts(
         return (Check::skip("prompts", "no --prompts given"), None);
     };
     let mut c = Check::new("prompts");
-    let f = match crate::sources::input::open_regular(path) {
+    let f = match crate::bounded::open_regular(path) {
         Ok(f) => f,
         Err(e) => {
             c.fail(format!("{}: {e}", path.display()));
@@ -41,11 +41,11 @@ pub fn check_prompts(
     let mut recs = Vec::new();
     let mut ids = HashSet::new();
     let mut per_source: HashMap<String, u64> = HashMap::new();
-    let bound = crate::sources::Bound::new(
+    let bound = crate::bounded::Bound::new(
         crate::distill::prompts::MAX_LINE_BYTES,
         "a prompt line is at most that, as distill reads it",
     );
-    for (i, line) in crate::sources::input::BoundedLines::new(f, bound).enumerate() {
+    for (i, line) in crate::bounded::BoundedLines::new(f, bound).enumerate() {
         let ln = i + 1;
         let line = match line {
             Ok(l) => l,

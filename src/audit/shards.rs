@@ -12,7 +12,7 @@ use super::policy::Use;
 use super::report::Check;
 use crate::shards::index as shard_index;
 
-pub fn check(ctx: &Ctx, dirs: &[PathBuf], deep: bool, uses: &mut Vec<Use>) -> Check {
+pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, deep: bool, uses: &mut Vec<Use>) -> Check {
     if dirs.is_empty() {
         return Check::skip("shards", "no --shards given");
     }
@@ -38,8 +38,18 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], deep: bool, uses: &mut Vec<Use>) -> Ch
             Some(h) => c.fail(format!(
                 "{d}/index.json: built from a lock with sha256 {h}, which is none of the audited locks (re-run the stage or audit with its manifest)"
             )),
-            None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+            None => match idx.args.as_ref().and_then(|a| a.inputs.as_ref()) {
+                // Own files (`pack --input`): each recorded file is a link of the chain.
+                Some(inputs) => super::local::check_inputs(&mut c, &d.to_string(), inputs, hash),
+                None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+            },
         }
+        let local: std::collections::BTreeSet<&str> = idx
+            .args
+            .as_ref()
+            .and_then(|a| a.inputs.as_ref())
+            .map(|v| v.iter().map(|f| f.path.as_str()).collect())
+            .unwrap_or_default();
         total_files += idx.shards.len();
         let (rows, tokens) = shard_files(&mut c, dir, &idx);
         if deep {
@@ -89,6 +99,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], deep: bool, uses: &mut Vec<Use>) -> Ch
         for (k, p) in idx.provenance.iter().enumerate() {
             let key = (p.repo.clone(), p.commit.clone(), p.file.clone());
             match ctx.train_files.get(&key) {
+                _ if p.repo == super::local::REPO && local.contains(p.file.as_str()) => {}
                 Some(tf) if tf.source == p.source => {}
                 Some(tf) => c.fail(format!(
                     "{d} provenance[{k}]: {} is locked under source {:?}, not {:?}",

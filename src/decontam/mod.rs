@@ -73,67 +73,19 @@ pub struct DecontamArgs {
     pub num_shards: Option<usize>,
 }
 
+/// The run, step by step: flags, the `--drop` claim, the up-to-date check, the benchmark
+/// index, the scan, the report (and the `--drop` copy with its own report).
 pub fn run(args: DecontamArgs) -> Result<()> {
     let t0 = Instant::now();
-    if !(ngram::MIN_N..=ngram::MAX_N).contains(&args.ngram) {
-        return Err(crate::error::usage(format!(
-            "--ngram {}: must be between {} and {}",
-            args.ngram,
-            ngram::MIN_N,
-            ngram::MAX_N
-        )));
-    }
-    if args.shard.is_some() {
-        return Err(crate::error::usage(
-            "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
-        ));
-    }
-    // Every report path fits NAME_MAX (checked before the scan, not after it).
-    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
-    let is_shards = args.shards.is_some();
-    let reports = [
-        args.report
-            .clone()
-            .or_else(|| scanned.map(|p| report::default_path(p, is_shards))),
-        args.drop
-            .as_deref()
-            .map(|d| report::default_path(d, is_shards)),
-    ];
-    for r in reports.iter().flatten() {
-        if r.file_name()
-            .is_some_and(|n| n.len() > crate::util::NAME_MAX)
-        {
-            return Err(crate::error::usage(format!(
-                "the report {} would have a name longer than {} bytes: name a shorter file, or \
-                 give --report",
-                r.display(),
-                crate::util::NAME_MAX
-            )));
-        }
-    }
+    check_flags(&args)?;
     // --drop: before any work, no input as the output and one writer.
     let _lock = match &args.drop {
         Some(out) => Some(claim_drop(&args, out)?),
         None => None,
     };
     let settings = uptodate::DecontamSettings::resolve(&args)?;
-    if let Some(scanned) = scanned {
-        let rpath = args
-            .report
-            .clone()
-            .unwrap_or_else(|| report::default_path(scanned, is_shards));
-        match uptodate::check(&rpath, scanned, is_shards, &settings) {
-            Ok(rep) => {
-                tracing::info!(
-                    "up to date: {} describes {} as it is now, with the same arguments; nothing to do",
-                    rpath.display(),
-                    scanned.display()
-                );
-                print_report(&args, &rep, &rpath)?;
-                return Ok(());
-            }
-            Err(why) => tracing::debug!("{}: not up to date: {why}", rpath.display()),
-        }
+    if up_to_date(&args, &settings)? {
+        return Ok(());
     }
     // One writer of the report (audit reads it): a second scan writing it exits 75.
     let _report_lock = match scanned {
@@ -163,24 +115,6 @@ pub fn run(args: DecontamArgs) -> Result<()> {
     let t_scan = Instant::now();
     let hits = scan::scan(&idx, &target.texts);
     let scan_seconds = t_scan.elapsed().as_secs_f64();
-    let hit_records: Vec<report::HitRecord> = hits
-        .iter()
-        .map(|h| {
-            let it = &idx.items[h.item as usize];
-            let b = &benches[it.benchmark as usize];
-            report::HitRecord {
-                benchmark: b.benchmark.clone(),
-                benchmark_file: b
-                    .files
-                    .get(it.file as usize)
-                    .map(|f| f.path.clone())
-                    .unwrap_or_default(),
-                benchmark_row: it.row,
-                ngram: ngram::words(&target.texts[h.doc][h.start..h.end]).join(" "),
-                document: target.origins[h.doc].clone(),
-            }
-        })
-        .collect();
     let bad: HashSet<usize> = hits.iter().map(|h| h.doc).collect();
     let is_shards = args.shards.is_some();
     let text_bytes: u64 = target.texts.iter().map(|t| t.len() as u64).sum();
@@ -205,7 +139,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         index_ngrams: idx.len() as u64,
         index_items: idx.items.len() as u64,
         index_items_too_short: idx.too_short.len() as u64,
-        hits: hit_records,
+        hits: hit_records(&idx, &benches, &target, &hits),
         contaminated_documents: bad.len() as u64,
         dropped_copy: args.drop.as_ref().map(|p| p.display().to_string()),
         filtered_from: None,
@@ -215,32 +149,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         args: Some(settings),
     };
     if let Some(out) = &args.drop {
-        let d = drop::write(&target, &bad, out, args.force)?;
-        // The copy's own report: same benchmarks, no hits, where it came from.
-        let copy_sha = if is_shards {
-            crate::util::sha256_file(&out.join("index.json"))?
-        } else {
-            crate::util::sha256_file(out)?
-        };
-        let mut copy = rep.clone();
-        copy.scanned.path = out.display().to_string();
-        copy.scanned.sha256 = copy_sha;
-        copy.scanned.documents -= d.documents;
-        copy.scanned.bytes = copy
-            .scanned
-            .bytes
-            .saturating_sub(bad.iter().map(|i| target.texts[*i].len() as u64).sum());
-        copy.hits.clear();
-        copy.contaminated_documents = 0;
-        copy.dropped_copy = None;
-        copy.filtered_from = Some(report::FilteredFrom {
-            path: target.path.display().to_string(),
-            sha256: target.sha256.clone(),
-            dropped_documents: d.documents,
-            dropped_rows: d.rows,
-        });
-        copy.seconds = t0.elapsed().as_secs_f64();
-        report::save(&report::default_path(out, is_shards), &copy)?;
+        write_drop(&args, out, &target, &bad, &rep, t0)?;
     }
     rep.seconds = t0.elapsed().as_secs_f64();
     let rpath = args
@@ -249,6 +158,140 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         .unwrap_or_else(|| report::default_path(&target.path, is_shards));
     report::save(&rpath, &rep)?;
     print_report(&args, &rep, &rpath)
+}
+
+/// The flags no parser checks: `--ngram`'s range, no `--shard`, and every report path fits
+/// NAME_MAX (checked before the scan, not after it).
+fn check_flags(args: &DecontamArgs) -> Result<()> {
+    if !(ngram::MIN_N..=ngram::MAX_N).contains(&args.ngram) {
+        return Err(crate::error::usage(format!(
+            "--ngram {}: must be between {} and {}",
+            args.ngram,
+            ngram::MIN_N,
+            ngram::MAX_N
+        )));
+    }
+    if args.shard.is_some() {
+        return Err(crate::error::usage(
+            "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
+        ));
+    }
+    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
+    let is_shards = args.shards.is_some();
+    let reports = [
+        args.report
+            .clone()
+            .or_else(|| scanned.map(|p| report::default_path(p, is_shards))),
+        args.drop
+            .as_deref()
+            .map(|d| report::default_path(d, is_shards)),
+    ];
+    for r in reports.iter().flatten() {
+        if r.file_name()
+            .is_some_and(|n| n.len() > crate::util::NAME_MAX)
+        {
+            return Err(crate::error::usage(format!(
+                "the report {} would have a name longer than {} bytes: name a shorter file, or \
+                 give --report",
+                r.display(),
+                crate::util::NAME_MAX
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The recorded report still describes the scanned data with these settings: printed again,
+/// nothing else done (`true`).
+fn up_to_date(args: &DecontamArgs, settings: &uptodate::DecontamSettings) -> Result<bool> {
+    let Some(scanned) = args.shards.as_deref().or(args.prompts.as_deref()) else {
+        return Ok(false);
+    };
+    let is_shards = args.shards.is_some();
+    let rpath = args
+        .report
+        .clone()
+        .unwrap_or_else(|| report::default_path(scanned, is_shards));
+    match uptodate::check(&rpath, scanned, is_shards, settings) {
+        Ok(rep) => {
+            tracing::info!(
+                "up to date: {} describes {} as it is now, with the same arguments; nothing to do",
+                rpath.display(),
+                scanned.display()
+            );
+            print_report(args, &rep, &rpath)?;
+            Ok(true)
+        }
+        Err(why) => {
+            tracing::debug!("{}: not up to date: {why}", rpath.display());
+            Ok(false)
+        }
+    }
+}
+
+/// Every hit as the report records it: the benchmark row and file, the shared n-gram, and
+/// where the document came from.
+fn hit_records(
+    idx: &index::NgramIndex,
+    benches: &[reference::Benchmark],
+    target: &targets::Target,
+    hits: &[scan::Hit],
+) -> Vec<report::HitRecord> {
+    hits.iter()
+        .map(|h| {
+            let it = &idx.items[h.item as usize];
+            let b = &benches[it.benchmark as usize];
+            report::HitRecord {
+                benchmark: b.benchmark.clone(),
+                benchmark_file: b
+                    .files
+                    .get(it.file as usize)
+                    .map(|f| f.path.clone())
+                    .unwrap_or_default(),
+                benchmark_row: it.row,
+                ngram: ngram::words(&target.texts[h.doc][h.start..h.end]).join(" "),
+                document: target.origins[h.doc].clone(),
+            }
+        })
+        .collect()
+}
+
+/// `--drop OUT`: the copy without the contaminated documents, and the copy's own report (same
+/// benchmarks, no hits, where it came from).
+fn write_drop(
+    args: &DecontamArgs,
+    out: &std::path::Path,
+    target: &targets::Target,
+    bad: &HashSet<usize>,
+    rep: &report::DecontamReport,
+    t0: Instant,
+) -> Result<()> {
+    let is_shards = args.shards.is_some();
+    let d = drop::write(target, bad, out, args.force)?;
+    let copy_sha = if is_shards {
+        crate::util::sha256_file(&out.join("index.json"))?
+    } else {
+        crate::util::sha256_file(out)?
+    };
+    let mut copy = rep.clone();
+    copy.scanned.path = out.display().to_string();
+    copy.scanned.sha256 = copy_sha;
+    copy.scanned.documents -= d.documents;
+    copy.scanned.bytes = copy
+        .scanned
+        .bytes
+        .saturating_sub(bad.iter().map(|i| target.texts[*i].len() as u64).sum());
+    copy.hits.clear();
+    copy.contaminated_documents = 0;
+    copy.dropped_copy = None;
+    copy.filtered_from = Some(report::FilteredFrom {
+        path: target.path.display().to_string(),
+        sha256: target.sha256.clone(),
+        dropped_documents: d.documents,
+        dropped_rows: d.rows,
+    });
+    copy.seconds = t0.elapsed().as_secs_f64();
+    report::save(&report::default_path(out, is_shards), &copy)
 }
 
 /// The report on stdout: one line of JSON with `--json`, else the human summary.

@@ -68,7 +68,7 @@ pub struct DecontamReport {
     pub mb_per_s: f64,
     /// The run's arguments, digested: a rerun with the same ones on the same data is a no-op.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args: Option<super::uptodate::DecontamSettings>,
+    pub args: Option<DecontamSettings>,
 }
 
 /// Where the report for a scanned prompts file or shard directory lives.
@@ -164,3 +164,23 @@ pub fn human(r: &DecontamReport) -> String {
     }
     s
 }
+/// One `--against` argument as given, with the sha256 of its bytes and, for a manifest, of
+/// the lock beside it (which pins the sha256 of every benchmark file read from the cache).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgainstDigest {
+    pub path: String,
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_sha256: Option<String>,
+}
+
+/// Everything a decontam report depends on besides the scanned content (which the report's
+/// `scanned.sha256` covers; for shards that index pins the tokenizer's sha256 too).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecontamSettings {
+    pub ngram: usize,
+    pub against: Vec<AgainstDigest>,
+    /// `--drop` as given.
+    pub drop: Option<String>,
+}
+

@@ -9,7 +9,7 @@ use anyhow::{anyhow, Result};
 use serde_json::Value;
 
 /// The bound on one benchmark row (a JSON line or array element) while it is read.
-const ROW_MAX: crate::sources::Bound = crate::sources::Bound::new(
+const ROW_MAX: crate::bounded::Bound = crate::bounded::Bound::new(
     crate::sources::ROW_BYTES,
     "a benchmark row is at most that; no flag raises it",
 );

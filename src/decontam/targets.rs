@@ -123,25 +123,7 @@ pub fn load_prompts(path: &Path) -> Result<Target> {
 /// Decode a shard directory back into documents.
 pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Target> {
     let index = shard_index::load(dir)?;
-    let tok_path = tokenizer_override
-        .map(crate::mcq::tokenizer::resolve)
-        .unwrap_or_else(|| PathBuf::from(&index.tokenizer.path));
-    let tok = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| {
-        anyhow!(
-            "{}: tokenizer {} named in index.json cannot be loaded ({e}); pass --tokenizer",
-            dir.display(),
-            tok_path.display()
-        )
-    })?;
-    let tok_sha = crate::util::sha256_file(&tok_path)?;
-    if tok_sha != index.tokenizer.sha256 {
-        bail!(
-            "{}: tokenizer {} has sha256 {tok_sha}, index.json says {}",
-            dir.display(),
-            tok_path.display(),
-            index.tokenizer.sha256
-        );
-    }
+    let tok = shard_tokenizer(dir, &index, tokenizer_override)?;
     let eos = index.tokenizer.eos_id;
     let mut texts = Vec::new();
     let mut origins = Vec::new();
@@ -155,71 +137,11 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         let batch = index.read_shard(dir, si)?;
         let rows = rows_with_origin(batch, &index, &path)?;
         // Documents: SFT → one per row; pretraining → EOS-delimited runs across rows.
-        let mut docs: Vec<(Vec<u32>, Origin, RowSpan)> = Vec::new();
-        if rows.first().map(|r| r.1.is_some()).unwrap_or(false) {
-            for (r, (ids, o)) in rows.into_iter().enumerate() {
-                let mut o = o.unwrap_or_default();
-                o.shard = Some(sh.file.clone());
-                o.shard_row = Some(r as u64);
-                docs.push((
-                    ids,
-                    o,
-                    RowSpan {
-                        shard: si,
-                        first: r as u64,
-                        last: r as u64,
-                    },
-                ));
-            }
+        let docs = if rows.first().map(|r| r.1.is_some()).unwrap_or(false) {
+            sft_documents(rows, si, &sh.file)
         } else {
-            let mut cur: Vec<u32> = Vec::new();
-            let mut first = 0u64;
-            let last_row = rows.len().saturating_sub(1) as u64;
-            for (r, (ids, _)) in rows.into_iter().enumerate() {
-                for t in ids {
-                    if cur.is_empty() {
-                        first = r as u64;
-                    }
-                    if t == eos {
-                        if !cur.is_empty() {
-                            let o = Origin {
-                                shard: Some(sh.file.clone()),
-                                shard_row: Some(first),
-                                ..Origin::default()
-                            };
-                            docs.push((
-                                std::mem::take(&mut cur),
-                                o,
-                                RowSpan {
-                                    shard: si,
-                                    first,
-                                    last: r as u64,
-                                },
-                            ));
-                        }
-                    } else {
-                        cur.push(t);
-                    }
-                }
-            }
-            if !cur.is_empty() {
-                let last = last_row;
-                let o = Origin {
-                    shard: Some(sh.file.clone()),
-                    shard_row: Some(first),
-                    ..Origin::default()
-                };
-                docs.push((
-                    cur,
-                    o,
-                    RowSpan {
-                        shard: si,
-                        first,
-                        last,
-                    },
-                ));
-            }
-        }
+            eos_documents(rows, si, &sh.file, eos)
+        };
         let decoded: Vec<String> = docs
             .par_iter()
             .map(|(ids, _, _)| {
@@ -245,6 +167,103 @@ pub fn load_shards(dir: &Path, tokenizer_override: Option<&Path>) -> Result<Targ
         texts,
         origins,
     })
+}
+
+/// The tokenizer the shards were written with (`--tokenizer` when the recorded path is not
+/// reachable here), checked against the sha256 index.json records.
+fn shard_tokenizer(
+    dir: &Path,
+    index: &ShardIndex,
+    tokenizer_override: Option<&Path>,
+) -> Result<tokenizers::Tokenizer> {
+    let tok_path = tokenizer_override
+        .map(crate::mcq::tokenizer::resolve)
+        .unwrap_or_else(|| PathBuf::from(&index.tokenizer.path));
+    let tok = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| {
+        anyhow!(
+            "{}: tokenizer {} named in index.json cannot be loaded ({e}); pass --tokenizer",
+            dir.display(),
+            tok_path.display()
+        )
+    })?;
+    let tok_sha = crate::util::sha256_file(&tok_path)?;
+    if tok_sha != index.tokenizer.sha256 {
+        bail!(
+            "{}: tokenizer {} has sha256 {tok_sha}, index.json says {}",
+            dir.display(),
+            tok_path.display(),
+            index.tokenizer.sha256
+        );
+    }
+    Ok(tok)
+}
+
+/// A document's ids, where it came from, and the rows it spans.
+type Doc = (Vec<u32>, Origin, RowSpan);
+
+/// SFT shards: one document per row, with the row's own provenance.
+fn sft_documents(rows: Vec<(Vec<u32>, Option<Origin>)>, si: usize, file: &str) -> Vec<Doc> {
+    rows.into_iter()
+        .enumerate()
+        .map(|(r, (ids, o))| {
+            let mut o = o.unwrap_or_default();
+            o.shard = Some(file.to_string());
+            o.shard_row = Some(r as u64);
+            let span = RowSpan {
+                shard: si,
+                first: r as u64,
+                last: r as u64,
+            };
+            (ids, o, span)
+        })
+        .collect()
+}
+
+/// Pretraining shards: documents are the EOS-delimited runs of ids, across rows (the last
+/// run needs no EOS).
+fn eos_documents(
+    rows: Vec<(Vec<u32>, Option<Origin>)>,
+    si: usize,
+    file: &str,
+    eos: u32,
+) -> Vec<Doc> {
+    let mut docs: Vec<Doc> = Vec::new();
+    let origin = |first: u64| Origin {
+        shard: Some(file.to_string()),
+        shard_row: Some(first),
+        ..Origin::default()
+    };
+    let mut cur: Vec<u32> = Vec::new();
+    let mut first = 0u64;
+    let last_row = rows.len().saturating_sub(1) as u64;
+    for (r, (ids, _)) in rows.into_iter().enumerate() {
+        for t in ids {
+            if cur.is_empty() {
+                first = r as u64;
+            }
+            if t == eos {
+                if !cur.is_empty() {
+                    let span = RowSpan {
+                        shard: si,
+                        first,
+                        last: r as u64,
+                    };
+                    docs.push((std::mem::take(&mut cur), origin(first), span));
+                }
+            } else {
+                cur.push(t);
+            }
+        }
+    }
+    if !cur.is_empty() {
+        let span = RowSpan {
+            shard: si,
+            first,
+            last: last_row,
+        };
+        docs.push((cur, origin(first), span));
+    }
+    docs
 }
 
 /// A shard's rows (ids) with, for SFT rows, their provenance: parquet and MDS from the row's

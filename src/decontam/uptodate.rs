@@ -6,29 +6,8 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
+pub use super::report::{AgainstDigest, DecontamSettings};
 use super::report::{self, DecontamReport};
-
-/// One `--against` argument as given, with the sha256 of its bytes and, for a manifest, of
-/// the lock beside it (which pins the sha256 of every benchmark file read from the cache).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgainstDigest {
-    pub path: String,
-    pub sha256: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock_sha256: Option<String>,
-}
-
-/// Everything a decontam report depends on besides the scanned content (which the report's
-/// `scanned.sha256` covers; for shards that index pins the tokenizer's sha256 too).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DecontamSettings {
-    pub ngram: usize,
-    pub against: Vec<AgainstDigest>,
-    /// `--drop` as given.
-    pub drop: Option<String>,
-}
 
 impl DecontamSettings {
     /// Digest the arguments (reads each `--against` file; errors name it).

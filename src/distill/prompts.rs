@@ -105,7 +105,7 @@ pub fn for_each_prompt(
     max_line: u64,
     f: &mut dyn FnMut(PromptItem) -> Result<()>,
 ) -> Result<()> {
-    let file = crate::sources::input::open_regular(path)?;
+    let file = crate::bounded::open_regular(path)?;
     let mut r = BufReader::new(file);
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut buf = Vec::new();

@@ -1,5 +1,6 @@
-//! LLaDA's block-wise masked-diffusion `generate` (notes/sampler.md §1.2), exactly, with the
-//! LM head and softmax over the current block only.
+//! LLaDA's block-wise masked-diffusion `generate` (`generate.py` of github.com/ML-GSAI/LLaDA;
+//! docs/commands/distill.md#sampler), exactly, with the LM head and softmax over the current
+//! block only.
 //!
 //! Per block: `get_num_transfer_tokens` spreads the block's masks over `steps / num_blocks`
 //! steps (equal shares, the remainder to the earliest steps). Per step: one forward; for every

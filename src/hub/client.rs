@@ -27,7 +27,10 @@ use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 
 use super::names::{check_repo_path, clip, is_hex_digest, shown, RepoKind};
-use super::retry::{retryable_status, server_wait, wait_header, RetryPolicy};
+use super::retry::{
+    as_transient, net_error, retryable_status, server_wait, transient, wait_header, RetryPolicy,
+    Transient,
+};
 use super::stall::{RateGuard, StallPolicy};
 
 /// Largest JSON/API answer read into memory (a revision's siblings, one tree page).
@@ -106,45 +109,6 @@ impl Token {
         v.set_sensitive(true);
         Some(v)
     }
-}
-
-/// A failure worth retrying (connection error, truncated body, 5xx, 429, checksum mismatch),
-/// with the wait the server asked for, if any.
-#[derive(Debug)]
-pub struct Transient {
-    pub msg: String,
-    pub wait: Option<Duration>,
-}
-
-impl fmt::Display for Transient {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-impl std::error::Error for Transient {}
-
-pub fn transient(msg: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(Transient {
-        msg: msg.into(),
-        wait: None,
-    })
-}
-
-/// The `Transient` in an error's chain, if any.
-pub fn as_transient(e: &anyhow::Error) -> Option<&Transient> {
-    e.chain().find_map(|c| c.downcast_ref::<Transient>())
-}
-
-/// A reqwest error as transient (without the URL's query, which may carry a CDN signature).
-pub fn net_error(what: &str, e: reqwest::Error) -> anyhow::Error {
-    let e = e.without_url();
-    let mut msg = format!("{what}: {e}");
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        msg.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    transient(msg)
 }
 
 /// One entry of a tree listing.

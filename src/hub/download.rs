@@ -23,7 +23,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use super::cache::{Area, Cache};
-use super::client::{transient, HubClient};
+use super::client::HubClient;
+use super::retry::transient;
 use super::names::RepoKind;
 use super::progress::Progress;
 use super::stall::RateGuard;
@@ -357,6 +358,8 @@ impl Downloader {
         Ok(())
     }
 
+    /// A large file as parallel ranged chunks written in place, resuming every chunk where the
+    /// parts file (`pp`) left it.
     async fn chunked(
         &self,
         t: &FileTask,
@@ -365,6 +368,43 @@ impl Downloader {
         downloaded: &Arc<AtomicU64>,
         bar: &super::progress::Bar,
     ) -> Result<()> {
+        let parts = self.chunk_parts(t, inc, pp)?;
+        let file = OpenOptions::new().write(true).open(inc)?;
+        bar.set_position(parts.done.iter().sum());
+        let chunk = parts.chunk;
+        let n = parts.done.len();
+        let run = ChunkRun {
+            t,
+            client: self.client_for(t.kind),
+            file: &file,
+            state: &Mutex::new(parts),
+            since_save: &AtomicU64::new(0),
+            // Persist chunk progress every quarter chunk (1..64 MiB): what a kill -9 can lose.
+            save_every: (chunk / 4).clamp(1 << 20, 64 << 20),
+            downloaded,
+            bar,
+            pp,
+        };
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let start = i as u64 * chunk;
+            let end = ((i as u64 + 1) * chunk).min(t.size);
+            let done = run.state.lock().unwrap().done[i];
+            if start + done >= end {
+                continue;
+            }
+            let (run, sem) = (&run, &self.sem);
+            tasks.push(async move {
+                let _permit = sem.acquire().await?;
+                run.fetch(i, start, start + done, end).await
+            });
+        }
+        first_error(futures::future::join_all(tasks).await)
+    }
+
+    /// The parts file's chunk progress when it still describes this file and the partial
+    /// file is there; else a fresh partial file of the full size and a fresh parts file.
+    fn chunk_parts(&self, t: &FileTask, inc: &Path, pp: &Path) -> Result<Parts> {
         let parts = std::fs::read(pp)
             .ok()
             .and_then(|b| serde_json::from_slice::<Parts>(&b).ok())
@@ -375,118 +415,117 @@ impl Downloader {
                     && p.done.len() as u64 == t.size.div_ceil(p.chunk)
                     && inc.exists()
             });
-        let parts = match parts {
-            Some(p) => p,
-            None => {
-                let f = File::create(inc).with_context(|| format!("creating {}", inc.display()))?;
-                f.set_len(t.size)?;
-                // At most MAX_CHUNKS chunks, whatever size the listing claims.
-                let chunk = self.chunk.max(t.size.div_ceil(MAX_CHUNKS));
-                let n = t.size.div_ceil(chunk) as usize;
-                let p = Parts {
-                    size: t.size,
-                    etag: t.etag().to_string(),
-                    chunk,
-                    done: vec![0; n],
-                };
-                crate::util::atomic_write(pp, &serde_json::to_vec(&p)?)?;
-                p
-            }
+        if let Some(p) = parts {
+            return Ok(p);
+        }
+        let f = File::create(inc).with_context(|| format!("creating {}", inc.display()))?;
+        f.set_len(t.size)?;
+        // At most MAX_CHUNKS chunks, whatever size the listing claims.
+        let chunk = self.chunk.max(t.size.div_ceil(MAX_CHUNKS));
+        let n = t.size.div_ceil(chunk) as usize;
+        let p = Parts {
+            size: t.size,
+            etag: t.etag().to_string(),
+            chunk,
+            done: vec![0; n],
         };
-        let file = Arc::new(OpenOptions::new().write(true).open(inc)?);
-        bar.set_position(parts.done.iter().sum());
-        let chunk = parts.chunk;
-        let state = Arc::new(Mutex::new(parts));
-        let since_save = Arc::new(AtomicU64::new(0));
-        // Persist chunk progress every quarter chunk (1..64 MiB): what a kill -9 can lose.
-        let save_every = (chunk / 4).clamp(1 << 20, 64 << 20);
-        let n = state.lock().unwrap().done.len();
-        let mut tasks = Vec::new();
-        for i in 0..n {
-            let start = i as u64 * chunk;
-            let end = ((i as u64 + 1) * chunk).min(t.size);
-            let done = state.lock().unwrap().done[i];
-            if start + done >= end {
-                continue;
-            }
-            let (file, state, since_save) = (file.clone(), state.clone(), since_save.clone());
-            let downloaded = downloaded.clone();
-            let bar = bar.clone();
-            let sem = self.sem.clone();
-            let client = self.client_for(t.kind).clone();
-            let t = t.clone();
-            let pp = pp.to_path_buf();
-            tasks.push(async move {
-                let _permit = sem.acquire().await?;
-                let from = start + done;
-                let (resp, meta) = client
-                    .resolve(&t.repo, &t.commit, &t.path, Some((from, Some(end - 1))))
-                    .await?;
-                check_meta(&t, &meta)?;
-                if resp.status().as_u16() != 206 || content_range_start(&resp) != Some(from) {
-                    return Err(transient(format!(
-                        "{}: chunk {i}: server ignored Range (HTTP {})",
-                        t.path,
-                        resp.status()
-                    )));
-                }
-                let mut pos = from;
-                let mut stream = resp.bytes_stream();
-                let mut guard = RateGuard::new(client.stall, &format!("{}: chunk {i}", t.path));
-                let save = |state: &Mutex<Parts>| -> Result<()> {
-                    file.sync_data()?;
-                    let bytes = serde_json::to_vec(&*state.lock().unwrap())?;
-                    crate::util::atomic_write(&pp, &bytes)
-                };
-                loop {
-                    let c = match guard.next(&mut stream).await {
-                        Ok(Some(c)) => c,
-                        Ok(None) => break,
-                        Err(e) => {
-                            save(state.as_ref())?;
-                            return Err(e);
-                        }
-                    };
-                    if pos + c.len() as u64 > end {
-                        return Err(transient(format!("{}: chunk {i}: too many bytes", t.path)));
-                    }
-                    file.write_all_at(&c, pos)?;
-                    pos += c.len() as u64;
-                    state.lock().unwrap().done[i] = pos - start;
-                    downloaded.fetch_add(c.len() as u64, Ordering::SeqCst);
-                    bar.inc(c.len() as u64);
-                    if since_save.fetch_add(c.len() as u64, Ordering::SeqCst) >= save_every {
-                        since_save.store(0, Ordering::SeqCst);
-                        save(state.as_ref())?;
-                    }
-                }
-                save(state.as_ref())?;
-                if pos != end {
-                    return Err(transient(format!(
-                        "{}: chunk {i}: truncated ({} of {})",
-                        t.path,
-                        pos - start,
-                        end - start
-                    )));
-                }
-                Ok::<(), anyhow::Error>(())
-            });
+        crate::util::atomic_write(pp, &serde_json::to_vec(&p)?)?;
+        Ok(p)
+    }
+}
+
+/// What the chunk tasks of one file share.
+struct ChunkRun<'a> {
+    t: &'a FileTask,
+    client: &'a HubClient,
+    /// The partial file, written in place at each chunk's offsets.
+    file: &'a File,
+    state: &'a Mutex<Parts>,
+    /// Bytes since the parts file was last saved, and how many make a save.
+    since_save: &'a AtomicU64,
+    save_every: u64,
+    downloaded: &'a AtomicU64,
+    bar: &'a super::progress::Bar,
+    /// The parts file.
+    pp: &'a Path,
+}
+
+impl ChunkRun<'_> {
+    /// Chunk `i` (bytes `start..end` of the file) from byte `from` on, its progress saved
+    /// every `save_every` bytes, on a stall and at its end.
+    async fn fetch(&self, i: usize, start: u64, from: u64, end: u64) -> Result<()> {
+        let t = self.t;
+        let (resp, meta) = self
+            .client
+            .resolve(&t.repo, &t.commit, &t.path, Some((from, Some(end - 1))))
+            .await?;
+        check_meta(t, &meta)?;
+        if resp.status().as_u16() != 206 || content_range_start(&resp) != Some(from) {
+            return Err(transient(format!(
+                "{}: chunk {i}: server ignored Range (HTTP {})",
+                t.path,
+                resp.status()
+            )));
         }
-        let results = futures::future::join_all(tasks).await;
-        // The first error, preferring one that is not transient (fatal wins).
-        let mut first: Option<anyhow::Error> = None;
-        for r in results {
-            if let Err(e) = r {
-                let fatal = super::client::as_transient(&e).is_none();
-                if first.is_none() || fatal {
-                    first = Some(e);
+        let mut pos = from;
+        let mut stream = resp.bytes_stream();
+        let mut guard = RateGuard::new(self.client.stall, &format!("{}: chunk {i}", t.path));
+        loop {
+            let c = match guard.next(&mut stream).await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    self.save()?;
+                    return Err(e);
                 }
+            };
+            if pos + c.len() as u64 > end {
+                return Err(transient(format!("{}: chunk {i}: too many bytes", t.path)));
+            }
+            self.file.write_all_at(&c, pos)?;
+            pos += c.len() as u64;
+            self.state.lock().unwrap().done[i] = pos - start;
+            self.downloaded.fetch_add(c.len() as u64, Ordering::SeqCst);
+            self.bar.inc(c.len() as u64);
+            if self.since_save.fetch_add(c.len() as u64, Ordering::SeqCst) >= self.save_every {
+                self.since_save.store(0, Ordering::SeqCst);
+                self.save()?;
             }
         }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(()),
+        self.save()?;
+        if pos != end {
+            return Err(transient(format!(
+                "{}: chunk {i}: truncated ({} of {})",
+                t.path,
+                pos - start,
+                end - start
+            )));
         }
+        Ok(())
+    }
+
+    /// The chunk progress made durable: the data first, then the parts file.
+    fn save(&self) -> Result<()> {
+        self.file.sync_data()?;
+        let bytes = serde_json::to_vec(&*self.state.lock().unwrap())?;
+        crate::util::atomic_write(self.pp, &bytes)
+    }
+}
+
+/// The first error of the chunks, preferring one that is not transient (fatal wins).
+fn first_error(results: Vec<Result<()>>) -> Result<()> {
+    let mut first: Option<anyhow::Error> = None;
+    for r in results {
+        if let Err(e) = r {
+            let fatal = super::retry::as_transient(&e).is_none();
+            if first.is_none() || fatal {
+                first = Some(e);
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 

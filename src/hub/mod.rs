@@ -22,31 +22,29 @@ pub mod client;
 pub mod configs;
 pub mod download;
 pub mod emulator;
+mod finish;
 pub mod log;
 pub mod models;
 pub mod names;
+mod planning;
 pub mod plan;
 pub mod progress;
 pub mod retry;
 pub mod stall;
 pub mod stream;
+mod transfers;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::manifest::{Lock, LockedFile, LockedModel, LockedSource, Manifest, ModelLock};
+use crate::manifest::{Lock, Manifest, ModelLock};
 use crate::worker::WorkerSlice;
 use cache::Cache;
 use client::HubClient;
-use download::{Downloader, FileTask, Outcome};
-use log::{DownloadLog, LogRecord};
-use models::ModelPlan;
-use names::RepoKind;
-use plan::SourcePlan;
 
 /// `dlm-data fetch --manifest FILE [--cache DIR] [--log FILE] [--jobs N] [--locked]`
 #[derive(Args, Debug, Clone)]
@@ -182,6 +180,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     r
 }
 
+/// The run, step by step (each step a function of [`planning`], [`transfers`], [`finish`]).
 #[allow(clippy::too_many_arguments)]
 async fn fetch(
     args: FetchArgs,
@@ -198,6 +197,64 @@ async fn fetch(
         None => (None, None),
     };
     let t0 = Instant::now();
+    let client = Arc::new(client(&args)?);
+    let lock_name = lock_path.display().to_string();
+    let honoured = planning::Honoured {
+        lock: lock.as_ref(),
+        model_lock: model_lock.as_ref(),
+        name: &lock_name,
+        offline,
+    };
+    // 1. Plan every source concurrently (no data downloaded yet); local sources hashed;
+    //    models planned the same way.
+    let plans = planning::sources(&client, &manifest, &honoured).await?;
+    let locals = planning::local_sources(&manifest, &honoured)?;
+    let model_plans = planning::models(&client, &manifest, &honoured).await?;
+    // 2. The split policy, on every training source, before any download.
+    planning::refuse_eval_splits(&plans)?;
+    // 3. This worker's files, in a global deterministic order.
+    let results = transfers::download_all(
+        &args,
+        &client,
+        &cache,
+        &log_path,
+        slice,
+        offline,
+        &plans,
+        &model_plans,
+    )
+    .await?;
+    // 4. Refs, then the lock (whole job only; unchanged under --locked/offline), the
+    //    architecture and --local-dir, the summary.
+    if !offline {
+        finish::write_refs(&cache, &plans)?;
+    }
+    let wrote_lock = slice.is_whole() && lock.is_none();
+    if wrote_lock {
+        finish::write_lock(&lock_path, &plans, &locals, &model_plans, &results)?;
+    }
+    let architecture =
+        finish::architecture(&args, &cache, &lock_path, slice, &model_plans, &results)?;
+    finish::Summary {
+        args: &args,
+        slice,
+        offline,
+        t0,
+        log_path: &log_path,
+        lock_path: &lock_path,
+        wrote_lock,
+        lock_unchanged: slice.is_whole() && lock.is_some(),
+        architecture,
+        plans: &plans,
+        model_plans: &model_plans,
+        results: &results,
+    }
+    .print();
+    Ok(())
+}
+
+/// The Hub client with `--retries`, `--retry-base-ms`, `--retry-max-ms` and the stall rule.
+fn client(args: &FetchArgs) -> Result<HubClient> {
     let retry = retry::RetryPolicy {
         retries: args.retries,
         base: Duration::from_millis(args.retry_base_ms.max(1)),
@@ -208,502 +265,9 @@ async fn fetch(
         window: Duration::from_secs(args.stall_secs),
         min_bytes_per_sec: args.min_rate,
     };
-    let client = Arc::new(client);
-    let lock_name = lock_path.display().to_string();
-
-    // 1. Plan every source concurrently (no data downloaded yet).
-    // (Local sources are hashed below, never planned on the Hub.)
-    let hub: Vec<&crate::manifest::Source> =
-        manifest.sources.iter().filter(|s| !s.is_local()).collect();
-    let planned = futures::future::join_all(hub.into_iter().map(|s| {
-        let (client, lock, lock_name) = (&client, &lock, &lock_name);
-        async move {
-            let locked = match lock {
-                Some(l) => {
-                    let ls = locked_source(l, &s.name, lock_name)?;
-                    plan::check_lock_matches(s, ls, lock_name)?;
-                    Some(ls)
-                }
-                None => None,
-            };
-            let p = match (offline, locked) {
-                (true, Some(l)) => SourcePlan {
-                    source: s.clone(),
-                    commit: l.commit.clone(),
-                    files: plan::tasks_from_lock(s, l, lock_name)?,
-                },
-                _ => plan::plan_source(client, s, locked).await?,
-            };
-            tracing::info!(
-                "{}: {}@{} → {} files, {} bytes",
-                s.name,
-                s.repo,
-                short(&p.commit),
-                p.files.len(),
-                p.files.iter().map(|f| f.size).sum::<u64>()
-            );
-            Ok::<_, anyhow::Error>(p)
-        }
-    }))
-    .await;
-    // Policy refusals first (exit 2), then any other planning error.
-    let mut plans: Vec<SourcePlan> = Vec::new();
-    let mut first_err = None;
-    for r in planned {
-        match r {
-            Ok(p) => plans.push(p),
-            Err(e)
-                if crate::error::exit_code(&e) == 2
-                    && first_err
-                        .as_ref()
-                        .is_none_or(|f| crate::error::exit_code(f) != 2) =>
-            {
-                first_err = Some(e)
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-
-    // 1a. Local sources (`path = …`): hashed now; under --locked / offline they must match
-    // the lock exactly.
-    let mut locals = Vec::new();
-    for s in manifest.sources.iter().filter(|s| s.is_local()) {
-        match &lock {
-            Some(l) => {
-                let ls = locked_source(l, &s.name, &lock_name)?;
-                let problems = crate::sources::local::verify(&manifest, s, ls);
-                if !problems.is_empty() {
-                    anyhow::bail!(
-                        "lock {lock_name}: local source {:?} differs from its lock:\n  {}",
-                        s.name,
-                        problems.join("\n  ")
-                    );
-                }
-            }
-            None => {
-                let ls = crate::sources::local::lock_source(&manifest, s)?;
-                tracing::info!(
-                    "{}: local {} → {} files, {} bytes",
-                    s.name,
-                    s.path.as_deref().unwrap_or_default(),
-                    ls.files.len(),
-                    ls.files.iter().map(|f| f.size).sum::<u64>()
-                );
-                locals.push(ls);
-            }
-        }
-    }
-
-    // 1b. Models, the same way (their own API; no split policy: a model is not data).
-    let model_client = client.with_kind(RepoKind::Model);
-    let mut model_plans: Vec<ModelPlan> = Vec::new();
-    for m in &manifest.models {
-        let locked = match &model_lock {
-            Some(l) => {
-                let lm = l.model(&m.name).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "lock {lock_name} has no model {:?} (run fetch without --locked)",
-                        m.name
-                    )
-                })?;
-                models::check_lock_matches(m, lm, &lock_name)?;
-                Some(lm)
-            }
-            None => None,
-        };
-        let p = match (offline, locked) {
-            (true, Some(l)) => ModelPlan {
-                model: m.clone(),
-                commit: l.commit.clone(),
-                files: models::tasks_from_lock(m, l, &lock_name)?,
-            },
-            _ => models::plan_model(&model_client, m, locked).await?,
-        };
-        tracing::info!(
-            "{}: model {}@{} → {} files, {} bytes",
-            m.name,
-            m.repo,
-            short(&p.commit),
-            p.files.len(),
-            p.files.iter().map(|f| f.size).sum::<u64>()
-        );
-        model_plans.push(p);
-    }
-
-    // 2. The split policy, on every training source, before any download.
-    let refusals: Vec<anyhow::Error> = plans
-        .iter()
-        .filter_map(|p| {
-            let names: Vec<String> = p.files.iter().map(|f| f.path.clone()).collect();
-            plan::policy_check(&p.source, &names)
-        })
-        .collect();
-    if !refusals.is_empty() {
-        let msg = refusals
-            .iter()
-            .map(|e| format!("{e}"))
-            .collect::<Vec<_>>()
-            .join("\n  ");
-        return Err(crate::error::refused(
-            msg.trim_start_matches("refused: ")
-                .replace("\n  refused: ", "\n  "),
-        ));
-    }
-
-    // 3. This worker's files, in a global deterministic order.
-    let all: Vec<(usize, FileTask)> = plans
-        .iter()
-        .map(|p| &p.files)
-        .chain(model_plans.iter().map(|p| &p.files))
-        .enumerate()
-        .flat_map(|(i, files)| files.iter().map(move |f| (i, f.clone())))
-        .collect();
-    let mine: Vec<(usize, usize, FileTask)> = all
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| slice.owns(*k))
-        .map(|(k, (i, f))| (k, i, f))
-        .collect();
-    let dlog = Arc::new(DownloadLog::open(&log_path)?);
-    let dl = Arc::new(
-        Downloader::new(
-            client.clone(),
-            cache.clone(),
-            args.jobs,
-            args.chunk_mb.max(1) << 20,
-        )
-        .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()),
-    );
-    let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
-    let mut handles = Vec::new();
-    for (k, i, t) in mine {
-        let (dl, dlog, file_sem) = (dl.clone(), dlog.clone(), file_sem.clone());
-        handles.push(tokio::spawn(async move {
-            let _p = file_sem.acquire_owned().await?;
-            let r = if offline {
-                offline_file(&dl.cache, &t).await
-            } else {
-                dl.fetch(&t).await
-            };
-            let url = dl
-                .client_for(t.kind)
-                .resolve_url(&t.repo, &t.commit, &t.path);
-            let rec = record(&t, &url, &r);
-            dlog.append_new(&rec)?;
-            match &r {
-                Ok(o) => {
-                    // Bytes not streamed now: a cached file, a resumed file's earlier part.
-                    dl.progress.add_done(t.size.saturating_sub(o.downloaded));
-                    // One line per file is progress: `--quiet` keeps failures only.
-                    if !crate::report::settings().quiet {
-                        dl.progress.println(&file_line(&t, o))
-                    }
-                }
-                Err(e) => dl.progress.println(&format!(
-                    "FAILED {}@{} {}: {e:#}",
-                    t.repo,
-                    short(&t.commit),
-                    t.path
-                )),
-            }
-            Ok::<_, anyhow::Error>((k, i, t, r))
-        }));
-    }
-    let mut results: Vec<(usize, usize, FileTask, Result<Outcome>)> = Vec::new();
-    for h in handles {
-        results.push(h.await.context("download task panicked")??);
-    }
-    dl.progress.finish();
-    results.sort_by_key(|r| r.0);
-    let failures: Vec<String> = results
-        .iter()
-        .filter_map(|(_, _, t, r)| {
-            r.as_ref()
-                .err()
-                .map(|e| format!("{}/{}: {e:#}", t.repo, t.path))
-        })
-        .collect();
-    let downloaded: u64 = results
-        .iter()
-        .filter_map(|r| r.3.as_ref().ok())
-        .map(|o| o.downloaded)
-        .sum();
-    let cached = results
-        .iter()
-        .filter(|r| r.3.as_ref().is_ok_and(|o| o.cached))
-        .count();
-    if !failures.is_empty() {
-        anyhow::bail!(
-            "{} of {} files failed (see {}); no lock written:\n  {}",
-            failures.len(),
-            results.len(),
-            log_path.display(),
-            failures.join("\n  ")
-        );
-    }
-
-    // 4. Refs, then the lock (whole job only; unchanged under --locked/offline).
-    if !offline {
-        for p in &plans {
-            if p.source.revision != p.commit {
-                let r = cache
-                    .ref_path(p.source.role, &p.source.repo, &p.source.revision)
-                    .with_context(|| format!("source {:?}", p.source.name))?;
-                crate::util::write_if_changed(&r, p.commit.as_bytes())?;
-            }
-        }
-    }
-    let wrote_lock = slice.is_whole() && lock.is_none();
-    if wrote_lock {
-        write_lock(&lock_path, &plans, &locals, &model_plans, &results)?;
-    }
-    let mut architecture = None;
-    if slice.is_whole() && !model_plans.is_empty() {
-        let a = models::write_architecture(&cache, &lock_path, &model_plans)?;
-        crate::report::note(&format!("fetch: architecture {}", a.display()));
-        architecture = Some(a.display().to_string());
-        if let Some(dir) = &args.local_dir {
-            let shas = verified_shas(&results);
-            models::materialise(&cache, dir, &model_plans, &|t| {
-                shas.get(&(t.repo.clone(), t.path.clone()))
-                    .cloned()
-                    .unwrap_or_default()
-            })?;
-        }
-    } else if args.local_dir.is_some() {
-        crate::report::note(&format!(
-            "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
-            slice.index, slice.count
-        ));
-    }
-    crate::report::note(&format!(
-        "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
-        results.len(),
-        cached,
-        downloaded as f64 / 1e6,
-        t0.elapsed().as_secs_f64(),
-        log_path.display(),
-        if wrote_lock {
-            format!("; lock {}", lock_path.display())
-        } else {
-            String::new()
-        }
-    ));
-    if args.json {
-        let count = |i: usize| results.iter().filter(|r| r.1 == i).count();
-        let sources: Vec<serde_json::Value> = plans
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                serde_json::json!({
-                    "name": p.source.name,
-                    "repo": p.source.repo,
-                    "revision": p.source.revision,
-                    "commit": p.commit,
-                    "files": p.files.len(),
-                    "bytes": p.files.iter().map(|f| f.size).sum::<u64>(),
-                    "files_this_worker": count(i),
-                })
-            })
-            .collect();
-        let models: Vec<serde_json::Value> = model_plans
-            .iter()
-            .enumerate()
-            .map(|(j, p)| {
-                serde_json::json!({
-                    "name": p.model.name,
-                    "repo": p.model.repo,
-                    "commit": p.commit,
-                    "files": p.files.len(),
-                    "bytes": p.files.iter().map(|f| f.size).sum::<u64>(),
-                    "files_this_worker": count(plans.len() + j),
-                })
-            })
-            .collect();
-        let secs = t0.elapsed().as_secs_f64();
-        crate::cron::json_line(serde_json::json!({
-            "manifest": args.manifest.display().to_string(),
-            "worker": slice.to_string(),
-            "offline": offline,
-            "files": results.len(),
-            "cached": cached,
-            "fetched": results.len() - cached,
-            "downloaded_bytes": downloaded,
-            "seconds": (secs * 1000.0).round() / 1000.0,
-            "log": log_path.display().to_string(),
-            "lock": wrote_lock.then(|| lock_path.display().to_string()),
-            "lock_unchanged": (slice.is_whole() && lock.is_some()).then(|| lock_path.display().to_string()),
-            "architecture": architecture,
-            "sources": sources,
-            "models": models,
-        }));
-    }
-    Ok(())
+    Ok(client)
 }
 
 fn short(c: &str) -> &str {
     &c[..8.min(c.len())]
-}
-
-fn file_line(t: &FileTask, o: &Outcome) -> String {
-    if o.cached {
-        format!(
-            "cached  {}@{} {} ({} B, verified)",
-            t.repo,
-            short(&t.commit),
-            t.path,
-            t.size
-        )
-    } else {
-        format!(
-            "fetched {}@{} {} ({} B, {:.1} MB/s, {} attempt{})",
-            t.repo,
-            short(&t.commit),
-            t.path,
-            t.size,
-            o.downloaded as f64 / 1e6 / o.seconds.max(1e-6),
-            o.attempts,
-            if o.attempts == 1 { "" } else { "s" }
-        )
-    }
-}
-
-fn record(t: &FileTask, url: &str, r: &Result<Outcome>) -> LogRecord {
-    let (sha256, verified, cached, attempts, seconds, downloaded, error) = match r {
-        Ok(o) => (
-            o.sha256.clone(),
-            true,
-            o.cached,
-            o.attempts,
-            o.seconds,
-            o.downloaded,
-            None,
-        ),
-        Err(e) => (
-            t.lfs_sha256.clone().unwrap_or_default(),
-            false,
-            false,
-            0,
-            0.0,
-            0,
-            Some(format!("{e:#}")),
-        ),
-    };
-    LogRecord {
-        time: log::now_rfc3339(),
-        source: t.source.clone(),
-        role: t.role,
-        repo: t.repo.clone(),
-        revision: t.revision.clone(),
-        commit: t.commit.clone(),
-        path: t.path.clone(),
-        url: url.to_string(),
-        bytes: t.size,
-        sha256,
-        verified,
-        cached,
-        attempts,
-        seconds,
-        downloaded,
-        error,
-    }
-}
-
-async fn offline_file(cache: &Cache, t: &FileTask) -> Result<Outcome> {
-    let t0 = Instant::now();
-    let blob = cache.blob_path(t.area(), &t.repo, t.etag())?;
-    if !blob.is_file() {
-        anyhow::bail!(
-            "HF_HUB_OFFLINE=1 and {}@{} {} is not in the cache ({})",
-            t.repo,
-            short(&t.commit),
-            t.path,
-            blob.display()
-        );
-    }
-    let (t2, b2) = (t.clone(), blob.clone());
-    let sha = tokio::task::spawn_blocking(move || download::verify_file(&t2, &b2)).await??;
-    download::link_snapshot(cache, t, &blob)?;
-    Ok(Outcome {
-        sha256: sha,
-        downloaded: 0,
-        attempts: 0,
-        cached: true,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
-}
-
-/// `(repo, path) → verified sha256` of every good result.
-fn verified_shas(
-    results: &[(usize, usize, FileTask, Result<Outcome>)],
-) -> std::collections::HashMap<(String, String), String> {
-    results
-        .iter()
-        .filter_map(|(_, _, t, r)| {
-            let o = r.as_ref().ok()?;
-            Some(((t.repo.clone(), t.path.clone()), o.sha256.clone()))
-        })
-        .collect()
-}
-
-/// Source `name` of the lock being honoured (`--locked` / offline), or an error saying to
-/// fetch without `--locked`.
-fn locked_source<'a>(lock: &'a Lock, name: &str, lock_name: &str) -> Result<&'a LockedSource> {
-    lock.source(name).ok_or_else(|| {
-        anyhow::anyhow!("lock {lock_name} has no source {name:?} (run fetch without --locked)")
-    })
-}
-
-fn write_lock(
-    path: &Path,
-    plans: &[SourcePlan],
-    locals: &[LockedSource],
-    model_plans: &[ModelPlan],
-    results: &[(usize, usize, FileTask, Result<Outcome>)],
-) -> Result<()> {
-    let mut lock = Lock {
-        version: 1,
-        sources: Vec::new(),
-    };
-    for (i, p) in plans.iter().enumerate() {
-        let mut files: Vec<LockedFile> = results
-            .iter()
-            .filter(|r| r.1 == i)
-            .map(|(_, _, t, r)| LockedFile {
-                path: t.path.clone(),
-                size: t.size,
-                sha256: r.as_ref().map(|o| o.sha256.clone()).unwrap_or_default(),
-                git_oid: t.lfs_sha256.is_none().then(|| t.git_oid.clone()),
-            })
-            .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        lock.sources.push(LockedSource {
-            name: p.source.name.clone(),
-            repo: p.source.repo.clone(),
-            revision: p.source.revision.clone(),
-            commit: p.commit.clone(),
-            config: p.source.config.clone(),
-            split: p.source.split.clone(),
-            role: p.source.role,
-            files,
-        });
-    }
-    lock.sources.extend(locals.iter().cloned());
-    let shas = verified_shas(results);
-    let models: Vec<LockedModel> = model_plans
-        .iter()
-        .map(|p| {
-            models::locked_model(p, |t| {
-                shas.get(&(t.repo.clone(), t.path.clone()))
-                    .cloned()
-                    .unwrap_or_default()
-            })
-        })
-        .collect();
-    crate::manifest::save_lock(path, &lock, &models)
 }

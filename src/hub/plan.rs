@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::client::{as_transient, transient, HubClient, TreeEntry};
+use super::client::{HubClient, TreeEntry};
+use super::retry::{as_transient, transient};
 use super::configs;
 use super::download::FileTask;
 use super::names::{check_repo_path, is_hex_digest, shown, RepoKind};

@@ -4,6 +4,7 @@
 //! and garbage are ignored) and then capped at [`RetryPolicy::max`]: a hostile answer can
 //! neither panic nor stall a run beyond the retry budget.
 
+use std::fmt;
 use std::time::Duration;
 
 /// Retry budget and backoff.
@@ -103,6 +104,45 @@ pub fn rate_limit_t(v: &str) -> Option<Duration> {
 /// Statuses worth retrying.
 pub fn retryable_status(s: u16) -> bool {
     s == 429 || s == 408 || (500..600).contains(&s)
+}
+
+/// A failure worth retrying (connection error, truncated body, 5xx, 429, checksum mismatch),
+/// with the wait the server asked for, if any.
+#[derive(Debug)]
+pub struct Transient {
+    pub msg: String,
+    pub wait: Option<Duration>,
+}
+
+impl fmt::Display for Transient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.msg)
+    }
+}
+impl std::error::Error for Transient {}
+
+pub fn transient(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Transient {
+        msg: msg.into(),
+        wait: None,
+    })
+}
+
+/// The `Transient` in an error's chain, if any.
+pub fn as_transient(e: &anyhow::Error) -> Option<&Transient> {
+    e.chain().find_map(|c| c.downcast_ref::<Transient>())
+}
+
+/// A reqwest error as transient (without the URL's query, which may carry a CDN signature).
+pub fn net_error(what: &str, e: reqwest::Error) -> anyhow::Error {
+    let e = e.without_url();
+    let mut msg = format!("{what}: {e}");
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    transient(msg)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use anyhow::Result;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use super::client::{net_error, transient};
+use super::retry::{net_error, transient};
 
 /// What counts as a stall.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -139,7 +139,7 @@ mod tests {
             msg.contains("o/n/data.bin") && msg.contains("stalled"),
             "{msg}"
         );
-        assert!(super::super::client::as_transient(&e).is_some(), "retried");
+        assert!(super::super::retry::as_transient(&e).is_some(), "retried");
         // Silence: stalled at the end of the window.
         let mut g = RateGuard::new(p, "f");
         let mut body = trickle(Duration::from_secs(3600), 1);

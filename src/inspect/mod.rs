@@ -59,13 +59,13 @@ fn bad(path: &Path, why: &str) -> anyhow::Error {
 }
 
 /// Decide what PATH is from what is there, never from its name alone.
-fn classify(path: &Path, bound: crate::sources::Bound) -> Result<Target> {
+fn classify(path: &Path, bound: crate::bounded::Bound) -> Result<Target> {
     if !path.exists() {
         return Err(bad(path, "no such file or directory"));
     }
     if !path.is_dir() {
         // A FIFO would block the read for ever, /dev/zero never end.
-        crate::sources::input::check_regular(path)?;
+        crate::bounded::check_regular(path)?;
     }
     if path.is_dir() {
         if crate::shards::index::index_path(path).is_file() {

@@ -12,7 +12,7 @@ use super::stats::Stats;
 use super::{cut, show, InspectArgs};
 
 /// The first record of a `.json` array or JSON-lines file (None: no record), read alone.
-pub fn first_record(path: &Path, bound: crate::sources::Bound) -> Result<Option<Value>> {
+pub fn first_record(path: &Path, bound: crate::bounded::Bound) -> Result<Option<Value>> {
     let mut first = None;
     crate::model::lineage::for_each_record(path, bound, &mut |_, v| {
         first = Some(v);
@@ -22,8 +22,8 @@ pub fn first_record(path: &Path, bound: crate::sources::Bound) -> Result<Option<
 }
 
 /// The bound on one record, from `--max-record-bytes`.
-pub(super) fn bound(args: &InspectArgs) -> crate::sources::Bound {
-    crate::sources::Bound::new(args.max_record_bytes, "--max-record-bytes")
+pub(super) fn bound(args: &InspectArgs) -> crate::bounded::Bound {
+    crate::bounded::Bound::new(args.max_record_bytes, "--max-record-bytes")
 }
 
 fn shown(args: &InspectArgs, k: usize) -> bool {

@@ -9,7 +9,7 @@
 //! of all items read (empty, oversize, blank options) are the same in every part; the
 //! per-item ones (too long, added-token text, provenance documents) are summed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -17,7 +17,7 @@ use serde_json::Value;
 use super::prompts::{self, PromptRecord};
 use super::sft::SftRow;
 use super::{sft_shards, sft_write, PART_ROWS_PER_SHARD};
-use crate::shards::index::{self, Index};
+use crate::shards::index::{self, Index, ProvenanceRange};
 use crate::shards::outdir::Claim;
 
 /// Does `parts_root` hold mcq worker parts (each with a prompts.jsonl)?
@@ -49,11 +49,67 @@ fn identity(idx: &Index) -> Index {
 pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let parts_root = out.join("parts");
-    let dirs: Vec<std::path::PathBuf> = names.iter().map(|n| parts_root.join(n)).collect();
-    // Every part: its prompts, and its SFT set when the workers had --tokenizer.
+    let dirs: Vec<PathBuf> = names.iter().map(|n| parts_root.join(n)).collect();
+    let parts = read_parts(&parts_root, names, &dirs)?;
+    let (merged, owner) = interleave(&parts.recs, &dirs, workers)?;
+    let total = merged.len();
+
+    // Only this tool's files in OUT: parts/, and what an earlier mcq or merge wrote.
+    let prompts_path = out.join("prompts.jsonl");
+    let mut claim = Claim::new("merge", force).keep(["parts", "sft"]);
+    if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
+        claim = claim.remove(["prompts.jsonl"]);
+    }
+    claim.apply(out)?;
+    let sft_dir = out.join("sft");
+    if parts.sft {
+        super::claim_sft(Claim::new("merge", force), &sft_dir, false).apply(&sft_dir)?;
+    }
+    crate::signals::check()?;
+    prompts::write(&prompts_path, &merged)?;
+
+    let mut summary = serde_json::json!({
+        "kind": "mcq",
+        "out": out.display().to_string(),
+        "workers": workers,
+        "items": total,
+        "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
+    });
+    if parts.sft {
+        check_one_run(&dirs, &parts.idxs)?;
+        let rows_per_shard = rows_per_shard(&parts.idxs[0], &dirs[0])?;
+        let rows = rows_in_order(&dirs, &merged, &owner)?;
+        summary["sft"] = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
+    }
+    std::fs::remove_dir_all(&parts_root)
+        .with_context(|| format!("removing {}", parts_root.display()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    crate::report::note(&format!(
+        "merge: {workers} mcq parts → {total} items in {}{} ({secs:.1} s)",
+        prompts_path.display(),
+        if parts.sft {
+            format!(", SFT shards in {}", sft_dir.display())
+        } else {
+            String::new()
+        }
+    ));
+    Ok(summary)
+}
+
+/// What the parts hold: each one's prompts, and each one's complete SFT index when the
+/// workers had --tokenizer (`sft`).
+struct Parts {
+    recs: Vec<Vec<PromptRecord>>,
+    idxs: Vec<Index>,
+    sft: bool,
+}
+
+/// Every part's prompts and SFT index; refused (nothing merged) naming every part that lacks
+/// one or was interrupted.
+fn read_parts(parts_root: &Path, names: &[String], dirs: &[PathBuf]) -> Result<Parts> {
     let mut recs: Vec<Vec<PromptRecord>> = Vec::new();
     let mut missing = Vec::new();
-    for (n, d) in names.iter().zip(&dirs) {
+    for (n, d) in names.iter().zip(dirs) {
         let p = d.join("prompts.jsonl");
         if !p.is_file() {
             missing.push(format!("{n} (no prompts.jsonl)"));
@@ -61,14 +117,12 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
         }
         recs.push(prompts::read(&p)?);
     }
-    let with_sft: Vec<bool> = dirs
+    let sft = dirs
         .iter()
-        .map(|d| index::index_path(&d.join("sft")).exists())
-        .collect();
-    let sft = with_sft.iter().any(|&b| b);
+        .any(|d| index::index_path(&d.join("sft")).exists());
     let mut idxs: Vec<Index> = Vec::new();
     if sft {
-        for (n, d) in names.iter().zip(&dirs) {
+        for (n, d) in names.iter().zip(dirs) {
             match index::load(&d.join("sft")) {
                 Ok(i) if i.complete => idxs.push(i),
                 Ok(_) => missing.push(format!("{n} (sft/ interrupted: rerun that task to resume)")),
@@ -83,6 +137,16 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
             missing.join(", ")
         )));
     }
+    Ok(Parts { recs, idxs, sft })
+}
+
+/// The parts' records in global item order (worker `I`'s `j`-th is item `j·N + I`), with the
+/// worker each came from; refused when a part holds the wrong number of items for one run.
+fn interleave(
+    recs: &[Vec<PromptRecord>],
+    dirs: &[PathBuf],
+    workers: usize,
+) -> Result<(Vec<PromptRecord>, Vec<usize>)> {
     // Worker I of N holds ceil((T - I) / N) items.
     let total: usize = recs.iter().map(Vec::len).sum();
     for (i, r) in recs.iter().enumerate() {
@@ -102,139 +166,136 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
         merged.push(recs[w][j].clone());
         owner.push(w);
     }
+    Ok((merged, owner))
+}
 
-    // Only this tool's files in OUT: parts/, and what an earlier mcq or merge wrote.
-    let prompts_path = out.join("prompts.jsonl");
-    let mut claim = Claim::new("merge", force).keep(["parts", "sft"]);
-    if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
-        claim = claim.remove(["prompts.jsonl"]);
+/// Refused unless every part's SFT index was written by one mcq command.
+fn check_one_run(dirs: &[PathBuf], idxs: &[Index]) -> Result<()> {
+    let id0 = identity(&idxs[0]);
+    for (i, x) in idxs.iter().enumerate().skip(1) {
+        if identity(x) != id0 {
+            return Err(crate::error::refused(format!(
+                "{} and {} were written by different mcq commands (tokenizer, template, seed, format, --seq-len or inputs differ); remove the stale part",
+                dirs[0].join("sft").display(),
+                dirs[i].join("sft").display()
+            )));
+        }
     }
-    claim.apply(out)?;
-    let sft_dir = out.join("sft");
-    if sft {
-        super::claim_sft(Claim::new("merge", force), &sft_dir, false).apply(&sft_dir)?;
-    }
-    crate::signals::check()?;
-    prompts::write(&prompts_path, &merged)?;
+    Ok(())
+}
 
-    let mut summary = serde_json::json!({
-        "kind": "mcq",
-        "out": out.display().to_string(),
-        "workers": workers,
-        "items": total,
-        "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
-    });
-    if sft {
-        let first = &idxs[0];
-        let id0 = identity(first);
-        for (i, x) in idxs.iter().enumerate().skip(1) {
-            if identity(x) != id0 {
-                return Err(crate::error::refused(format!(
-                    "{} and {} were written by different mcq commands (tokenizer, template, seed, format, --seq-len or inputs differ); remove the stale part",
-                    dirs[0].join("sft").display(),
-                    dirs[i].join("sft").display()
-                )));
-            }
+/// The SFT rows of every part in global item order (each part's rows follow its items,
+/// matched by id).
+fn rows_in_order(dirs: &[PathBuf], merged: &[PromptRecord], owner: &[usize]) -> Result<Vec<SftRow>> {
+    // The rows of each part, in the part's item order; then in global item order.
+    let mut part_rows: Vec<std::vec::IntoIter<SftRow>> = Vec::new();
+    for d in dirs {
+        part_rows.push(sft_shards::read_dir(&d.join("sft"))?.into_iter());
+    }
+    let mut peeked: Vec<Option<SftRow>> = part_rows.iter_mut().map(|it| it.next()).collect();
+    let mut rows: Vec<SftRow> = Vec::new();
+    for (rec, &w) in merged.iter().zip(owner) {
+        if peeked[w].as_ref().is_some_and(|r| r.id == rec.id) {
+            rows.push(peeked[w].take().unwrap());
+            peeked[w] = part_rows[w].next();
         }
-        let rows_per_shard = first
-            .extra
-            .get(PART_ROWS_PER_SHARD)
-            .and_then(Value::as_u64)
-            .with_context(|| {
-                format!(
-                    "{}: the part records no rows_per_shard (written by an older dlm-data); rerun the workers",
-                    index::index_path(&dirs[0].join("sft")).display()
-                )
-            })? as usize;
-        // The rows of each part, in the part's item order; then in global item order.
-        let mut part_rows: Vec<std::vec::IntoIter<SftRow>> = Vec::new();
-        for d in &dirs {
-            part_rows.push(sft_shards::read_dir(&d.join("sft"))?.into_iter());
-        }
-        let mut peeked: Vec<Option<SftRow>> = part_rows.iter_mut().map(|it| it.next()).collect();
-        let mut rows: Vec<SftRow> = Vec::new();
-        for (rec, &w) in merged.iter().zip(&owner) {
-            if peeked[w].as_ref().is_some_and(|r| r.id == rec.id) {
-                rows.push(peeked[w].take().unwrap());
-                peeked[w] = part_rows[w].next();
-            }
-        }
-        for (w, p) in peeked.iter().enumerate() {
-            if let Some(r) = p {
-                bail!(
-                    "{}: SFT row {:?} follows no item of the part's prompts.jsonl in order; the part is damaged, rerun that task",
-                    dirs[w].join("sft").display(),
-                    r.id
-                );
-            }
-        }
-        // Counts: those over all items read are the same in every part; the rest add up.
-        let t0c = &first.totals;
-        let extra_u64 = |t: &crate::shards::index::Totals, k: &str| {
-            t.extra.get(k).and_then(Value::as_u64).unwrap_or(0)
-        };
-        let mut counts = sft_write::Counts {
-            skipped_empty: t0c.skipped_empty,
-            too_long: 0,
-            skipped_oversize: extra_u64(t0c, "skipped_oversize"),
-            kept_without_blank: extra_u64(t0c, "kept_without_blank_options"),
-            added: Default::default(),
-        };
-        let mut provenance = first.provenance.clone();
-        for p in &mut provenance {
-            p.documents = 0;
-        }
-        for x in &idxs {
-            counts.too_long += x.totals.skipped_filtered;
-            if let Some(v) = x.totals.extra.get("added_token_text") {
-                let c: crate::added_text::AddedTextCounts = serde_json::from_value(v.clone())
-                    .context("a part's added_token_text counts")?;
-                counts.added.merge(&c);
-            }
-            for (m, p) in provenance.iter_mut().zip(&x.provenance) {
-                m.documents += p.documents;
-            }
-        }
-        let mut index = Index {
-            shards: Vec::new(),
-            totals: Default::default(),
-            provenance: Vec::new(),
-            complete: false,
-            ..first.clone()
-        };
-        index.extra.remove(PART_ROWS_PER_SHARD);
-        if let Some(Value::Object(m)) = index.extra.get_mut("mcq") {
-            m.insert("worker".into(), "0/1".into());
-            m.insert(
-                "prompts_sha256".into(),
-                crate::util::sha256_file(&prompts_path)?.into(),
+    }
+    for (w, p) in peeked.iter().enumerate() {
+        if let Some(r) = p {
+            bail!(
+                "{}: SFT row {:?} follows no item of the part's prompts.jsonl in order; the part is damaged, rerun that task",
+                dirs[w].join("sft").display(),
+                r.id
             );
         }
-        std::fs::create_dir_all(&sft_dir)
-            .with_context(|| format!("creating {}", sft_dir.display()))?;
-        let kept: Vec<&SftRow> = rows.iter().collect();
-        let mds = sft_write::write_shards(&sft_dir, &mut index, &kept, rows_per_shard)?;
-        index.totals = sft_write::totals(&kept, &index, &counts)?;
-        index.provenance = provenance;
-        sft_write::save_complete(&sft_dir, &mut index, &mds)?;
-        summary["sft"] = serde_json::json!({
-            "dir": sft_dir.display().to_string(),
-            "rows": index.totals.rows,
-            "tokens": index.totals.tokens,
-            "shards": index.shards.len(),
-        });
     }
-    std::fs::remove_dir_all(&parts_root)
-        .with_context(|| format!("removing {}", parts_root.display()))?;
-    let secs = t0.elapsed().as_secs_f64();
-    crate::report::note(&format!(
-        "merge: {workers} mcq parts → {total} items in {}{} ({secs:.1} s)",
-        prompts_path.display(),
-        if sft {
-            format!(", SFT shards in {}", sft_dir.display())
-        } else {
-            String::new()
+    Ok(rows)
+}
+
+/// The run's `--rows-per-shard`, as the first part recorded it.
+fn rows_per_shard(first: &Index, dir0: &Path) -> Result<usize> {
+    Ok(first
+        .extra
+        .get(PART_ROWS_PER_SHARD)
+        .and_then(Value::as_u64)
+        .with_context(|| {
+            format!(
+                "{}: the part records no rows_per_shard (written by an older dlm-data); rerun the workers",
+                index::index_path(&dir0.join("sft")).display()
+            )
+        })? as usize)
+}
+
+/// Counts: those over all items read are the same in every part (the first's); too long,
+/// added-token text and each file's provenance documents add up.
+fn summed_counts(idxs: &[Index]) -> Result<(sft_write::Counts, Vec<ProvenanceRange>)> {
+    let first = &idxs[0];
+    let t0c = &first.totals;
+    let extra_u64 = |t: &crate::shards::index::Totals, k: &str| {
+        t.extra.get(k).and_then(Value::as_u64).unwrap_or(0)
+    };
+    let mut counts = sft_write::Counts {
+        skipped_empty: t0c.skipped_empty,
+        too_long: 0,
+        skipped_oversize: extra_u64(t0c, "skipped_oversize"),
+        kept_without_blank: extra_u64(t0c, "kept_without_blank_options"),
+        added: Default::default(),
+    };
+    let mut provenance = first.provenance.clone();
+    for p in &mut provenance {
+        p.documents = 0;
+    }
+    for x in idxs {
+        counts.too_long += x.totals.skipped_filtered;
+        if let Some(v) = x.totals.extra.get("added_token_text") {
+            let c: crate::added_text::AddedTextCounts = serde_json::from_value(v.clone())
+                .context("a part's added_token_text counts")?;
+            counts.added.merge(&c);
         }
-    ));
-    Ok(summary)
+        for (m, p) in provenance.iter_mut().zip(&x.provenance) {
+            m.documents += p.documents;
+        }
+    }
+    Ok((counts, provenance))
+}
+
+/// The merged SFT set, re-cut into the run's shards by the writer `mcq` uses, under the first
+/// part's index made whole (worker `0/1`, the merged prompts' sha256); its summary.
+fn write_sft(
+    idxs: &[Index],
+    rows: Vec<SftRow>,
+    rows_per_shard: usize,
+    sft_dir: &Path,
+    prompts_path: &Path,
+) -> Result<Value> {
+    let first = &idxs[0];
+    let (counts, provenance) = summed_counts(idxs)?;
+    let mut index = Index {
+        shards: Vec::new(),
+        totals: Default::default(),
+        provenance: Vec::new(),
+        complete: false,
+        ..first.clone()
+    };
+    index.extra.remove(PART_ROWS_PER_SHARD);
+    if let Some(Value::Object(m)) = index.extra.get_mut("mcq") {
+        m.insert("worker".into(), "0/1".into());
+        m.insert(
+            "prompts_sha256".into(),
+            crate::util::sha256_file(prompts_path)?.into(),
+        );
+    }
+    std::fs::create_dir_all(sft_dir)
+        .with_context(|| format!("creating {}", sft_dir.display()))?;
+    let kept: Vec<&SftRow> = rows.iter().collect();
+    let mds = sft_write::write_shards(sft_dir, &mut index, &kept, rows_per_shard)?;
+    index.totals = sft_write::totals(&kept, &index, &counts)?;
+    index.provenance = provenance;
+    sft_write::save_complete(sft_dir, &mut index, &mds)?;
+    Ok(serde_json::json!({
+        "dir": sft_dir.display().to_string(),
+        "rows": index.totals.rows,
+        "tokens": index.totals.tokens,
+        "shards": index.shards.len(),
+    }))
 }

@@ -13,30 +13,29 @@
 //! - [`tokenizer`]: tokenizer + EOS.
 
 pub mod item;
+pub mod load;
 pub mod merge;
 pub mod prompts;
 pub mod read;
 pub mod sft;
+mod sft_set;
 pub mod sft_shards;
 pub mod sft_write;
+mod steps;
 pub mod template;
 pub mod tokenizer;
 pub mod uptodate;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::hub::cache::Cache;
-use crate::manifest::{Lock, LockedSource, Manifest, Role};
-use crate::shards::index::{Index, Kind, ProvenanceRange, Totals};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
-use item::McqItem;
-use template::Templates;
+
+pub use load::{load_items, Loaded};
 
 #[derive(Args, Debug, Clone)]
 pub struct McqArgs {
@@ -114,203 +113,7 @@ pub struct McqArgs {
 /// Worker parts only: the `--rows-per-shard` of the run, an index.json key `merge` reads.
 pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
-/// Items read from the locked files, with per-file provenance ranges.
-pub struct Loaded {
-    pub items: Vec<McqItem>,
-    pub ranges: Vec<ProvenanceRange>,
-    pub skipped_empty: u64,
-    pub skipped_oversize: u64,
-    /// Items kept without their blank options.
-    pub kept_without_blank: u64,
-    /// Every row that gave no item: file, row, reason.
-    pub skipped: Vec<read::Skipped>,
-}
-
-/// Most skipped rows named one by one in the log (all are in the `--json` summary).
-const LOG_SKIPPED: usize = 20;
-
-/// Refuse anything that is not a training source of a non-eval split (exit 2).
-fn check_policy(m: &Manifest) -> Result<()> {
-    for s in &m.sources {
-        if s.role == Role::EvalReference {
-            return Err(crate::error::refused(format!(
-                "manifest {}: source {:?} has role eval-reference; benchmark sets are never prompted or trained on",
-                m.path.display(),
-                s.name
-            )));
-        }
-        for name in [&s.split, &s.config] {
-            if let Some(k) = crate::policy::eval_keyword(name) {
-                return Err(crate::error::refused(format!(
-                    "manifest {}: source {:?}: {name:?} is an evaluation split (keyword {k:?})",
-                    m.path.display(),
-                    s.name
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Read every locked parquet file of every source, verifying sha256 against the lock.
-pub fn load_items(
-    m: &Manifest,
-    lock: &Lock,
-    cache: &Cache,
-    seed: u64,
-    max_item_bytes: u64,
-) -> Result<Loaded> {
-    check_policy(m)?;
-    let lock_path = m.lock_path();
-    let mut items = Vec::new();
-    let mut ranges = Vec::new();
-    let (mut skipped_empty, mut skipped_oversize, mut kept_without_blank) = (0, 0, 0);
-    let mut skipped = Vec::new();
-    for s in &m.sources {
-        if s.is_local() {
-            return Err(crate::error::usage(format!(
-                "manifest {}: source {:?} is local (`path = …`): local sources are read by `pack` only; mcq reads Hub datasets",
-                m.path.display(),
-                s.name
-            )));
-        }
-        let ls: &LockedSource = lock.source(&s.name).ok_or_else(|| {
-            anyhow::anyhow!(
-                "lock {}: source {:?} is not pinned; run `dlm-data fetch --manifest {}`",
-                lock_path.display(),
-                s.name,
-                m.path.display()
-            )
-        })?;
-        if ls.repo != s.repo || ls.role != Role::Train {
-            anyhow::bail!(
-                "lock {}: source {:?} is pinned to {} (role {:?}) but the manifest says {}; re-run fetch",
-                lock_path.display(),
-                s.name,
-                ls.repo,
-                ls.role,
-                s.repo
-            );
-        }
-        let mut files: Vec<_> = ls
-            .files
-            .iter()
-            .filter(|f| f.path.ends_with(".parquet"))
-            .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        if files.is_empty() {
-            anyhow::bail!(
-                "lock {}: source {:?} has no parquet files",
-                lock_path.display(),
-                s.name
-            );
-        }
-        let id_prefix = format!("{}-{}", s.name, s.split);
-        let mut row_offset = 0;
-        for f in files {
-            if let Some(k) = crate::policy::eval_keyword(&f.path) {
-                return Err(crate::error::refused(format!(
-                    "lock {}: source {:?} file {:?} is an evaluation file (keyword {k:?})",
-                    lock_path.display(),
-                    s.name,
-                    f.path
-                )));
-            }
-            let path = cache
-                .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
-                .with_context(|| format!("lock {}: source {:?}", lock_path.display(), s.name))?;
-            let sha = crate::util::sha256_file(&path).with_context(|| {
-                format!(
-                    "source {:?}: locked file {} not in the cache; run fetch",
-                    s.name, f.path
-                )
-            })?;
-            if sha != f.sha256 {
-                anyhow::bail!(
-                    "{}: sha256 {sha} does not match the lock ({}); the cache is corrupt, re-run fetch",
-                    path.display(),
-                    f.sha256
-                );
-            }
-            let ctx = read::FileCtx {
-                prov: crate::provenance::Provenance {
-                    source: s.name.clone(),
-                    repo: ls.repo.clone(),
-                    commit: ls.commit.clone(),
-                    file: f.path.clone(),
-                    row: 0,
-                },
-                id_prefix: &id_prefix,
-                row_offset,
-                seed,
-                max_item_bytes,
-            };
-            let before = items.len();
-            let st = read::read_file(&path, &ctx, &mut items)?;
-            row_offset += st.rows;
-            skipped_empty += st.skipped_empty;
-            skipped_oversize += st.skipped_oversize;
-            kept_without_blank += st.kept_without_blank;
-            ranges.push(ProvenanceRange {
-                source: s.name.clone(),
-                repo: ls.repo.clone(),
-                commit: ls.commit.clone(),
-                file: f.path.clone(),
-                split: s.split.clone(),
-                role: "train".into(),
-                row_start: 0,
-                row_end: st.rows,
-                documents: (items.len() - before) as u64,
-                out_row_start: None,
-                out_row_end: None,
-            });
-            let kept_note = if st.kept_without_blank > 0 {
-                format!(
-                    "; {} kept without their blank options (listed in blank_options)",
-                    st.kept_without_blank
-                )
-            } else {
-                String::new()
-            };
-            tracing::info!(
-                "{}: {} rows, {} items from {} ({} skipped{kept_note})",
-                s.name,
-                st.rows,
-                st.items,
-                f.path,
-                st.skipped.len()
-            );
-            for k in &st.skipped[..st.skipped.len().min(LOG_SKIPPED)] {
-                tracing::warn!(
-                    "{}: {} row {}: skipped: {}",
-                    s.name,
-                    k.file,
-                    k.row,
-                    k.reason
-                );
-            }
-            if st.skipped.len() > LOG_SKIPPED {
-                tracing::warn!(
-                    "{}: {}: {} more skipped rows (all listed by --json)",
-                    s.name,
-                    f.path,
-                    st.skipped.len() - LOG_SKIPPED
-                );
-            }
-            skipped.extend(st.skipped);
-        }
-    }
-    Ok(Loaded {
-        items,
-        ranges,
-        skipped_empty,
-        skipped_oversize,
-        kept_without_blank,
-        skipped,
-    })
-}
-
-fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
+pub(super) fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
     if slice.is_whole() {
         args.out.clone()
     } else {
@@ -318,282 +121,58 @@ fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
     }
 }
 
+/// The run, step by step ([`steps`], [`load`], [`sft_set`]).
 pub fn run(args: McqArgs) -> Result<()> {
     let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
-    // Before any work: paths recorded exactly, no input as the output, one writer.
-    let given: Vec<(&str, &std::path::Path)> = [
-        ("--out", Some(args.out.as_path())),
-        ("--manifest", Some(args.manifest.as_path())),
-        ("--tokenizer", args.tokenizer.as_deref()),
-        ("--template", args.template.as_deref()),
-        ("--cache", args.cache.as_deref()),
-    ]
-    .into_iter()
-    .filter_map(|(f, p)| p.map(|p| (f, p)))
-    .collect();
-    crate::lock::require_utf8_all(given.iter().copied())?;
-    let m = Manifest::load_data(&args.manifest)?;
-    let lock_file = m.lock_path();
-    let mut inputs: Vec<(&str, &std::path::Path)> = given[1..].to_vec();
-    inputs.push(("lock", lock_file.as_path()));
-    crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let _lock = crate::lock::OutputLock::dir(&out_dir(&args, slice), "mcq")?;
-    check_policy(&m)?;
-    let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
-    let lock_path = m.lock_path();
-    let lock = Lock::load(&lock_path).with_context(|| {
-        format!(
-            "no usable lock beside the manifest; run `dlm-data fetch --manifest {}` first",
-            m.path.display()
-        )
-    })?;
-    let cache = Cache::resolve(args.cache.as_deref());
-    let tok = match &args.tokenizer {
-        Some(p) => Some(tokenizer::load(
-            p,
-            &crate::doc_tokens::Flags {
-                eos_token: args.eos_token.clone(),
-                bos_token: args.bos_token.clone(),
-                no_bos: args.no_bos,
-                ..Default::default()
-            },
-            args.mask_token.as_deref(),
-            args.special_tokens_in_text,
-        )?),
-        None => None,
-    };
+    // 1. Paths, manifest, one writer, policy, templates, lock, tokenizer.
+    let o = steps::open(&args, slice)?;
     let out = out_dir(&args, slice);
     let prompts_path = out.join("prompts.jsonl");
     let sft_dir = out.join("sft");
-    // The run's settings (the fingerprint a rerun must match to be a no-op).
-    let settings = match &tok {
-        Some(t) => Some(uptodate::McqSettings {
-            manifest_sha256: crate::util::sha256_file(&m.path)?,
-            lock_sha256: crate::util::sha256_file(&lock_path)?,
-            seed: args.seed,
-            prompt_template: templates.prompt_text.clone(),
-            answer_template: templates.answer_text.clone(),
-            max_item_bytes: args.max_item_bytes,
-            tokenizer_sha256: t.info.sha256.clone(),
-            eos_id: t.info.eos_id,
-            bos: t.bos.clone(),
-            mask: t.mask.clone(),
-            special_tokens_in_text: t.mode,
-            seq_len: args.seq_len,
-            format: args.format,
-            rows_per_shard: args.rows_per_shard,
-        }),
-        None => None,
-    };
+    let settings = steps::settings(&args, &o)?;
     if let Some(want) = &settings {
-        let manifest_abs = crate::shards::index::abs_path(&m.path);
+        let manifest_abs = crate::shards::index::abs_path(&o.m.path);
         match uptodate::check(&sft_dir, &prompts_path, &manifest_abs, want) {
             Ok(()) => return up_to_date(&args, &out, &prompts_path, Some(&sft_dir)),
             Err(why) => tracing::debug!("{}: not up to date: {why}", sft_dir.display()),
         }
     }
-    let loaded = load_items(&m, &lock, &cache, args.seed, args.max_item_bytes)?;
-    let mut ranges = loaded.ranges;
-    // This worker's items: global item k belongs to worker k % N.
-    let items: Vec<McqItem> = loaded
-        .items
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| slice.owns(*k))
-        .map(|(_, it)| it)
-        .collect();
+    // 2. The items of every locked file; this worker's share.
+    let mut loaded = load_items(&o.m, &o.lock, &o.cache, args.seed, args.max_item_bytes)?;
+    let ranges = std::mem::take(&mut loaded.ranges);
+    let items = steps::worker_items(std::mem::take(&mut loaded.items), slice);
     let records: Vec<prompts::PromptRecord> = items
         .iter()
-        .map(|it| prompts::PromptRecord::from_item(it, &templates))
+        .map(|it| prompts::PromptRecord::from_item(it, &o.templates))
         .collect();
     // Prompts only: rewritten only when their bytes would change.
-    if tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records)) {
+    if o.tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records)) {
         return up_to_date(&args, &out, &prompts_path, None);
     }
-    // Replace only what an earlier mcq run wrote there; never an input.
-    let inputs: Vec<&std::path::Path> = [
-        Some(args.manifest.as_path()),
-        Some(lock_path.as_path()),
-        args.template.as_deref(),
-        args.tokenizer.as_deref(),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let mut claim = Claim::new("mcq", args.force)
-        .keep(["sft"])
-        .inputs(inputs.iter().copied());
-    if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
-        claim = claim.remove(["prompts.jsonl"]);
-    }
-    // decontam's report on prompts.jsonl, written beside it by the documented pipeline: this
-    // tool's own file. Kept while it describes the prompts this run writes, removed (stale)
-    // when they change.
-    let prompts_report = out.join(outdir::prompts_decontam_report("prompts.jsonl"));
-    let report_scanned = outdir::own_decontam_report(&prompts_report);
-    if report_scanned.is_some() {
-        claim = claim.keep([outdir::prompts_decontam_report("prompts.jsonl")]);
-    }
-    claim.apply(&out)?;
-    // decontam's report on the SFT shards: kept while it describes the index written now.
-    let sft_report = sft_dir.join(outdir::DECONTAM_REPORT);
-    let sft_report_scanned = outdir::own_decontam_report(&sft_report);
-    if args.tokenizer.is_some() {
-        // The decontam report is removed after the write when the shards changed.
-        let claim = Claim::new("mcq", args.force).inputs(inputs.iter().copied());
-        claim_sft(claim, &sft_dir, sft_report_scanned.is_some()).apply(&sft_dir)?;
-    }
+    // 3. The output claimed; prompts.jsonl.
+    let reports = steps::claim(&args, &o, &out, &prompts_path, &sft_dir)?;
     crate::signals::check()?;
-    prompts::write(&prompts_path, &records)?;
-    if let Some(scanned) = report_scanned {
-        if crate::util::sha256_file(&prompts_path)? != scanned {
-            std::fs::remove_file(&prompts_report)
-                .with_context(|| format!("removing {}", prompts_report.display()))?;
-            tracing::info!(
-                "{}: removed: it describes other prompts than those written now (rerun decontam)",
-                prompts_report.display()
-            );
+    steps::write_prompts(&prompts_path, &records, &reports)?;
+    // 4. The SFT set.
+    let sft_summary = match &o.tok {
+        Some(tok) => {
+            let job = sft_set::SftJob {
+                args: &args,
+                slice,
+                o: &o,
+                tok,
+                items: &items,
+                loaded: &loaded,
+                settings: settings.as_ref(),
+                sft_dir: &sft_dir,
+                prompts_path: &prompts_path,
+                reports: &reports,
+            };
+            sft_set::write(&job, ranges)?
         }
-    }
-    crate::report::note(&format!(
-        "prompts: {} items → {}",
-        records.len(),
-        prompts_path.display()
-    ));
-
-    let mut sft_summary = serde_json::Value::Null;
-    if let Some(tok) = tok {
-        let (rows, too_long, added) = sft::build_rows(&items, &templates, &tok, args.seq_len)?;
-        if added.documents > 0 {
-            tracing::warn!("sft: {}", added.summary("items"));
-        }
-        let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
-        std::fs::create_dir_all(&sft_dir)
-            .with_context(|| format!("creating {}", sft_dir.display()))?;
-        let dtype = crate::shards::Dtype::U32;
-        let mut extra = BTreeMap::new();
-        if let Some((t, _)) = &tok.bos {
-            // Only with a BOS, so outputs without one keep their bytes.
-            extra.insert("bos_token".into(), serde_json::json!(t));
-        }
-        extra.insert(
-            "mcq".into(),
-            serde_json::json!({
-                "seed": args.seed,
-                "prompt_template": templates.prompt_text,
-                "answer_template": templates.answer_text,
-                "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
-                "worker": slice.to_string(),
-                "columns": {"id": "utf8", "input_ids": "list<uint32>", "prompt_len": "uint32", "length": "uint32", "source": "utf8", "repo": "utf8", "commit": "utf8", "file": "utf8", "row": "uint32"},
-            }),
-        );
-        // The journal: written incomplete before the first shard and after each one, so a
-        // rerun after a crash may replace exactly the files it lists.
-        let mut index = Index {
-            version: 1,
-            tool: Index::tool_name(),
-            kind: Kind::Sft,
-            format: args.format,
-            seq_len: args.seq_len as u64,
-            dtype,
-            tokenizer: tok.info.clone(),
-            shards: Vec::new(),
-            totals: Totals::default(),
-            provenance: Vec::new(),
-            manifest: Some(crate::shards::index::abs_path(&m.path)),
-            lock_sha256: Some(crate::util::sha256_file(&lock_path)?),
-            complete: false,
-            args: None,
-            extra,
-        };
-        if let Some(st) = &settings {
-            index
-                .extra
-                .insert(uptodate::KEY.into(), serde_json::to_value(st)?);
-        }
-        if !slice.is_whole() {
-            // merge re-cuts the rows into shards of this size (a part may hold one shard).
-            index
-                .extra
-                .insert(PART_ROWS_PER_SHARD.into(), args.rows_per_shard.into());
-        }
-        let mds_entries =
-            sft_write::write_shards(&sft_dir, &mut index, &kept, args.rows_per_shard)?;
-        // Provenance documents count what reached the SFT set, per file.
-        let mut per_file: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for (it, r) in items.iter().zip(&rows) {
-            if r.is_some() {
-                *per_file
-                    .entry((it.prov.source.clone(), it.prov.file.clone()))
-                    .or_default() += 1;
-            }
-        }
-        for r in &mut ranges {
-            r.documents = per_file
-                .get(&(r.source.clone(), r.file.clone()))
-                .copied()
-                .unwrap_or(0);
-        }
-        let counts = sft_write::Counts {
-            skipped_empty: loaded.skipped_empty,
-            too_long,
-            skipped_oversize: loaded.skipped_oversize,
-            kept_without_blank: loaded.kept_without_blank,
-            added: added.clone(),
-        };
-        index.totals = sft_write::totals(&kept, &index, &counts)?;
-        index.provenance = ranges;
-        sft_write::save_complete(&sft_dir, &mut index, &mds_entries)?;
-        if let Some(scanned) = &sft_report_scanned {
-            let index_sha =
-                crate::util::sha256_file(&sft_dir.join(crate::shards::index::INDEX_FILE))?;
-            if &index_sha != scanned && sft_report.is_file() {
-                std::fs::remove_file(&sft_report)
-                    .with_context(|| format!("removing {}", sft_report.display()))?;
-                tracing::info!(
-                    "{}: removed: it describes other shards than those written now (rerun decontam)",
-                    sft_report.display()
-                );
-            }
-        }
-        let tokens = index.totals.tokens;
-        crate::report::note(&format!(
-            "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
-            kept.len(),
-            tokens,
-            too_long,
-            args.seq_len,
-            sft_dir.display()
-        ));
-        sft_summary = serde_json::json!({
-            "dir": sft_dir.display().to_string(),
-            "rows": kept.len(),
-            "tokens": tokens,
-            "shards": index.shards.len(),
-            "too_long": too_long,
-            "added_token_text": added,
-        });
-    }
-    if !slice.is_whole() {
-        crate::report::note(&format!(
-            "mcq worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
-            out.display(),
-            args.out.display(),
-            slice.count
-        ));
-    }
-    if args.json {
-        crate::cron::json_line(serde_json::json!({
-            "out": out.display().to_string(),
-            "prompts": prompts_path.display().to_string(),
-            "items": records.len(),
-            "skipped_empty": loaded.skipped_empty,
-            "skipped_oversize": loaded.skipped_oversize,
-            "kept_without_blank_options": loaded.kept_without_blank,
-            "skipped": loaded.skipped,
-            "sft": sft_summary,
-        }));
-    }
+        None => serde_json::Value::Null,
+    };
+    steps::summary(&args, slice, &out, &prompts_path, records.len(), &loaded, sft_summary);
     Ok(())
 }
 

@@ -122,6 +122,7 @@ fn col<'b>(batch: &'b RecordBatch, name: &str, path: &Path) -> Result<&'b dyn Ar
         .ok_or_else(|| anyhow!("{}: missing column {name:?}", path.display()))
 }
 
+/// One record batch of `layout` into items (rows counted, skipped rows named).
 fn read_batch(
     batch: &RecordBatch,
     layout: Layout,
@@ -130,152 +131,178 @@ fn read_batch(
     stats: &mut ReadStats,
     out: &mut Vec<McqItem>,
 ) -> Result<()> {
+    match layout {
+        Layout::Sciq => read_sciq(batch, path, ctx, stats, out),
+        Layout::MmluStruct | Layout::MmluFlat => read_mmlu(batch, layout, path, ctx, stats, out),
+    }
+}
+
+/// A string cell that must be there: the error names the file, row and column.
+fn required(c: &dyn Array, i: usize, name: &str, row: u64, path: &Path) -> Result<String> {
+    str_at(c, i).map(str::to_string).ok_or_else(|| {
+        anyhow!(
+            "{} row {row}: {name} is null or not a string",
+            path.display()
+        )
+    })
+}
+
+/// sciq rows: question, correct_answer, distractor1–3 (blank distractors left out).
+fn read_sciq(
+    batch: &RecordBatch,
+    path: &Path,
+    ctx: &FileCtx,
+    stats: &mut ReadStats,
+    out: &mut Vec<McqItem>,
+) -> Result<()> {
     let n = batch.num_rows();
-    let req = |c: &dyn Array, i: usize, name: &str, row: u64| -> Result<String> {
-        str_at(c, i).map(str::to_string).ok_or_else(|| {
+    let req = |c: &dyn Array, i: usize, name: &str, row: u64| required(c, i, name, row, path);
+    let q = col(batch, "question", path)?;
+    let c = col(batch, "correct_answer", path)?;
+    let d: Vec<&dyn Array> = ["distractor1", "distractor2", "distractor3"]
+        .iter()
+        .map(|name| col(batch, name, path))
+        .collect::<Result<_>>()?;
+    for i in 0..n {
+        let row = stats.rows;
+        stats.rows += 1;
+        let question = req(q, i, "question", row)?;
+        let correct = req(c, i, "correct_answer", row)?;
+        let mut distractors = Vec::with_capacity(3);
+        let mut blank = Vec::new();
+        for (k, dc) in d.iter().enumerate() {
+            let name = format!("distractor{}", k + 1);
+            let v = req(*dc, i, &name, row)?;
+            if v.trim().is_empty() {
+                blank.push(name);
+            } else {
+                distractors.push(v.trim().to_string());
+            }
+        }
+        let blank_reason = if question.trim().is_empty() {
+            Some("question is blank".to_string())
+        } else if correct.trim().is_empty() {
+            Some("correct_answer is blank".to_string())
+        } else if distractors.is_empty() {
+            Some(format!(
+                "fewer than two non-blank options ({} blank)",
+                blank.join(", ")
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = blank_reason {
+            skip(stats, ctx, row, reason, false);
+            continue;
+        }
+        let id = item_id(ctx, row);
+        let (options, gold) =
+            shuffle_options(ctx.seed, &id, correct.trim().to_string(), distractors);
+        push(
+            out, stats, ctx, path, row, id, question, options, gold, blank,
+        )?;
+    }
+    Ok(())
+}
+
+/// mmlu rows, flat or under the `train` struct: question, choices, answer (blank choices left
+/// out, the gold index following its option).
+fn read_mmlu(
+    batch: &RecordBatch,
+    layout: Layout,
+    path: &Path,
+    ctx: &FileCtx,
+    stats: &mut ReadStats,
+    out: &mut Vec<McqItem>,
+) -> Result<()> {
+    let n = batch.num_rows();
+    let req = |c: &dyn Array, i: usize, name: &str, row: u64| required(c, i, name, row, path);
+    let (q, ch, a): (&dyn Array, &dyn Array, &dyn Array) = if layout == Layout::MmluStruct {
+        let s = col(batch, "train", path)?.as_struct();
+        let get = |name: &str| {
+            s.column_by_name(name).map(|c| c.as_ref()).ok_or_else(|| {
+                anyhow!(
+                    "{}: struct column train has no field {name:?}",
+                    path.display()
+                )
+            })
+        };
+        (get("question")?, get("choices")?, get("answer")?)
+    } else {
+        (
+            col(batch, "question", path)?,
+            col(batch, "choices", path)?,
+            col(batch, "answer", path)?,
+        )
+    };
+    let train_col = batch.column_by_name("train");
+    for i in 0..n {
+        let row = stats.rows;
+        stats.rows += 1;
+        if let Some(t) = train_col {
+            if t.is_null(i) {
+                bail!("{} row {row}: train is null", path.display());
+            }
+        }
+        let question = req(q, i, "question", row)?;
+        let options = str_list_at(ch, i).ok_or_else(|| {
             anyhow!(
-                "{} row {row}: {name} is null or not a string",
+                "{} row {row}: choices is null or not a list of strings",
                 path.display()
             )
-        })
-    };
-    match layout {
-        Layout::Sciq => {
-            let q = col(batch, "question", path)?;
-            let c = col(batch, "correct_answer", path)?;
-            let d: Vec<&dyn Array> = ["distractor1", "distractor2", "distractor3"]
+        })?;
+        let answer = int_at(a, i).ok_or_else(|| {
+            anyhow!(
+                "{} row {row}: answer is null or not an integer",
+                path.display()
+            )
+        })?;
+        let gold = usize::try_from(answer).map_err(|_| {
+            anyhow!(
+                "{} row {row}: negative answer index {answer}",
+                path.display()
+            )
+        })?;
+        if gold >= options.len() {
+            bail!(
+                "{} row {row}: answer index {gold} out of range for {} choices",
+                path.display(),
+                options.len()
+            );
+        }
+        // Blank choices are left out; the gold index follows its option.
+        let blank: Vec<String> = (0..options.len())
+            .filter(|&k| options[k].trim().is_empty())
+            .map(|k| format!("choices[{k}]"))
+            .collect();
+        let kept: Vec<String> = options
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| o.trim().to_string())
+            .collect();
+        let blank_reason = if question.trim().is_empty() {
+            Some("question is blank".to_string())
+        } else if options[gold].trim().is_empty() {
+            Some(format!("the correct choice (choices[{gold}]) is blank"))
+        } else if kept.len() < 2 {
+            Some(format!(
+                "fewer than two non-blank options ({} blank)",
+                blank.join(", ")
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = blank_reason {
+            skip(stats, ctx, row, reason, false);
+            continue;
+        }
+        let gold = gold
+            - options[..gold]
                 .iter()
-                .map(|name| col(batch, name, path))
-                .collect::<Result<_>>()?;
-            for i in 0..n {
-                let row = stats.rows;
-                stats.rows += 1;
-                let question = req(q, i, "question", row)?;
-                let correct = req(c, i, "correct_answer", row)?;
-                let mut distractors = Vec::with_capacity(3);
-                let mut blank = Vec::new();
-                for (k, dc) in d.iter().enumerate() {
-                    let name = format!("distractor{}", k + 1);
-                    let v = req(*dc, i, &name, row)?;
-                    if v.trim().is_empty() {
-                        blank.push(name);
-                    } else {
-                        distractors.push(v.trim().to_string());
-                    }
-                }
-                let blank_reason = if question.trim().is_empty() {
-                    Some("question is blank".to_string())
-                } else if correct.trim().is_empty() {
-                    Some("correct_answer is blank".to_string())
-                } else if distractors.is_empty() {
-                    Some(format!(
-                        "fewer than two non-blank options ({} blank)",
-                        blank.join(", ")
-                    ))
-                } else {
-                    None
-                };
-                if let Some(reason) = blank_reason {
-                    skip(stats, ctx, row, reason, false);
-                    continue;
-                }
-                let id = item_id(ctx, row);
-                let (options, gold) =
-                    shuffle_options(ctx.seed, &id, correct.trim().to_string(), distractors);
-                push(
-                    out, stats, ctx, path, row, id, question, options, gold, blank,
-                )?;
-            }
-        }
-        Layout::MmluStruct | Layout::MmluFlat => {
-            let (q, ch, a): (&dyn Array, &dyn Array, &dyn Array) = if layout == Layout::MmluStruct {
-                let s = col(batch, "train", path)?.as_struct();
-                let get = |name: &str| {
-                    s.column_by_name(name).map(|c| c.as_ref()).ok_or_else(|| {
-                        anyhow!(
-                            "{}: struct column train has no field {name:?}",
-                            path.display()
-                        )
-                    })
-                };
-                (get("question")?, get("choices")?, get("answer")?)
-            } else {
-                (
-                    col(batch, "question", path)?,
-                    col(batch, "choices", path)?,
-                    col(batch, "answer", path)?,
-                )
-            };
-            let train_col = batch.column_by_name("train");
-            for i in 0..n {
-                let row = stats.rows;
-                stats.rows += 1;
-                if let Some(t) = train_col {
-                    if t.is_null(i) {
-                        bail!("{} row {row}: train is null", path.display());
-                    }
-                }
-                let question = req(q, i, "question", row)?;
-                let options = str_list_at(ch, i).ok_or_else(|| {
-                    anyhow!(
-                        "{} row {row}: choices is null or not a list of strings",
-                        path.display()
-                    )
-                })?;
-                let answer = int_at(a, i).ok_or_else(|| {
-                    anyhow!(
-                        "{} row {row}: answer is null or not an integer",
-                        path.display()
-                    )
-                })?;
-                let gold = usize::try_from(answer).map_err(|_| {
-                    anyhow!(
-                        "{} row {row}: negative answer index {answer}",
-                        path.display()
-                    )
-                })?;
-                if gold >= options.len() {
-                    bail!(
-                        "{} row {row}: answer index {gold} out of range for {} choices",
-                        path.display(),
-                        options.len()
-                    );
-                }
-                // Blank choices are left out; the gold index follows its option.
-                let blank: Vec<String> = (0..options.len())
-                    .filter(|&k| options[k].trim().is_empty())
-                    .map(|k| format!("choices[{k}]"))
-                    .collect();
-                let kept: Vec<String> = options
-                    .iter()
-                    .filter(|o| !o.trim().is_empty())
-                    .map(|o| o.trim().to_string())
-                    .collect();
-                let blank_reason = if question.trim().is_empty() {
-                    Some("question is blank".to_string())
-                } else if options[gold].trim().is_empty() {
-                    Some(format!("the correct choice (choices[{gold}]) is blank"))
-                } else if kept.len() < 2 {
-                    Some(format!(
-                        "fewer than two non-blank options ({} blank)",
-                        blank.join(", ")
-                    ))
-                } else {
-                    None
-                };
-                if let Some(reason) = blank_reason {
-                    skip(stats, ctx, row, reason, false);
-                    continue;
-                }
-                let gold = gold
-                    - options[..gold]
-                        .iter()
-                        .filter(|o| o.trim().is_empty())
-                        .count();
-                let id = item_id(ctx, row);
-                push(out, stats, ctx, path, row, id, question, kept, gold, blank)?;
-            }
-        }
+                .filter(|o| o.trim().is_empty())
+                .count();
+        let id = item_id(ctx, row);
+        push(out, stats, ctx, path, row, id, question, kept, gold, blank)?;
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ pub struct Lineage {
 
 impl Lineage {
     pub fn load(path: &Path) -> Result<Lineage> {
-        let text = crate::sources::input::read_regular_text(path, LINEAGE_MAX)?;
+        let text = crate::bounded::read_regular_text(path, LINEAGE_MAX)?;
         let l: Lineage =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         if l.version != 1 {
@@ -84,13 +84,13 @@ impl Lineage {
 }
 
 /// The most bytes a lineage.json or an index.json is read to (a regular file only).
-const LINEAGE_MAX: crate::sources::Bound = crate::sources::Bound::new(
+const LINEAGE_MAX: crate::bounded::Bound = crate::bounded::Bound::new(
     256 << 20,
     "a lineage.json or index.json is at most that; no flag raises it",
 );
 
 /// The bound on one distilled record while it is read.
-pub const RECORD_MAX: crate::sources::Bound = crate::sources::Bound::new(
+pub const RECORD_MAX: crate::bounded::Bound = crate::bounded::Bound::new(
     crate::sources::ROW_BYTES,
     "a distilled record is at most that; no flag raises it here",
 );
@@ -99,7 +99,7 @@ pub const RECORD_MAX: crate::sources::Bound = crate::sources::Bound::new(
 /// streamed through [`crate::sources::records`]: one record in memory at a time.
 pub fn for_each_record(
     path: &Path,
-    bound: crate::sources::Bound,
+    bound: crate::bounded::Bound,
     f: &mut crate::sources::records::OnRecord,
 ) -> Result<()> {
     let name = path.display().to_string();
@@ -172,7 +172,7 @@ pub fn distilled_teacher_of(path: &Path) -> Result<String> {
 /// The kind of an index.json (`kind`, or `dlm_data.kind` in an MDS index), refusing an
 /// incomplete one.
 pub fn index_kind(path: &Path) -> Result<DataKind> {
-    let text = crate::sources::input::read_regular_text(path, LINEAGE_MAX)?;
+    let text = crate::bounded::read_regular_text(path, LINEAGE_MAX)?;
     let v: Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     let obj = if v.get("dlm_data").is_some() {

@@ -76,9 +76,76 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     let parts_root = out.join("parts");
     let names = crate::worker::part_dirs(&parts_root)?;
     let workers = crate::worker::check_worker_set(&parts_root, &names)?;
+    let mut parts = open_parts(&parts_root, &names)?;
+    let run = Run::of(&parts)?;
+
+    let mut claim = Claim::new("merge", force).keep(["parts"]);
+    if let Some(old) = outdir::own_index(out) {
+        claim = claim
+            .remove(outdir::journal_files(&old))
+            .remove(outdir::shard_files(old.format, old.shards.len()));
+    }
+    claim.apply(out)?;
+
+    let mut packer = Packer::new(run.seq_len, run.args.rows_per_shard());
+    if run.args.format == ShardFormat::Megatron {
+        packer = packer.whole_docs();
+    }
+    let mut sink = Sink::new(out, &run);
+    let provenance = repack_units(&mut parts, &run.units, &mut packer, &mut sink)?;
+    for p in &parts {
+        if p.next_prov != p.idx.provenance.len() {
+            bail!(
+                "{}: provenance does not follow the unit list ({} of {} ranges used)",
+                p.dir.display(),
+                p.next_prov,
+                p.idx.provenance.len()
+            );
+        }
+    }
+    let (last, dropped, padded) = packer.finish(run.pad);
+    if let Some(b) = last {
+        sink.write(b)?;
+    }
+    let totals = merged_totals(&run, &parts, &sink, dropped, padded);
+    let Sink { mut merged, mds, .. } = sink;
+    merged.totals = totals;
+    merged.provenance = provenance;
+    merged.complete = true;
+    index::save(
+        out,
+        &merged,
+        (run.args.format == ShardFormat::Mds).then_some(&mds[..]),
+    )?;
+    std::fs::remove_dir_all(&parts_root)
+        .with_context(|| format!("removing {}", parts_root.display()))?;
+    let secs = t0.elapsed().as_secs_f64();
+    crate::report::note(&format!(
+        "merge: {workers} pack parts → {} shards, {} rows, {} tokens in {} ({secs:.1} s)",
+        merged.shards.len(),
+        merged.totals.rows,
+        merged.totals.tokens,
+        out.display()
+    ));
+    Ok(serde_json::json!({
+        "kind": "pack",
+        "out": out.display().to_string(),
+        "workers": workers,
+        "format": merged.format,
+        "shards": merged.shards.len(),
+        "rows": merged.totals.rows,
+        "tokens": merged.totals.tokens,
+        "documents": merged.totals.documents,
+        "seconds": (secs * 1000.0).round() / 1000.0,
+    }))
+}
+
+/// Every part with its index; refused (nothing merged) naming each part without one or
+/// interrupted.
+fn open_parts(parts_root: &Path, names: &[String]) -> Result<Vec<PartRows>> {
     let mut parts = Vec::new();
     let mut incomplete = Vec::new();
-    for n in &names {
+    for n in names {
         let dir = parts_root.join(n);
         let idx = match index::load(&dir) {
             Ok(i) => i,
@@ -104,111 +171,161 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             incomplete.join(", ")
         )));
     }
-    // One run: identical arguments except the worker.
-    let identity = |p: &PartRows| -> Result<PackSettings> {
-        match &p.idx.args {
-            Some(a) => Ok(a.as_one_process()),
-            None => Err(crate::error::refused(format!(
-                "{}: the part's index records no pack arguments; rerun that task",
-                p.dir.display()
-            ))),
+    Ok(parts)
+}
+
+/// The one run the parts are workers of, as one process would have recorded it.
+struct Run {
+    /// The pack arguments, worker aside (identical in every part).
+    args: PackSettings,
+    /// The first part's index: what is the same in every part.
+    first: Index,
+    seq_len: usize,
+    /// `--pad-last`'s pad id.
+    pad: Option<u32>,
+    /// Every unit of the run in global order, with the worker that owns it.
+    units: Vec<Value>,
+}
+
+impl Run {
+    /// Refused unless every part records the same pack arguments except the worker.
+    fn of(parts: &[PartRows]) -> Result<Run> {
+        let identity = |p: &PartRows| -> Result<PackSettings> {
+            match &p.idx.args {
+                Some(a) => Ok(a.as_one_process()),
+                None => Err(crate::error::refused(format!(
+                    "{}: the part's index records no pack arguments; rerun that task",
+                    p.dir.display()
+                ))),
+            }
+        };
+        let args = identity(&parts[0])?;
+        for p in &parts[1..] {
+            if identity(p)? != args {
+                return Err(crate::error::refused(format!(
+                    "{} and {} were written by different pack commands; remove the stale part",
+                    parts[0].dir.display(),
+                    p.dir.display()
+                )));
+            }
         }
-    };
-    let args = identity(&parts[0])?;
-    for p in &parts[1..] {
-        if identity(p)? != args {
-            return Err(crate::error::refused(format!(
-                "{} and {} were written by different pack commands; remove the stale part",
-                parts[0].dir.display(),
-                p.dir.display()
-            )));
+        let first = parts[0].idx.clone();
+        let seq_len = first.seq_len as usize;
+        if !(1..=crate::sizes::MAX_TOKENS as usize).contains(&seq_len) {
+            bail!(
+                "{}: seq_len {} out of range (1 to {})",
+                index::index_path(&parts[0].dir).display(),
+                first.seq_len,
+                crate::sizes::MAX_TOKENS
+            );
         }
-    }
-    let first = parts[0].idx.clone();
-    let format = args.format;
-    let dtype = first.dtype;
-    let seq_len = first.seq_len as usize;
-    if !(1..=crate::sizes::MAX_TOKENS as usize).contains(&seq_len) {
-        bail!(
-            "{}: seq_len {} out of range (1 to {})",
-            index::index_path(&parts[0].dir).display(),
-            first.seq_len,
-            crate::sizes::MAX_TOKENS
-        );
-    }
-    let rows_per_shard = args.rows_per_shard();
-    let shuffle = args.shuffle_seed;
-    let pad =
-        if args.pad_last {
+        let pad = if args.pad_last {
             Some(first.extra.get("pad_id").and_then(Value::as_u64).context(
                 "part index lacks pad_id (written by an older dlm-data); rerun the workers",
             )? as u32)
         } else {
             None
         };
-    let units = first
-        .extra
-        .get("units")
-        .and_then(Value::as_array)
-        .cloned()
-        .context("part index lacks its unit list")?;
-
-    let mut claim = Claim::new("merge", force).keep(["parts"]);
-    if let Some(old) = outdir::own_index(out) {
-        claim = claim
-            .remove(outdir::journal_files(&old))
-            .remove(outdir::shard_files(old.format, old.shards.len()));
+        let units = first
+            .extra
+            .get("units")
+            .and_then(Value::as_array)
+            .cloned()
+            .context("part index lacks its unit list")?;
+        Ok(Run {
+            args,
+            first,
+            seq_len,
+            pad,
+            units,
+        })
     }
-    claim.apply(out)?;
+}
 
-    let mut packer = Packer::new(seq_len, rows_per_shard);
-    if format == ShardFormat::Megatron {
-        packer = packer.whole_docs();
-    }
-    let mut n = 0usize;
-    let mut merged = Index {
-        shards: Vec::new(),
-        complete: false,
-        ..first.clone()
-    };
-    merged.format = format;
-    merged.args = Some(args.clone());
-    merged.extra = BTreeMap::new();
-    for k in [
-        "eos_choice",
-        "bos_token",
-        "tokenizer_encoder",
-        "tokenizer_crate_share",
-    ] {
-        if let Some(v) = first.extra.get(k) {
-            merged.extra.insert(k.into(), v.clone());
+/// Where re-cut shards go: shuffled per shard, written in `--format`, each journaled in the
+/// incomplete merged index as it lands.
+struct Sink<'a> {
+    out: &'a Path,
+    format: ShardFormat,
+    dtype: crate::shards::Dtype,
+    shuffle: Option<u64>,
+    /// Shards written.
+    n: usize,
+    mds: Vec<Value>,
+    rows: u64,
+    tokens: u64,
+    merged: Index,
+}
+
+impl<'a> Sink<'a> {
+    /// The merged index starts as the first part's, emptied, with the one run's arguments
+    /// and the tokenizer keys of its `extra`.
+    fn new(out: &'a Path, run: &Run) -> Sink<'a> {
+        let first = &run.first;
+        let mut merged = Index {
+            shards: Vec::new(),
+            complete: false,
+            ..first.clone()
+        };
+        merged.format = run.args.format;
+        merged.args = Some(run.args.clone());
+        merged.extra = BTreeMap::new();
+        for k in [
+            "eos_choice",
+            "bos_token",
+            "tokenizer_encoder",
+            "tokenizer_crate_share",
+        ] {
+            if let Some(v) = first.extra.get(k) {
+                merged.extra.insert(k.into(), v.clone());
+            }
+        }
+        Sink {
+            out,
+            format: run.args.format,
+            dtype: first.dtype,
+            shuffle: run.args.shuffle_seed,
+            n: 0,
+            mds: Vec::new(),
+            rows: 0,
+            tokens: 0,
+            merged,
         }
     }
-    let mut mds: Vec<Value> = Vec::new();
-    let mut rows = 0u64;
-    let mut tokens = 0u64;
-    let mut write = |mut batch: RowBatch, merged: &mut Index| -> Result<()> {
-        if let Some(seed) = shuffle {
+
+    fn write(&mut self, mut batch: RowBatch) -> Result<()> {
+        let (out, n) = (self.out, self.n);
+        if let Some(seed) = self.shuffle {
             shuffle_rows(&mut batch, seed, n);
         }
-        rows += batch.rows() as u64;
-        tokens += batch.tokens();
-        let w = crate::shards::write_shard(format, out, n, &batch, dtype)
+        self.rows += batch.rows() as u64;
+        self.tokens += batch.tokens();
+        let w = crate::shards::write_shard(self.format, out, n, &batch, self.dtype)
             .with_context(|| format!("writing shard {n} in {}", out.display()))?;
-        n += 1;
-        merged.shards.push(w.entry);
+        self.n += 1;
+        self.merged.shards.push(w.entry);
         if let Some(m) = w.mds {
-            mds.push(m);
+            self.mds.push(m);
         }
         // The journal: a rerun after a crash may replace exactly these files.
         index::save(
             out,
-            merged,
-            (format == ShardFormat::Mds).then_some(&mds[..]),
+            &self.merged,
+            (self.format == ShardFormat::Mds).then_some(&self.mds[..]),
         )
-    };
+    }
+}
+
+/// Per unit in global order: the owner's rows of it split back into documents and re-packed;
+/// the provenance ranges of the merged output.
+fn repack_units(
+    parts: &mut [PartRows],
+    units: &[Value],
+    packer: &mut Packer,
+    sink: &mut Sink,
+) -> Result<Vec<ProvenanceRange>> {
     let mut provenance: Vec<ProvenanceRange> = Vec::new();
-    for u in &units {
+    for u in units {
         crate::signals::check()?;
         let owner = u["owner"].as_u64().context("unit owner")? as usize;
         let file = u["file"].as_str().unwrap_or_default();
@@ -223,64 +340,70 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             continue;
         }
         p.next_prov += 1;
-        let (a, b) = (
-            prov.out_row_start.unwrap_or(0),
-            prov.out_row_end.unwrap_or(0),
-        );
-        let mut doc: Vec<u32> = Vec::new();
-        for r in a..b {
-            let (ids, offs) = p.row(r)?.clone();
-            let inner = &offs[1..offs.len().saturating_sub(1)];
-            let mut pos = 0usize;
-            for &s in inner {
-                let s = s as usize;
-                doc.extend_from_slice(&ids[pos..s]);
-                if !doc.is_empty() {
-                    for shard in packer.push_doc(&doc, &source, 0) {
-                        write(shard.batch, &mut merged)?;
-                    }
-                }
-                doc.clear();
-                pos = s;
-            }
-            doc.extend_from_slice(&ids[pos..]);
-        }
-        if !doc.is_empty() {
-            for shard in packer.push_doc(&doc, &source, 0) {
-                write(shard.batch, &mut merged)?;
-            }
-        }
+        let rows = prov.out_row_start.unwrap_or(0)..prov.out_row_end.unwrap_or(0);
+        repack_rows(p, rows, &source, packer, sink)?;
         provenance.push(ProvenanceRange {
             out_row_start: None,
             out_row_end: None,
             ..prov
         });
     }
-    for p in &parts {
-        if p.next_prov != p.idx.provenance.len() {
-            bail!(
-                "{}: provenance does not follow the unit list ({} of {} ranges used)",
-                p.dir.display(),
-                p.next_prov,
-                p.idx.provenance.len()
-            );
+    Ok(provenance)
+}
+
+/// Rows `rows` of a part cut back into documents at their `doc_offsets` (a document may run
+/// on into the next row), each pushed to the packer; full shards go to the sink.
+fn repack_rows(
+    p: &mut PartRows,
+    rows: std::ops::Range<u64>,
+    source: &Arc<str>,
+    packer: &mut Packer,
+    sink: &mut Sink,
+) -> Result<()> {
+    let mut doc: Vec<u32> = Vec::new();
+    for r in rows {
+        let (ids, offs) = p.row(r)?.clone();
+        let inner = &offs[1..offs.len().saturating_sub(1)];
+        let mut pos = 0usize;
+        for &s in inner {
+            let s = s as usize;
+            doc.extend_from_slice(&ids[pos..s]);
+            if !doc.is_empty() {
+                for shard in packer.push_doc(&doc, source, 0) {
+                    sink.write(shard.batch)?;
+                }
+            }
+            doc.clear();
+            pos = s;
+        }
+        doc.extend_from_slice(&ids[pos..]);
+    }
+    if !doc.is_empty() {
+        for shard in packer.push_doc(&doc, source, 0) {
+            sink.write(shard.batch)?;
         }
     }
-    let (last, dropped, padded) = packer.finish(pad);
-    if let Some(b) = last {
-        write(b, &mut merged)?;
-    }
-    // Totals: rows/tokens as re-cut, the rest summed over parts.
-    let mut totals = first.totals.clone();
+    Ok(())
+}
+
+/// Totals: rows/tokens as re-cut, the rest summed over parts.
+fn merged_totals(
+    run: &Run,
+    parts: &[PartRows],
+    sink: &Sink,
+    dropped: u64,
+    padded: u64,
+) -> index::Totals {
+    let mut totals = run.first.totals.clone();
     totals.documents = 0;
     totals.skipped_empty = 0;
     totals.skipped_filtered = 0;
     totals.extra = BTreeMap::new();
     let mut by_source = serde_json::Map::new();
-    for u in &units {
+    for u in &run.units {
         by_source.insert(u["source"].as_str().unwrap_or_default().into(), 0.into());
     }
-    for p in &parts {
+    for p in parts {
         let t = &p.idx.totals;
         totals.documents += t.documents;
         totals.skipped_empty += t.skipped_empty;
@@ -309,8 +432,8 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
             }
         }
     }
-    totals.rows = rows;
-    totals.tokens = tokens;
+    totals.rows = sink.rows;
+    totals.tokens = sink.tokens;
     totals.dropped_tail_tokens = dropped;
     if padded > 0 {
         totals
@@ -320,33 +443,5 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     totals
         .extra
         .insert("tokens_by_source".into(), Value::Object(by_source));
-    merged.totals = totals;
-    merged.provenance = provenance;
-    merged.complete = true;
-    index::save(
-        out,
-        &merged,
-        (format == ShardFormat::Mds).then_some(&mds[..]),
-    )?;
-    std::fs::remove_dir_all(&parts_root)
-        .with_context(|| format!("removing {}", parts_root.display()))?;
-    let secs = t0.elapsed().as_secs_f64();
-    crate::report::note(&format!(
-        "merge: {workers} pack parts → {} shards, {} rows, {} tokens in {} ({secs:.1} s)",
-        merged.shards.len(),
-        merged.totals.rows,
-        merged.totals.tokens,
-        out.display()
-    ));
-    Ok(serde_json::json!({
-        "kind": "pack",
-        "out": out.display().to_string(),
-        "workers": workers,
-        "format": merged.format,
-        "shards": merged.shards.len(),
-        "rows": merged.totals.rows,
-        "tokens": merged.totals.tokens,
-        "documents": merged.totals.documents,
-        "seconds": (secs * 1000.0).round() / 1000.0,
-    }))
+    totals
 }

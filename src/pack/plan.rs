@@ -154,182 +154,19 @@ impl Plan {
     fn from_manifest_with(mpath: &Path, inputs: Inputs, tokens: Option<u64>) -> Result<Plan> {
         let m = Manifest::load_data(mpath)?;
         // The split policy before anything else (no lock read, no Hub request).
-        for s in &m.sources {
-            if s.role == Role::EvalReference {
-                return Err(crate::error::refused(format!(
-                    "manifest {}: source {:?} has role eval-reference: benchmark data is never packed (use a train-only manifest)",
-                    mpath.display(),
-                    s.name
-                )));
-            }
-            if let Some(k) = crate::policy::eval_keyword(&s.split) {
-                return Err(crate::error::refused(format!(
-                    "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
-                    mpath.display(),
-                    s.name,
-                    s.split
-                )));
-            }
-        }
+        refuse_eval_sources(&m, mpath)?;
+        let (lock, lock_sha256) = load_lock(&m, mpath, inputs)?;
         let lock_path = m.lock_path();
-        let (lock, lock_sha256) = match inputs {
-            Inputs::Hub(list) if !lock_path.is_file() => (list(&m)?, None),
-            _ if !lock_path.is_file() => anyhow::bail!(
-                "{}: no lock file; run `dlm-data fetch --manifest {}` first (or pack with --stream)",
-                lock_path.display(),
-                mpath.display()
-            ),
-            _ => (
-                Lock::load(&lock_path)?,
-                Some(crate::util::sha256_file(&lock_path)?),
-            ),
-        };
         let any_weight = m.sources.iter().any(|s| s.weight.is_some());
         let mut sources = Vec::new();
         let mut per_source: Vec<Vec<Unit>> = Vec::new();
         for s in &m.sources {
-            // (The split policy was checked above, before the lock.)
-            if any_weight && s.weight.is_none() {
-                return Err(crate::error::usage(format!(
-                    "manifest {}: source {:?} has no weight while others do: give every source a weight, or none",
-                    mpath.display(),
-                    s.name
-                )));
-            }
-            let ls = lock.source(&s.name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{}: source {:?} is not in the lock; run `dlm-data fetch --manifest {}`",
-                    lock_path.display(),
-                    s.name,
-                    mpath.display()
-                )
-            })?;
-            if ls.role == Role::EvalReference {
-                return Err(crate::error::refused(format!(
-                    "{}: source {:?} is locked as eval-reference: never packed",
-                    lock_path.display(),
-                    s.name
-                )));
-            }
-            let tpl = Template::parse(&s.text).map_err(|e| {
-                crate::error::usage(format!(
-                    "manifest {}: source {:?}: {e}",
-                    mpath.display(),
-                    s.name
-                ))
-            })?;
-            let info = Arc::new(SourceInfo {
-                index: sources.len(),
-                name: Arc::from(s.name.as_str()),
-                repo: ls.repo.clone(),
-                commit: ls.commit.clone(),
-                split: ls.split.clone(),
-                role: "train".into(),
-                format: s.format,
-                tpl,
-                weight: s.weight.unwrap_or(1.0),
-                budget: None,
-                epochs: s.epochs,
-            });
-            let mut files: Vec<&crate::manifest::LockedFile> = ls.files.iter().collect();
+            let at = SourceAt::new(&m, mpath, &lock_path, &lock, s, any_weight, sources.len())?;
+            let mut files: Vec<&crate::manifest::LockedFile> = at.ls.files.iter().collect();
             files.sort_by(|a, b| a.path.cmp(&b.path));
             let mut units = Vec::new();
             for f in files {
-                if let Some(k) = crate::policy::eval_keyword(&f.path) {
-                    return Err(crate::error::refused(format!(
-                        "{}: source {:?}: file {} looks like an evaluation file ({k:?})",
-                        lock_path.display(),
-                        s.name,
-                        f.path
-                    )));
-                }
-                if s.is_local() {
-                    // The user's own file, pinned by the lock (size checked here; `audit`
-                    // re-hashes).
-                    let p = crate::sources::local::file_path(&m, f);
-                    let len = std::fs::metadata(&p)
-                        .map_err(|e| {
-                            anyhow::anyhow!(
-                                "source {:?}: locked local file {}: {e}; re-run `dlm-data fetch --manifest {}`",
-                                s.name,
-                                p.display(),
-                                mpath.display()
-                            )
-                        })?
-                        .len();
-                    if len != f.size {
-                        anyhow::bail!(
-                            "source {:?}: {} has {len} bytes but {} in the lock: the file changed since `dlm-data fetch --manifest {}` locked it",
-                            s.name,
-                            p.display(),
-                            f.size,
-                            mpath.display()
-                        );
-                    }
-                    units.push(Unit {
-                        source: info.clone(),
-                        file: f.path.clone(),
-                        path: p,
-                        bytes: f.size,
-                        format: crate::sources::files::format_of_name(Path::new(&f.path))
-                            .unwrap_or(s.format),
-                        remote: None,
-                    });
-                    continue;
-                }
-                let cache = match inputs {
-                    Inputs::Cache(c) => c,
-                    Inputs::Hub(_) => {
-                        let spec = crate::hub::stream::RemoteSpec {
-                            source: s.name.clone(),
-                            repo: ls.repo.clone(),
-                            revision: ls.revision.clone(),
-                            commit: ls.commit.clone(),
-                            path: f.path.clone(),
-                            size: f.size,
-                            etag: Some(f.git_oid.clone().unwrap_or_else(|| f.sha256.clone())),
-                        };
-                        units.push(Unit {
-                            source: info.clone(),
-                            file: f.path.clone(),
-                            path: PathBuf::from(format!("{}@{}/{}", ls.repo, ls.commit, f.path)),
-                            bytes: f.size,
-                            format: s.format,
-                            remote: Some(Arc::new(spec)),
-                        });
-                        continue;
-                    }
-                };
-                let p = cache
-                    .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
-                    .with_context(|| format!("{}: source {:?}", lock_path.display(), s.name))?;
-                let meta = std::fs::metadata(&p).map_err(|_| {
-                    anyhow::anyhow!(
-                        "source {:?}: locked file {} is not in the cache ({}); run `dlm-data fetch --manifest {} --cache {}`",
-                        s.name,
-                        f.path,
-                        p.display(),
-                        mpath.display(),
-                        cache.root.display()
-                    )
-                })?;
-                if meta.len() != f.size {
-                    anyhow::bail!(
-                        "source {:?}: {} has {} bytes in the cache but {} in the lock; re-run `dlm-data fetch`",
-                        s.name,
-                        p.display(),
-                        meta.len(),
-                        f.size
-                    );
-                }
-                units.push(Unit {
-                    source: info.clone(),
-                    file: f.path.clone(),
-                    path: p,
-                    bytes: f.size,
-                    format: s.format,
-                    remote: None,
-                });
+                units.push(at.unit(f, inputs)?);
             }
             // `epochs = N`: the source's files N times over, epoch after epoch (a small
             // source reaching its weight deliberately).
@@ -337,40 +174,11 @@ impl Plan {
             for _ in 1..s.epochs {
                 units.extend_from_within(..one);
             }
-            sources.push(info);
+            sources.push(at.info);
             per_source.push(units);
         }
-        // Budgets.
         if let Some(total) = tokens {
-            let wsum: f64 = sources.iter().map(|s| s.weight).sum();
-            let mut with_budget = Vec::new();
-            for s in &sources {
-                let mut inner = SourceInfo {
-                    index: s.index,
-                    name: s.name.clone(),
-                    repo: s.repo.clone(),
-                    commit: s.commit.clone(),
-                    split: s.split.clone(),
-                    role: s.role.clone(),
-                    format: s.format,
-                    tpl: s.tpl.clone(),
-                    weight: s.weight,
-                    budget: None,
-                    epochs: s.epochs,
-                };
-                inner.budget = Some(if wsum > 0.0 {
-                    (total as f64 * s.weight / wsum).round() as u64
-                } else {
-                    0
-                });
-                with_budget.push(Arc::new(inner));
-            }
-            for units in per_source.iter_mut() {
-                for u in units.iter_mut() {
-                    u.source = with_budget[u.source.index].clone();
-                }
-            }
-            sources = with_budget;
+            sources = with_budgets(&sources, &mut per_source, total);
         }
         let units = if any_weight {
             interleave(per_source, &sources)
@@ -384,6 +192,271 @@ impl Plan {
             lock_sha256,
         })
     }
+}
+
+/// Refused (exit 2): a source of role eval-reference or of an evaluation split.
+fn refuse_eval_sources(m: &Manifest, mpath: &Path) -> Result<()> {
+    for s in &m.sources {
+        if s.role == Role::EvalReference {
+            return Err(crate::error::refused(format!(
+                "manifest {}: source {:?} has role eval-reference: benchmark data is never packed (use a train-only manifest)",
+                mpath.display(),
+                s.name
+            )));
+        }
+        if let Some(k) = crate::policy::eval_keyword(&s.split) {
+            return Err(crate::error::refused(format!(
+                "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
+                mpath.display(),
+                s.name,
+                s.split
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The lock beside the manifest and its sha256; with `--stream` and no lock, the files
+/// resolved on the Hub (a lock in memory only, no sha256).
+fn load_lock(m: &Manifest, mpath: &Path, inputs: Inputs) -> Result<(Lock, Option<String>)> {
+    let lock_path = m.lock_path();
+    Ok(match inputs {
+        Inputs::Hub(list) if !lock_path.is_file() => (list(m)?, None),
+        _ if !lock_path.is_file() => anyhow::bail!(
+            "{}: no lock file; run `dlm-data fetch --manifest {}` first (or pack with --stream)",
+            lock_path.display(),
+            mpath.display()
+        ),
+        _ => (
+            Lock::load(&lock_path)?,
+            Some(crate::util::sha256_file(&lock_path)?),
+        ),
+    })
+}
+
+/// One manifest source with its lock entry and its [`SourceInfo`]: what its units are made
+/// from.
+struct SourceAt<'a> {
+    m: &'a Manifest,
+    mpath: &'a Path,
+    lock_path: &'a Path,
+    s: &'a crate::manifest::Source,
+    ls: &'a crate::manifest::LockedSource,
+    info: Arc<SourceInfo>,
+}
+
+impl<'a> SourceAt<'a> {
+    /// Source `s` checked (a weight if any source has one, pinned by the lock, not locked as
+    /// eval-reference, its text template valid) and described.
+    fn new(
+        m: &'a Manifest,
+        mpath: &'a Path,
+        lock_path: &'a Path,
+        lock: &'a Lock,
+        s: &'a crate::manifest::Source,
+        any_weight: bool,
+        index: usize,
+    ) -> Result<SourceAt<'a>> {
+        // (The split policy was checked before the lock.)
+        if any_weight && s.weight.is_none() {
+            return Err(crate::error::usage(format!(
+                "manifest {}: source {:?} has no weight while others do: give every source a weight, or none",
+                mpath.display(),
+                s.name
+            )));
+        }
+        let ls = lock.source(&s.name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: source {:?} is not in the lock; run `dlm-data fetch --manifest {}`",
+                lock_path.display(),
+                s.name,
+                mpath.display()
+            )
+        })?;
+        if ls.role == Role::EvalReference {
+            return Err(crate::error::refused(format!(
+                "{}: source {:?} is locked as eval-reference: never packed",
+                lock_path.display(),
+                s.name
+            )));
+        }
+        let tpl = Template::parse(&s.text).map_err(|e| {
+            crate::error::usage(format!(
+                "manifest {}: source {:?}: {e}",
+                mpath.display(),
+                s.name
+            ))
+        })?;
+        let info = Arc::new(SourceInfo {
+            index,
+            name: Arc::from(s.name.as_str()),
+            repo: ls.repo.clone(),
+            commit: ls.commit.clone(),
+            split: ls.split.clone(),
+            role: "train".into(),
+            format: s.format,
+            tpl,
+            weight: s.weight.unwrap_or(1.0),
+            budget: None,
+            epochs: s.epochs,
+        });
+        Ok(SourceAt {
+            m,
+            mpath,
+            lock_path,
+            s,
+            ls,
+            info,
+        })
+    }
+
+    /// Locked file `f` as a unit: refused when its name is an evaluation file; a local
+    /// source's own file, a Hub range reader (`--stream`), or the cached copy.
+    fn unit(&self, f: &crate::manifest::LockedFile, inputs: Inputs) -> Result<Unit> {
+        if let Some(k) = crate::policy::eval_keyword(&f.path) {
+            return Err(crate::error::refused(format!(
+                "{}: source {:?}: file {} looks like an evaluation file ({k:?})",
+                self.lock_path.display(),
+                self.s.name,
+                f.path
+            )));
+        }
+        if self.s.is_local() {
+            return self.local_unit(f);
+        }
+        match inputs {
+            Inputs::Cache(c) => self.cached_unit(f, c),
+            Inputs::Hub(_) => Ok(self.remote_unit(f)),
+        }
+    }
+
+    /// The user's own file, pinned by the lock (size checked here; `audit` re-hashes).
+    fn local_unit(&self, f: &crate::manifest::LockedFile) -> Result<Unit> {
+        let (s, mpath) = (self.s, self.mpath);
+        let p = crate::sources::local::file_path(self.m, f);
+        let len = std::fs::metadata(&p)
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "source {:?}: locked local file {}: {e}; re-run `dlm-data fetch --manifest {}`",
+                    s.name,
+                    p.display(),
+                    mpath.display()
+                )
+            })?
+            .len();
+        if len != f.size {
+            anyhow::bail!(
+                "source {:?}: {} has {len} bytes but {} in the lock: the file changed since `dlm-data fetch --manifest {}` locked it",
+                s.name,
+                p.display(),
+                f.size,
+                mpath.display()
+            );
+        }
+        Ok(Unit {
+            source: self.info.clone(),
+            file: f.path.clone(),
+            path: p,
+            bytes: f.size,
+            format: crate::sources::files::format_of_name(Path::new(&f.path)).unwrap_or(s.format),
+            remote: None,
+        })
+    }
+
+    /// `--stream`: the file read from the Hub by range at the locked commit.
+    fn remote_unit(&self, f: &crate::manifest::LockedFile) -> Unit {
+        let (s, ls) = (self.s, self.ls);
+        let spec = crate::hub::stream::RemoteSpec {
+            source: s.name.clone(),
+            repo: ls.repo.clone(),
+            revision: ls.revision.clone(),
+            commit: ls.commit.clone(),
+            path: f.path.clone(),
+            size: f.size,
+            etag: Some(f.git_oid.clone().unwrap_or_else(|| f.sha256.clone())),
+        };
+        Unit {
+            source: self.info.clone(),
+            file: f.path.clone(),
+            path: PathBuf::from(format!("{}@{}/{}", ls.repo, ls.commit, f.path)),
+            bytes: f.size,
+            format: s.format,
+            remote: Some(Arc::new(spec)),
+        }
+    }
+
+    /// The fetched copy in the cache, of the locked size.
+    fn cached_unit(&self, f: &crate::manifest::LockedFile, cache: &Cache) -> Result<Unit> {
+        let (s, ls) = (self.s, self.ls);
+        let p = cache
+            .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
+            .with_context(|| format!("{}: source {:?}", self.lock_path.display(), s.name))?;
+        let meta = std::fs::metadata(&p).map_err(|_| {
+            anyhow::anyhow!(
+                "source {:?}: locked file {} is not in the cache ({}); run `dlm-data fetch --manifest {} --cache {}`",
+                s.name,
+                f.path,
+                p.display(),
+                self.mpath.display(),
+                cache.root.display()
+            )
+        })?;
+        if meta.len() != f.size {
+            anyhow::bail!(
+                "source {:?}: {} has {} bytes in the cache but {} in the lock; re-run `dlm-data fetch`",
+                s.name,
+                p.display(),
+                meta.len(),
+                f.size
+            );
+        }
+        Ok(Unit {
+            source: self.info.clone(),
+            file: f.path.clone(),
+            path: p,
+            bytes: f.size,
+            format: s.format,
+            remote: None,
+        })
+    }
+}
+
+/// `--tokens`: each source's budget, its weight's share of the total; the units re-pointed at
+/// the sources with budgets.
+fn with_budgets(
+    sources: &[Arc<SourceInfo>],
+    per_source: &mut [Vec<Unit>],
+    total: u64,
+) -> Vec<Arc<SourceInfo>> {
+    let wsum: f64 = sources.iter().map(|s| s.weight).sum();
+    let mut with_budget = Vec::new();
+    for s in sources {
+        let mut inner = SourceInfo {
+            index: s.index,
+            name: s.name.clone(),
+            repo: s.repo.clone(),
+            commit: s.commit.clone(),
+            split: s.split.clone(),
+            role: s.role.clone(),
+            format: s.format,
+            tpl: s.tpl.clone(),
+            weight: s.weight,
+            budget: None,
+            epochs: s.epochs,
+        };
+        inner.budget = Some(if wsum > 0.0 {
+            (total as f64 * s.weight / wsum).round() as u64
+        } else {
+            0
+        });
+        with_budget.push(Arc::new(inner));
+    }
+    for units in per_source.iter_mut() {
+        for u in units.iter_mut() {
+            u.source = with_budget[u.source.index].clone();
+        }
+    }
+    with_budget
 }
 
 /// Where a manifest's files are read from.

@@ -110,7 +110,7 @@ impl Streaming {
         u: &Unit,
         spec: &RemoteSpec,
         start_row: u64,
-        row_max: sources::Bound,
+        row_max: crate::bounded::Bound,
         sink: &mut Sink,
     ) -> Result<()> {
         let t0 = Instant::now();

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Deserialize;
 
 /// The whole job. Sections other than `[pack]` are optional; a missing one is a step not run.
@@ -174,10 +174,20 @@ pub struct Audit {
 }
 
 impl Pipeline {
-    /// Read and check `path`; relative paths become relative to its directory.
+    /// Read and check `path`; relative paths become absolute, relative to its canonical
+    /// directory (symlinks resolved), so the same file gives the same command lines from any
+    /// working directory. Any bad file — missing, unreadable, not UTF-8, not the format — is
+    /// a usage error (exit 2).
     pub fn load(path: &Path) -> Result<Pipeline> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the pipeline file {}", path.display()))?;
+        let bad = |e: String| crate::error::usage(format!("pipeline file {}: {e}", path.display()));
+        let canon = std::fs::canonicalize(path).map_err(|e| bad(e.to_string()))?;
+        let bytes = std::fs::read(&canon).map_err(|e| bad(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            bad(format!(
+                "not UTF-8 (byte {} is invalid); a pipeline file is TOML text",
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
         let mut p: Pipeline = toml::from_str(&text)
             .map_err(|e| crate::error::usage(format!("pipeline file {}: {e}", path.display())))?;
         if p.version != 1 {
@@ -205,23 +215,16 @@ impl Pipeline {
                 path.display()
             )));
         }
-        // A file in the current directory: its relative paths stay as written.
-        let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
+        let dir = canon.parent().unwrap_or(Path::new("/")).to_path_buf();
         p.resolve(&dir);
         Ok(p)
     }
 
     fn resolve(&mut self, dir: &Path) {
-        let r = |p: &mut PathBuf| {
-            if p.is_relative() {
-                *p = dir.join(&*p);
-            }
-        };
+        let r = |p: &mut PathBuf| *p = normalize(&dir.join(&*p));
         let ro = |p: &mut Option<PathBuf>| {
             if let Some(p) = p {
-                if p.is_relative() {
-                    *p = dir.join(&*p);
-                }
+                *p = normalize(&dir.join(&*p));
             }
         };
         ro(&mut self.cache);
@@ -270,6 +273,25 @@ impl Pipeline {
     }
 }
 
+/// `a/./b/../c` → `a/c`, without touching the file system (`..` of a symlink is taken
+/// lexically, as a shell's `cd` does).
+pub fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,12 +300,12 @@ mod tests {
     fn the_shipped_example_parses_and_resolves_beside_itself() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/pipeline.toml");
         let p = Pipeline::load(&path).unwrap();
-        let dir = path.parent().unwrap();
+        let dir = std::fs::canonicalize(path.parent().unwrap()).unwrap();
         assert_eq!(
             p.pack.manifest.as_deref(),
             Some(dir.join("stage1.toml").as_path())
         );
-        assert_eq!(p.tokenizer, dir.join("../tokenizer"));
+        assert_eq!(p.tokenizer, dir.parent().unwrap().join("tokenizer"));
         let names: Vec<_> = p
             .manifests()
             .iter()

@@ -1,16 +1,23 @@
 //! `dlm-data run PIPELINE.toml`: the whole job from one file, for cron and for people — fetch →
 //! pack → mcq → decontam → distill → audit, each step the ordinary command (parsed from the
-//! command line it would be typed as, run in this process), a step skipped when the run
-//! journal says it is complete against unchanged files, one lock so an overlapping start
+//! command line it would be typed as, run in this process), checked whole before any work,
+//! a step skipped when the run journal says it is complete against unchanged bytes and
+//! settings, rebuilt beside its old output when they changed, one lock so an overlapping start
 //! exits at once (75, naming the holder), and the audit verdict at the end.
 //!
 //! - [`config`]: the pipeline file's typed form (docs/commands/run.md);
-//! - [`steps`]: the file turned into command lines and the files each step is complete against;
-//! - [`state`]: the run journal and its digests.
+//! - [`steps`]: the file turned into command lines and the files each step reads and writes;
+//! - [`preflight`]: every command parsed, every input found, no write onto a read;
+//! - [`state`]: the run journal and file signatures;
+//! - [`swap`]: a rebuilt output exchanged for the old one;
+//! - [`night`]: one step of a night: skip, run in place, or rebuild and swap.
 
 pub mod config;
+mod night;
+pub mod preflight;
 pub mod state;
 pub mod steps;
+pub mod swap;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -36,13 +43,18 @@ pub struct RunArgs {
     /// Print one line of JSON on stdout at the end (steps, their status and time, the verdict).
     #[arg(long)]
     pub json: bool,
+    /// Check the pipeline and exit: every step's command line parsed, every input that must
+    /// exist readable, no step writing what another reads (exit 2 naming every problem).
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// What happened to one step.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StepOutcome {
     pub step: &'static str,
-    /// `ran`, `skipped` (complete; the journal's record matched) or `not-selected`.
+    /// `ran`, `rebuilt` (inputs or settings changed: built beside the old output, swapped in),
+    /// `skipped` (complete; the journal's record matched) or `not-selected`.
     pub status: &'static str,
     pub seconds: f64,
     /// The command lines of the step, as they would be typed.
@@ -91,7 +103,7 @@ impl Drop for StdoutToStderr {
     }
 }
 
-fn quote(argv: &[String]) -> String {
+pub(crate) fn quote(argv: &[String]) -> String {
     std::iter::once("dlm-data".to_string())
         .chain(argv.iter().map(|a| {
             if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
@@ -104,22 +116,29 @@ fn quote(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// The audit step's command line, parsed as the CLI parses it (the run reads its report).
-#[derive(clap::Parser, Debug)]
-#[command(name = "dlm-data")]
-enum AuditLine {
-    Audit(crate::audit::AuditArgs),
-}
-
 /// Runs one command line (without the program name) as `dlm-data` would: given by the CLI,
 /// which owns the command table.
 pub type Exec<'a> = &'a dyn Fn(&[String]) -> Result<()>;
 
-/// Run the pipeline; `exec` runs one step's command line in this process.
-pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
-    let t0 = Instant::now();
+/// What `run` needs of the CLI: run a step's command line, or only parse it.
+pub struct Cli<'a> {
+    pub exec: Exec<'a>,
+    pub parse: Exec<'a>,
+}
+
+/// The pipeline file loaded, its steps planned and checked: what a night works from.
+pub struct Job {
+    pub pipeline: PathBuf,
+    pub plan: Vec<steps::Step>,
+    pub state_path: PathBuf,
+}
+
+/// Load, plan and preflight (nothing written): every problem at once, as one usage error.
+fn prepare(args: &RunArgs, cli: &Cli) -> Result<Job> {
     crate::lock::require_utf8("PIPELINE", &args.pipeline)?;
     let p = config::Pipeline::load(&args.pipeline)?;
+    let pipeline = std::fs::canonicalize(&args.pipeline)
+        .with_context(|| format!("reading {}", args.pipeline.display()))?;
     let plan = steps::plan(&p);
     for sel in [&args.only, &args.from].into_iter().flatten() {
         if !plan.iter().any(|s| s.name == sel) {
@@ -130,19 +149,49 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
             )));
         }
     }
-    // One run of a pipeline at a time: an overlapping cron start exits 75 naming the holder.
-    let _lock = crate::lock::OutputLock::beside(&args.pipeline, "run")?;
     let state_path = p
         .state
         .clone()
-        .unwrap_or_else(|| state::default_path(&args.pipeline));
-    let mut st = state::RunState::load(&state_path)?;
+        .unwrap_or_else(|| state::default_path(&pipeline));
+    let problems = preflight::check(&p, &pipeline, &state_path, &plan, cli.parse);
+    if !problems.is_empty() {
+        return Err(crate::error::usage(format!(
+            "pipeline file {}: {} problem(s), nothing was run:\n  {}",
+            args.pipeline.display(),
+            problems.len(),
+            problems.join("\n  ")
+        )));
+    }
+    Ok(Job {
+        pipeline,
+        plan,
+        state_path,
+    })
+}
+
+/// Run the pipeline; `cli` runs (or parses) one step's command line in this process.
+pub fn run(args: RunArgs, cli: Cli) -> Result<()> {
+    let t0 = Instant::now();
+    let job = prepare(&args, &cli)?;
+    if args.check {
+        crate::report::note(&format!(
+            "run: {}: {} step(s) checked: every command parses, every input is there, no \
+             step writes what another reads",
+            args.pipeline.display(),
+            job.plan.len()
+        ));
+        return Ok(());
+    }
+    // One run of a pipeline at a time: an overlapping cron start exits 75 naming the holder.
+    let _lock = crate::lock::OutputLock::beside(&job.pipeline, "run")?;
+    let mut st = state::RunState::load(&job.state_path, &job.pipeline)?;
+    night::recover(&mut st, &job.state_path)?;
     let mut outcomes = Vec::new();
     let mut started = args.from.is_none();
     let mut report = None;
     {
         let _redirect = StdoutToStderr::new();
-        for step in &plan {
+        for step in &job.plan {
             if args.from.as_deref() == Some(step.name) {
                 started = true;
             }
@@ -157,74 +206,47 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
             }
             crate::signals::check()?;
             let ts = Instant::now();
-            if step.name == "audit" {
-                let argv =
-                    std::iter::once("dlm-data".to_string()).chain(step.commands[0].iter().cloned());
-                let AuditLine::Audit(a) = AuditLine::try_parse_from(argv).map_err(|e| {
-                    crate::error::usage(format!(
-                        "pipeline file {}: step audit: `{}`: {}",
-                        args.pipeline.display(),
-                        commands[0],
-                        e.to_string().trim()
-                    ))
-                })?;
-                crate::report::note(&format!("run: audit: {}", commands[0]));
-                report = Some(crate::audit::audit(&a).context("run: step audit")?);
-                outcomes.push(StepOutcome::new(
-                    step.name,
-                    "ran",
-                    ts.elapsed().as_secs_f64(),
-                    commands,
-                ));
-                continue;
-            }
-            if !args.rerun {
-                if let Some(rec) = st.steps.get(step.name) {
-                    if rec.commands == step.commands && rec.digest == state::digest(&step.watch)? {
-                        crate::report::note(&format!(
-                            "run: {}: complete (since {}, inputs and outputs unchanged); skipped",
-                            step.name, rec.completed
-                        ));
-                        outcomes.push(StepOutcome::new(
-                            step.name,
-                            "skipped",
-                            ts.elapsed().as_secs_f64(),
-                            commands,
-                        ));
-                        continue;
-                    }
-                }
-            }
-            // The step's record goes before it runs: a step that fails is not complete.
-            if st.steps.remove(step.name).is_some() {
-                st.save(&state_path)?;
-            }
-            for (argv, line) in step.commands.iter().zip(&commands) {
-                crate::report::note(&format!("run: {}: {line}", step.name));
-                // Typed context: `--json`'s failure line names the step and its command line.
-                exec(argv).map_err(|e| {
-                    e.context(crate::cron::StepFailed {
-                        step: step.name.to_string(),
-                        command_line: line.clone(),
-                        pipeline: args.pipeline.display().to_string(),
-                    })
-                })?;
-                crate::signals::check()?;
-            }
-            let seconds = ts.elapsed().as_secs_f64();
-            st.steps.insert(
-                step.name.to_string(),
-                state::StepRecord {
-                    commands: step.commands.clone(),
-                    digest: state::digest(&step.watch)?,
-                    completed: crate::util::now_rfc3339(),
-                    seconds,
-                },
-            );
-            st.save(&state_path)?;
-            outcomes.push(StepOutcome::new(step.name, "ran", seconds, commands));
+            let status = if step.name == "audit" {
+                report = Some(audit(&job, step, &commands[0])?);
+                "ran"
+            } else {
+                night::step(&job, &mut st, step, args.rerun, cli.exec)?
+            };
+            let secs = ts.elapsed().as_secs_f64();
+            outcomes.push(StepOutcome::new(step.name, status, secs, commands));
         }
     }
+    finish(&args, &job, outcomes, report, t0)
+}
+
+/// The audit step's command line, parsed as the CLI parses it (the run reads its report).
+#[derive(clap::Parser, Debug)]
+#[command(name = "dlm-data")]
+enum AuditLine {
+    Audit(crate::audit::AuditArgs),
+}
+
+fn audit(job: &Job, step: &steps::Step, line: &str) -> Result<crate::audit::report::AuditReport> {
+    let argv = std::iter::once("dlm-data".to_string()).chain(step.commands[0].iter().cloned());
+    let AuditLine::Audit(a) = AuditLine::try_parse_from(argv).map_err(|e| {
+        crate::error::usage(format!(
+            "pipeline file {}: step audit: `{line}`: {}",
+            job.pipeline.display(),
+            e.to_string().trim()
+        ))
+    })?;
+    crate::report::note(&format!("run: audit: {line}"));
+    crate::audit::audit(&a).context("run: step audit")
+}
+
+/// The run's result: the `--json` line or the summary and audit report; exit 1 when broken.
+fn finish(
+    args: &RunArgs,
+    job: &Job,
+    outcomes: Vec<StepOutcome>,
+    report: Option<crate::audit::report::AuditReport>,
+    t0: Instant,
+) -> Result<()> {
     let ok = report.as_ref().map(|r| r.ok);
     let failed: Vec<String> = report
         .as_ref()
@@ -233,14 +255,17 @@ pub fn run(args: RunArgs, exec: Exec) -> Result<()> {
     if args.json {
         crate::cron::json_line(serde_json::json!({
             "pipeline": args.pipeline.display().to_string(),
-            "state": state_path.display().to_string(),
+            "state": job.state_path.display().to_string(),
             "steps": outcomes,
             "verdict": match ok { Some(true) => "pass", Some(false) => "broken", None => "not-audited" },
             "failed": failed,
             "seconds": t0.elapsed().as_secs_f64(),
         }));
     } else {
-        let ran = outcomes.iter().filter(|o| o.status == "ran").count();
+        let ran = outcomes
+            .iter()
+            .filter(|o| o.status == "ran" || o.status == "rebuilt")
+            .count();
         let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
         crate::report::note(&format!(
             "run: {}: {ran} step(s) ran, {skipped} complete and skipped, in {:.1} s",

@@ -1,6 +1,7 @@
 //! The pipeline file turned into commands: each step is one or more ordinary `dlm-data`
-//! command lines (what a user would type), plus the files whose digests say whether the step
-//! is still complete.
+//! command lines (what a user would type), plus the files it reads and writes, whose
+//! signatures say whether the step is still complete (run.md's table of what counts as a
+//! change is this file).
 
 use std::path::{Path, PathBuf};
 
@@ -15,9 +16,60 @@ pub struct Step {
     pub name: &'static str,
     /// Each a full argument vector without the program name.
     pub commands: Vec<Vec<String>>,
-    /// Files or directories whose digests, unchanged since the step last succeeded with the
-    /// same commands, make the step complete.
-    pub watch: Vec<PathBuf>,
+    /// Files or directories it reads: changed bytes here re-run the step (and, through its
+    /// outputs, what reads them).
+    pub reads: Vec<PathBuf>,
+    /// Outputs it is complete against: gone or altered, the step runs again in place.
+    pub writes: Vec<PathBuf>,
+    /// The output rebuilt beside the old one when reads or settings changed (its `--out`).
+    pub out: Option<PathBuf>,
+}
+
+impl Step {
+    fn new(name: &'static str) -> Step {
+        Step {
+            name,
+            commands: vec![],
+            reads: vec![],
+            writes: vec![],
+            out: None,
+        }
+    }
+
+    /// The command lines with `--out OUT` pointed at `to` (a rebuild's staging path).
+    pub fn commands_into(&self, to: &Path) -> Vec<Vec<String>> {
+        let Some(out) = &self.out else {
+            return self.commands.clone();
+        };
+        let live = s(out);
+        self.commands
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                for i in 1..c.len() {
+                    if c[i - 1] == "--out" && c[i] == live {
+                        c[i] = s(to);
+                    }
+                }
+                c
+            })
+            .collect()
+    }
+
+    /// (staged, live) paths a rebuild into `staged` swaps: the output, and distill's parts.
+    pub fn swap_pairs(&self, staged: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let Some(out) = &self.out else {
+            return vec![];
+        };
+        let mut v = vec![(staged.to_path_buf(), out.clone())];
+        if self.name == "distill" {
+            v.push((
+                crate::distill::output::parts_dir(staged),
+                crate::distill::output::parts_dir(out),
+            ));
+        }
+        v
+    }
 }
 
 fn s(p: &Path) -> String {
@@ -49,13 +101,18 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         .map(|c| vec!["--cache".to_string(), s(c)])
         .unwrap_or_default();
     let mut steps = Vec::new();
+    steps.extend(fetch(p, &cache));
+    steps.push(pack(p, &cache));
+    steps.extend(mcq(p, &cache));
+    steps.extend(decontam(p, &cache));
+    steps.extend(distill(p));
+    steps.push(audit(p, &cache));
+    steps
+}
 
-    // fetch: every manifest, base first.
-    let mut fetch = Step {
-        name: "fetch",
-        commands: vec![],
-        watch: vec![],
-    };
+/// fetch: every manifest, base first.
+fn fetch(p: &Pipeline, cache: &[String]) -> Option<Step> {
+    let mut fetch = Step::new("fetch");
     for m in p.manifests() {
         let mut c = vec!["fetch".to_string(), "--manifest".into(), s(&m)];
         c.extend(cache.iter().cloned());
@@ -63,34 +120,34 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
         if let Some(b) = &p.base {
             if b.manifest == m {
                 push_opt(&mut c, "--local-dir", &b.local_dir.as_ref().map(|d| s(d)));
-                fetch.watch.extend(b.local_dir.clone());
+                fetch.writes.extend(b.local_dir.clone());
                 // architecture.json is written beside the manifest.
                 fetch
-                    .watch
+                    .writes
                     .push(m.with_file_name(crate::model::architecture::ARCHITECTURE_FILE));
             }
         }
         c.extend(p.fetch.args.iter().cloned());
-        fetch.watch.push(m.clone());
-        fetch.watch.push(lock_of(&m));
+        fetch.reads.push(m.clone());
+        fetch.writes.push(lock_of(&m));
         fetch.commands.push(c);
     }
-    if !fetch.commands.is_empty() {
-        steps.push(fetch);
-    }
+    (!fetch.commands.is_empty()).then_some(fetch)
+}
 
-    // pack
+/// pack: stage 1 from a manifest or local files.
+fn pack(p: &Pipeline, cache: &[String]) -> Step {
     let k = &p.pack;
     let mut c = vec!["pack".to_string()];
-    let mut watch = vec![];
+    let mut pack = Step::new("pack");
     if let Some(m) = &k.manifest {
         c.extend(["--manifest".into(), s(m)]);
         c.extend(cache.iter().cloned());
-        watch.extend([m.clone(), lock_of(m)]);
+        pack.reads.extend([m.clone(), lock_of(m)]);
     }
     for i in &k.inputs {
         c.extend(["--input".into(), s(i)]);
-        watch.push(i.clone());
+        pack.reads.extend(input_files(i));
     }
     push_opt(&mut c, "--text-column", &k.text_column);
     push_opt(&mut c, "--text", &k.text);
@@ -105,131 +162,134 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     push_opt(&mut c, "--tokens", &k.tokens);
     push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
     c.extend(k.args.iter().cloned());
-    watch.extend([
-        p.tokenizer.clone(),
-        k.out.join(crate::shards::index::INDEX_FILE),
+    pack.reads.push(p.tokenizer.clone());
+    pack.writes.push(k.out.join(crate::shards::index::INDEX_FILE));
+    pack.out = Some(k.out.clone());
+    pack.commands.push(c);
+    pack
+}
+
+/// mcq: the SFT shards and the prompts.
+fn mcq(p: &Pipeline, cache: &[String]) -> Option<Step> {
+    let m = p.mcq.as_ref()?;
+    let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
+    c.extend(cache.iter().cloned());
+    c.extend([
+        "--tokenizer".into(),
+        s(&p.tokenizer),
+        "--out".into(),
+        s(&m.out),
     ]);
-    steps.push(Step {
-        name: "pack",
+    push_opt(&mut c, "--seq-len", &m.seq_len);
+    push_opt(&mut c, "--format", &m.format);
+    push_opt(&mut c, "--seed", &m.seed);
+    c.extend(m.args.iter().cloned());
+    Some(Step {
+        name: "mcq",
         commands: vec![c],
-        watch,
-    });
+        reads: vec![
+            m.manifest.clone(),
+            lock_of(&m.manifest),
+            p.tokenizer.clone(),
+        ],
+        writes: vec![
+            m.out.join("prompts.jsonl"),
+            m.out.join("sft").join(crate::shards::index::INDEX_FILE),
+        ],
+        out: Some(m.out.clone()),
+    })
+}
 
-    // mcq
-    if let Some(m) = &p.mcq {
-        let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
-        c.extend(cache.iter().cloned());
-        c.extend([
-            "--tokenizer".into(),
-            s(&p.tokenizer),
-            "--out".into(),
-            s(&m.out),
-        ]);
-        push_opt(&mut c, "--seq-len", &m.seq_len);
-        push_opt(&mut c, "--format", &m.format);
-        push_opt(&mut c, "--seed", &m.seed);
-        c.extend(m.args.iter().cloned());
-        steps.push(Step {
-            name: "mcq",
-            commands: vec![c],
-            watch: vec![
-                m.manifest.clone(),
-                lock_of(&m.manifest),
-                p.tokenizer.clone(),
-                m.out.join("prompts.jsonl"),
-                m.out.join("sft").join(crate::shards::index::INDEX_FILE),
-            ],
-        });
-    }
-
-    // decontam: stage-1 shards, SFT shards, prompts.
-    if let Some(d) = &p.decontam {
-        let mut base = vec!["decontam".to_string(), "--against".into()];
-        base.extend(d.against.iter().map(|a| s(a)));
-        base.extend(cache.iter().cloned());
-        push_opt(&mut base, "--ngram", &d.ngram);
-        base.extend(d.args.iter().cloned());
-        let mut step = Step {
-            name: "decontam",
-            commands: vec![],
-            watch: vec![],
-        };
-        for a in &d.against {
-            step.watch.push(a.clone());
-            if a.extension().is_some_and(|e| e == "toml") {
-                step.watch.push(lock_of(a));
-            }
+/// decontam: stage-1 shards, SFT shards, prompts.
+fn decontam(p: &Pipeline, cache: &[String]) -> Option<Step> {
+    let d = p.decontam.as_ref()?;
+    let mut base = vec!["decontam".to_string(), "--against".into()];
+    base.extend(d.against.iter().map(|a| s(a)));
+    base.extend(cache.iter().cloned());
+    push_opt(&mut base, "--ngram", &d.ngram);
+    base.extend(d.args.iter().cloned());
+    let mut step = Step::new("decontam");
+    for a in &d.against {
+        step.reads.push(a.clone());
+        if a.extension().is_some_and(|e| e == "toml") {
+            step.reads.push(lock_of(a));
         }
-        let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
-            let mut c = base.clone();
-            c.extend([flag.to_string(), s(&target)]);
-            step.commands.push(c);
-            step.watch.extend([watched, report]);
-        };
-        if d.stage1 {
-            let o = &p.pack.out;
+    }
+    let mut scan = |flag: &str, target: PathBuf, watched: PathBuf, report: PathBuf| {
+        let mut c = base.clone();
+        c.extend([flag.to_string(), s(&target)]);
+        step.commands.push(c);
+        step.reads.push(watched);
+        step.writes.push(report);
+    };
+    if d.stage1 {
+        let o = &p.pack.out;
+        scan(
+            "--shards",
+            o.clone(),
+            o.join(crate::shards::index::INDEX_FILE),
+            report_of_dir(o),
+        );
+    }
+    if let Some(m) = &p.mcq {
+        let sft = m.out.join("sft");
+        if d.sft {
             scan(
                 "--shards",
-                o.clone(),
-                o.join(crate::shards::index::INDEX_FILE),
-                report_of_dir(o),
+                sft.clone(),
+                sft.join(crate::shards::index::INDEX_FILE),
+                report_of_dir(&sft),
             );
         }
-        if let Some(m) = &p.mcq {
-            let sft = m.out.join("sft");
-            if d.sft {
-                scan(
-                    "--shards",
-                    sft.clone(),
-                    sft.join(crate::shards::index::INDEX_FILE),
-                    report_of_dir(&sft),
-                );
-            }
-            if d.prompts {
-                let pr = m.out.join("prompts.jsonl");
-                let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
-                    "prompts.jsonl",
-                ));
-                scan("--prompts", pr.clone(), pr, rep);
-            }
-        }
-        if !step.commands.is_empty() {
-            steps.push(step);
+        if d.prompts {
+            let pr = m.out.join("prompts.jsonl");
+            let rep = m.out.join(crate::shards::outdir::prompts_decontam_report(
+                "prompts.jsonl",
+            ));
+            scan("--prompts", pr.clone(), pr, rep);
         }
     }
+    (!step.commands.is_empty()).then_some(step)
+}
 
-    // distill
-    if let (Some(d), Some(m)) = (&p.distill, &p.mcq) {
-        let prompts = m.out.join("prompts.jsonl");
-        let mut c = vec![
-            "distill".to_string(),
-            "--teacher".into(),
-            s(&d.teacher),
-            "--prompts".into(),
-            s(&prompts),
-            "--out".into(),
-            s(&d.out),
-        ];
-        push_opt(&mut c, "--device", &d.device);
-        push_opt(&mut c, "--gen-length", &d.gen_length);
-        push_opt(&mut c, "--block-length", &d.block_length);
-        push_opt(&mut c, "--steps", &d.steps);
-        push_opt(&mut c, "--batch-size", &d.batch_size);
-        push_opt(&mut c, "--temperature", &d.temperature);
-        push_opt(&mut c, "--seed", &d.seed);
-        push_opt(&mut c, "--cache", &d.kv_cache);
-        push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
-        push_opt(&mut c, "--threshold", &d.threshold);
-        push_opt(&mut c, "--limit", &d.limit);
-        c.extend(d.args.iter().cloned());
-        steps.push(Step {
-            name: "distill",
-            commands: vec![c],
-            watch: vec![d.teacher.clone(), prompts, d.out.clone()],
-        });
-    }
+/// distill: the mcq prompts through the teacher.
+fn distill(p: &Pipeline) -> Option<Step> {
+    let (Some(d), Some(m)) = (&p.distill, &p.mcq) else {
+        return None;
+    };
+    let prompts = m.out.join("prompts.jsonl");
+    let mut c = vec![
+        "distill".to_string(),
+        "--teacher".into(),
+        s(&d.teacher),
+        "--prompts".into(),
+        s(&prompts),
+        "--out".into(),
+        s(&d.out),
+    ];
+    push_opt(&mut c, "--device", &d.device);
+    push_opt(&mut c, "--gen-length", &d.gen_length);
+    push_opt(&mut c, "--block-length", &d.block_length);
+    push_opt(&mut c, "--steps", &d.steps);
+    push_opt(&mut c, "--batch-size", &d.batch_size);
+    push_opt(&mut c, "--temperature", &d.temperature);
+    push_opt(&mut c, "--seed", &d.seed);
+    push_opt(&mut c, "--cache", &d.kv_cache);
+    push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
+    push_opt(&mut c, "--threshold", &d.threshold);
+    push_opt(&mut c, "--limit", &d.limit);
+    c.extend(d.args.iter().cloned());
+    Some(Step {
+        name: "distill",
+        commands: vec![c],
+        reads: vec![d.teacher.clone(), prompts],
+        writes: vec![d.out.clone()],
+        out: Some(d.out.clone()),
+    })
+}
 
-    // audit: the whole chain that exists in this file.
+/// audit: the whole chain that exists in this file.
+fn audit(p: &Pipeline, cache: &[String]) -> Step {
     let mut c = vec!["audit".to_string()];
     for m in p.manifests() {
         // Benchmarks are never training inputs: audit reads them through the reports.
@@ -256,10 +316,14 @@ pub fn plan(p: &Pipeline) -> Vec<Step> {
     push_opt(&mut c, "--lineage", &p.audit.lineage.as_ref().map(|t| s(t)));
     push_opt(&mut c, "--shipped", &p.audit.shipped.as_ref().map(|t| s(t)));
     c.extend(p.audit.args.iter().cloned());
-    steps.push(Step {
-        name: "audit",
-        commands: vec![c],
-        watch: vec![],
-    });
-    steps
+    let mut audit = Step::new("audit");
+    audit.commands.push(c);
+    audit
+}
+
+/// The files an `--input` names, as pack expands it (a directory's data files, a glob's
+/// matches now); itself when that fails (pack then says why).
+fn input_files(i: &Path) -> Vec<PathBuf> {
+    crate::sources::files::expand(std::slice::from_ref(&i.to_path_buf()))
+        .unwrap_or_else(|_| vec![i.to_path_buf()])
 }

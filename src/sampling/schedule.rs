@@ -171,23 +171,7 @@ pub fn run(
     let limit = (n + slots) * (gen + 1) * g.steps_per_block().max(1);
     loop {
         // Finished rows leave; their records are final.
-        let mut retired = false;
-        let mut x: Option<Vec<u32>> = None;
-        for r in 0..batch.b() {
-            if batch.rows[r].live != 0 {
-                continue;
-            }
-            let Some(sl) = batch.slots[r].take() else {
-                continue;
-            };
-            if x.is_none() {
-                x = Some(dev.tokens()?);
-            }
-            let s = batch.lp + gen;
-            let span = &x.as_ref().expect("read")[r * s + batch.lp..(r + 1) * s];
-            out[sl.prompt] = Some(row_out(span.to_vec(), sl.steps, batch.rows[r].block, p));
-            retired = true;
-        }
+        let (retired, mut x) = retire(dev, &mut batch, &mut out, p)?;
         let live = batch.live();
         if live == 0 {
             // Every row finished mid-block (early exit): an empty lockstep batch starts a new
@@ -197,23 +181,7 @@ pub fn run(
         let boundary = p.free_rows || batch.phase[1] == 0;
         let mut admit = vec![];
         if next < n && boundary && !(g.cache == Cache::Prefix && live > 0) {
-            let mut longest = batch
-                .slots
-                .iter()
-                .flatten()
-                .map(|s| prompts[s.prompt].len())
-                .max()
-                .unwrap_or(0);
-            while next < n && live + admit.len() < slots {
-                let l = prompts[next].len().max(longest);
-                let rows = live + admit.len() + 1;
-                if rows > 1 && !fits(rows, p.padded(l)) {
-                    break;
-                }
-                longest = l;
-                admit.push(next);
-                next += 1;
-            }
+            admit = admissions(&batch, prompts, &mut next, slots, p, fits);
         }
         if live == 0 && admit.is_empty() {
             if next >= n {
@@ -235,21 +203,7 @@ pub fn run(
             dev.load(&layout)?;
             batch = nb;
         }
-        let sib = batch.phase[1] as usize;
-        let kind = if g.full_pass_at(sib) {
-            StepKind::Full
-        } else if g.cache == Cache::Dual {
-            StepKind::Dual
-        } else {
-            // Prefix: every live row is at the same block (no refill while rows are live).
-            let block = batch
-                .slots
-                .iter()
-                .zip(&batch.rows)
-                .find(|(s, _)| s.is_some())
-                .map_or(0, |(_, r)| r.block as usize);
-            StepKind::Prefix { block }
-        };
+        let kind = step_kind(g, &batch);
         dev.step(kind).map_err(|e| name_row(e, &batch))?;
         forwards += 1;
         for s in batch.slots.iter_mut().flatten() {
@@ -271,6 +225,86 @@ pub fn run(
             .collect(),
         forwards,
     ))
+}
+
+/// Finished rows leave the batch (their slots freed), each prompt's record taken from the
+/// device's tokens; whether any left, and the tokens if they were read.
+fn retire(
+    dev: &mut dyn RowDevice,
+    batch: &mut Batch,
+    out: &mut [Option<RowOut>],
+    p: &RunParams,
+) -> Result<(bool, Option<Vec<u32>>)> {
+    let gen = p.gen.gen_length;
+    let mut retired = false;
+    let mut x: Option<Vec<u32>> = None;
+    for r in 0..batch.b() {
+        if batch.rows[r].live != 0 {
+            continue;
+        }
+        let Some(sl) = batch.slots[r].take() else {
+            continue;
+        };
+        if x.is_none() {
+            x = Some(dev.tokens()?);
+        }
+        let s = batch.lp + gen;
+        let span = &x.as_ref().expect("read")[r * s + batch.lp..(r + 1) * s];
+        out[sl.prompt] = Some(row_out(span.to_vec(), sl.steps, batch.rows[r].block, p));
+        retired = true;
+    }
+    Ok((retired, x))
+}
+
+/// The queued prompts (from `next` on, advancing it) that join the batch now: while a slot is
+/// free and the batch, padded to its longest prompt, still `fits`.
+fn admissions(
+    batch: &Batch,
+    prompts: &[Vec<u32>],
+    next: &mut usize,
+    slots: usize,
+    p: &RunParams,
+    fits: &dyn Fn(usize, usize) -> bool,
+) -> Vec<usize> {
+    let (n, live) = (prompts.len(), batch.live());
+    let mut admit = vec![];
+    let mut longest = batch
+        .slots
+        .iter()
+        .flatten()
+        .map(|s| prompts[s.prompt].len())
+        .max()
+        .unwrap_or(0);
+    while *next < n && live + admit.len() < slots {
+        let l = prompts[*next].len().max(longest);
+        let rows = live + admit.len() + 1;
+        if rows > 1 && !fits(rows, p.padded(l)) {
+            break;
+        }
+        longest = l;
+        admit.push(*next);
+        *next += 1;
+    }
+    admit
+}
+
+/// The pass the batch's phase calls for: full, dual-cache window, or prefix window (every
+/// live row is then at the same block: no refill while rows are live).
+fn step_kind(g: &GenParams, batch: &Batch) -> StepKind {
+    let sib = batch.phase[1] as usize;
+    if g.full_pass_at(sib) {
+        StepKind::Full
+    } else if g.cache == Cache::Dual {
+        StepKind::Dual
+    } else {
+        let block = batch
+            .slots
+            .iter()
+            .zip(&batch.rows)
+            .find(|(s, _)| s.is_some())
+            .map_or(0, |(_, r)| r.block as usize);
+        StepKind::Prefix { block }
+    }
 }
 
 /// The new batch after admitting `admit`: the live rows (kept in their slots, or moved to the

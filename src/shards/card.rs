@@ -169,6 +169,14 @@ pub fn render(idx: &Index) -> String {
     s
 }
 
+/// Whether `path` is a card this tool wrote (what `--force` may clear with the shards it
+/// describes; a user's own README.md never is).
+pub fn is_card(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| {
+        t.starts_with("---\n") && t.contains("\n# Tokenized shards\n\nWritten by dlm-data ")
+    })
+}
+
 /// Write `dir/README.md` for `idx` unless it already holds those bytes.
 pub fn write(dir: &Path, idx: &Index) -> Result<()> {
     crate::util::write_if_changed(&card_path(dir), render(idx).as_bytes()).map(|_| ())

@@ -14,7 +14,7 @@ use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchR
 
 /// Open `path` as parquet (footer read under the guard); `what` names it in errors.
 pub fn builder(path: &Path) -> Result<ParquetRecordBatchReaderBuilder<File>> {
-    let f = crate::sources::input::open_regular(path)?;
+    let f = crate::bounded::open_regular(path)?;
     let what = path.display().to_string();
     crate::util::no_panic(&what, || {
         ParquetRecordBatchReaderBuilder::try_new(f)

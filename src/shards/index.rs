@@ -218,8 +218,8 @@ pub fn load(dir: &Path) -> Result<Index> {
     let p = index_path(dir);
     // A regular file only (a FIFO would block), and bounded (an index of a million shards is
     // ~300 MB).
-    let bound = crate::sources::Bound::new(1 << 30, "an index.json is at most that");
-    let text = crate::sources::input::read_regular_text(&p, bound)
+    let bound = crate::bounded::Bound::new(1 << 30, "an index.json is at most that");
+    let text = crate::bounded::read_regular_text(&p, bound)
         .with_context(|| format!("reading {}", p.display()))?;
     parse(&text, &p)
 }

@@ -251,4 +251,26 @@ mod tests {
         let cfg_text = std::str::from_utf8(&raw[12..start]).unwrap();
         assert!(cfg_text.starts_with("{\"column_encodings\": [\"ndarray:uint32\", \"str\"]"));
     }
+
+    /// What the writer encodes, the reader decodes (`mds_read`).
+    #[test]
+    fn round_trip() {
+        use super::super::mds_read::{decode, Value};
+        let batch = RowBatch {
+            input_ids: vec![vec![7, 8, 9], (0..300).collect()],
+            columns: vec![
+                ("prompt_len".into(), Column::U32(vec![2, 200])),
+                ("id".into(), Column::Str(vec!["a".into(), "bé".into()])),
+            ],
+        };
+        for dt in [Dtype::U32, Dtype::U16] {
+            let (raw, _) = encode(&batch, dt).unwrap();
+            let s = decode(&raw).unwrap();
+            assert_eq!(s.len(), 2);
+            assert_eq!(s[1]["input_ids"], Value::Ids((0..300).collect()));
+            assert_eq!(s[0]["input_ids"], Value::Ids(vec![7, 8, 9]));
+            assert_eq!(s[1]["prompt_len"], Value::U32(200));
+            assert_eq!(s[1]["id"], Value::Str("bé".into()));
+        }
+    }
 }

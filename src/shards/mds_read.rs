@@ -166,10 +166,10 @@ pub fn read(path: &Path) -> Result<Vec<Sample>> {
 pub fn read_bounded(path: &Path, max_raw: u64) -> Result<Vec<Sample>> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    crate::sources::input::open_regular(path)?
+    crate::bounded::open_regular(path)?
         .read_to_end(&mut bytes)
         .with_context(|| format!("reading {}", path.display()))?;
-    let bound = crate::sources::Bound::new(
+    let bound = crate::bounded::Bound::new(
         max_raw,
         "the rows and tokens index.json lists for it allow no more: a corrupt shard or a \
          decompression bomb",
@@ -178,7 +178,7 @@ pub fn read_bounded(path: &Path, max_raw: u64) -> Result<Vec<Sample>> {
         let what = format!("{}: decompressed", path.display());
         let dec = zstd::stream::read::Decoder::new(&bytes[..])
             .with_context(|| format!("{}: not zstd", path.display()))?;
-        crate::sources::input::read_capped(dec, bound, &what)
+        crate::bounded::read_capped(dec, bound, &what)
             .with_context(|| format!("{}: not zstd, or too large", path.display()))?
     } else {
         anyhow::ensure!(
@@ -236,30 +236,4 @@ pub fn read_batch(path: &Path, max_raw: u64) -> Result<RowBatch> {
         }
     }
     Ok(b)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::{mds, Column, Dtype, RowBatch};
-    use super::*;
-
-    #[test]
-    fn round_trip() {
-        let batch = RowBatch {
-            input_ids: vec![vec![7, 8, 9], (0..300).collect()],
-            columns: vec![
-                ("prompt_len".into(), Column::U32(vec![2, 200])),
-                ("id".into(), Column::Str(vec!["a".into(), "bé".into()])),
-            ],
-        };
-        for dt in [Dtype::U32, Dtype::U16] {
-            let (raw, _) = mds::encode(&batch, dt).unwrap();
-            let s = decode(&raw).unwrap();
-            assert_eq!(s.len(), 2);
-            assert_eq!(s[1]["input_ids"], Value::Ids((0..300).collect()));
-            assert_eq!(s[0]["input_ids"], Value::Ids(vec![7, 8, 9]));
-            assert_eq!(s[1]["prompt_len"], Value::U32(200));
-            assert_eq!(s[1]["id"], Value::Str("bé".into()));
-        }
-    }
 }

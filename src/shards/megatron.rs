@@ -108,7 +108,7 @@ pub fn encode(batch: &RowBatch, dtype: Dtype) -> Result<(Vec<u8>, Vec<u8>)> {
 /// The `.idx` of a Megatron shard: (sequence lengths, document indices), checked against
 /// its own header and for documents that walk the sequences in order.
 pub fn read_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
-    let b = crate::sources::input::read_regular(idx_path)?;
+    let b = crate::bounded::read_regular(idx_path)?;
     let bad = || anyhow!("{}: not a Megatron .idx", idx_path.display());
     ensure!(b.len() >= 34 && &b[..9] == MAGIC, bad());
     let s = u64::from_le_bytes(b[18..26].try_into().unwrap());
@@ -156,7 +156,7 @@ pub fn read_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
 
 /// The ids of a `.bin` as `dtype`.
 pub fn read_bin(bin: &Path, dtype: Dtype) -> Result<Vec<u32>> {
-    let bytes = crate::sources::input::read_regular(bin)?;
+    let bytes = crate::bounded::read_regular(bin)?;
     ensure!(
         bytes.len() % dtype.size() == 0,
         "{}: {} bytes is not a whole number of {} ids",

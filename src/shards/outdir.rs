@@ -130,7 +130,8 @@ impl Claim {
         let removable = is_file
             && (self.remove.contains(name)
                 || is_own_temp(base)
-                || (self.force && is_own_format(base)));
+                || (self.force && is_own_format(base))
+                || (self.force && name == super::card::CARD_FILE && super::card::is_card(&path)));
         if removable && self.is_input(&path) {
             return Err(crate::error::refused(format!(
                 "{}: {} is an input of this {} run; it is never deleted or overwritten: choose another --out",

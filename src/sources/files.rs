@@ -67,7 +67,7 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
         } else {
             std::fs::metadata(given).with_context(|| format!("--input {}", given.display()))?;
             // A FIFO would block, or be drained by both the hasher and the reader.
-            super::input::check_regular(given).with_context(|| "--input".to_string())?;
+            crate::bounded::check_regular(given).with_context(|| "--input".to_string())?;
             format_of(given)?;
             vec![given.clone()]
         };

@@ -4,8 +4,8 @@
 //! [`RowReader`] is the one reader over every input format ([`parquet`], [`json_array`],
 //! [`jsonl`]; [`reader`] picks it): rows as JSON objects ([`RowReader::values`], for
 //! decontam, inspect, audit and lineage) or rendered by a template ([`RowReader::rendered`],
-//! for pack). [`records`] streams both JSON layouts with a bound per record; [`input`] opens
-//! regular files only and holds the bounds; [`template`] renders a row;
+//! for pack). [`records`] streams both JSON layouts with a bound per record ([`crate::bounded`]
+//! opens regular files only and holds the bounds); [`template`] renders a row;
 //! [`codec`] reads `.gz` / `.zst` forms of any of them; [`files`] expands `--input` paths and
 //! local manifest sources into files; [`local`] pins local manifest sources.
 //! [`parquet`] decodes a file's row groups on several threads when it has several
@@ -17,7 +17,6 @@
 pub mod codec;
 pub mod columns;
 pub mod files;
-pub mod input;
 pub mod json_array;
 pub mod jsonl;
 pub mod local;
@@ -30,7 +29,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-pub use input::Bound;
+pub use crate::bounded::Bound;
 pub use template::{Outcome, Template};
 
 use crate::manifest::Format;

@@ -17,7 +17,7 @@ use anyhow::{anyhow, Result};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::Value;
 
-use super::input::{Bound, Capped, Counter};
+use crate::bounded::{Bound, Capped, Counter};
 
 /// How records lie in a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -153,6 +153,125 @@ fn mul(a: u64, b: u64, what: &str) -> Result<u64> {
         .with_context(|| format!("{what} overflows ({a} × {b})"))
 }
 
+/// `architectures` / `model_type` name a Llama (`LlamaForCausalLM`, `"llama"`).
+fn check_architecture(f: &Fields) -> Result<()> {
+    let architectures: Vec<&str> = match f.get("architectures") {
+        None => vec![],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .with_context(|| format!("field `architectures`: {x} is not a string"))
+            })
+            .collect::<Result<_>>()?,
+        Some(other) => anyhow::bail!("field `architectures`: expected a list, got {other}"),
+    };
+    let model_type = f.string("model_type")?;
+    if !architectures.contains(&"LlamaForCausalLM") && model_type != Some("llama") {
+        anyhow::bail!(
+            "architectures {architectures:?} / model_type {model_type:?}: only \
+             LlamaForCausalLM (model_type \"llama\") is supported"
+        );
+    }
+    Ok(())
+}
+
+/// `(num_key_value_heads, head_dim)`: key/value heads dividing the query heads (default: as
+/// many), and an even head size within the kernels' limit (default: hidden / heads).
+fn heads(f: &Fields, hidden_size: usize, num_heads: usize) -> Result<(usize, usize)> {
+    let num_kv_heads = match f.uint("num_key_value_heads")? {
+        None => num_heads,
+        Some(k) => k as usize,
+    };
+    if num_kv_heads == 0 || num_kv_heads > num_heads || num_heads % num_kv_heads != 0 {
+        anyhow::bail!(
+            "num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"
+        );
+    }
+    let head_dim = match f.uint("head_dim")? {
+        Some(d) => d as usize,
+        None => {
+            if hidden_size % num_heads != 0 {
+                anyhow::bail!("hidden_size {hidden_size} not divisible by num_attention_heads {num_heads} and no head_dim given");
+            }
+            hidden_size / num_heads
+        }
+    };
+    if head_dim == 0 || head_dim % 2 != 0 {
+        anyhow::bail!("head_dim {head_dim} must be even and > 0 for rotary embeddings");
+    }
+    if head_dim as u64 > limit("head_dim") {
+        anyhow::bail!(
+            "head_dim {head_dim} (hidden_size / num_attention_heads) is out of range (at most {} supported)",
+            limit("head_dim")
+        );
+    }
+    Ok((num_kv_heads, head_dim))
+}
+
+/// What the forward does not implement is refused: an activation other than SiLU, biases.
+fn check_supported(f: &Fields) -> Result<()> {
+    if let Some(act) = f.string("hidden_act")? {
+        if act != "silu" {
+            anyhow::bail!("hidden_act {act:?}: only \"silu\" is supported");
+        }
+    }
+    if f.boolean("attention_bias")? == Some(true) || f.boolean("mlp_bias")? == Some(true) {
+        anyhow::bail!("attention_bias / mlp_bias = true is not supported");
+    }
+    Ok(())
+}
+
+/// The RoPE base: `rope_theta`, or the one inside `rope_scaling` / `rope_parameters` (plain
+/// RoPE only), default 10 000; finite and > 1.
+fn rope_theta(f: &Fields) -> Result<f64> {
+    let mut rope_theta = f.float("rope_theta")?;
+    for field in ["rope_scaling", "rope_parameters"] {
+        match f.get(field) {
+            None => {}
+            Some(Value::Object(m)) => {
+                let ty = m
+                    .get("rope_type")
+                    .or_else(|| m.get("type"))
+                    .and_then(|t| t.as_str())
+                    .unwrap_or("default");
+                if ty != "default" {
+                    anyhow::bail!("{field}.rope_type {ty:?}: only plain RoPE (\"default\", no scaling) is supported");
+                }
+                match m.get("rope_theta") {
+                    None | Some(Value::Null) => {}
+                    Some(t) => {
+                        rope_theta = Some(t.as_f64().with_context(|| {
+                            format!("field `{field}.rope_theta`: expected a number, got {t}")
+                        })?)
+                    }
+                }
+            }
+            Some(other) => anyhow::bail!("{field}: unexpected value {other}"),
+        }
+    }
+    let rope_theta = rope_theta.unwrap_or(10_000.0);
+    if !(rope_theta.is_finite() && rope_theta > 1.0) {
+        anyhow::bail!(
+            "field `rope_theta` = {rope_theta}: the RoPE base must be a finite number > 1"
+        );
+    }
+    Ok(rope_theta)
+}
+
+/// `logits_shift` (0 or 1) or its spelling `right_shift_logits`; both given must agree.
+fn logits_shift(f: &Fields) -> Result<Option<u8>> {
+    Ok(match (f.uint("logits_shift")?, f.boolean("right_shift_logits")?) {
+        (Some(s), _) if s > 1 => anyhow::bail!("logits_shift {s}: must be 0 or 1"),
+        (Some(s), Some(r)) if (s == 1) != r => {
+            anyhow::bail!("logits_shift {s} contradicts right_shift_logits {r}")
+        }
+        (Some(s), _) => Some(s as u8),
+        (None, Some(r)) => Some(r as u8),
+        (None, None) => None,
+    })
+}
+
 impl LlamaConfig {
     /// Read and validate `config.json`; errors name the file and the field.
     pub fn from_file(path: &Path) -> Result<Self> {
@@ -160,99 +279,21 @@ impl LlamaConfig {
         Self::from_json(&text).with_context(|| format!("teacher config {}", path.display()))
     }
 
+    /// Parse and validate a config.json text: the architecture, then each group of fields
+    /// in turn (shape, supported features, RoPE, norm, logits shift, special tokens).
     pub fn from_json(text: &str) -> Result<Self> {
         let v: Value = serde_json::from_str(text).context("not a valid config.json")?;
         let obj = v.as_object().context("config.json is not a JSON object")?;
         let f = Fields(obj);
-        let architectures: Vec<&str> = match f.get("architectures") {
-            None => vec![],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|x| {
-                    x.as_str()
-                        .with_context(|| format!("field `architectures`: {x} is not a string"))
-                })
-                .collect::<Result<_>>()?,
-            Some(other) => anyhow::bail!("field `architectures`: expected a list, got {other}"),
-        };
-        let model_type = f.string("model_type")?;
-        if !architectures.contains(&"LlamaForCausalLM") && model_type != Some("llama") {
-            anyhow::bail!(
-                "architectures {architectures:?} / model_type {model_type:?}: only \
-                 LlamaForCausalLM (model_type \"llama\") is supported"
-            );
-        }
+        check_architecture(&f)?;
         let vocab_size = f.need("vocab_size")?;
         let hidden_size = f.need("hidden_size")?;
         let intermediate_size = f.need("intermediate_size")?;
         let num_layers = f.need("num_hidden_layers")?;
         let num_heads = f.need("num_attention_heads")?;
-        let num_kv_heads = match f.uint("num_key_value_heads")? {
-            None => num_heads,
-            Some(k) => k as usize,
-        };
-        if num_kv_heads == 0 || num_kv_heads > num_heads || num_heads % num_kv_heads != 0 {
-            anyhow::bail!(
-                "num_attention_heads {num_heads} is not a multiple of num_key_value_heads {num_kv_heads}"
-            );
-        }
-        let head_dim = match f.uint("head_dim")? {
-            Some(d) => d as usize,
-            None => {
-                if hidden_size % num_heads != 0 {
-                    anyhow::bail!("hidden_size {hidden_size} not divisible by num_attention_heads {num_heads} and no head_dim given");
-                }
-                hidden_size / num_heads
-            }
-        };
-        if head_dim == 0 || head_dim % 2 != 0 {
-            anyhow::bail!("head_dim {head_dim} must be even and > 0 for rotary embeddings");
-        }
-        if head_dim as u64 > limit("head_dim") {
-            anyhow::bail!(
-                "head_dim {head_dim} (hidden_size / num_attention_heads) is out of range (at most {} supported)",
-                limit("head_dim")
-            );
-        }
-        if let Some(act) = f.string("hidden_act")? {
-            if act != "silu" {
-                anyhow::bail!("hidden_act {act:?}: only \"silu\" is supported");
-            }
-        }
-        if f.boolean("attention_bias")? == Some(true) || f.boolean("mlp_bias")? == Some(true) {
-            anyhow::bail!("attention_bias / mlp_bias = true is not supported");
-        }
-        let mut rope_theta = f.float("rope_theta")?;
-        for field in ["rope_scaling", "rope_parameters"] {
-            match f.get(field) {
-                None => {}
-                Some(Value::Object(m)) => {
-                    let ty = m
-                        .get("rope_type")
-                        .or_else(|| m.get("type"))
-                        .and_then(|t| t.as_str())
-                        .unwrap_or("default");
-                    if ty != "default" {
-                        anyhow::bail!("{field}.rope_type {ty:?}: only plain RoPE (\"default\", no scaling) is supported");
-                    }
-                    match m.get("rope_theta") {
-                        None | Some(Value::Null) => {}
-                        Some(t) => {
-                            rope_theta = Some(t.as_f64().with_context(|| {
-                                format!("field `{field}.rope_theta`: expected a number, got {t}")
-                            })?)
-                        }
-                    }
-                }
-                Some(other) => anyhow::bail!("{field}: unexpected value {other}"),
-            }
-        }
-        let rope_theta = rope_theta.unwrap_or(10_000.0);
-        if !(rope_theta.is_finite() && rope_theta > 1.0) {
-            anyhow::bail!(
-                "field `rope_theta` = {rope_theta}: the RoPE base must be a finite number > 1"
-            );
-        }
+        let (num_kv_heads, head_dim) = heads(&f, hidden_size, num_heads)?;
+        check_supported(&f)?;
+        let rope_theta = rope_theta(&f)?;
         let rms_norm_eps = f.float("rms_norm_eps")?.unwrap_or(1e-6);
         if !(rms_norm_eps > 0.0 && rms_norm_eps < 1.0 && (rms_norm_eps as f32) > 0.0) {
             anyhow::bail!(
@@ -263,15 +304,7 @@ impl LlamaConfig {
             Some(0) => anyhow::bail!("field `max_position_embeddings` is 0"),
             m => m.map(|m| m as usize),
         };
-        let logits_shift = match (f.uint("logits_shift")?, f.boolean("right_shift_logits")?) {
-            (Some(s), _) if s > 1 => anyhow::bail!("logits_shift {s}: must be 0 or 1"),
-            (Some(s), Some(r)) if (s == 1) != r => {
-                anyhow::bail!("logits_shift {s} contradicts right_shift_logits {r}")
-            }
-            (Some(s), _) => Some(s as u8),
-            (None, Some(r)) => Some(r as u8),
-            (None, None) => None,
-        };
+        let logits_shift = logits_shift(&f)?;
         let mask_token_id = f
             .token_ids("mask_token_id", vocab_size, false)?
             .first()

@@ -2,7 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::{AttnVariant, Engine, Pass, Tail, BF};
+use super::attn::AttnKernel;
+use super::{AttnVariant, Engine, LayerW, Pass, Tail, Workspace, BF};
 use crate::gpu::blas::OutType;
 use crate::kargs;
 
@@ -22,7 +23,6 @@ impl Engine {
     ) -> Result<()> {
         let ws = self.ws.as_ref().context("no workspace")?;
         let c = &self.cfg;
-        let g = &self.gpu;
         let w = match pass {
             Pass::Full { .. } => s,
             Pass::Window { w } => w,
@@ -34,24 +34,58 @@ impl Engine {
         let t = b * w;
         let (h, hd) = (c.hidden_size as i32, c.head_dim as i32);
         let (nh, kv) = (c.num_heads as i32, c.num_kv_heads as i32);
-        let qkvn = ((nh + 2 * kv) * hd) as usize;
-        let tt = t as u32;
         let (si, wi, gs, blki) = (s as i32, w as i32, gen_start as i32, blk as i32);
-        let win_base: i32 = match pass {
-            Pass::Full { .. } => -1,
-            Pass::Window { .. } => gs,
+        let d = BodyArgs {
+            b,
+            w,
+            t,
+            tt: t as u32,
+            blk,
+            h,
+            hd,
+            nh,
+            kv,
+            qkvn: ((nh + 2 * kv) * hd) as usize,
+            si,
+            wi,
+            blki,
+            win_base: match pass {
+                Pass::Full { .. } => -1,
+                Pass::Window { .. } => gs,
+            },
+            scale_log2: (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32,
+            kv_half: (b * s * kv as usize * hd as usize * BF) as u64,
+            // Folded RMSNorm: RoPE and SwiGLU scale each row by its 1/rms (null: no scaling).
+            rr: if self.fold_norm { ws.rr.ptr } else { 0 },
+            // RoPE on K and V only (q null): attention rotates Q as it loads it from qkv.
+            no_q: 0u64,
+            rope_threads: ((2 * kv * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32,
+            cached,
         };
+        self.enqueue_embed(ws, &d, pass, gs)?;
+        let n_layers = self.layers.len();
+        for (l, lw) in self.layers.iter().enumerate() {
+            // The last layer with a tail: queries and everything after attention on the
+            // block's rows only.
+            let last = tail.filter(|_| l + 1 == n_layers);
+            self.enqueue_layer(ws, &d, l, lw, last)?;
+        }
+        Ok(())
+    }
+
+    /// The embedding of the pass's tokens into the residual stream (a window: its rows only).
+    fn enqueue_embed(&self, ws: &Workspace, d: &BodyArgs, pass: Pass, gs: i32) -> Result<()> {
         let rk = &self.k.r;
-        let rout = self.resid.out();
+        let (tt, h, si, wi, blki) = (d.tt, d.h, d.si, d.wi, d.blki);
         match pass {
-            Pass::Full { .. } => g.launch(
+            Pass::Full { .. } => self.gpu.launch(
                 rk.embed,
                 (tt, 1, 1),
                 (128, 1, 1),
                 0,
                 &mut kargs![&ws.x.ptr, &self.embed.ptr, &ws.resid.ptr, &h],
             )?,
-            Pass::Window { .. } => g.launch(
+            Pass::Window { .. } => self.gpu.launch(
                 rk.embed_window,
                 (tt, 1, 1),
                 (128, 1, 1),
@@ -69,174 +103,205 @@ impl Engine {
                 ],
             )?,
         }
-        self.mark("embed")?;
-        let scale_log2 = (1.0 / (hd as f64).sqrt() * std::f64::consts::LOG2_E) as f32;
-        let kv_half = (b * s * kv as usize * hd as usize * BF) as u64;
-        // Large grids: the wgmma kernel (Hopper, head_dim 128), else two m-tiles per warp (half
-        // the shared-memory traffic per FLOP); a grid that would leave SMs idle at 128 queries
-        // per CTA: 64 (4 warps × 16).
-        let attn_for = |rows: usize| {
-            let v = self.attn_force.unwrap_or(
-                if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms {
-                    self.attn_large
-                } else {
-                    AttnVariant::W4
-                },
-            );
-            // Every variant attn_force / attn_large can name was loaded (Engine::load).
-            *self
-                .k
-                .attn
-                .iter()
-                .find(|a| a.v == v)
-                .expect("attention variant loaded")
+        self.mark("embed")
+    }
+
+    /// The attention kernel for `rows` query rows per sequence. Large grids: the wgmma kernel
+    /// (Hopper, head_dim 128), else two m-tiles per warp (half the shared-memory traffic per
+    /// FLOP); a grid that would leave SMs idle at 128 queries per CTA: 64 (4 warps × 16).
+    fn attn_for(&self, b: usize, nh: i32, rows: usize) -> AttnKernel {
+        let v = self.attn_force.unwrap_or(
+            if rows >= 128 && b * nh as usize * rows.div_ceil(128) >= 2 * self.sms {
+                self.attn_large
+            } else {
+                AttnVariant::W4
+            },
+        );
+        // Every variant attn_force / attn_large can name was loaded (Engine::load).
+        *self
+            .k
+            .attn
+            .iter()
+            .find(|a| a.v == v)
+            .expect("attention variant loaded")
+    }
+
+    /// Layer `l`: norm → QKV GEMM → RoPE/split (K/V into the cache when `cached`) → attention
+    /// → (tail: gather the block's residual rows) → o_proj GEMM (+residual) → norm → MLP.
+    /// `last`: this is the last layer and a tail is asked for.
+    fn enqueue_layer(
+        &self,
+        ws: &Workspace,
+        d: &BodyArgs,
+        l: usize,
+        lw: &LayerW,
+        last: Option<Tail>,
+    ) -> Result<()> {
+        let (b, blk, t, h) = (d.b, d.blk, d.t, d.h);
+        let (k_out, v_out) = if d.cached {
+            (ws.kv[l].ptr, ws.kv[l].ptr + d.kv_half)
+        } else {
+            (ws.k.ptr, ws.v.ptr)
         };
-        let n_layers = self.layers.len();
-        // Folded RMSNorm: RoPE and SwiGLU scale each row by its 1/rms (null: no scaling).
-        let rr: u64 = if self.fold_norm { ws.rr.ptr } else { 0 };
-        // RoPE on K and V only (q null): attention rotates Q as it loads it from qkv.
-        let no_q = 0u64;
-        let rope_threads = ((2 * kv * hd / 8) as u32).div_ceil(32).clamp(1, 32) * 32;
-        for (l, lw) in self.layers.iter().enumerate() {
-            let (k_out, v_out) = if cached {
-                (ws.kv[l].ptr, ws.kv[l].ptr + kv_half)
-            } else {
-                (ws.k.ptr, ws.v.ptr)
-            };
-            // The last layer with a tail: queries and everything after attention on the
-            // block's rows only.
-            let last = tail.filter(|_| l + 1 == n_layers);
-            let (q_rows, q_base, q_stride) = match last {
-                Some(tl) => (blk as i32, tl.base, tl.stride),
-                None => (0, 0, 0),
-            };
-            let sq = if last.is_some() { blk } else { w };
-            let q_tail = last.is_some() as i32;
-            let (tl_rows, rbuf) = if last.is_some() {
-                (b * blk, ws.tail.ptr)
-            } else {
-                (t, ws.resid.ptr)
-            };
-            // The norm's output: normalised rows in hn, or (folded) the residual itself with
-            // 1/rms per row in rr, applied by RoPE/SwiGLU.
-            let x_in = self.enqueue_norm(ws.resid.ptr, lw.ln1.ptr, t)?;
-            self.mark("rmsnorm")?;
-            self.blas.gemm(
-                x_in,
-                h as usize,
-                lw.qkv.ptr,
-                ws.qkv.ptr,
-                qkvn,
-                OutType::Bf16,
-                t,
-                qkvn,
-                h as usize,
-                false,
-            )?;
-            self.mark("gemm_qkv")?;
-            g.launch(
-                self.k.qkv_rope,
-                (tt, 1, 1),
-                (rope_threads, 1, 1),
+        let (tl_rows, rbuf) = if last.is_some() {
+            (b * blk, ws.tail.ptr)
+        } else {
+            (t, ws.resid.ptr)
+        };
+        // The norm's output: normalised rows in hn, or (folded) the residual itself with
+        // 1/rms per row in rr, applied by RoPE/SwiGLU.
+        let x_in = self.enqueue_norm(ws.resid.ptr, lw.ln1.ptr, t)?;
+        self.mark("rmsnorm")?;
+        self.blas.gemm(
+            x_in,
+            h as usize,
+            lw.qkv.ptr,
+            ws.qkv.ptr,
+            d.qkvn,
+            OutType::Bf16,
+            t,
+            d.qkvn,
+            h as usize,
+            false,
+        )?;
+        self.mark("gemm_qkv")?;
+        self.enqueue_rope(ws, d, k_out, v_out, last)?;
+        self.enqueue_attention(ws, d, k_out, v_out, last)?;
+        if let Some(tl) = last {
+            let zero = 0i32;
+            self.gpu.launch(
+                self.k.r.gather_block,
+                ((b * blk) as u32, 1, 1),
+                (128, 1, 1),
                 0,
                 &mut kargs![
-                    &ws.qkv.ptr,
-                    &self.cos.ptr,
-                    &self.sin.ptr,
-                    &ws.pad.ptr,
-                    &no_q,
-                    &k_out,
-                    &v_out,
-                    &si,
-                    &wi,
-                    &nh,
-                    &kv,
-                    &hd,
+                    &ws.resid.ptr,
+                    &ws.tail.ptr,
+                    &h,
                     &ws.state.ptr,
-                    &win_base,
-                    &blki,
-                    &q_rows,
-                    &q_base,
-                    &q_stride,
-                    &rr
+                    &d.wi,
+                    &d.blki,
+                    &tl.base,
+                    &zero,
+                    &tl.stride
                 ],
             )?;
-            self.mark("rope")?;
-            let ak = attn_for(sq);
-            let sqi = sq as i32;
-            g.launch(
-                ak.k,
-                (
-                    (sq.div_ceil(ak.v.rows())) as u32,
-                    nh as u32 / ak.v.heads() as u32,
-                    b as u32,
-                ),
-                (32 * ak.v.warps() as u32, 1, 1),
-                ak.v.smem_bytes(hd as usize) as u32,
-                &mut kargs![
-                    &ws.qkv.ptr,
-                    &k_out,
-                    &v_out,
-                    &ws.attn.ptr,
-                    &ws.pad.ptr,
-                    &sqi,
-                    &si,
-                    &nh,
-                    &kv,
-                    &scale_log2,
-                    &self.cos.ptr,
-                    &self.sin.ptr,
-                    &ws.state.ptr,
-                    &wi,
-                    &win_base,
-                    &blki,
-                    &q_tail,
-                    &q_base,
-                    &q_stride,
-                    &rr
-                ],
-            )?;
-            self.mark("attention")?;
-            if let Some(tl) = last {
-                let zero = 0i32;
-                g.launch(
-                    rk.gather_block,
-                    ((b * blk) as u32, 1, 1),
-                    (128, 1, 1),
-                    0,
-                    &mut kargs![
-                        &ws.resid.ptr,
-                        &ws.tail.ptr,
-                        &h,
-                        &ws.state.ptr,
-                        &wi,
-                        &blki,
-                        &tl.base,
-                        &zero,
-                        &tl.stride
-                    ],
-                )?;
-                self.mark("gather")?;
-            }
-            let qd = (nh * hd) as usize;
-            self.blas.gemm(
-                ws.attn.ptr,
-                qd,
-                lw.o.ptr,
-                rbuf,
-                h as usize,
-                rout,
-                tl_rows,
-                h as usize,
-                qd,
-                true,
-            )?;
-            self.mark("gemm_o")?;
-            let x_in = self.enqueue_norm(rbuf, lw.ln2.ptr, tl_rows)?;
-            self.mark("rmsnorm")?;
-            self.enqueue_mlp(lw, x_in, rbuf, tl_rows)?;
+            self.mark("gather")?;
         }
-        Ok(())
+        let qd = (d.nh * d.hd) as usize;
+        self.blas.gemm(
+            ws.attn.ptr,
+            qd,
+            lw.o.ptr,
+            rbuf,
+            h as usize,
+            self.resid.out(),
+            tl_rows,
+            h as usize,
+            qd,
+            true,
+        )?;
+        self.mark("gemm_o")?;
+        let x_in = self.enqueue_norm(rbuf, lw.ln2.ptr, tl_rows)?;
+        self.mark("rmsnorm")?;
+        self.enqueue_mlp(lw, x_in, rbuf, tl_rows)
+    }
+
+    /// RoPE and the split of qkv: K and V rotated into `k_out` / `v_out` (Q is rotated by
+    /// attention as it loads it; with `last`, only the block's query rows are kept).
+    fn enqueue_rope(
+        &self,
+        ws: &Workspace,
+        d: &BodyArgs,
+        k_out: u64,
+        v_out: u64,
+        last: Option<Tail>,
+    ) -> Result<()> {
+        let (q_rows, q_base, q_stride) = match last {
+            Some(tl) => (d.blk as i32, tl.base, tl.stride),
+            None => (0, 0, 0),
+        };
+        self.gpu.launch(
+            self.k.qkv_rope,
+            (d.tt, 1, 1),
+            (d.rope_threads, 1, 1),
+            0,
+            &mut kargs![
+                &ws.qkv.ptr,
+                &self.cos.ptr,
+                &self.sin.ptr,
+                &ws.pad.ptr,
+                &d.no_q,
+                &k_out,
+                &v_out,
+                &d.si,
+                &d.wi,
+                &d.nh,
+                &d.kv,
+                &d.hd,
+                &ws.state.ptr,
+                &d.win_base,
+                &d.blki,
+                &q_rows,
+                &q_base,
+                &q_stride,
+                &d.rr
+            ],
+        )?;
+        self.mark("rope")
+    }
+
+    /// Attention of the pass's query rows (with `last`: the block's only) over every row's
+    /// K/V, into `ws.attn`.
+    fn enqueue_attention(
+        &self,
+        ws: &Workspace,
+        d: &BodyArgs,
+        k_out: u64,
+        v_out: u64,
+        last: Option<Tail>,
+    ) -> Result<()> {
+        let (q_base, q_stride) = match last {
+            Some(tl) => (tl.base, tl.stride),
+            None => (0, 0),
+        };
+        let sq = if last.is_some() { d.blk } else { d.w };
+        let q_tail = last.is_some() as i32;
+        let ak = self.attn_for(d.b, d.nh, sq);
+        let sqi = sq as i32;
+        self.gpu.launch(
+            ak.k,
+            (
+                (sq.div_ceil(ak.v.rows())) as u32,
+                d.nh as u32 / ak.v.heads() as u32,
+                d.b as u32,
+            ),
+            (32 * ak.v.warps() as u32, 1, 1),
+            ak.v.smem_bytes(d.hd as usize) as u32,
+            &mut kargs![
+                &ws.qkv.ptr,
+                &k_out,
+                &v_out,
+                &ws.attn.ptr,
+                &ws.pad.ptr,
+                &sqi,
+                &d.si,
+                &d.nh,
+                &d.kv,
+                &d.scale_log2,
+                &self.cos.ptr,
+                &self.sin.ptr,
+                &ws.state.ptr,
+                &d.wi,
+                &d.win_base,
+                &d.blki,
+                &q_tail,
+                &q_base,
+                &q_stride,
+                &d.rr
+            ],
+        )?;
+        self.mark("attention")
     }
 
     /// The MLP of `rows` normalised rows at `x_in` (bf16, or the residual itself when folded),
@@ -350,4 +415,37 @@ impl Engine {
             false,
         )
     }
+}
+
+/// The sizes and launch arguments every layer of one body pass shares (each typed as the
+/// kernels take it).
+struct BodyArgs {
+    b: usize,
+    /// Rows per sequence in this pass: `s` (full) or the window's `w`.
+    w: usize,
+    /// `b × w` token rows, and as a grid size.
+    t: usize,
+    tt: u32,
+    blk: usize,
+    h: i32,
+    hd: i32,
+    nh: i32,
+    kv: i32,
+    /// Columns of the fused [q;k;v] projection.
+    qkvn: usize,
+    si: i32,
+    wi: i32,
+    blki: i32,
+    /// The window's first row (its generation start), -1 for a full pass.
+    win_base: i32,
+    scale_log2: f32,
+    /// Bytes of K (then V) in one layer's KV cache.
+    kv_half: u64,
+    /// Folded RMSNorm's per-row 1/rms, or null.
+    rr: u64,
+    /// A null q pointer: RoPE on K and V only.
+    no_q: u64,
+    rope_threads: u32,
+    /// K/V go to (and are read from) the KV cache.
+    cached: bool,
 }

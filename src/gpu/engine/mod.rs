@@ -3,7 +3,7 @@
 //! Per step (one CUDA graph, replayed `steps` times with no host synchronisation; per-step
 //! values — global step, step within block, block index — live in a device-side state the
 //! kernels read and the last kernel advances):
-//!   embed → 42 × [RMSNorm → QKV GEMM → RoPE/split → flash attention → o_proj GEMM (+residual)
+//!   embed → `num_hidden_layers` × [RMSNorm → QKV GEMM → RoPE/split → flash attention → o_proj GEMM (+residual)
 //!   → RMSNorm → gate/up GEMM → SwiGLU → down GEMM (+residual)] → final RMSNorm of the current
 //!   block's rows only → LM head GEMM (block rows only, fp32 logits) → fused sampler pass →
 //!   per-row top-k commit → advance.
@@ -42,6 +42,7 @@ mod continuous;
 mod diag;
 mod readout;
 mod sampling;
+mod upload;
 
 use attn::AttnKernel;
 pub use attn::AttnVariant;
@@ -255,150 +256,28 @@ impl Engine {
     ) -> Result<Self> {
         let gpu = Gpu::open(ordinal)?;
         let blas = Blas::new(&gpu)?;
-        let kn = |n: &str| gpu.kernel(n);
-        let attn_kernel = |v: AttnVariant| -> Result<AttnKernel> {
-            Ok(AttnKernel {
-                k: gpu.kernel(&v.entry(cfg.head_dim))?,
-                v,
-            })
-        };
-        let mut k = Kernels {
-            r: ResidKernels::load(&gpu, Residual::Bf16)?,
-            qkv_rope: kn("qkv_rope")?,
-            swiglu: kn("swiglu")?,
-            row_rms: kn("row_rms")?,
-            attn: vec![
-                attn_kernel(AttnVariant::W4)?,
-                attn_kernel(AttnVariant::W8)?,
-                attn_kernel(AttnVariant::M2)?,
-            ],
-            sample: kn("sample_block")?,
-            commit: kn("commit_topk")?,
-            advance: kn("advance")?,
-            letter: kn("letter_head")?,
-        };
-        let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
-        // The wgmma attention (head_dim 128, sm_90a module): `Wgs2` for large grids by default;
-        // the other wgmma shapes only when `DLM_ATTN` forces them.
-        let wgmma_default = cfg.head_dim == 128 && gpu.arch == "sm_90a";
-        let wgmma = attn_force
-            .filter(|v| v.is_wgmma())
-            .or(wgmma_default.then_some(AttnVariant::Wgs2));
-        if let Some(wv) = wgmma {
-            let group = cfg.num_heads / cfg.num_kv_heads;
-            if cfg.head_dim != 128 || gpu.arch != "sm_90a" || group % wv.heads() != 0 {
-                bail!(
-                    "DLM_ATTN={wv:?} (wgmma attention) needs head_dim 128 on an H100/H200 \
-                     (sm_90a) and heads per KV head divisible by {}; this is head_dim {} on {}",
-                    wv.heads(),
-                    cfg.head_dim,
-                    gpu.arch
-                );
-            }
-            k.attn.push(attn_kernel(wv)?);
-        }
-        for a in &k.attn {
-            gpu.set_max_dynamic_smem(a.k, a.v.smem_bytes(cfg.head_dim))?;
-        }
-        let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
-        let hd = cfg.head_dim;
-        let (qd, kd) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-        let mut bytes = 0usize;
+        let kernels = upload::kernels(&gpu, &cfg)?;
         // DLM_FOLD_NORM=1 (experimental, not yet checked on a GPU): each layer's RMSNorm
         // weight is folded into the columns of the GEMM it feeds ([q;k;v] and [gate;up]), the
         // norm becomes a read-only 1/rms pass, and RoPE/SwiGLU apply the per-row scale.
         let fold_norm = std::env::var("DLM_FOLD_NORM").is_ok_and(|v| v == "1");
-        let mut up = |names: &[(&str, Vec<usize>)], gamma: Option<&[f32]>| -> Result<DevBuf> {
-            let total: usize = names
-                .iter()
-                .map(|(_, s)| s.iter().product::<usize>() * BF)
-                .sum();
-            let buf = gpu.alloc(total)?;
-            let mut off = 0;
-            for (n, s) in names {
-                let (data, shape) = ck.bf16(n)?;
-                if &shape != s {
-                    bail!("tensor {n}: shape {shape:?}, expected {s:?}");
-                }
-                match gamma {
-                    None => gpu.write(&buf, off, &data)?,
-                    Some(g) => gpu.write(&buf, off, &super::weights::fold_gamma(&data, g))?,
-                }
-                off += data.len();
-            }
-            bytes += total;
-            Ok(buf)
-        };
-        let embed = up(&[("model.embed_tokens.weight", vec![v, h])], None)?;
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for l in 0..cfg.num_layers {
-            let p = format!("model.layers.{l}");
-            let n = |s: &str| format!("{p}.{s}.weight");
-            let (g1, g2) = if fold_norm {
-                (
-                    Some(ck.f32(&n("input_layernorm"))?.0),
-                    Some(ck.f32(&n("post_attention_layernorm"))?.0),
-                )
-            } else {
-                (None, None)
-            };
-            layers.push(LayerW {
-                ln1: up(&[(&n("input_layernorm"), vec![h])], None)?,
-                qkv: up(
-                    &[
-                        (&n("self_attn.q_proj"), vec![qd, h]),
-                        (&n("self_attn.k_proj"), vec![kd, h]),
-                        (&n("self_attn.v_proj"), vec![kd, h]),
-                    ],
-                    g1.as_deref(),
-                )?,
-                o: up(&[(&n("self_attn.o_proj"), vec![h, qd])], None)?,
-                ln2: up(&[(&n("post_attention_layernorm"), vec![h])], None)?,
-                gu: up(
-                    &[
-                        (&n("mlp.gate_proj"), vec![i, h]),
-                        (&n("mlp.up_proj"), vec![i, h]),
-                    ],
-                    g2.as_deref(),
-                )?,
-                down: up(&[(&n("mlp.down_proj"), vec![h, i])], None)?,
-            });
-        }
-        let norm = up(&[("model.norm.weight", vec![h])], None)?;
-        let lm_head = if cfg.tie_word_embeddings {
-            None
-        } else {
-            Some(up(&[("lm_head.weight", vec![v, h])], None)?)
-        };
-        // RoPE tables in float64 → fp32: angle = pos · theta^(-2i/hd).
-        let half = hd / 2;
-        let mut cos = vec![0f32; max_pos * half];
-        let mut sin = vec![0f32; max_pos * half];
-        for p in 0..max_pos {
-            for j in 0..half {
-                let inv = 1.0 / cfg.rope_theta.powf((2 * j) as f64 / hd as f64);
-                let a = p as f64 * inv;
-                cos[p * half + j] = a.cos() as f32;
-                sin[p * half + j] = a.sin() as f32;
-            }
-        }
-        let cos = gpu.upload(&cos)?;
-        let sin = gpu.upload(&sin)?;
+        let t = upload::tensors(&gpu, ck, &cfg, fold_norm)?;
+        let (cos, sin) = upload::rope_tables(&gpu, &cfg, max_pos)?;
         Ok(Self {
             ws: None,
-            layers,
-            embed,
-            norm,
-            lm_head,
+            layers: t.layers,
+            embed: t.embed,
+            norm: t.norm,
+            lm_head: t.lm_head,
             cos,
             sin,
             max_pos,
-            k,
+            k: kernels.k,
             blas,
             cfg,
-            weight_bytes: bytes,
-            attn_force,
-            attn_large: wgmma.unwrap_or(AttnVariant::M2),
+            weight_bytes: t.bytes,
+            attn_force: kernels.attn_force,
+            attn_large: kernels.wgmma.unwrap_or(AttnVariant::M2),
             sms: gpu.sm_count,
             resid: Residual::Bf16,
             fold_norm,

@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::{Engine, Pass, Tail};
+use super::{Engine, Pass, Tail, Workspace};
 use crate::kargs;
 use crate::sampling::finite::NonFiniteLogit;
 
@@ -181,46 +181,73 @@ impl Engine {
         };
         self.enqueue_body(b, s, gen_start, blk, pass, tail)?;
         let ws = self.ws.as_ref().unwrap();
-        let g = &self.gpu;
         let rows = b * blk;
-        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
-        if tail.is_some() {
-            self.enqueue_rmsnorm(ws.tail.ptr, self.norm.ptr, ws.hb.ptr, rows)?;
-        } else {
-            // Where the block's rows sit in the residual stream: (rows apart, first, stride).
-            let (ns, ngs, nstride) = match pass {
-                Pass::Full { .. } => (si, gs, blki),
-                Pass::Window { w } => (w as i32, 0, 0),
-            };
-            g.launch(
-                self.k.r.rmsnorm_block,
-                (rows as u32, 1, 1),
-                (256, 1, 1),
-                0,
-                &mut kargs![
-                    &ws.resid.ptr,
-                    &self.norm.ptr,
-                    &ws.hb.ptr,
-                    &h,
-                    &eps,
-                    &ws.state.ptr,
-                    &ns,
-                    &blki,
-                    &ngs,
-                    &sh,
-                    &nstride
-                ],
-            )?;
-        }
+        let at = StepAt { si, blki, gs };
+        self.enqueue_final_norm(ws, &at, pass, tail.is_some(), rows, sh)?;
         self.mark("final_norm")?;
         self.enqueue_head(rows)?;
         self.mark("lm_head")?;
+        self.enqueue_sample(ws, &at, p, rows)?;
+        self.mark("sampler")?;
+        self.enqueue_commit(ws, &at, p, b)?;
+        self.mark("commit")?;
+        self.enqueue_advance(ws, &at, p, b)?;
+        self.mark("advance")?;
+        Ok(())
+    }
+
+    /// The final RMSNorm of the block's rows only, into `ws.hb`: from the tail's residual,
+    /// or picked out of the whole residual stream (`sh`: the logits shift).
+    fn enqueue_final_norm(
+        &self,
+        ws: &Workspace,
+        at: &StepAt,
+        pass: Pass,
+        tail: bool,
+        rows: usize,
+        sh: i32,
+    ) -> Result<()> {
+        if tail {
+            return self.enqueue_rmsnorm(ws.tail.ptr, self.norm.ptr, ws.hb.ptr, rows);
+        }
+        let (si, blki, gs) = (at.si, at.blki, at.gs);
+        let (h, eps) = (self.cfg.hidden_size as i32, self.cfg.rms_norm_eps as f32);
+        // Where the block's rows sit in the residual stream: (rows apart, first, stride).
+        let (ns, ngs, nstride) = match pass {
+            Pass::Full { .. } => (si, gs, blki),
+            Pass::Window { w } => (w as i32, 0, 0),
+        };
+        self.gpu.launch(
+            self.k.r.rmsnorm_block,
+            (rows as u32, 1, 1),
+            (256, 1, 1),
+            0,
+            &mut kargs![
+                &ws.resid.ptr,
+                &self.norm.ptr,
+                &ws.hb.ptr,
+                &h,
+                &eps,
+                &ws.state.ptr,
+                &ns,
+                &blki,
+                &ngs,
+                &sh,
+                &nstride
+            ],
+        )
+    }
+
+    /// The fused sampler pass over the block's logits: a candidate and its confidence per
+    /// masked position (bans applied, non-finite logits reported).
+    fn enqueue_sample(&self, ws: &Workspace, at: &StepAt, p: &GenParams, rows: usize) -> Result<()> {
+        let (si, blki, gs) = (at.si, at.blki, at.gs);
         let v = self.cfg.vocab_size as i32;
         let rr = i32::from(p.remask_random());
-        let nblocks = (p.gen_length / blk) as i32;
+        let nblocks = (p.gen_length / p.block_length) as i32;
         let n_choice = (1 + p.ban_choice().len()) as i32;
         let n_all = n_choice + p.ban_conf().len() as i32;
-        g.launch(
+        self.gpu.launch(
             self.k.sample,
             (rows as u32, 1, 1),
             (512, 1, 1),
@@ -247,11 +274,17 @@ impl Engine {
                 &ws.nf_key.ptr,
                 &ws.nf_info.ptr
             ],
-        )?;
-        self.mark("sampler")?;
+        )
+    }
+
+    /// Per row, commit this step's most confident masked positions (top-k, or by threshold).
+    fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+        let (si, blki, gs) = (at.si, at.blki, at.gs);
+        let blk = p.block_length;
+        let nblocks = (p.gen_length / blk) as i32;
         let threads = blk.div_ceil(32) * 32;
         let threshold = p.threshold.unwrap_or(-1.0);
-        g.launch(
+        self.gpu.launch(
             self.k.commit,
             (b as u32, 1, 1),
             (threads as u32, 1, 1),
@@ -269,15 +302,20 @@ impl Engine {
                 &threshold,
                 &nblocks
             ],
-        )?;
-        self.mark("commit")?;
+        )
+    }
+
+    /// The device-side state moved on: step, block, finished rows (stop ids), phase.
+    fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+        let (si, blki, gs) = (at.si, at.blki, at.gs);
+        let nblocks = (p.gen_length / p.block_length) as i32;
         let spb = p.steps_per_block() as i32;
         let bi = b as i32;
         let adaptive = i32::from(p.threshold.is_some());
         let aligned = i32::from(!p.free_rows);
         let n_stop = p.stop_ids.len() as i32;
         let gen_len = p.gen_length as i32;
-        g.launch(
+        self.gpu.launch(
             self.k.advance,
             (1, 1, 1),
             (256, 1, 1),
@@ -298,9 +336,7 @@ impl Engine {
                 &n_stop,
                 &gen_len
             ],
-        )?;
-        self.mark("advance")?;
-        Ok(())
+        )
     }
 
     /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
@@ -495,4 +531,11 @@ mod tests {
         assert_eq!((nf.row, nf.position, nf.token), (2, 1, 0));
         assert!(nf.value.is_nan());
     }
+}
+
+/// A step's batch geometry as the kernels take it: rows apart, block length, generation start.
+struct StepAt {
+    si: i32,
+    blki: i32,
+    gs: i32,
 }

@@ -338,12 +338,60 @@ fn api_kind(plural: &str) -> Option<RepoKind> {
     }
 }
 
+/// One Hub request: model routes are mapped onto the dataset ones (with their kind), then
+/// each route has its handler; an API fault queued for the request wins first.
 fn route_hub(shared: &Shared, req: &Request) -> Response {
     let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let key = format!("hub {} {}", req.method, req.target);
-    // Model repos: the same routes under `/api/models/...` and `/{repo}/resolve/...`.
-    let (kind, segs): (RepoKind, Vec<&str>) = match segs.as_slice() {
+    let (kind, segs) = as_dataset_route(segs);
+    let id = |o: &str, n: &str| format!("{}/{}", decode(o), decode(n));
+    let joined = |rest: &[&str]| rest.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
+    match segs.as_slice() {
+        ["api", "datasets", o, n, "revision", rev] if req.method == "GET" => {
+            if let Some(r) = api_fault(shared, &key) {
+                return r;
+            }
+            revision(shared, kind, &id(o, n), &decode(rev))
+        }
+        ["api", "datasets", o, n, "tree", rev, rest @ ..] if req.method == "GET" => {
+            if let Some(r) = api_fault(shared, &key) {
+                return r;
+            }
+            let at = RepoAt { kind, id: id(o, n), rev: decode(rev) };
+            tree(shared, &at, &joined(rest), path, query)
+        }
+        ["api", "datasets", o, n, "paths-info", rev] if req.method == "POST" => {
+            if let Some(r) = api_fault(shared, &key) {
+                return r;
+            }
+            paths_info(shared, req, kind, &id(o, n), &decode(rev))
+        }
+        ["datasets", o, n, "resolve", rev, rest @ ..]
+            if req.method == "GET" || req.method == "HEAD" =>
+        {
+            let at = RepoAt { kind, id: id(o, n), rev: decode(rev) };
+            resolve(shared, req, &key, &at, &joined(rest))
+        }
+        _ => Response::error(
+            404,
+            "NotFound",
+            &format!("no route for {} {}", req.method, path),
+        ),
+    }
+}
+
+/// The repo a request names: its kind, `owner/name` and revision, decoded.
+struct RepoAt {
+    kind: RepoKind,
+    id: String,
+    rev: String,
+}
+
+/// Model repos have the same routes under `/api/models/...` and `/{repo}/resolve/...`: the
+/// path as its dataset route, with the repo kind it names.
+fn as_dataset_route(segs: Vec<&str>) -> (RepoKind, Vec<&str>) {
+    match segs.as_slice() {
         ["api", plural, rest @ ..] if api_kind(plural).is_some() => (
             api_kind(plural).unwrap(),
             ["api", "datasets"]
@@ -361,155 +409,149 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
                 .collect(),
         ),
         _ => (RepoKind::Dataset, segs),
-    };
-    match segs.as_slice() {
-        ["api", "datasets", o, n, "revision", rev] if req.method == "GET" => {
-            if let Some(r) = api_fault(shared, &key) {
-                return r;
-            }
-            let id = format!("{}/{}", decode(o), decode(n));
-            let rev = decode(rev);
-            match shared.store.repo_of(kind, &id, &rev) {
-                Ok(repo) => Response::json(
-                    200,
-                    json!({
-                        "id": repo.id, "sha": repo.commit, "private": false, "gated": false,
-                        "siblings": repo.files.iter().map(|f| json!({"rfilename": f.path})).collect::<Vec<_>>(),
-                    }),
-                ),
-                Err(m) => missing(m, &id, &rev),
-            }
-        }
-        ["api", "datasets", o, n, "tree", rev, rest @ ..] if req.method == "GET" => {
-            if let Some(r) = api_fault(shared, &key) {
-                return r;
-            }
-            let id = format!("{}/{}", decode(o), decode(n));
-            let rev = decode(rev);
-            let prefix = rest.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
-            let repo = match shared.store.repo_of(kind, &id, &rev) {
-                Ok(r) => r,
-                Err(m) => return missing(m, &id, &rev),
-            };
-            let recursive =
-                query_param(query, "recursive").is_some_and(|v| v == "true" || v == "1");
-            let mut entries = tree_entries(&repo, &prefix, recursive);
-            if shared.opts.lock().unwrap().faults.contains(&Fault::DotDot) {
-                entries.insert(
-                    0,
-                    json!({"type": "file", "oid": "0".repeat(40), "size": 4, "path": "data/../../escape.parquet"}),
-                );
-            }
-            if !prefix.is_empty() && entries.is_empty() {
-                return Response::error(404, "EntryNotFound", &format!("{prefix} does not exist"));
-            }
-            let page = shared.opts.lock().unwrap().page_size.max(1);
-            let cursor: usize = query_param(query, "cursor")
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            let end = (cursor + page).min(entries.len());
-            let slice = entries[cursor.min(end)..end].to_vec();
-            let mut r = Response::json(200, serde_json::Value::Array(slice));
-            if end < entries.len() {
-                let mut next = format!("{}{}?", shared.hub_url, path);
-                if recursive {
-                    next.push_str("recursive=true&");
-                }
-                next.push_str(&format!("expand=false&cursor={end}"));
-                r.headers
-                    .push(("Link".into(), format!("<{next}>; rel=\"next\"")));
-            }
-            r
-        }
-        ["api", "datasets", o, n, "paths-info", rev] if req.method == "POST" => {
-            if let Some(r) = api_fault(shared, &key) {
-                return r;
-            }
-            let id = format!("{}/{}", decode(o), decode(n));
-            let rev = decode(rev);
-            let repo = match shared.store.repo_of(kind, &id, &rev) {
-                Ok(r) => r,
-                Err(m) => return missing(m, &id, &rev),
-            };
-            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
-            let want: Vec<String> = body["paths"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let out: Vec<_> = repo
-                .files
-                .iter()
-                .filter(|f| want.contains(&f.path))
-                .map(entry_json)
-                .collect();
-            Response::json(200, serde_json::Value::Array(out))
-        }
-        ["datasets", o, n, "resolve", rev, rest @ ..]
-            if req.method == "GET" || req.method == "HEAD" =>
-        {
-            let id = format!("{}/{}", decode(o), decode(n));
-            let rev = decode(rev);
-            let fpath = rest.iter().map(|s| decode(s)).collect::<Vec<_>>().join("/");
-            let repo = match shared.store.repo_of(kind, &id, &rev) {
-                Ok(r) => r,
-                Err(m) => return missing(m, &id, &rev),
-            };
-            let Some(f) = repo.files.iter().find(|f| f.path == fpath) else {
-                return Response::error(
-                    404,
-                    "EntryNotFound",
-                    &format!("{fpath} does not exist at {rev}"),
-                );
-            };
-            if f.lfs {
-                if req.method == "GET" {
-                    if let Some(r) = api_fault(shared, &key) {
-                        return r;
-                    }
-                }
-                let location = format!(
-                    "{}/repos/{}/{}?response-content-disposition=attachment%3B+filename%3D{}&X-Amz-Signature=emulated",
-                    shared.cdn_url,
-                    enc(&id),
-                    f.sha256,
-                    enc(fpath.rsplit('/').next().unwrap_or(&fpath))
-                );
-                let mut r = Response {
-                    status: 302,
-                    headers: vec![
-                        ("Location".into(), location),
-                        ("Content-Type".into(), "text/plain".into()),
-                    ],
-                    body: Body::Bytes(b"Found. Redirecting".to_vec()),
-                    fault: None,
-                };
-                r.headers
-                    .push(("X-Repo-Commit".into(), repo.commit.clone()));
-                r.headers
-                    .push(("X-Linked-Etag".into(), format!("\"{}\"", f.sha256)));
-                r.headers.push(("X-Linked-Size".into(), f.size.to_string()));
-                r.headers
-                    .push(("ETag".into(), format!("\"{}\"", f.git_oid)));
-                r
-            } else {
-                let mut r = serve_file(shared, req, &key, f.disk.clone(), f.size);
-                r.headers
-                    .push(("X-Repo-Commit".into(), repo.commit.clone()));
-                r.headers
-                    .push(("ETag".into(), format!("\"{}\"", f.git_oid)));
-                r
-            }
-        }
-        _ => Response::error(
-            404,
-            "NotFound",
-            &format!("no route for {} {}", req.method, path),
-        ),
     }
+}
+
+/// `GET /api/datasets/{id}/revision/{rev}`: the commit and every file.
+fn revision(shared: &Shared, kind: RepoKind, id: &str, rev: &str) -> Response {
+    match shared.store.repo_of(kind, id, rev) {
+        Ok(repo) => Response::json(
+            200,
+            json!({
+                "id": repo.id, "sha": repo.commit, "private": false, "gated": false,
+                "siblings": repo.files.iter().map(|f| json!({"rfilename": f.path})).collect::<Vec<_>>(),
+            }),
+        ),
+        Err(m) => missing(m, id, rev),
+    }
+}
+
+/// `GET /api/datasets/{id}/tree/{rev}/{prefix}`: one page of the listing, `Link: rel="next"`
+/// to the next.
+fn tree(
+    shared: &Shared,
+    at: &RepoAt,
+    prefix: &str,
+    path: &str,
+    query: &str,
+) -> Response {
+    let (kind, id, rev) = (at.kind, at.id.as_str(), at.rev.as_str());
+    let repo = match shared.store.repo_of(kind, id, rev) {
+        Ok(r) => r,
+        Err(m) => return missing(m, id, rev),
+    };
+    let recursive = query_param(query, "recursive").is_some_and(|v| v == "true" || v == "1");
+    let mut entries = tree_entries(&repo, prefix, recursive);
+    if shared.opts.lock().unwrap().faults.contains(&Fault::DotDot) {
+        entries.insert(
+            0,
+            json!({"type": "file", "oid": "0".repeat(40), "size": 4, "path": "data/../../escape.parquet"}),
+        );
+    }
+    if !prefix.is_empty() && entries.is_empty() {
+        return Response::error(404, "EntryNotFound", &format!("{prefix} does not exist"));
+    }
+    let page = shared.opts.lock().unwrap().page_size.max(1);
+    let cursor: usize = query_param(query, "cursor")
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let end = (cursor + page).min(entries.len());
+    let slice = entries[cursor.min(end)..end].to_vec();
+    let mut r = Response::json(200, serde_json::Value::Array(slice));
+    if end < entries.len() {
+        let mut next = format!("{}{}?", shared.hub_url, path);
+        if recursive {
+            next.push_str("recursive=true&");
+        }
+        next.push_str(&format!("expand=false&cursor={end}"));
+        r.headers
+            .push(("Link".into(), format!("<{next}>; rel=\"next\"")));
+    }
+    r
+}
+
+/// `POST /api/datasets/{id}/paths-info/{rev}`: the entries of the paths asked for.
+fn paths_info(shared: &Shared, req: &Request, kind: RepoKind, id: &str, rev: &str) -> Response {
+    let repo = match shared.store.repo_of(kind, id, rev) {
+        Ok(r) => r,
+        Err(m) => return missing(m, id, rev),
+    };
+    let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
+    let want: Vec<String> = body["paths"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let out: Vec<_> = repo
+        .files
+        .iter()
+        .filter(|f| want.contains(&f.path))
+        .map(entry_json)
+        .collect();
+    Response::json(200, serde_json::Value::Array(out))
+}
+
+/// `GET|HEAD /datasets/{id}/resolve/{rev}/{path}`: an LFS file redirects to the CDN (with the
+/// `X-Linked-*` metadata), a small one is served here.
+fn resolve(
+    shared: &Shared,
+    req: &Request,
+    key: &str,
+    at: &RepoAt,
+    fpath: &str,
+) -> Response {
+    let (kind, id, rev) = (at.kind, at.id.as_str(), at.rev.as_str());
+    let repo = match shared.store.repo_of(kind, id, rev) {
+        Ok(r) => r,
+        Err(m) => return missing(m, id, rev),
+    };
+    let Some(f) = repo.files.iter().find(|f| f.path == fpath) else {
+        return Response::error(
+            404,
+            "EntryNotFound",
+            &format!("{fpath} does not exist at {rev}"),
+        );
+    };
+    if !f.lfs {
+        let mut r = serve_file(shared, req, key, f.disk.clone(), f.size);
+        r.headers
+            .push(("X-Repo-Commit".into(), repo.commit.clone()));
+        r.headers
+            .push(("ETag".into(), format!("\"{}\"", f.git_oid)));
+        return r;
+    }
+    if req.method == "GET" {
+        if let Some(r) = api_fault(shared, key) {
+            return r;
+        }
+    }
+    let location = format!(
+        "{}/repos/{}/{}?response-content-disposition=attachment%3B+filename%3D{}&X-Amz-Signature=emulated",
+        shared.cdn_url,
+        enc(id),
+        f.sha256,
+        enc(fpath.rsplit('/').next().unwrap_or(fpath))
+    );
+    let mut r = Response {
+        status: 302,
+        headers: vec![
+            ("Location".into(), location),
+            ("Content-Type".into(), "text/plain".into()),
+        ],
+        body: Body::Bytes(b"Found. Redirecting".to_vec()),
+        fault: None,
+    };
+    r.headers
+        .push(("X-Repo-Commit".into(), repo.commit.clone()));
+    r.headers
+        .push(("X-Linked-Etag".into(), format!("\"{}\"", f.sha256)));
+    r.headers.push(("X-Linked-Size".into(), f.size.to_string()));
+    r.headers
+        .push(("ETag".into(), format!("\"{}\"", f.git_oid)));
+    r
 }
 
 fn route_cdn(shared: &Shared, req: &Request) -> Response {

@@ -1,9 +1,9 @@
-//! Step 3a of a pack run: a batch's rows screened (the oversize policy) and tokenized on the
-//! rayon pool, cut into chunks of about `DLM_PACK_CHUNK_KB` of text, each its own task queued
-//! first-in first-out — the pool works on the oldest batches first, and no thread waits on a
-//! batch's longest document while later chunks are queued (on 16 cores, 8 threads each
-//! blocked per 4 MiB batch left the pool 41–44 % idle). The last chunk of a batch to finish
-//! joins the parts in row order and hands the batch to the packer ([`super::feed`]).
+//! Step 3b of a pack run, with [`super::feed`]: a batch's rows screened (the oversize policy) and
+//! tokenized on the rayon pool, cut into chunks of about `DLM_PACK_CHUNK_KB` of text, each its own
+//! task queued first-in first-out — the pool works on the oldest batches first, and no thread waits
+//! on a batch's longest document while later chunks are queued (on 16 cores, 8 threads each blocked
+//! per 4 MiB batch left the pool 41–44 % idle). The last chunk of a batch to finish joins the parts
+//! in row order and hands the batch to the packer ([`super::feed`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Result};
 
-use super::feed::PackCtx;
+use super::context::PackCtx;
 use super::profile::Clock;
 use crate::pack::plan::Unit;
 use crate::pack::tokenize::Encoded;

@@ -1,45 +1,26 @@
-//! Step 3 of a pack run, on the main thread: take the reader's batches in unit order, have
+//! Step 3b of a pack run, on the main thread: take the reader's batches in unit order, have
 //! each screened and tokenized on the pool ([`super::chunked`]), feed the documents to the
 //! [`Packer`] in document order and hand every finished shard to the writer with the cursor a
 //! resumed run would start from. Source budgets (`--tokens`) and provenance ranges are kept
 //! here.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use anyhow::{anyhow, Result};
 
 use super::chunked::{self, Done, Screened};
+use super::context::PackCtx;
 use super::profile::Clock;
 use super::progress::Progress;
 use super::read::ReadMsg;
 use super::tuning;
 use super::write::{WriteMsg, WriterStopped};
 use crate::pack::packer::Packer;
-use crate::pack::plan::Unit;
 use crate::pack::resume::Cursor;
-use crate::pack::tokenize::DocTokenizer;
-use crate::pack::PackArgs;
 use crate::shards::index::{ProvenanceRange, Totals};
 use crate::shards::RowBatch;
 use crate::sources::Outcome;
-
-/// What the packing step reads but never changes.
-pub(super) struct PackCtx<'a> {
-    pub args: &'a PackArgs,
-    pub tok: &'a DocTokenizer,
-    pub units: &'a [Unit],
-    /// Per source: its `--tokens` budget is spent (shared with the reader, which stops early).
-    pub exhausted: &'a [AtomicBool],
-    /// A worker: each unit is packed as its own segment (see the `pack` module doc).
-    pub segment_mode: bool,
-    /// Hand the writer each parquet shard's rows as they close (see [`WriteMsg::Rows`]).
-    pub stream_rows: bool,
-    /// `--pad-last`'s pad id.
-    pub pad: Option<u32>,
-    /// Every source of the plan (weights and `--tokens` budgets).
-    pub sources: &'a [std::sync::Arc<crate::pack::plan::SourceInfo>],
-}
 
 /// A reader message in stream order, its batch's screening and tokenization under way.
 enum Slot {

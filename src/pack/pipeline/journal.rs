@@ -8,15 +8,12 @@ use anyhow::Result;
 use serde_json::{json, Value};
 
 use super::setup::{pad_id, Setup};
-use crate::pack::plan::Plan;
 use crate::pack::resume::{self, Cursor, Found};
-use crate::pack::tokenize::DocTokenizer;
 use crate::pack::PackArgs;
 use crate::shards::index::{self, Index, Kind, TokenizerInfo};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::settings::PackSettings;
-use crate::shards::{Dtype, ShardFormat};
-use crate::worker::WorkerSlice;
+use crate::shards::ShardFormat;
 
 /// What the journal says about `--out`.
 pub(super) enum Opened {
@@ -199,41 +196,3 @@ fn base_index(
     })
 }
 
-/// The resume fingerprint: every argument and input that changes the output bytes, as the
-/// typed settings the index records. A rerun with different ones is refused (or, with
-/// `--force`, starts fresh).
-pub(super) fn settings(
-    args: &PackArgs,
-    plan: &Plan,
-    tok: &DocTokenizer,
-    dtype: Dtype,
-    worker: WorkerSlice,
-    inputs: Option<Vec<crate::shards::settings::InputFile>>,
-) -> PackSettings {
-    PackSettings {
-        units: plan
-            .units
-            .iter()
-            .map(|u| (u.source.name.to_string(), u.file.clone(), u.bytes))
-            .collect(),
-        lock_sha256: plan.lock_sha256.clone(),
-        text_column: (!args.input.is_empty() && args.text.is_none())
-            .then(|| args.text_column.clone()),
-        tokenizer_sha256: tok.sha256.clone(),
-        eos: tok.eos.as_ref().map(|e| e.1),
-        bos: tok.bos.as_ref().map(|b| b.1),
-        seq_len: args.seq_len,
-        format: args.format,
-        dtype,
-        shuffle_seed: args.shuffle_seed,
-        pad_last: args.pad_last,
-        tokens: args.tokens,
-        shard_bytes: args.shard_bytes,
-        max_doc_bytes: args.max_doc_bytes,
-        max_word_bytes: args.max_word_bytes,
-        on_oversize: args.on_oversize,
-        worker: [worker.index, worker.count],
-        text: args.text.clone().filter(|_| !args.input.is_empty()),
-        inputs,
-    }
-}

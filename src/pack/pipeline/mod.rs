@@ -12,6 +12,7 @@
 //! 4. the summary (stderr, and one JSON line on stdout with `--json`).
 
 mod chunked;
+mod context;
 mod feed;
 mod journal;
 mod profile;
@@ -123,7 +124,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             })?
     };
 
-    let ctx = feed::PackCtx {
+    let ctx = context::PackCtx {
         args: &args,
         tok: &s.tok,
         units: &s.units,
@@ -157,7 +158,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
-    row_max: crate::sources::Bound,
+    row_max: crate::bounded::Bound,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {

@@ -1,4 +1,4 @@
-//! The reader thread of a pack run: streams this worker's units from the resume cursor (from
+//! Step 3a of a pack run, the reader thread: streams this worker's units from the resume cursor (from
 //! the cache, or from the Hub with `--stream`) and hands their rows to the packing thread in
 //! batches of about 4 MiB of text, framed by unit start / end messages.
 
@@ -38,7 +38,7 @@ pub(super) fn read_units(
     units: &[Unit],
     start_unit: usize,
     start_row: u64,
-    row_max: crate::sources::Bound,
+    row_max: crate::bounded::Bound,
     exhausted: &[AtomicBool],
     streaming: Option<&Streaming>,
     tx: &SyncSender<ReadMsg>,
@@ -72,7 +72,7 @@ pub(super) fn read_units(
                     let sent = tx.send(ReadMsg::Rows {
                         unit: k,
                         items: batch,
-                        at: crate::sources::input::consumed(),
+                        at: crate::bounded::consumed(),
                     });
                     clock.lap(|p| &p.read_blocked);
                     if sent.is_err() || exhausted[src].load(Ordering::Relaxed) {
@@ -105,7 +105,7 @@ pub(super) fn read_units(
                     .send(ReadMsg::Rows {
                         unit: k,
                         items,
-                        at: crate::sources::input::consumed(),
+                        at: crate::bounded::consumed(),
                     })
                     .is_ok();
             clock.lap(|p| &p.read_blocked);

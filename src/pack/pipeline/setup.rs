@@ -173,7 +173,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
             }
         }
     };
-    let settings = super::journal::settings(args, &plan, &tok, dtype, worker, inputs);
+    let settings = settings(args, &plan, &tok, dtype, worker, inputs);
     Ok(Setup {
         _lock: lock,
         worker,
@@ -252,6 +252,45 @@ fn choose_dtype(args: &PackArgs, tok: &DocTokenizer) -> Result<Dtype> {
         }
         (_, DtypeArg::Auto) => Dtype::U32,
     })
+}
+
+/// The resume fingerprint: every argument and input that changes the output bytes, as the
+/// typed settings the index records. A rerun with different ones is refused (or, with
+/// `--force`, starts fresh).
+pub(super) fn settings(
+    args: &PackArgs,
+    plan: &Plan,
+    tok: &DocTokenizer,
+    dtype: Dtype,
+    worker: WorkerSlice,
+    inputs: Option<Vec<crate::shards::settings::InputFile>>,
+) -> PackSettings {
+    PackSettings {
+        units: plan
+            .units
+            .iter()
+            .map(|u| (u.source.name.to_string(), u.file.clone(), u.bytes))
+            .collect(),
+        lock_sha256: plan.lock_sha256.clone(),
+        text_column: (!args.input.is_empty() && args.text.is_none())
+            .then(|| args.text_column.clone()),
+        tokenizer_sha256: tok.sha256.clone(),
+        eos: tok.eos.as_ref().map(|e| e.1),
+        bos: tok.bos.as_ref().map(|b| b.1),
+        seq_len: args.seq_len,
+        format: args.format,
+        dtype,
+        shuffle_seed: args.shuffle_seed,
+        pad_last: args.pad_last,
+        tokens: args.tokens,
+        shard_bytes: args.shard_bytes,
+        max_doc_bytes: args.max_doc_bytes,
+        max_word_bytes: args.max_word_bytes,
+        on_oversize: args.on_oversize,
+        worker: [worker.index, worker.count],
+        text: args.text.clone().filter(|_| !args.input.is_empty()),
+        inputs,
+    }
 }
 
 /// The id `--pad-last` pads with: tokenizer_config.json's `pad_token`, else `<|pad|>`, else EOS.

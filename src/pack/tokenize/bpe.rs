@@ -26,7 +26,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use anyhow::{bail, Context, Result};
 
 use super::json::ModelJson;
-use super::shared_words::{self, SharedWords};
+use super::shared_words::{self, le_word, SharedWords};
 
 /// rustc's Fx hash: a multiply-rotate hash, much cheaper than SipHash for short keys.
 #[derive(Default, Clone, Copy)]
@@ -355,27 +355,6 @@ fn short_key(key: &[u8]) -> [u64; 4] {
     }
     k[3] |= (key.len() as u64) << 48;
     k
-}
-
-/// Up to 8 bytes as a little-endian word, zero-padded. Loads the bytes in place (two
-/// overlapping loads for 2–7 bytes): copying a short key into a stack buffer and reading it
-/// back as words stalled every lookup on a failed store-to-load forward (~1/6 of the
-/// first-level cache's time, perf annotate, phi-2 on code).
-#[inline]
-pub(super) fn le_word(b: &[u8]) -> u64 {
-    let n = b.len();
-    if n >= 8 {
-        return u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-    }
-    if n >= 4 {
-        let lo = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as u64;
-        let hi = u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes")) as u64;
-        return lo | hi << (8 * (n - 4));
-    }
-    if n == 0 {
-        return 0;
-    }
-    b[0] as u64 | (b[n / 2] as u64) << (8 * (n / 2)) | (b[n - 1] as u64) << (8 * (n - 1))
 }
 
 /// [`word_hash`] of a key from its [`short_key`] words.
