@@ -287,7 +287,10 @@ impl Target for DistilledJson {
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
-        let _ = dlm_data::inspect::records::first_record(&self.path);
+        let _ = dlm_data::inspect::records::first_record(
+            &self.path,
+            dlm_data::sources::Bound::new(1 << 20, "--max-record-bytes"),
+        );
         let d = dlm_data::model::lineage::data_input(&self.path)?;
         let _ = d.teacher_weights_sha256;
         Ok(())
