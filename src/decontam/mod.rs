@@ -88,12 +88,13 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         return Ok(());
     }
     // One writer of the report (audit reads it): a second scan writing it exits 75.
+    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
     let _report_lock = match scanned {
         Some(scanned) => Some(crate::lock::OutputLock::beside(
             &args
                 .report
                 .clone()
-                .unwrap_or_else(|| report::default_path(scanned, is_shards)),
+                .unwrap_or_else(|| report::default_path(scanned, args.shards.is_some())),
             "decontam",
         )?),
         None => None,
