@@ -20,6 +20,7 @@ build:
 
 test: $(TEST_DEPS)
 	$(CARGO) test --all-targets -- --test-threads=2
+	$(MAKE) fuzz-ci
 	$(MAKE) check-mds-streaming
 	$(MAKE) test-slurm
 

@@ -46,6 +46,25 @@ impl OutputLock {
         Ok(l)
     }
 
+    /// [`OutputLock::dir`], or `None` when `dir` exists but no lock file can be created in it
+    /// because it is read-only (a read-only filesystem or directory). The caller may then
+    /// only verify a complete output and report it; anything it would write must be refused
+    /// ([`read_only_refusal`]).
+    pub fn dir_or_read_only(dir: &Path, what: &str) -> Result<Option<OutputLock>> {
+        let existed = dir.is_dir();
+        match Self::dir(dir, what) {
+            Ok(l) => Ok(Some(l)),
+            Err(e) if existed && is_read_only(&e) => {
+                tracing::info!(
+                    "{}: read-only (no lock file can be created); only a complete output is accepted",
+                    dir.display()
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Lock `path` (created when missing; never followed when it is a symlink). `output` names
     /// the output in the message a second run gets.
     pub fn file(path: &Path, what: &str, output: &Path) -> Result<OutputLock> {
@@ -122,6 +141,28 @@ impl Drop for OutputLock {
             let _ = std::fs::remove_dir(d); // only when empty
         }
     }
+}
+
+/// Whether `e` is a write refused because the place is read-only (EROFS, EACCES, EPERM).
+fn is_read_only(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| {
+            matches!(
+                io.raw_os_error(),
+                Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+            )
+        })
+}
+
+/// The error of a run on a read-only output that is not complete (or not with these
+/// arguments): nothing can be written there (exit 1).
+pub fn read_only_refusal(out: &Path, why: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{}: read-only (no lock file can be created there) and {why}: nothing can be written; \
+         make it writable, or choose another output",
+        out.display()
+    )
 }
 
 /// `.NAME.lock` beside `out`; a name too long for that is cut and followed by a hash.

@@ -276,6 +276,11 @@ pub fn cache(ctx: &Ctx, hash: bool) -> Check {
                 let p = ctx
                     .cache
                     .snapshot_path(ls.role, &ls.repo, &ls.commit, &f.path);
+                // The readers' symlink rule: what pack would refuse is a broken link here.
+                if let Err(e) = ctx.cache.check_resolved(ls.role, &ls.repo, &p) {
+                    c.fail(format!("{e:#}"));
+                    continue;
+                }
                 bytes += check_cached(&mut c, &p, f, hash);
             }
         }

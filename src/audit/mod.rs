@@ -6,7 +6,8 @@
 //! - [`checkpoints`]: `checkpoints` (lineage.json), `shipped-model`;
 //! - [`context`]: manifests, locks, cache, download log, known eval-reference files;
 //! - [`fetched`]: `manifest-pinned`, `download-log`, `cache`;
-//! - [`shards`]: `shards` ([`local`]: the `--input` files an index records); [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
+//! - [`shards`]: `shards` ([`local`]: the `--input` files an index records; with `--deep`,
+//!   every shard decoded by [`deep`]); [`prompts`]: `prompts`, `distilled`; [`decontam`]: `decontam`;
 //! - [`policy`]: `split-policy`, `eval-reference-isolation` over every use found above;
 //! - [`report`]: the human report and its JSON form.
 //!
@@ -15,6 +16,7 @@
 pub mod checkpoints;
 pub mod context;
 pub mod decontam;
+pub mod deep;
 pub mod fetched;
 pub mod local;
 pub mod model;
@@ -57,6 +59,11 @@ pub struct AuditArgs {
     /// Re-hash every cached locked file (default: sizes only; shards are always re-hashed).
     #[arg(long)]
     pub hash: bool,
+    /// Also decode every shard and check it against its format's contract (row lengths,
+    /// doc_offsets, ids below the vocabulary, no nulls, Megatron/MDS bounds) and the decoded
+    /// totals against index.json.
+    #[arg(long)]
+    pub deep: bool,
     /// The base among the manifests' `[[model]]`s (default: the only one declared).
     #[arg(long)]
     pub base: Option<String>,
@@ -131,7 +138,7 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         fetched::cache(&ctx, args.hash),
         fetched::local_sources(&ctx),
     ]);
-    checks.push(shards::check(&ctx, &args.shards, args.hash, &mut uses));
+    checks.push(shards::check(&ctx, &args.shards, args.hash, args.deep, &mut uses));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);
     checks.push(pc);
     checks.push(prompts::check_distilled(

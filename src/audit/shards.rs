@@ -1,16 +1,18 @@
 //! The `shards` link: each `--shards DIR` has a complete index.json built from an audited lock;
-//! every shard file's bytes and sha256 match it; rows, tokens and documents add up; every
-//! provenance entry names a locked training file. Provenance uses are returned for the
-//! split and eval-reference checks.
+//! every shard path is relative, normalized and inside DIR; every shard file's bytes and sha256
+//! match it; rows, tokens and documents add up; every provenance entry names a locked training
+//! file; nothing unlisted sits where a directory reader looks (a MosaicML decompressed twin
+//! is checked against its shard instead). With `--deep` every shard is decoded too
+//! ([`super::deep`]). Provenance uses are returned for the split and eval-reference checks.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::context::Ctx;
 use super::policy::Use;
 use super::report::Check;
 use crate::shards::index as shard_index;
 
-pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Check {
+pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, deep: bool, uses: &mut Vec<Use>) -> Check {
     if dirs.is_empty() {
         return Check::skip("shards", "no --shards given");
     }
@@ -48,45 +50,10 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Ch
             .and_then(|a| a.inputs.as_ref())
             .map(|v| v.iter().map(|f| f.path.as_str()).collect())
             .unwrap_or_default();
-        let (mut rows, mut tokens) = (0u64, 0u64);
-        for sh in &idx.shards {
-            total_files += 1;
-            let p = dir.join(&sh.file);
-            match std::fs::metadata(&p) {
-                Err(_) => {
-                    c.fail(format!("{}: listed in index.json but missing", p.display()));
-                    continue;
-                }
-                Ok(m) if m.len() != sh.bytes => c.fail(format!(
-                    "{}: {} bytes, index.json says {}",
-                    p.display(),
-                    m.len(),
-                    sh.bytes
-                )),
-                Ok(_) => {}
-            }
-            match crate::util::sha256_file(&p) {
-                Ok(h) if h == sh.sha256 => {}
-                Ok(h) => c.fail(format!(
-                    "{}: sha256 {h} does not match index.json ({}) — the shard was modified",
-                    p.display(),
-                    sh.sha256
-                )),
-                Err(e) => c.fail(format!("{}: {e:#}", p.display())),
-            }
-            for (name, want) in &sh.extra_files {
-                let ep = dir.join(name);
-                match crate::util::sha256_file(&ep) {
-                    Ok(h) if &h == want => {}
-                    Ok(h) => c.fail(format!(
-                        "{}: sha256 {h} does not match index.json ({want})",
-                        ep.display()
-                    )),
-                    Err(e) => c.fail(format!("{}: {e:#}", ep.display())),
-                }
-            }
-            rows += sh.rows;
-            tokens += sh.tokens;
+        total_files += idx.shards.len();
+        let (rows, tokens) = shard_files(&mut c, dir, &idx);
+        if deep {
+            deep_check(&mut c, dir, &idx);
         }
         if let Some(m) = card_mismatch(dir, &idx) {
             c.fail(format!("{d}: {m}"));
@@ -96,6 +63,9 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Ch
                 "{d}: holds {name}, which index.json does not list: a directory reader would \
                  read data this audit never checked (remove it, or re-run the stage)"
             ));
+        }
+        for note in mds_twins(&mut c, dir, &idx) {
+            c.note(note);
         }
         total_rows += rows;
         if rows != idx.totals.rows {
@@ -112,7 +82,7 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Ch
         }
         if idx.kind == shard_index::Kind::Pretrain
             && idx.format != crate::shards::ShardFormat::Megatron
-            && tokens != rows * idx.seq_len
+            && rows.checked_mul(idx.seq_len) != Some(tokens)
         {
             c.fail(format!(
                 "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
@@ -160,10 +130,202 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, uses: &mut Vec<Use>) -> Ch
         ));
     }
     c.summary = format!(
-        "{} dir(s), {total_files} shard file(s), {total_rows} rows re-hashed and counted",
-        dirs.len()
+        "{} dir(s), {total_files} shard file(s), {total_rows} rows re-hashed and counted{}",
+        dirs.len(),
+        if deep { ", every shard decoded" } else { "" }
     );
     c
+}
+
+/// A path index.json records for a file of the output: relative, `/`-separated, normalized
+/// (no empty, `.` or `..` component) — so it names a file inside the directory, the one a
+/// directory reader of it reads. `Err` says why not.
+pub fn confined(file: &str) -> Result<(), &'static str> {
+    if file.is_empty() {
+        return Err("is empty");
+    }
+    if file.starts_with('/') || Path::new(file).is_absolute() {
+        return Err("is absolute");
+    }
+    if file.contains('\\') || file.contains('\0') {
+        return Err("holds a backslash or NUL");
+    }
+    if file.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err("is not normalized (an empty, `.` or `..` component)");
+    }
+    Ok(())
+}
+
+/// Every listed shard (and extra file): confined to `dir`, present with its recorded size and
+/// sha256. Returns the rows and tokens index.json records for them.
+fn shard_files(c: &mut Check, dir: &Path, idx: &shard_index::Index) -> (u64, u64) {
+    let (mut rows, mut tokens) = (0u64, 0u64);
+    for (k, sh) in idx.shards.iter().enumerate() {
+        rows = rows.saturating_add(sh.rows);
+        tokens = tokens.saturating_add(sh.tokens);
+        let bad = std::iter::once(sh.file.as_str())
+            .chain(sh.extra_files.keys().map(String::as_str))
+            .find_map(|f| confined(f).err().map(|why| (f, why)));
+        if let Some((f, why)) = bad {
+            c.fail(format!(
+                "{}/index.json shards[{k}]: file {f:?} {why}: a shard path must be relative \
+                 and inside the output directory (a reader of the directory never reads it)",
+                dir.display()
+            ));
+            continue;
+        }
+        let p = dir.join(&sh.file);
+        match std::fs::metadata(&p) {
+            Err(_) => {
+                c.fail(format!("{}: listed in index.json but missing", p.display()));
+                continue;
+            }
+            Ok(m) if m.len() != sh.bytes => c.fail(format!(
+                "{}: {} bytes, index.json says {}",
+                p.display(),
+                m.len(),
+                sh.bytes
+            )),
+            Ok(_) => {}
+        }
+        match crate::util::sha256_file(&p) {
+            Ok(h) if h == sh.sha256 => {}
+            Ok(h) => c.fail(format!(
+                "{}: sha256 {h} does not match index.json ({}) — the shard was modified",
+                p.display(),
+                sh.sha256
+            )),
+            Err(e) => c.fail(format!("{}: {e:#}", p.display())),
+        }
+        for (name, want) in &sh.extra_files {
+            let ep = dir.join(name);
+            match crate::util::sha256_file(&ep) {
+                Ok(h) if &h == want => {}
+                Ok(h) => c.fail(format!(
+                    "{}: sha256 {h} does not match index.json ({want})",
+                    ep.display()
+                )),
+                Err(e) => c.fail(format!("{}: {e:#}", ep.display())),
+            }
+        }
+    }
+    (rows, tokens)
+}
+
+/// `--deep`: decode every (confined, present) shard against its format's contract, then the
+/// decoded totals against index.json's.
+fn deep_check(c: &mut Check, dir: &Path, idx: &shard_index::Index) {
+    let d = dir.display();
+    // MDS: the MosaicML entries (raw sizes, sample counts) sit beside our index object.
+    let mds: Vec<serde_json::Value> = std::fs::read(shard_index::index_path(dir))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["shards"].as_array().cloned())
+        .unwrap_or_default();
+    let (mut rows, mut tokens, mut ok) = (0u64, 0u64, true);
+    for (k, sh) in idx.shards.iter().enumerate() {
+        if confined(&sh.file).is_err() || !dir.join(&sh.file).is_file() {
+            ok = false; // reported above
+            continue;
+        }
+        match super::deep::check_shard(dir, idx, k, mds.get(k)) {
+            Ok(got) => {
+                rows = rows.saturating_add(got.rows);
+                tokens = tokens.saturating_add(got.tokens);
+            }
+            Err(e) => {
+                ok = false;
+                c.fail(format!("{d} shards[{k}] (--deep): {e:#}"));
+            }
+        }
+    }
+    if !ok {
+        return;
+    }
+    if rows != idx.totals.rows || tokens != idx.totals.tokens {
+        c.fail(format!(
+            "{d} (--deep): the shards decode to {rows} rows, {tokens} tokens; totals say {} rows, {} tokens",
+            idx.totals.rows, idx.totals.tokens
+        ));
+    } else {
+        c.note(format!(
+            "{d}: --deep: {} shard(s) decoded, {rows} rows and {tokens} tokens as index.json says",
+            idx.shards.len()
+        ));
+    }
+}
+
+/// The decompressed copies MosaicML Streaming leaves beside MDS shards
+/// (`StreamingDataset(local=OUT)` turns `shard.00000.mds.zstd` into `shard.00000.mds`): each
+/// is compared, streaming, with its listed shard decompressed — a match is reported, never a
+/// break; a mismatch is.
+fn mds_twins(c: &mut Check, dir: &Path, idx: &shard_index::Index) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (name, zipped) in twins(dir, idx) {
+        let (t, z) = (dir.join(&name), dir.join(&zipped));
+        match same_as_decompressed(&z, &t) {
+            Ok(true) => notes.push(format!(
+                "{}: {name} is {zipped} decompressed (left by MosaicML Streaming); bytes match",
+                dir.display()
+            )),
+            Ok(false) => c.fail(format!(
+                "{}: {name} is not {zipped} decompressed: a MosaicML reader would read it \
+                 instead of the audited shard (remove it)",
+                dir.display()
+            )),
+            Err(e) => c.fail(format!("{}: {name}: {e:#}", dir.display())),
+        }
+    }
+    notes
+}
+
+/// `(twin, listed zstd shard)` for every MDS twin present in `dir`.
+fn twins(dir: &Path, idx: &shard_index::Index) -> Vec<(String, String)> {
+    if idx.format != crate::shards::ShardFormat::Mds {
+        return Vec::new();
+    }
+    idx.shards
+        .iter()
+        .filter_map(|sh| {
+            let raw = sh.file.strip_suffix(".zstd")?;
+            (confined(raw).is_ok() && dir.join(raw).is_file())
+                .then(|| (raw.to_string(), sh.file.clone()))
+        })
+        .collect()
+}
+
+/// Whether `plain` holds exactly the bytes `zstd_file` decompresses to (both read in chunks;
+/// the decompression stops one byte past `plain`'s length).
+fn same_as_decompressed(zstd_file: &Path, plain: &Path) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    use std::io::Read;
+    let open = |p: &Path| std::fs::File::open(p).with_context(|| format!("opening {}", p.display()));
+    let len = open(plain)?.metadata()?.len();
+    let mut z = zstd::stream::read::Decoder::new(open(zstd_file)?)?.take(len + 1);
+    let mut p = open(plain)?;
+    let (mut a, mut b) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = read_full(&mut z, &mut a).with_context(|| format!("{}: not zstd", zstd_file.display()))?;
+        let m = read_full(&mut p, &mut b[..n.max(1)])?;
+        if n != m || a[..n] != b[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Read until `buf` is full or the end; the count read.
+fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        match r.read(&mut buf[at..])? {
+            0 => break,
+            n => at += n,
+        }
+    }
+    Ok(at)
 }
 
 /// The dataset card (README.md) is part of the audited set: when present it must be the one
@@ -183,12 +345,13 @@ fn card_mismatch(dir: &std::path::Path, idx: &shard_index::Index) -> Option<Stri
 
 /// Entries of a shard directory that are neither listed in its index (shards and their extra
 /// files) nor dlm-data's own bookkeeping there (index.json, decontam.json, a run's lock).
-fn unlisted(dir: &std::path::Path, idx: &shard_index::Index) -> Vec<String> {
+fn unlisted(dir: &Path, idx: &shard_index::Index) -> Vec<String> {
     let mut known: std::collections::BTreeSet<String> = crate::shards::outdir::journal_files(idx)
         .into_iter()
         .collect();
     known.insert(crate::shards::outdir::DECONTAM_REPORT.to_string());
     known.insert(crate::lock::DIR_LOCK.to_string());
+    known.extend(twins(dir, idx).into_iter().map(|(t, _)| t));
     let data = crate::shards::parquet::DATA_DIR;
     let mut out: Vec<String> = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {

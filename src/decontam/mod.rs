@@ -87,6 +87,18 @@ pub fn run(args: DecontamArgs) -> Result<()> {
     if up_to_date(&args, &settings)? {
         return Ok(());
     }
+    // One writer of the report (audit reads it): a second scan writing it exits 75.
+    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
+    let _report_lock = match scanned {
+        Some(scanned) => Some(crate::lock::OutputLock::beside(
+            &args
+                .report
+                .clone()
+                .unwrap_or_else(|| report::default_path(scanned, args.shards.is_some())),
+            "decontam",
+        )?),
+        None => None,
+    };
     let cache = Cache::resolve(args.cache.as_deref());
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);

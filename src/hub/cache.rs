@@ -157,25 +157,38 @@ impl Cache {
     }
 
     /// [`Cache::snapshot_path`] for reading a file a lock names, checked like a listing path:
-    /// a 40-hex commit, a repo-relative path with no `..`, absolute or empty component, and —
-    /// through its symlinks — a file inside the repo's cache directory (a snapshot link or a
-    /// blob replaced by a link to a file outside the cache is refused, naming both).
+    /// a 40-hex commit, a repo-relative path with no `..`, absolute or empty component, and
+    /// [`Cache::check_resolved`] (a snapshot link or a blob replaced by a link to a file
+    /// outside the cache is refused, naming both).
     pub fn locked_file(&self, role: Role, repo: &str, commit: &str, path: &str) -> Result<PathBuf> {
         let p = self.snapshot_link(role, repo, commit, path)?;
-        let Ok(real) = std::fs::canonicalize(&p) else {
-            return Ok(p); // missing: the caller reports it (run fetch)
-        };
-        let dir = self.repo_dir(role, repo);
-        let inside = std::fs::canonicalize(&dir).is_ok_and(|d| real.starts_with(d));
-        if !inside {
-            bail!(
-                "refusing {}: it resolves to {}, outside the cache directory {}",
-                p.display(),
-                real.display(),
-                dir.display()
-            );
-        }
+        self.check_resolved(role, repo, &p)?;
         Ok(p)
+    }
+
+    /// The one symlink rule of the cache, shared by every command that writes or reads it
+    /// (fetch, pack, mcq, decontam, audit): a path of a repo's cache entry must resolve,
+    /// through every symlink, inside the repo's directory as resolved — or inside its
+    /// `blobs/` directory as resolved, so `blobs/` (or the cache root itself) may be a link to
+    /// a bigger disk, as huggingface_hub allows. Anything else (a snapshot link or a blob
+    /// replaced by a link to a file elsewhere) is refused, naming both paths. A missing path
+    /// passes (its reader reports it).
+    pub fn check_resolved(&self, area: impl Into<Area>, repo: &str, p: &Path) -> Result<()> {
+        let Ok(real) = std::fs::canonicalize(p) else {
+            return Ok(());
+        };
+        let dir = self.repo_dir(area, repo);
+        let inside = |d: &Path| std::fs::canonicalize(d).is_ok_and(|d| real.starts_with(d));
+        if inside(&dir) || inside(&dir.join("blobs")) {
+            return Ok(());
+        }
+        bail!(
+            "refusing {}: it resolves to {}, outside the cache directory {} (and its blobs/, \
+             which may itself be a link to another disk)",
+            p.display(),
+            real.display(),
+            dir.display()
+        )
     }
 
     /// [`Cache::snapshot_path`] for writing: a 40-hex commit, a safe repo path, and the result

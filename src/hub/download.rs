@@ -658,18 +658,9 @@ pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
     super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // A directory of snapshots/ replaced by a link out of the cache is refused.
-    let repo_dir = cache.repo_dir(t.role, &t.repo);
-    if let (Ok(real), Ok(root)) = (dir.canonicalize(), repo_dir.canonicalize()) {
-        if !real.starts_with(&root) {
-            bail!(
-                "refusing {}: it resolves to {}, outside the cache directory {}",
-                dir.display(),
-                real.display(),
-                repo_dir.display()
-            );
-        }
-    }
+    // A directory of snapshots/ replaced by a link out of the cache is refused, by the rule
+    // every reader of the cache applies.
+    cache.check_resolved(t.area(), &t.repo, dir)?;
     unlink_if_link(&crate::util::temp_path(&snap))?;
     let ups = t.path.split('/').count() + 1;
     let target = format!("{}blobs/{}", "../".repeat(ups), t.etag());

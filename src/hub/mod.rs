@@ -154,6 +154,13 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     } else {
         None
     };
+    // One writer: a whole run writes the lock (unless --locked/offline) and architecture.json
+    // (models) beside the manifest; a second such run on the manifest exits 75 naming this one.
+    let _writer = if slice.is_whole() && (lock.is_none() || !manifest.models.is_empty()) {
+        Some(crate::lock::OutputLock::beside(&lock_path, "fetch")?)
+    } else {
+        None
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

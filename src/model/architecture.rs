@@ -30,8 +30,6 @@ pub const CONVERSION_FIELDS: &[&str] = &[
 /// Bookkeeping fields that say nothing about the model (who saved it, with which version).
 pub const IGNORED_FIELDS: &[&str] = &["transformers_version", "_name_or_path"];
 
-/// Largest safetensors header read (real ones are well under 1 MiB).
-const MAX_HEADER: u64 = 100 << 20;
 /// Largest config.json read.
 const MAX_CONFIG: u64 = 16 << 20;
 
@@ -94,6 +92,8 @@ impl ArchitectureFile {
 
     /// Replace (or add) `models` by name, keep the others, write atomically.
     pub fn update(path: &Path, models: Vec<ModelArchitecture>) -> Result<()> {
+        // Read-modify-write: one writer (fetches of two manifests of one directory).
+        let _lock = crate::lock::OutputLock::beside(path, "fetch (architecture.json)")?;
         let mut f = match ArchitectureFile::load(path) {
             Ok(f) => f,
             Err(_) => ArchitectureFile {
@@ -127,65 +127,31 @@ fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The tensors of one safetensors file, from its header alone (bounded, offsets checked
-/// against the file's length).
+/// The tensors of one safetensors file, from its header alone, checked by the one header
+/// reader ([`super::safetensors_header`]): shape × dtype equals each byte range, ranges
+/// sorted, non-overlapping and inside the file.
 pub fn safetensors_header(path: &Path, file: &str) -> Result<Vec<TensorInfo>> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let len = f.metadata()?.len();
-    let mut n8 = [0u8; 8];
-    f.read_exact(&mut n8)
-        .with_context(|| format!("{}: no safetensors header", path.display()))?;
-    let n = u64::from_le_bytes(n8);
-    if n > MAX_HEADER || 8 + n > len {
-        bail!(
-            "{}: safetensors header length {n} does not fit the file ({len} bytes)",
-            path.display()
-        );
-    }
-    let mut head = vec![0u8; n as usize];
-    f.read_exact(&mut head)?;
-    let v: Map<String, Value> = serde_json::from_slice(&head).with_context(|| {
-        format!(
-            "{}: safetensors header is not a JSON object",
-            path.display()
-        )
-    })?;
-    let data = len - 8 - n;
-    let mut out = Vec::new();
-    for (name, t) in v {
-        if name == "__metadata__" {
-            continue;
-        }
-        let bad = |why: &str| anyhow::anyhow!("{}: tensor `{name}`: {why}", path.display());
-        let dtype = t["dtype"].as_str().ok_or_else(|| bad("no dtype"))?;
-        let shape: Vec<u64> = t["shape"]
-            .as_array()
-            .ok_or_else(|| bad("no shape"))?
-            .iter()
-            .map(|d| {
-                d.as_u64()
-                    .ok_or_else(|| bad("shape is not a list of sizes"))
-            })
-            .collect::<Result<_>>()?;
-        let off = t["data_offsets"]
-            .as_array()
-            .filter(|a| a.len() == 2)
-            .and_then(|a| Some((a[0].as_u64()?, a[1].as_u64()?)))
-            .ok_or_else(|| bad("no data_offsets"))?;
-        if off.0 > off.1 || off.1 > data {
-            return Err(bad(&format!(
-                "data_offsets {:?} outside the {data}-byte data section",
-                off
-            )));
-        }
-        out.push(TensorInfo {
-            name,
-            dtype: dtype.to_string(),
-            shape,
+    let (_, entries) = super::safetensors_header::read(path)?;
+    Ok(entries
+        .into_iter()
+        .map(|e| TensorInfo {
+            name: e.name,
+            dtype: e.dtype,
+            shape: e.shape,
             file: file.to_string(),
-        });
-    }
-    Ok(out)
+        })
+        .collect())
+}
+
+/// Sum of the tensors' element counts, checked: an overflow is an error, never a wrap.
+pub fn parameter_count(tensors: &[TensorInfo]) -> Result<u64> {
+    tensors.iter().try_fold(0u64, |sum, t| {
+        t.shape
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .and_then(|n| sum.checked_add(n))
+            .with_context(|| format!("tensor `{}` {:?}: more than a u64 counts", t.name, t.shape))
+    })
 }
 
 /// Split a config.json object into (architecture fields, conversion fields).
@@ -233,10 +199,8 @@ impl ModelArchitecture {
                 );
             }
         }
-        let parameters = tensors
-            .iter()
-            .map(|t| t.shape.iter().product::<u64>())
-            .sum();
+        let parameters = parameter_count(&tensors)
+            .with_context(|| format!("{}: the parameter count", dir.display()))?;
         let tok = dir.join("tokenizer.json");
         Ok(ModelArchitecture {
             name: String::new(),

@@ -152,8 +152,11 @@ impl Checkpoint {
             .iter()
             .map(|f| (f.path.clone(), f.sha256.clone()))
             .collect();
-        let weights_sha256 = match weight_files(dir) {
-            Ok(w) => {
+        // A directory with no safetensors weights has no weights digest; one whose weights
+        // cannot be resolved (an index naming files outside it) is an error, never a null.
+        let has_weights = dir.join(SINGLE).is_file() || dir.join(INDEX).is_file();
+        let weights_sha256 = match has_weights.then(|| weight_files(dir)).transpose()? {
+            Some(w) => {
                 let shas: BTreeMap<String, String> = w
                     .iter()
                     .map(|f| {
@@ -167,7 +170,7 @@ impl Checkpoint {
                     .collect::<Result<_>>()?;
                 Some(weights_digest(&shas))
             }
-            Err(_) => None,
+            None => None,
         };
         Ok(Checkpoint {
             path: dir.display().to_string(),

@@ -273,6 +273,8 @@ pub struct AddArgs {
 pub fn run(args: LineageArgs, now: String) -> Result<()> {
     match args.command {
         LineageCommand::Add(a) => {
+            // One writer: the lock is held until the --json line has counted the stages.
+            let _lock = claim(&a)?;
             let (stage, added) = add_stage(&a, now)?;
             if a.json {
                 crate::cron::json_line(serde_json::json!({
@@ -289,7 +291,32 @@ pub fn run(args: LineageArgs, now: String) -> Result<()> {
 
 /// Append one stage recorded at `time`; returns it.
 pub fn add(a: &AddArgs, time: String) -> Result<Stage> {
+    let _lock = claim(a)?;
     add_stage(a, time).map(|(s, _)| s)
+}
+
+/// Before any work: a `--lineage` file outside both checkpoints (inside one, it would change
+/// the digest just recorded, or be hashed as part of the next stage), then the exclusive
+/// lock beside it (`.lineage.json.lock`): two concurrent adds never lose a stage — the
+/// second exits 75 naming the first.
+fn claim(a: &AddArgs) -> Result<crate::lock::OutputLock> {
+    if a.stage.trim().is_empty() {
+        return Err(crate::error::usage("--stage: empty name"));
+    }
+    let file = crate::lock::resolved(&a.lineage);
+    for (flag, dir) in [("--to", &a.to), ("--from", &a.from)] {
+        let d = crate::lock::resolved(dir);
+        if file.starts_with(&d) {
+            return Err(crate::error::usage(format!(
+                "--lineage {} is inside {flag} {}: the lineage file would change the \
+                 checkpoint whose digest it records (and be hashed into the next stage's); \
+                 keep it outside every checkpoint directory",
+                a.lineage.display(),
+                dir.display()
+            )));
+        }
+    }
+    crate::lock::OutputLock::beside(&a.lineage, "lineage add")
 }
 
 /// [`add`], also saying whether the stage was added (`false`: the same stage was recorded).

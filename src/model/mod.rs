@@ -7,4 +7,5 @@
 pub mod architecture;
 pub mod checkpoint;
 pub mod lineage;
+pub mod safetensors_header;
 pub mod tokenizer;

@@ -78,6 +78,9 @@ fn open_shard(path: &Path) -> Result<Shard> {
     // SAFETY: the checkpoint is read-only input; a concurrent writer would be a user error
     // that at worst yields wrong numbers, which the sha256 recorded in the output exposes.
     let map = unsafe { Mmap::map(&f) }.with_context(|| format!("mapping {}", path.display()))?;
+    // The one header reader (fetch and audit read headers through it too), then the crate's.
+    crate::model::safetensors_header::check_bytes(&map)
+        .with_context(|| format!("{}: not a valid safetensors file", path.display()))?;
     let (n, meta) = SafeTensors::read_metadata(&map)
         .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file: {e}", path.display()))?;
     Ok(Shard {

@@ -16,6 +16,8 @@
 //! - `DLM_FUZZ_MEM_MB` — the child's address-space limit (default 4096).
 //! - `DLM_FUZZ_REPLAY=FILE` — run that one input and print the outcome.
 //! - `DLM_FUZZ_KEEP_GOING=1` — do not stop at the first failure (all distinct panics are saved).
+//! - `DLM_FUZZ_ROOT=DIR` — the repository to read the corpus (and seed files) from, for a
+//!   binary run away from where it was built ([`repo_root`]).
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -63,8 +65,17 @@ pub fn fuzz<T: Target>(test_name: &str, default_cases: u64) {
     }
 }
 
+/// The repository the corpus, docs and manifests are read from: `DLM_FUZZ_ROOT` (a binary
+/// built elsewhere and run from a copy of the tree, as bench/fuzz/device.sh does), else the
+/// one it was built in.
+pub fn repo_root() -> PathBuf {
+    std::env::var_os("DLM_FUZZ_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn crash_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/fuzz-crashes")
+    repo_root().join("target/fuzz-crashes")
 }
 
 fn fnv(b: &[u8]) -> u64 {
@@ -255,7 +266,7 @@ fn child<T: Target>(name: &str, default_cases: u64) {
         return;
     }
     // 1. The regression corpus: every input that once crashed, run as is.
-    let corpus_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let corpus_dir = repo_root()
         .join("tests/fuzz/corpus")
         .join(name);
     let mut regress: Vec<(String, Vec<u8>)> = std::fs::read_dir(&corpus_dir)

@@ -14,7 +14,7 @@ mod mutate;
 mod targets;
 
 use driver::fuzz;
-use targets::{hub, inputs, shards, teacher};
+use targets::{hub, inputs, outputs, shards, teacher};
 
 #[test]
 fn hub_headers() {
@@ -89,4 +89,39 @@ fn mds_shard() {
 #[test]
 fn megatron_idx() {
     fuzz::<shards::MegatronIdx>("megatron_idx", 1_000);
+}
+
+#[test]
+fn index_json() {
+    fuzz::<outputs::IndexJson>("index_json", 3_000);
+}
+
+#[test]
+fn pipeline_toml() {
+    fuzz::<outputs::PipelineToml>("pipeline_toml", 1_500);
+}
+
+#[test]
+fn manifest_lock() {
+    fuzz::<outputs::ManifestLock>("manifest_lock", 1_500);
+}
+
+#[test]
+fn output_lock() {
+    fuzz::<outputs::OutputLockFile>("output_lock", 3_000);
+}
+
+#[test]
+fn json_rows() {
+    fuzz::<outputs::JsonRows>("json_rows", 3_000);
+}
+
+#[test]
+fn distilled_json() {
+    fuzz::<outputs::DistilledJson>("distilled_json", 2_000);
+}
+
+#[test]
+fn lineage_json() {
+    fuzz::<outputs::LineageJson>("lineage_json", 2_000);
 }

@@ -32,11 +32,45 @@ pub(super) struct Journal {
     pub prior_mds: Vec<Value>,
 }
 
+/// A read-only `--out` (no lock could be made): complete with these arguments and every
+/// listed shard present at its recorded size, or refused — nothing can be written there.
+fn read_only(out_dir: &std::path::Path, found: Found) -> Result<Opened> {
+    let Found::Complete(idx) = found else {
+        return Err(crate::lock::read_only_refusal(
+            out_dir,
+            "not a complete output of this pack command",
+        ));
+    };
+    for f in outdir::journal_files(&idx) {
+        let p = out_dir.join(&f);
+        if !p.is_file() {
+            return Err(crate::lock::read_only_refusal(
+                out_dir,
+                &format!("{f}, listed in its index.json, is missing"),
+            ));
+        }
+    }
+    for sh in &idx.shards {
+        let len = std::fs::metadata(out_dir.join(&sh.file)).map(|m| m.len()).ok();
+        if len != Some(sh.bytes) {
+            return Err(crate::lock::read_only_refusal(
+                out_dir,
+                &format!("{} is not the {} bytes index.json records", sh.file, sh.bytes),
+            ));
+        }
+    }
+    Ok(Opened::Complete(idx))
+}
+
 /// Inspect, claim and initialise `s.out_dir`'s journal.
 pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
     let out_dir = &s.out_dir;
     let fingerprint = s.settings.clone();
-    let (prior, cursor) = match resume::inspect(out_dir, &fingerprint, args.force)? {
+    let found = resume::inspect(out_dir, &fingerprint, args.force)?;
+    if s._lock.is_none() {
+        return read_only(out_dir, found);
+    }
+    let (prior, cursor) = match found {
         Found::Complete(idx) => return Ok(Opened::Complete(idx)),
         Found::Resume(idx, c) => {
             crate::report::note(&format!(

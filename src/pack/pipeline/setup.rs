@@ -19,8 +19,9 @@ use crate::worker::WorkerSlice;
 
 /// Everything the later steps need, fixed before the output directory is touched.
 pub(super) struct Setup {
-    /// The exclusive lock on `out_dir` ([`crate::lock`]), held for the whole run.
-    pub _lock: crate::lock::OutputLock,
+    /// The exclusive lock on `out_dir` ([`crate::lock`]), held for the whole run; `None` on a
+    /// read-only output, which the journal accepts only when complete.
+    pub _lock: Option<crate::lock::OutputLock>,
     pub worker: WorkerSlice,
     /// `--stream`: the Hub reader shared with the reader thread.
     pub streaming: Option<Arc<Streaming>>,
@@ -95,7 +96,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         inputs.push(("lock", l.as_path()));
     }
     crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let lock = crate::lock::OutputLock::dir(&out_dir, "pack")?;
+    let lock = crate::lock::OutputLock::dir_or_read_only(&out_dir, "pack")?;
     let streaming = if args.stream {
         Some(Arc::new(Streaming::new(args, worker)?))
     } else {

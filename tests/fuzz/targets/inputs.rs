@@ -18,7 +18,7 @@ pub struct ManifestToml {
 
 impl Target for ManifestToml {
     fn setup(work: &Path) -> Result<Self> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        let root = crate::driver::repo_root().join("manifests");
         let mut seeds = Vec::new();
         for name in ["stage1.toml", "mcq.toml", "eval-reference.toml"] {
             seeds.push(std::fs::read(root.join(name))?);

@@ -2,5 +2,6 @@
 
 pub mod hub;
 pub mod inputs;
+pub mod outputs;
 pub mod shards;
 pub mod teacher;
