@@ -571,14 +571,25 @@ fn a_100_mb_document_fails_by_policy_or_is_skipped_and_counted() {
         writeln!(f, "\"}}").unwrap();
         writeln!(f, "{{\"text\": \"small two\"}}").unwrap();
     }
+    // By default the 100 MB line is longer than any row is read (--max-row-bytes, 64 MiB):
+    // the run ends naming the file, the row and the flag, having read no more than that.
     let (o, out) = pack_input(d.path(), &p, &[]);
+    assert_failed_cleanly(&o, &out, &["big.jsonl", "row 1", "--max-row-bytes"]);
+    std::fs::remove_dir_all(&out).unwrap();
+    // Rows that long allowed: the document policy decides (fail names both flags) ...
+    let (o, out) = pack_input(d.path(), &p, &["--max-row-bytes", "256MiB"]);
     assert_failed_cleanly(
         &o,
         &out,
         &["big.jsonl", "row 1", "--max-doc-bytes", "--on-oversize"],
     );
     std::fs::remove_dir_all(&out).unwrap();
-    let (o, out) = pack_input(d.path(), &p, &["--on-oversize", "skip", "--pad-last"]);
+    // ... or skips and counts it.
+    let (o, out) = pack_input(
+        d.path(),
+        &p,
+        &["--max-row-bytes", "256MiB", "--on-oversize", "skip", "--pad-last"],
+    );
     ok(&o);
     let idx = index(&out);
     assert_eq!(idx["totals"]["skipped_oversize"], 1);
