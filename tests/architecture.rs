@@ -413,7 +413,10 @@ fn blank_non_code(text: &str) -> String {
         let rest = &b[i..];
         let after_ident = i > 0 && ident(b[i - 1]);
         if rest.starts_with(b"//") {
-            let e = rest.iter().position(|&c| c == b'\n').map_or(b.len(), |k| i + k);
+            let e = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |k| i + k);
             blank(&mut out, i, e);
             i = e;
         } else if rest.starts_with(b"/*") {
@@ -445,7 +448,9 @@ fn blank_non_code(text: &str) -> String {
             blank(&mut out, i, j + 1);
             i = j + 1;
         } else if b[i] == b'\'' {
-            i = char_literal_end(text, i).inspect(|&e| blank(&mut out, i, e)).unwrap_or(i + 1);
+            i = char_literal_end(text, i)
+                .inspect(|&e| blank(&mut out, i, e))
+                .unwrap_or(i + 1);
         } else {
             i += 1;
         }
@@ -467,7 +472,9 @@ fn raw_string_end(b: &[u8], i: usize) -> Option<usize> {
     }
     let mut close = vec![b'"'];
     close.extend(std::iter::repeat(b'#').take(hashes));
-    let k = b[j + 1..].windows(close.len()).position(|w| w == close.as_slice())?;
+    let k = b[j + 1..]
+        .windows(close.len())
+        .position(|w| w == close.as_slice())?;
     Some(j + 1 + k + close.len())
 }
 
@@ -632,15 +639,25 @@ fn module_paths(code: &str, here: &[String]) -> Vec<(usize, Vec<String>)> {
             i += 1;
             continue;
         }
-        let word: String = code[i..].bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+        let word: String = code[i..]
+            .bytes()
+            .take_while(|&c| is_ident(c))
+            .map(char::from)
+            .collect();
         if word == "mod" {
             let rest = code[i + 3..].trim_start();
-            let name: String = rest.bytes().take_while(|&c| is_ident(c)).map(char::from).collect();
+            let name: String = rest
+                .bytes()
+                .take_while(|&c| is_ident(c))
+                .map(char::from)
+                .collect();
             if rest[name.len()..].trim_start().starts_with('{') {
                 inline.push((name, depth));
             }
         }
-        if matches!(word.as_str(), "crate" | "super" | "self") && code[i + word.len()..].starts_with("::") {
+        if matches!(word.as_str(), "crate" | "super" | "self")
+            && code[i + word.len()..].starts_with("::")
+        {
             let mut base: Vec<String> = here.to_vec();
             base.extend(inline.iter().map(|(n, _)| n.clone()));
             let mut trees = Vec::new();
@@ -660,7 +677,12 @@ fn module_paths(code: &str, here: &[String]) -> Vec<(usize, Vec<String>)> {
 
 /// Parses the path (or `use` tree) starting at byte `i`: pushes each full path onto `out`
 /// (a group `a::{b, c}` gives `a::b` and `a::c`) and returns where it ends.
-fn path_tree(code: &str, mut i: usize, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) -> usize {
+fn path_tree(
+    code: &str,
+    mut i: usize,
+    prefix: &mut Vec<String>,
+    out: &mut Vec<Vec<String>>,
+) -> usize {
     let b = code.as_bytes();
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let n = prefix.len();
@@ -681,7 +703,11 @@ fn path_tree(code: &str, mut i: usize, prefix: &mut Vec<String>, out: &mut Vec<V
                 }
             }
         }
-        let seg: String = code[i..].bytes().take_while(|&c| is_ident(c) || c == b'*').map(char::from).collect();
+        let seg: String = code[i..]
+            .bytes()
+            .take_while(|&c| is_ident(c) || c == b'*')
+            .map(char::from)
+            .collect();
         if seg.is_empty() {
             break;
         }
@@ -763,7 +789,10 @@ fn no_import_circles_inside_a_folder() {
     let files = src_files(&src());
     let g = sibling_graph(&files);
     // The checker sees the edges it must (so an empty result means something).
-    assert!(g["pack/pipeline/feed"].contains_key("pack/pipeline/write"), "{g:?}");
+    assert!(
+        g["pack/pipeline/feed"].contains_key("pack/pipeline/write"),
+        "{g:?}"
+    );
     assert!(g["pack"].contains_key("shards"), "{g:?}");
     let found = circles(&g);
     let pending = |c: &Vec<String>| CIRCLES_PENDING.iter().any(|p| p == c);
@@ -773,7 +802,10 @@ fn no_import_circles_inside_a_folder() {
         .iter()
         .filter(|p| !found.iter().any(|c| c == *p))
         .collect();
-    assert!(gone.is_empty(), "CIRCLES_PENDING lists circles that are gone (remove them): {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "CIRCLES_PENDING lists circles that are gone (remove them): {gone:?}"
+    );
 }
 
 #[test]
@@ -781,16 +813,25 @@ fn the_folder_checker_resolves_super_self_groups_and_inline_modules() {
     let f = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
     let files = vec![
         f("x/mod.rs", "mod a; mod b; mod c; pub use self::a::T;\n"),
-        f("x/a.rs", "use super::{b::U, c};\nmod tests { use super::T; fn t() { super::super::c::f() } }\n"),
+        f(
+            "x/a.rs",
+            "use super::{b::U, c};\nmod tests { use super::T; fn t() { super::super::c::f() } }\n",
+        ),
         f("x/b.rs", "fn g() -> crate::x::a::T { todo!() }\n"),
-        f("x/c.rs", "// super::a\nconst S: &str = \"super::a::T\";\nfn h() -> crate::y::V { todo!() }\n"),
+        f(
+            "x/c.rs",
+            "// super::a\nconst S: &str = \"super::a::T\";\nfn h() -> crate::y::V { todo!() }\n",
+        ),
         f("y.rs", "pub struct V; fn k() { crate::x::a::f() }\n"),
     ];
     let g = sibling_graph(&files);
     assert_eq!(g["x/a"].keys().collect::<Vec<_>>(), ["x/b", "x/c"]);
     assert_eq!(g["x/a"]["x/c"], "src/x/a.rs:1");
     assert_eq!(g["x/b"].keys().collect::<Vec<_>>(), ["x/a"]);
-    assert!(!g.contains_key("x/c") || !g["x/c"].keys().any(|k| k.starts_with("x/")), "{g:?}");
+    assert!(
+        !g.contains_key("x/c") || !g["x/c"].keys().any(|k| k.starts_with("x/")),
+        "{g:?}"
+    );
     assert_eq!(g["x"].keys().collect::<Vec<_>>(), ["y"]);
     assert_eq!(g["y"].keys().collect::<Vec<_>>(), ["x"]);
     let found = circles(&g);
@@ -810,14 +851,18 @@ fn documented_tree(md: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         .skip_while(|l| !l.starts_with("src/"))
         .take_while(|l| l.starts_with("src/") || l.starts_with(' ') || l.is_empty())
         .collect();
-    let column = lines[0].find("main.rs").expect("the src/ line names main.rs");
+    let column = lines[0]
+        .find("main.rs")
+        .expect("the src/ line names main.rs");
     let names = |s: &str| -> Vec<String> {
         s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '/'))
             .filter(|w| {
                 let stem = w.trim_end_matches('/').trim_end_matches(".rs");
                 (w.ends_with(".rs") || w.ends_with('/'))
                     && !stem.is_empty()
-                    && stem.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+                    && stem
+                        .bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
             })
             .map(|w| w.trim_end_matches('/').to_string())
             .collect()
@@ -849,16 +894,27 @@ fn docs_architecture_names_every_module_and_only_real_ones() {
     let mut problems = Vec::new();
     // Every top-level module is an entry of the tree; every folder deeper down is named in it.
     for m in top_modules(&std::fs::read_to_string(root.join("lib.rs")).unwrap()) {
-        let entry = if root.join(&m).is_dir() { m.clone() } else { format!("{m}.rs") };
+        let entry = if root.join(&m).is_dir() {
+            m.clone()
+        } else {
+            format!("{m}.rs")
+        };
         if !top.contains(&entry) {
             problems.push(format!("src/{entry} is not an entry of the folder tree"));
         }
     }
     for (rel, _) in &files {
-        for dir in rel.ancestors().skip(1).filter(|d| d.components().count() >= 2) {
+        for dir in rel
+            .ancestors()
+            .skip(1)
+            .filter(|d| d.components().count() >= 2)
+        {
             let name = dir.file_name().unwrap().to_string_lossy().into_owned();
             if !named.contains(&name) {
-                problems.push(format!("src/{}/ is not named in the folder tree", dir.display()));
+                problems.push(format!(
+                    "src/{}/ is not named in the folder tree",
+                    dir.display()
+                ));
             }
         }
     }
@@ -870,7 +926,9 @@ fn docs_architecture_names_every_module_and_only_real_ones() {
     }
     for n in &named {
         if !exists_anywhere(n) {
-            problems.push(format!("the folder tree names {n}, which is nowhere in src/"));
+            problems.push(format!(
+                "the folder tree names {n}, which is nowhere in src/"
+            ));
         }
     }
     // Every `src/…` path the page names exists; so does every file of the pack step table.
@@ -878,7 +936,9 @@ fn docs_architecture_names_every_module_and_only_real_ones() {
         if let Some(p) = w.strip_prefix("src/") {
             let p = p.trim_end_matches('.');
             if !p.is_empty() && !root.join(p).exists() {
-                problems.push(format!("docs/architecture.md names src/{p}, which does not exist"));
+                problems.push(format!(
+                    "docs/architecture.md names src/{p}, which does not exist"
+                ));
             }
         }
     }
@@ -888,13 +948,26 @@ fn docs_architecture_names_every_module_and_only_real_ones() {
         .expect("docs/architecture.md: no \"## One pack run, step by step\" section");
     let steps = steps.split("\n## ").next().unwrap();
     for l in steps.lines().filter(|l| l.starts_with("| ")) {
-        for f in l.split('|').nth(2).unwrap_or("").split('`').skip(1).step_by(2) {
+        for f in l
+            .split('|')
+            .nth(2)
+            .unwrap_or("")
+            .split('`')
+            .skip(1)
+            .step_by(2)
+        {
             if !root.join("pack/pipeline").join(f).exists() {
-                problems.push(format!("the pack step table names {f}, not in src/pack/pipeline/"));
+                problems.push(format!(
+                    "the pack step table names {f}, not in src/pack/pipeline/"
+                ));
             }
         }
     }
     problems.sort();
     problems.dedup();
-    assert!(problems.is_empty(), "docs/architecture.md:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "docs/architecture.md:\n{}",
+        problems.join("\n")
+    );
 }

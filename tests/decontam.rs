@@ -208,7 +208,10 @@ fn local_benchmark_file_and_bad_usage() {
         p(&out.join("prompts.jsonl")),
     ]);
     assert_eq!(code, 1);
-    assert!(err.contains("mybench.jsonl") && err.contains("line 2"), "{err}");
+    assert!(
+        err.contains("mybench.jsonl") && err.contains("line 2"),
+        "{err}"
+    );
 }
 
 #[test]

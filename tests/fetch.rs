@@ -416,7 +416,11 @@ fn offline_rerun_locked_and_changed_listing() {
         .requests()
         .iter()
         .all(|r| r.host == Host::Hub && !r.target.contains(".parquet")));
-    assert_eq!(env.log().len(), 2, "an unchanged --locked run adds no log line");
+    assert_eq!(
+        env.log().len(),
+        2,
+        "an unchanged --locked run adds no log line"
+    );
 
     // The Hub's listing changes under the same commit: --locked fails naming the file.
     let f = env

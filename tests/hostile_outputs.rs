@@ -45,7 +45,10 @@ fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
             let o = child.wait_with_output().unwrap();
             panic!("exited ({st}) before reaching {point}:\n{}", err(&o));
         }
-        assert!(t0.elapsed() < Duration::from_secs(120), "never reached {point}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "never reached {point}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     (child, file)
@@ -111,7 +114,11 @@ fn lineage_cmd(s: &Stage, lineage: &Path, name: &str, to: &Path) -> Command {
 fn lineage_add_is_one_writer() {
     let s = stage("parquet");
     let lp = s.w.root().join("lineage.json");
-    let (a, pause) = spawn_paused(lineage_cmd(&s, &lp, "stage1", &s.to), "lock-held", s.w.root());
+    let (a, pause) = spawn_paused(
+        lineage_cmd(&s, &lp, "stage1", &s.to),
+        "lock-held",
+        s.w.root(),
+    );
     let b = lineage_cmd(&s, &lp, "stage2", &s.to).output().unwrap();
     assert_eq!(code(&b), BUSY, "{}", err(&b));
     assert!(err(&b).contains(&format!("pid {}", a.id())), "{}", err(&b));
@@ -233,8 +240,7 @@ fn a_complete_pack_on_a_read_only_output_is_reported_complete() {
 }
 
 fn set_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     f(&mut v);
     std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
 }
@@ -243,7 +249,11 @@ fn sha256(b: &[u8]) -> String {
     dlm_data::util::sha256_hex(b)
 }
 
-fn shards_audit(w: &World, dir: &Path, extra: &[&str]) -> (i32, dlm_data::audit::report::AuditReport) {
+fn shards_audit(
+    w: &World,
+    dir: &Path,
+    extra: &[&str],
+) -> (i32, dlm_data::audit::report::AuditReport) {
     let (c, r, _) = audit_json(w, &[], &[&["--shards", p(dir)], extra].concat());
     (c, r)
 }
@@ -263,15 +273,28 @@ fn audit_confines_shard_paths_to_the_output() {
     )
     .unwrap();
     let abs = elsewhere.join("part-00000.parquet").display().to_string();
-    for file in ["../elsewhere/part-00000.parquet", abs.as_str(), "data/./part-00000.parquet"] {
+    for file in [
+        "../elsewhere/part-00000.parquet",
+        abs.as_str(),
+        "data/./part-00000.parquet",
+    ] {
         let idx = s.sft.join("index.json");
         set_json(&idx, |v| v["shards"][0]["file"] = file.into());
         if file.starts_with("data/") {
-            std::fs::copy(elsewhere.join("part-00000.parquet"), s.sft.join("data/part-00000.parquet"))
-                .unwrap();
+            std::fs::copy(
+                elsewhere.join("part-00000.parquet"),
+                s.sft.join("data/part-00000.parquet"),
+            )
+            .unwrap();
         }
         let (c, r) = shards_audit(&s.w, &s.sft, &[]);
-        assert_fails_only(file, c, &r, "shards", &[&format!("shards[0]: file {file:?}")]);
+        assert_fails_only(
+            file,
+            c,
+            &r,
+            "shards",
+            &[&format!("shards[0]: file {file:?}")],
+        );
         let _ = std::fs::remove_file(s.sft.join("data/part-00000.parquet"));
     }
 }
@@ -353,7 +376,10 @@ fn audit_deep_decodes_parquet_against_its_contract() {
     assert_eq!(c, 0, "{r:#?}");
     let shard = out.join("data/part-00000.parquet");
     let orig = std::fs::read(&shard).unwrap();
-    let vocab = dlm_data::shards::index::load(&out).unwrap().tokenizer.vocab_size;
+    let vocab = dlm_data::shards::index::load(&out)
+        .unwrap()
+        .tokenizer
+        .vocab_size;
     rewrite_parquet(&shard, |b| {
         if let Some((_, dlm_data::shards::Column::U32List(v))) =
             b.columns.iter_mut().find(|(n, _)| n == "doc_offsets")
@@ -460,7 +486,10 @@ fn a_cache_with_blobs_on_another_disk_is_read() {
     assert_eq!(c, 0, "{e}");
     let (c, r, _) = audit_json(&w, &[], &[]);
     assert_eq!(c, 0, "{r:#?}");
-    assert_eq!(r.checks.iter().find(|c| c.check == "cache").unwrap().status, Status::Pass);
+    assert_eq!(
+        r.checks.iter().find(|c| c.check == "cache").unwrap().status,
+        Status::Pass
+    );
     // One blob replaced by a link to a file outside the cache: refused by pack and audit.
     let blob = std::fs::read_dir(&bigdisk)
         .unwrap()
@@ -475,7 +504,10 @@ fn a_cache_with_blobs_on_another_disk_is_read() {
     std::os::unix::fs::symlink(&copy, &blob).unwrap();
     let (c, r, _) = audit_json(&w, &[], &[]);
     assert_eq!(c, 1, "{r:#?}");
-    assert!(problems(&r, "cache").contains("outside the cache"), "{r:#?}");
+    assert!(
+        problems(&r, "cache").contains("outside the cache"),
+        "{r:#?}"
+    );
 }
 
 /// Rewrite the header of `dir/model.safetensors` (data kept) through `f`.
@@ -505,7 +537,10 @@ fn safetensors_headers_are_checked_once_for_every_reader() {
     use dlm_data::model::architecture::ModelArchitecture;
     use dlm_data::teacher::{Teacher, TeacherOptions};
     let norm = "model.norm.weight";
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Map<String, serde_json::Value>)>)> = vec![
+    let cases: Vec<(
+        &str,
+        Box<dyn Fn(&mut serde_json::Map<String, serde_json::Value>)>,
+    )> = vec![
         (
             "16 bytes",
             Box::new(|h| {
@@ -532,7 +567,11 @@ fn safetensors_headers_are_checked_once_for_every_reader() {
         write_teacher(d.path(), &TinyTeacher::default()).unwrap();
         edit_header(d.path(), |h| edit(h));
         let e = format!("{:#}", ModelArchitecture::from_dir(d.path()).unwrap_err());
-        let needle = if needle == "16 bytes" { "256 bytes" } else { needle };
+        let needle = if needle == "16 bytes" {
+            "256 bytes"
+        } else {
+            needle
+        };
         assert!(e.contains(needle) && e.contains(norm), "architecture: {e}");
         let e = match Teacher::open(d.path(), &TeacherOptions::default()) {
             Ok(_) => panic!("{needle}: the teacher loaded"),

@@ -588,7 +588,13 @@ fn a_100_mb_document_fails_by_policy_or_is_skipped_and_counted() {
     let (o, out) = pack_input(
         d.path(),
         &p,
-        &["--max-row-bytes", "256MiB", "--on-oversize", "skip", "--pad-last"],
+        &[
+            "--max-row-bytes",
+            "256MiB",
+            "--on-oversize",
+            "skip",
+            "--pad-last",
+        ],
     );
     ok(&o);
     let idx = index(&out);

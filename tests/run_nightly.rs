@@ -318,10 +318,9 @@ fn the_readme_pipeline_through_five_nights_from_two_directories() {
     want[3] = ("decontam", "ran");
     expect(&v, &want);
     assert_eq!(v["verdict"], "pass", "{v}");
-    let idx: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(w.root().join("shards/stage1/index.json")).unwrap(),
-    )
-    .unwrap();
+    let idx: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(w.root().join("shards/stage1/index.json")).unwrap())
+            .unwrap();
     assert_eq!(idx["seq_len"], 128);
     let after = snapshot(w.root(), true);
     for k in diff(&before, &after) {
@@ -343,7 +342,11 @@ fn the_readme_pipeline_through_five_nights_from_two_directories() {
     assert_eq!(code, 2, "{e}");
     assert!(e.contains("local_dir") && e.contains("tokenizer"), "{e}");
     let after = snapshot(w.root(), true);
-    assert_eq!(diff(&before, &after), Vec::<String>::new(), "a refused night wrote");
+    assert_eq!(
+        diff(&before, &after),
+        Vec::<String>::new(),
+        "a refused night wrote"
+    );
 }
 
 fn own_pipeline(base: bool) -> String {
@@ -403,12 +406,18 @@ fn an_inputs_pipeline_through_five_nights_from_two_directories() {
 
     // The input gains a line: pack is rebuilt (no --force, no refusal), the audit re-hashes
     // the new bytes and holds.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&docs).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&docs)
+        .unwrap();
     std::io::Write::write_all(&mut f, corpus_line(400).as_bytes()).unwrap();
     drop(f);
     let (code, v, e) = w.night(From::Here, &[]);
     assert_eq!(code, 0, "{e}");
-    expect(&v, &[("fetch", "skipped"), ("pack", "rebuilt"), ("audit", "ran")]);
+    expect(
+        &v,
+        &[("fetch", "skipped"), ("pack", "rebuilt"), ("audit", "ran")],
+    );
     assert_eq!(v["verdict"], "pass", "{v}");
     let idx: serde_json::Value =
         serde_json::from_slice(&std::fs::read(w.root().join("shards/own/index.json")).unwrap())
@@ -423,7 +432,10 @@ fn an_inputs_pipeline_through_five_nights_from_two_directories() {
     w.edit("seq_len = 64", "seq_len = 32");
     let (code, v, e) = w.night(From::Elsewhere, &[]);
     assert_eq!(code, 0, "{e}");
-    expect(&v, &[("fetch", "skipped"), ("pack", "rebuilt"), ("audit", "ran")]);
+    expect(
+        &v,
+        &[("fetch", "skipped"), ("pack", "rebuilt"), ("audit", "ran")],
+    );
     assert_eq!(v["verdict"], "pass", "{v}");
 
     // A planted collision: the output inside the input's directory (`pack --input corpus
@@ -433,8 +445,14 @@ fn an_inputs_pipeline_through_five_nights_from_two_directories() {
     let before = snapshot(w.root(), true);
     let (code, _, e) = w.night(From::Here, &[]);
     assert_eq!(code, 2, "{e}");
-    assert!(e.contains("corpus/packed") && e.contains("[pack] inputs"), "{e}");
-    assert_eq!(diff(&before, &snapshot(w.root(), true)), Vec::<String>::new());
+    assert!(
+        e.contains("corpus/packed") && e.contains("[pack] inputs"),
+        "{e}"
+    );
+    assert_eq!(
+        diff(&before, &snapshot(w.root(), true)),
+        Vec::<String>::new()
+    );
 }
 
 /// Own files audit cleanly with no [base] and no manifest at all (the audit is built without
@@ -459,13 +477,21 @@ fn an_inputs_pipeline_without_base_audits_clean_and_names_a_changed_input() {
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("docs.jsonl") && out.contains("sha256"), "{out}");
+    assert!(
+        out.contains("docs.jsonl") && out.contains("sha256"),
+        "{out}"
+    );
     let o = w
         .cmd(From::Here)
         .args(["audit", "--shards", "shards/own"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // The next night sees the change and rebuilds: the audit holds again.
     let (code, v, e) = w.night(From::Here, &[]);
     assert_eq!(code, 0, "{e}");
@@ -551,7 +577,10 @@ fn a_night_stopped_at_any_moment_resumes_to_the_uninterrupted_bytes() {
                 child.try_wait().unwrap().is_none(),
                 "{point}: the night ended before the stop point"
             );
-            assert!(t0.elapsed() < Duration::from_secs(120), "{point}: never paused");
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "{point}: never paused"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         // The old output is readable while the new one is being built.
@@ -567,7 +596,10 @@ fn a_night_stopped_at_any_moment_resumes_to_the_uninterrupted_bytes() {
         std::fs::remove_file(&pause).ok();
         if sig == libc::SIGTERM {
             assert_eq!(status.code(), Some(128 + sig), "{point}: {status:?}");
-            assert!(took < Duration::from_secs(5), "{point}: took {took:?} to stop");
+            assert!(
+                took < Duration::from_secs(5),
+                "{point}: took {took:?} to stop"
+            );
         }
         let (code, v, e) = w.night(From::Here, &[]);
         assert_eq!(code, 0, "{point}: the next night failed: {e}");
@@ -619,7 +651,10 @@ fn preflight_reports_every_problem_before_any_work_and_writes_nothing() {
             "out = \"shards/mcq\"\nargs = [\"--no-such-flag\"]",
         )
         .replace("out = \"distilled.json\"", "out = \"shards/stage1/d.json\"")
-        .replace("version = 1", "version = 1\nstate = \"manifests/stage1.lock\"");
+        .replace(
+            "version = 1",
+            "version = 1\nstate = \"manifests/stage1.lock\"",
+        );
     w.write(&bad);
     let before = snapshot(w.root(), true);
     for extra in [&["--check"][..], &[][..]] {
@@ -637,14 +672,20 @@ fn preflight_reports_every_problem_before_any_work_and_writes_nothing() {
         ] {
             assert!(e.contains(want), "{extra:?}: {want} not named:\n{e}");
         }
-        assert_eq!(diff(&before, &snapshot(w.root(), true)), Vec::<String>::new());
+        assert_eq!(
+            diff(&before, &snapshot(w.root(), true)),
+            Vec::<String>::new()
+        );
     }
     // A missing teacher is found first too (the shipped example's "../hf_mcq" case).
     std::fs::remove_dir_all(w.root().join("hf_mcq")).unwrap();
     w.write(GOOD_PREFLIGHT);
     let (code, _, e) = w.night(From::Here, &[]);
     assert_eq!(code, 2, "{e}");
-    assert!(e.contains("[distill] teacher") && e.contains("hf_mcq"), "{e}");
+    assert!(
+        e.contains("[distill] teacher") && e.contains("hf_mcq"),
+        "{e}"
+    );
     assert!(!w.root().join("shards").exists() && !w.root().join("models").exists());
     // The state file written over an index.json: refused.
     copy_dir(&fixtures().join("teacher"), &w.root().join("hf_mcq"));
@@ -654,7 +695,10 @@ fn preflight_reports_every_problem_before_any_work_and_writes_nothing() {
     ));
     let (code, _, e) = w.night(From::Here, &["--check"]);
     assert_eq!(code, 2, "{e}");
-    assert!(e.contains("the run journal (state)") && e.contains("[pack] out"), "{e}");
+    assert!(
+        e.contains("the run journal (state)") && e.contains("[pack] out"),
+        "{e}"
+    );
 }
 
 /// The shipped example names a teacher and tokenizer that a fresh checkout does not have:
@@ -664,7 +708,10 @@ fn the_shipped_example_is_checked_before_any_work() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/pipeline.toml");
     let o = bin().args(["run", "--check"]).arg(&p).output().unwrap();
     let (code, _, e) = parse(&o);
-    if Path::new(env!("CARGO_MANIFEST_DIR")).join("hf_mcq").exists() {
+    if Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("hf_mcq")
+        .exists()
+    {
         return; // a checkout with the real teacher beside it
     }
     assert_eq!(code, 2, "{e}");

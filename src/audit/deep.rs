@@ -220,7 +220,10 @@ fn rows_contract(b: &RowBatch, idx: &Index, sh: &ShardEntry) -> Result<()> {
             );
         }
         if let Some(p) = plen.map(|v| v[r]) {
-            ensure!(p as u64 <= n, "row {r}: prompt_len {p} past the row's {n} tokens");
+            ensure!(
+                p as u64 <= n,
+                "row {r}: prompt_len {p} past the row's {n} tokens"
+            );
         }
         if let Some(l) = len.map(|v| v[r]) {
             ensure!(l as u64 == n, "row {r}: length {l}, the row has {n} tokens");

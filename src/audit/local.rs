@@ -37,6 +37,10 @@ pub fn check_inputs(c: &mut Check, d: &str, inputs: &[InputFile], hash: bool) {
     c.note(format!(
         "{d}: {} local input file(s) {}",
         inputs.len(),
-        if hash { "re-hashed" } else { "found at their recorded sizes" }
+        if hash {
+            "re-hashed"
+        } else {
+            "found at their recorded sizes"
+        }
     ));
 }

@@ -138,7 +138,13 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
         fetched::cache(&ctx, args.hash),
         fetched::local_sources(&ctx),
     ]);
-    checks.push(shards::check(&ctx, &args.shards, args.hash, args.deep, &mut uses));
+    checks.push(shards::check(
+        &ctx,
+        &args.shards,
+        args.hash,
+        args.deep,
+        &mut uses,
+    ));
     let (pc, recs) = prompts::check_prompts(&ctx, args.prompts.as_deref(), &mut uses);
     checks.push(pc);
     checks.push(prompts::check_distilled(

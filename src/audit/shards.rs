@@ -150,7 +150,10 @@ pub fn confined(file: &str) -> Result<(), &'static str> {
     if file.contains('\\') || file.contains('\0') {
         return Err("holds a backslash or NUL");
     }
-    if file.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if file
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         return Err("is not normalized (an empty, `.` or `..` component)");
     }
     Ok(())
@@ -299,13 +302,15 @@ fn twins(dir: &Path, idx: &shard_index::Index) -> Vec<(String, String)> {
 fn same_as_decompressed(zstd_file: &Path, plain: &Path) -> anyhow::Result<bool> {
     use anyhow::Context;
     use std::io::Read;
-    let open = |p: &Path| std::fs::File::open(p).with_context(|| format!("opening {}", p.display()));
+    let open =
+        |p: &Path| std::fs::File::open(p).with_context(|| format!("opening {}", p.display()));
     let len = open(plain)?.metadata()?.len();
     let mut z = zstd::stream::read::Decoder::new(open(zstd_file)?)?.take(len + 1);
     let mut p = open(plain)?;
     let (mut a, mut b) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
     loop {
-        let n = read_full(&mut z, &mut a).with_context(|| format!("{}: not zstd", zstd_file.display()))?;
+        let n = read_full(&mut z, &mut a)
+            .with_context(|| format!("{}: not zstd", zstd_file.display()))?;
         let m = read_full(&mut p, &mut b[..n.max(1)])?;
         if n != m || a[..n] != b[..m] {
             return Ok(false);

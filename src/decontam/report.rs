@@ -183,4 +183,3 @@ pub struct DecontamSettings {
     /// `--drop` as given.
     pub drop: Option<String>,
 }
-

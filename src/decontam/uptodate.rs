@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-pub use super::report::{AgainstDigest, DecontamSettings};
 use super::report::{self, DecontamReport};
+pub use super::report::{AgainstDigest, DecontamSettings};
 
 impl DecontamSettings {
     /// Digest the arguments (reads each `--against` file; errors name it).

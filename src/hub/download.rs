@@ -24,9 +24,9 @@ use tokio::sync::Semaphore;
 
 use super::cache::{Area, Cache};
 use super::client::HubClient;
-use super::retry::transient;
 use super::names::RepoKind;
 use super::progress::Progress;
+use super::retry::transient;
 use super::stall::RateGuard;
 use crate::manifest::Role;
 

@@ -170,9 +170,7 @@ impl Summary<'_> {
 }
 
 /// `(repo, path) → verified sha256` of every good result.
-fn verified_shas(
-    results: &[Fetched],
-) -> std::collections::HashMap<(String, String), String> {
+fn verified_shas(results: &[Fetched]) -> std::collections::HashMap<(String, String), String> {
     results
         .iter()
         .filter_map(|(_, _, t, r)| {

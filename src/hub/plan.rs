@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, bail, Context, Result};
 
 use super::client::{HubClient, TreeEntry};
-use super::retry::{as_transient, transient};
 use super::configs;
 use super::download::FileTask;
 use super::names::{check_repo_path, is_hex_digest, shown, RepoKind};
+use super::retry::{as_transient, transient};
 use crate::manifest::{LockedFile, LockedSource, Role, Source};
 
 /// A source resolved to a commit and its files.

@@ -29,8 +29,7 @@ pub(super) async fn sources(
     // (Local sources are hashed by [`local_sources`], never planned on the Hub.)
     let hub: Vec<&crate::manifest::Source> =
         manifest.sources.iter().filter(|s| !s.is_local()).collect();
-    let planned =
-        futures::future::join_all(hub.into_iter().map(|s| source(client, s, h))).await;
+    let planned = futures::future::join_all(hub.into_iter().map(|s| source(client, s, h))).await;
     let mut plans: Vec<SourcePlan> = Vec::new();
     let mut first_err = None;
     for r in planned {

@@ -145,7 +145,11 @@ fn pinned_source<'a>(m: &Manifest, lock: &'a Lock, s: &Source) -> Result<&'a Loc
 }
 
 /// The source's locked parquet files in path order (at least one).
-fn parquet_files<'a>(m: &Manifest, ls: &'a LockedSource, s: &Source) -> Result<Vec<&'a LockedFile>> {
+fn parquet_files<'a>(
+    m: &Manifest,
+    ls: &'a LockedSource,
+    s: &Source,
+) -> Result<Vec<&'a LockedFile>> {
     let mut files: Vec<_> = ls
         .files
         .iter()

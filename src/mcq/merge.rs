@@ -186,7 +186,11 @@ fn check_one_run(dirs: &[PathBuf], idxs: &[Index]) -> Result<()> {
 
 /// The SFT rows of every part in global item order (each part's rows follow its items,
 /// matched by id).
-fn rows_in_order(dirs: &[PathBuf], merged: &[PromptRecord], owner: &[usize]) -> Result<Vec<SftRow>> {
+fn rows_in_order(
+    dirs: &[PathBuf],
+    merged: &[PromptRecord],
+    owner: &[usize],
+) -> Result<Vec<SftRow>> {
     // The rows of each part, in the part's item order; then in global item order.
     let mut part_rows: Vec<std::vec::IntoIter<SftRow>> = Vec::new();
     for d in dirs {
@@ -248,8 +252,8 @@ fn summed_counts(idxs: &[Index]) -> Result<(sft_write::Counts, Vec<ProvenanceRan
     for x in idxs {
         counts.too_long += x.totals.skipped_filtered;
         if let Some(v) = x.totals.extra.get("added_token_text") {
-            let c: crate::added_text::AddedTextCounts = serde_json::from_value(v.clone())
-                .context("a part's added_token_text counts")?;
+            let c: crate::added_text::AddedTextCounts =
+                serde_json::from_value(v.clone()).context("a part's added_token_text counts")?;
             counts.added.merge(&c);
         }
         for (m, p) in provenance.iter_mut().zip(&x.provenance) {
@@ -285,8 +289,7 @@ fn write_sft(
             crate::util::sha256_file(prompts_path)?.into(),
         );
     }
-    std::fs::create_dir_all(sft_dir)
-        .with_context(|| format!("creating {}", sft_dir.display()))?;
+    std::fs::create_dir_all(sft_dir).with_context(|| format!("creating {}", sft_dir.display()))?;
     let kept: Vec<&SftRow> = rows.iter().collect();
     let mds = sft_write::write_shards(sft_dir, &mut index, &kept, rows_per_shard)?;
     index.totals = sft_write::totals(&kept, &index, &counts)?;

@@ -146,7 +146,8 @@ pub fn run(args: McqArgs) -> Result<()> {
         .map(|it| prompts::PromptRecord::from_item(it, &o.templates))
         .collect();
     // Prompts only: rewritten only when their bytes would change.
-    if o.tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records)) {
+    if o.tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records))
+    {
         return up_to_date(&args, &out, &prompts_path, None);
     }
     // 3. The output claimed; prompts.jsonl.
@@ -172,7 +173,15 @@ pub fn run(args: McqArgs) -> Result<()> {
         }
         None => serde_json::Value::Null,
     };
-    steps::summary(&args, slice, &out, &prompts_path, records.len(), &loaded, sft_summary);
+    steps::summary(
+        &args,
+        slice,
+        &out,
+        &prompts_path,
+        records.len(),
+        &loaded,
+        sft_summary,
+    );
     Ok(())
 }
 

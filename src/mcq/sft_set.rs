@@ -40,8 +40,7 @@ pub(super) fn write(job: &SftJob, mut ranges: Vec<ProvenanceRange>) -> Result<se
         tracing::warn!("sft: {}", added.summary("items"));
     }
     let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
-    std::fs::create_dir_all(sft_dir)
-        .with_context(|| format!("creating {}", sft_dir.display()))?;
+    std::fs::create_dir_all(sft_dir).with_context(|| format!("creating {}", sft_dir.display()))?;
     let mut index = journal(job)?;
     let mds_entries = sft_write::write_shards(sft_dir, &mut index, &kept, args.rows_per_shard)?;
     count_documents(job.items, &rows, &mut ranges);
@@ -155,8 +154,7 @@ fn drop_stale_report(job: &SftJob) -> Result<()> {
         return Ok(());
     };
     let sft_report = &job.reports.sft_report;
-    let index_sha =
-        crate::util::sha256_file(&job.sft_dir.join(crate::shards::index::INDEX_FILE))?;
+    let index_sha = crate::util::sha256_file(&job.sft_dir.join(crate::shards::index::INDEX_FILE))?;
     if &index_sha != scanned && sft_report.is_file() {
         std::fs::remove_file(sft_report)
             .with_context(|| format!("removing {}", sft_report.display()))?;

@@ -99,7 +99,11 @@ fn entry(name: String, t: &Value, data_len: u64) -> Result<Entry> {
     let elements = shape
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| bad(format!("shape {shape:?} has more elements than a u64 counts")))?;
+        .ok_or_else(|| {
+            bad(format!(
+                "shape {shape:?} has more elements than a u64 counts"
+            ))
+        })?;
     let bits_total = elements
         .checked_mul(bits)
         .ok_or_else(|| bad(format!("shape {shape:?} of {dtype} overflows a byte count")))?;

@@ -108,7 +108,9 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         sink.write(b)?;
     }
     let totals = merged_totals(&run, &parts, &sink, dropped, padded);
-    let Sink { mut merged, mds, .. } = sink;
+    let Sink {
+        mut merged, mds, ..
+    } = sink;
     merged.totals = totals;
     merged.provenance = provenance;
     merged.complete = true;

@@ -27,7 +27,9 @@ pub fn recover(st: &mut RunState, state_path: &Path) -> Result<()> {
         .collect();
     for name in done {
         let r = st.rebuilds[&name].clone();
-        crate::report::note(&format!("run: {name}: finishing the swap of its rebuilt output (a night was stopped there)"));
+        crate::report::note(&format!(
+            "run: {name}: finishing the swap of its rebuilt output (a night was stopped there)"
+        ));
         swap::finish(&r.staging, &r.swap)?;
         st.rebuilds.remove(&name);
         st.save(state_path)?;
@@ -65,7 +67,10 @@ pub fn step(
             let why = if !settings {
                 "its command line changed".to_string()
             } else if !read_same {
-                format!("changed: {}", state::changed(&rec.inputs, &inputs).join(", "))
+                format!(
+                    "changed: {}",
+                    state::changed(&rec.inputs, &inputs).join(", ")
+                )
             } else {
                 "a rebuild was under way".to_string()
             };
@@ -112,7 +117,10 @@ fn refresh(
     inputs: std::collections::BTreeMap<String, state::Sig>,
     outputs: std::collections::BTreeMap<String, state::Sig>,
 ) -> Result<()> {
-    let rec = st.steps.get_mut(step.name).expect("a skipped step has a record");
+    let rec = st
+        .steps
+        .get_mut(step.name)
+        .expect("a skipped step has a record");
     if rec.inputs != inputs || rec.outputs != outputs {
         rec.inputs = inputs;
         rec.outputs = outputs;
@@ -148,7 +156,10 @@ fn rebuild_beside(
     inputs: &std::collections::BTreeMap<String, state::Sig>,
     exec: Exec,
 ) -> Result<()> {
-    let out = step.out.as_ref().expect("only steps with an output are rebuilt");
+    let out = step
+        .out
+        .as_ref()
+        .expect("only steps with an output are rebuilt");
     let staging = swap::staging_dir(out);
     let staged = swap::staged(out);
     let resumable = st.rebuilds.get(step.name).is_some_and(|r| {
@@ -168,10 +179,13 @@ fn rebuild_beside(
         );
         st.save(&job.state_path)?;
     } else {
-        crate::report::note(&format!("run: {}: resuming its rebuild in {}", step.name, staging.display()));
+        crate::report::note(&format!(
+            "run: {}: resuming its rebuild in {}",
+            step.name,
+            staging.display()
+        ));
     }
-    std::fs::create_dir_all(&staging)
-        .with_context(|| format!("creating {}", staging.display()))?;
+    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
     crate::report::note(&format!(
         "run: {}: building the new output in {} (the old one stays in place until it is complete)",
         step.name,
@@ -190,6 +204,9 @@ fn rebuild_beside(
     swap::finish(&staging, &pairs)?;
     st.rebuilds.remove(step.name);
     st.save(&job.state_path)?;
-    crate::report::note(&format!("run: {}: the new output replaced the old one", step.name));
+    crate::report::note(&format!(
+        "run: {}: the new output replaced the old one",
+        step.name
+    ));
     Ok(())
 }

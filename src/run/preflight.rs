@@ -89,7 +89,10 @@ pub fn check(
 /// What must exist before the run starts: the pipeline file, tokenizer, manifests, local
 /// inputs, benchmark files, the teacher, and the audit's lineage and shipped model.
 fn reads(p: &Pipeline, pipeline: &Path) -> Vec<Use> {
-    let mut v = vec![u(pipeline, "the pipeline file"), u(&p.tokenizer, "tokenizer")];
+    let mut v = vec![
+        u(pipeline, "the pipeline file"),
+        u(&p.tokenizer, "tokenizer"),
+    ];
     if let Some(b) = &p.base {
         v.push(u(&b.manifest, "[base] manifest"));
     }
@@ -145,7 +148,10 @@ fn writes(p: &Pipeline, pipeline: &Path, state: &Path) -> Vec<Use> {
     }
     if let Some(d) = &p.distill {
         v.push(u(&d.out, "[distill] out"));
-        v.push(u(&crate::distill::output::parts_dir(&d.out), "[distill] out's parts"));
+        v.push(u(
+            &crate::distill::output::parts_dir(&d.out),
+            "[distill] out's parts",
+        ));
     }
     v.push(u(state, "the run journal (state)"));
     v.push(u(&crate::lock::beside_path(pipeline), "the run's lock"));

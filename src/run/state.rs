@@ -125,7 +125,8 @@ pub fn sigs(paths: &[PathBuf], prev: &BTreeMap<String, Sig>) -> Result<BTreeMap<
             let mut files = Vec::new();
             walk(p, &mut files)?;
             for f in files {
-                let md = std::fs::metadata(&f).with_context(|| format!("reading {}", f.display()))?;
+                let md =
+                    std::fs::metadata(&f).with_context(|| format!("reading {}", f.display()))?;
                 out.insert(f.display().to_string(), sig(&f, &md, prev)?);
             }
         } else {
@@ -208,7 +209,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && (name.ends_with(".lock") || name.ends_with(super::swap::STAGING))
+        if name.starts_with('.')
+            && (name.ends_with(".lock") || name.ends_with(super::swap::STAGING))
         {
             continue;
         }
@@ -234,7 +236,12 @@ mod tests {
         // Same bytes, a new time: unchanged.
         std::fs::write(&f, "one").unwrap();
         let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
-        std::fs::File::options().write(true).open(&f).unwrap().set_modified(t).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
         let second = sigs(&[f.clone()], &first).unwrap();
         assert!(same(&first, &second));
         // Other bytes of the same size, the recorded time restored: the pre-check would pass,

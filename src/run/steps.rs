@@ -163,7 +163,8 @@ fn pack(p: &Pipeline, cache: &[String]) -> Step {
     push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
     c.extend(k.args.iter().cloned());
     pack.reads.push(p.tokenizer.clone());
-    pack.writes.push(k.out.join(crate::shards::index::INDEX_FILE));
+    pack.writes
+        .push(k.out.join(crate::shards::index::INDEX_FILE));
     pack.out = Some(k.out.clone());
     pack.commands.push(c);
     pack

@@ -117,14 +117,20 @@ mod tests {
         // Killed right after the exchange: the old output sits in staging.
         exchange(&new, &live).unwrap();
         finish(&staging_dir(&live), &pairs).unwrap();
-        assert_eq!(std::fs::read_to_string(live.join("index.json")).unwrap(), "new");
+        assert_eq!(
+            std::fs::read_to_string(live.join("index.json")).unwrap(),
+            "new"
+        );
         assert!(!staging_dir(&live).exists());
         // Killed before it: the same call exchanges.
         std::fs::create_dir_all(&new).unwrap();
         std::fs::write(new.join("index.json"), "newer").unwrap();
         let pairs = vec![(new.clone(), live.clone(), marker(&new).unwrap())];
         finish(&staging_dir(&live), &pairs).unwrap();
-        assert_eq!(std::fs::read_to_string(live.join("index.json")).unwrap(), "newer");
+        assert_eq!(
+            std::fs::read_to_string(live.join("index.json")).unwrap(),
+            "newer"
+        );
         assert!(!staging_dir(&live).exists());
     }
 }

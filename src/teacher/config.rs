@@ -261,15 +261,17 @@ fn rope_theta(f: &Fields) -> Result<f64> {
 
 /// `logits_shift` (0 or 1) or its spelling `right_shift_logits`; both given must agree.
 fn logits_shift(f: &Fields) -> Result<Option<u8>> {
-    Ok(match (f.uint("logits_shift")?, f.boolean("right_shift_logits")?) {
-        (Some(s), _) if s > 1 => anyhow::bail!("logits_shift {s}: must be 0 or 1"),
-        (Some(s), Some(r)) if (s == 1) != r => {
-            anyhow::bail!("logits_shift {s} contradicts right_shift_logits {r}")
-        }
-        (Some(s), _) => Some(s as u8),
-        (None, Some(r)) => Some(r as u8),
-        (None, None) => None,
-    })
+    Ok(
+        match (f.uint("logits_shift")?, f.boolean("right_shift_logits")?) {
+            (Some(s), _) if s > 1 => anyhow::bail!("logits_shift {s}: must be 0 or 1"),
+            (Some(s), Some(r)) if (s == 1) != r => {
+                anyhow::bail!("logits_shift {s} contradicts right_shift_logits {r}")
+            }
+            (Some(s), _) => Some(s as u8),
+            (None, Some(r)) => Some(r as u8),
+            (None, None) => None,
+        },
+    )
 }
 
 impl LlamaConfig {

@@ -266,9 +266,7 @@ fn child<T: Target>(name: &str, default_cases: u64) {
         return;
     }
     // 1. The regression corpus: every input that once crashed, run as is.
-    let corpus_dir = repo_root()
-        .join("tests/fuzz/corpus")
-        .join(name);
+    let corpus_dir = repo_root().join("tests/fuzz/corpus").join(name);
     let mut regress: Vec<(String, Vec<u8>)> = std::fs::read_dir(&corpus_dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())

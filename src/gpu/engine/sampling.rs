@@ -240,7 +240,13 @@ impl Engine {
 
     /// The fused sampler pass over the block's logits: a candidate and its confidence per
     /// masked position (bans applied, non-finite logits reported).
-    fn enqueue_sample(&self, ws: &Workspace, at: &StepAt, p: &GenParams, rows: usize) -> Result<()> {
+    fn enqueue_sample(
+        &self,
+        ws: &Workspace,
+        at: &StepAt,
+        p: &GenParams,
+        rows: usize,
+    ) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let v = self.cfg.vocab_size as i32;
         let rr = i32::from(p.remask_random());

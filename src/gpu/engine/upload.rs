@@ -83,7 +83,12 @@ pub(super) struct Tensors {
 /// Upload every tensor the forward reads, in checkpoint order: embedding, each layer, the
 /// final norm, the LM head (unless tied). With `fold_norm`, each layer's RMSNorm weight is
 /// folded into the columns of the GEMM it feeds ([q;k;v] and [gate;up]).
-pub(super) fn tensors(gpu: &Gpu, ck: &Weights, cfg: &LlamaConfig, fold_norm: bool) -> Result<Tensors> {
+pub(super) fn tensors(
+    gpu: &Gpu,
+    ck: &Weights,
+    cfg: &LlamaConfig,
+    fold_norm: bool,
+) -> Result<Tensors> {
     let (h, v) = (cfg.hidden_size, cfg.vocab_size);
     let mut u = Uploader { gpu, ck, bytes: 0 };
     let embed = u.up(&[("model.embed_tokens.weight", vec![v, h])], None)?;
@@ -180,7 +185,11 @@ impl Uploader<'_> {
 }
 
 /// RoPE tables in float64 → fp32: angle = pos · theta^(-2i/hd), `max_pos` positions.
-pub(super) fn rope_tables(gpu: &Gpu, cfg: &LlamaConfig, max_pos: usize) -> Result<(DevBuf, DevBuf)> {
+pub(super) fn rope_tables(
+    gpu: &Gpu,
+    cfg: &LlamaConfig,
+    max_pos: usize,
+) -> Result<(DevBuf, DevBuf)> {
     let hd = cfg.head_dim;
     let half = hd / 2;
     let mut cos = vec![0f32; max_pos * half];

@@ -358,7 +358,11 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
             if let Some(r) = api_fault(shared, &key) {
                 return r;
             }
-            let at = RepoAt { kind, id: id(o, n), rev: decode(rev) };
+            let at = RepoAt {
+                kind,
+                id: id(o, n),
+                rev: decode(rev),
+            };
             tree(shared, &at, &joined(rest), path, query)
         }
         ["api", "datasets", o, n, "paths-info", rev] if req.method == "POST" => {
@@ -370,7 +374,11 @@ fn route_hub(shared: &Shared, req: &Request) -> Response {
         ["datasets", o, n, "resolve", rev, rest @ ..]
             if req.method == "GET" || req.method == "HEAD" =>
         {
-            let at = RepoAt { kind, id: id(o, n), rev: decode(rev) };
+            let at = RepoAt {
+                kind,
+                id: id(o, n),
+                rev: decode(rev),
+            };
             resolve(shared, req, &key, &at, &joined(rest))
         }
         _ => Response::error(
@@ -428,13 +436,7 @@ fn revision(shared: &Shared, kind: RepoKind, id: &str, rev: &str) -> Response {
 
 /// `GET /api/datasets/{id}/tree/{rev}/{prefix}`: one page of the listing, `Link: rel="next"`
 /// to the next.
-fn tree(
-    shared: &Shared,
-    at: &RepoAt,
-    prefix: &str,
-    path: &str,
-    query: &str,
-) -> Response {
+fn tree(shared: &Shared, at: &RepoAt, prefix: &str, path: &str, query: &str) -> Response {
     let (kind, id, rev) = (at.kind, at.id.as_str(), at.rev.as_str());
     let repo = match shared.store.repo_of(kind, id, rev) {
         Ok(r) => r,
@@ -496,13 +498,7 @@ fn paths_info(shared: &Shared, req: &Request, kind: RepoKind, id: &str, rev: &st
 
 /// `GET|HEAD /datasets/{id}/resolve/{rev}/{path}`: an LFS file redirects to the CDN (with the
 /// `X-Linked-*` metadata), a small one is served here.
-fn resolve(
-    shared: &Shared,
-    req: &Request,
-    key: &str,
-    at: &RepoAt,
-    fpath: &str,
-) -> Response {
+fn resolve(shared: &Shared, req: &Request, key: &str, at: &RepoAt, fpath: &str) -> Response {
     let (kind, id, rev) = (at.kind, at.id.as_str(), at.rev.as_str());
     let repo = match shared.store.repo_of(kind, id, rev) {
         Ok(r) => r,

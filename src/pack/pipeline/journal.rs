@@ -51,11 +51,16 @@ fn read_only(out_dir: &std::path::Path, found: Found) -> Result<Opened> {
         }
     }
     for sh in &idx.shards {
-        let len = std::fs::metadata(out_dir.join(&sh.file)).map(|m| m.len()).ok();
+        let len = std::fs::metadata(out_dir.join(&sh.file))
+            .map(|m| m.len())
+            .ok();
         if len != Some(sh.bytes) {
             return Err(crate::lock::read_only_refusal(
                 out_dir,
-                &format!("{} is not the {} bytes index.json records", sh.file, sh.bytes),
+                &format!(
+                    "{} is not the {} bytes index.json records",
+                    sh.file, sh.bytes
+                ),
             ));
         }
     }
@@ -195,4 +200,3 @@ fn base_index(
         },
     })
 }
-

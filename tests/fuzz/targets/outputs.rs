@@ -50,9 +50,7 @@ pub struct PipelineToml {
 
 impl Target for PipelineToml {
     fn setup(work: &Path) -> Result<Self> {
-        let doc = std::fs::read_to_string(
-            crate::driver::repo_root().join("docs/commands/run.md"),
-        )?;
+        let doc = std::fs::read_to_string(crate::driver::repo_root().join("docs/commands/run.md"))?;
         let start = doc
             .find("\nversion = 1")
             .ok_or_else(|| anyhow::anyhow!("run.md: no example pipeline"))?;
@@ -125,7 +123,10 @@ impl Target for ManifestLock {
             repo: "meta-llama/Llama-3.2-1B".into(),
             revision: "main".into(),
             commit: "4e20de362430cd3b72f300e6b0f18e50e7166e08".into(),
-            files: vec![file("config.json", 877), file("model.safetensors", 2_471_645_608)],
+            files: vec![
+                file("config.json", 877),
+                file("model.safetensors", 2_471_645_608),
+            ],
         }];
         let p = work.join("seed.lock");
         dlm_data::manifest::save_lock(&p, &lock, &models)?;
