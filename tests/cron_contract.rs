@@ -19,10 +19,12 @@ mod teacher_support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use dlm_data::hub::emulator::{Emulator, Options};
+
+mod fixture_dirs;
+use fixture_dirs::{copy_dir, fixtures};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -47,33 +49,6 @@ fn one_line(o: &Output) -> serde_json::Value {
         err(o)
     );
     serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]))
-}
-
-/// `dlm-data fixtures` once per test binary.
-fn fixtures() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap().keep();
-        let o = bin()
-            .args(["fixtures", "--out"])
-            .arg(d.join("fx"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", err(&o));
-        d.join("fx")
-    })
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// A working directory laid out as the README assumes, with an emulator serving the fixture

@@ -5,42 +5,17 @@
 //! audit of own files each on its own.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use dlm_data::hub::emulator::{Emulator, Options};
 
+mod fixture_dirs;
+use fixture_dirs::{copy_dir, fixtures};
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
-}
-
-/// `dlm-data fixtures` once per test binary.
-fn fixtures() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let d = tempfile::tempdir().unwrap().keep();
-        let o = bin()
-            .args(["fixtures", "--out"])
-            .arg(d.join("fx"))
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        d.join("fx")
-    })
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// A working directory: manifests/ (copies of the shipped ones), tok/ (a copy of the fixture
