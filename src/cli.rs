@@ -74,7 +74,7 @@ pub fn main() -> Result<()> {
             e.exit();
         }
     };
-    let out = crate::report::init(cli.quiet, cli.progress_interval as u64);
+    let out = crate::progress::init(cli.quiet, cli.progress_interval as u64);
     init_logging(out);
     // SIGTERM/SIGINT/SIGHUP: commands that write outputs stop at their next safe point (the
     // watchdog ends them 4 s later if none came); read-only ones (a decontam scan without
@@ -176,7 +176,7 @@ fn parse_step(argv: &[String]) -> Result<Command> {
 /// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default
 /// `info`; `--quiet`: `warn` whatever `RUST_LOG` says); ANSI colour only on a terminal without
 /// `NO_COLOR`.
-fn init_logging(out: crate::report::Settings) {
+fn init_logging(out: crate::progress::Settings) {
     use tracing_subscriber::EnvFilter;
     // --quiet wins over RUST_LOG: the operator asked for warnings and errors only.
     let filter = if out.quiet {

@@ -142,7 +142,7 @@ fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Va
         OutFormat::Json
     });
     let f = output::finalize(&parts, out, format)?;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "merge: {} records from {} parts → {}",
         f.records,
         f.parts,
@@ -209,7 +209,7 @@ pub fn join_fetch_logs(
     for (_, p) in &parts {
         std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
     }
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "merge: joined {lines} log lines from {workers} workers into {}; now run the unsharded `dlm-data fetch --manifest {}` to write the lock (it re-verifies the cache and downloads nothing)",
         log.display(),
         manifest.display()

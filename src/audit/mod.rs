@@ -174,7 +174,7 @@ pub fn run(args: AuditArgs) -> Result<()> {
     let r = audit(&args)?;
     if args.json {
         crate::cron::json_line(serde_json::to_string(&r)?);
-    } else if !(r.ok && crate::report::settings().quiet) {
+    } else if !(r.ok && crate::progress::settings().quiet) {
         // --quiet: the report only when a link is broken (the exit code says pass).
         print!("{}", report::human(&r));
     }

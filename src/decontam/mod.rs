@@ -303,7 +303,7 @@ fn print_report(
 ) -> Result<()> {
     if args.json {
         crate::cron::json_line(serde_json::to_string(rep)?);
-    } else if !crate::report::settings().quiet || rep.contaminated_documents > 0 {
+    } else if !crate::progress::settings().quiet || rep.contaminated_documents > 0 {
         // --quiet: the report file is written; printed only when something overlapped.
         print!("{}", report::human(rep));
         println!("  report: {}", rpath.display());

@@ -60,7 +60,8 @@ where
     T: AsRef<str> + Sync,
 {
     // Off a terminal: a plain line every --progress-interval seconds.
-    let ticker = crate::report::SharedTicker::new("decontam scan", "documents", texts.len() as u64);
+    let ticker =
+        crate::progress::SharedTicker::new("decontam scan", "documents", texts.len() as u64);
     let mut hits: Vec<Hit> = texts
         .par_iter()
         .enumerate()

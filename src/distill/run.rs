@@ -84,9 +84,9 @@ fn cuda_backend(
     crate::gpu::backend::open(device, teacher, r, gemm_plans)
 }
 
-/// A bar on a terminal (hidden otherwise: [`crate::report::Ticker`] writes the log lines).
+/// A bar on a terminal (hidden otherwise: [`crate::progress::Ticker`] writes the log lines).
 fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
-    if !crate::report::bars() {
+    if !crate::progress::bars() {
         return indicatif::ProgressBar::hidden();
     }
     let pb = indicatif::ProgressBar::new(total);
@@ -674,13 +674,13 @@ fn finish(
         let f = finalize_run(&args.out, args.format)?;
         summary["records"] = json!(f.records);
         if e.skipped > 0 {
-            crate::report::note(&format!(
+            crate::progress::note(&format!(
                 "skipped {} prompts too long for the teacher (--skip-too-long)",
                 e.skipped
             ));
         }
     } else {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
             s.slice,
             o.own.display(),
@@ -790,7 +790,7 @@ fn name_prompt(
 pub fn finalize_run(out: &Path, format: super::OutFormat) -> Result<output::Finalized> {
     let parts = output::list_parts(&output::parts_dir(out))?;
     let f = output::finalize(&parts, out, format)?;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "distilled {} records ({} units, {} part files) → {}",
         f.records,
         f.batches,

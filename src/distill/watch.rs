@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::report::hms;
+use crate::progress::hms;
 use crate::teacher::TeacherBackend;
 
 /// What the log says about a distill run between windows.
@@ -37,7 +37,7 @@ impl ForwardProgress {
     /// `prompts_done` of `prompts_total` already committed (a resumed run); `estimate`
     /// forward passes to go.
     pub fn new(what: &str, estimate: u64, prompts_total: u64, prompts_done: u64) -> Self {
-        let s = crate::report::settings();
+        let s = crate::progress::settings();
         let now = Instant::now();
         ForwardProgress {
             what: what.to_string(),

@@ -41,7 +41,7 @@ pub(super) fn architecture(
     let mut architecture = None;
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(cache, lock_path, model_plans)?;
-        crate::report::note(&format!("fetch: architecture {}", a.display()));
+        crate::progress::note(&format!("fetch: architecture {}", a.display()));
         architecture = Some(a.display().to_string());
         if let Some(dir) = &args.local_dir {
             let shas = verified_shas(results);
@@ -52,7 +52,7 @@ pub(super) fn architecture(
             })?;
         }
     } else if args.local_dir.is_some() {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
             slice.index, slice.count
         ));
@@ -96,7 +96,7 @@ impl Summary<'_> {
 
     /// The line on stderr; with `--json`, the object on stdout.
     pub(super) fn print(&self) {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "fetch: {} files ({} cached), {:.1} MB downloaded in {:.1}s; log {}{}",
             self.results.len(),
             self.cached(),

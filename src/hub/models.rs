@@ -232,7 +232,7 @@ pub fn materialise(
                 .with_context(|| format!("copying {} to {}", src.display(), tmp.display()))?;
             crate::util::commit_rename(&tmp, &dst)?;
         }
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "fetch: model {:?} materialised in {} ({} files)",
             p.model.name,
             root.display(),

@@ -1,13 +1,13 @@
 //! Progress display: indicatif bars (bytes, rate, ETA) when stderr is a terminal; otherwise
 //! the fetch loop prints one plain line per finished file and, over the whole run, one plain
 //! line of bytes done/total, rate and ETA every `--progress-interval` seconds
-//! ([`crate::report::SharedTicker`]), which is what cron and Slurm logs want.
+//! ([`crate::progress::SharedTicker`]), which is what cron and Slurm logs want.
 
 use std::sync::Arc;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::report::SharedTicker;
+use crate::progress::SharedTicker;
 
 /// All bars of one run.
 pub struct Progress {
@@ -22,7 +22,7 @@ pub struct Bar(Option<ProgressBar>, Option<Arc<SharedTicker>>);
 
 impl Progress {
     pub fn new() -> Progress {
-        let tty = crate::report::bars();
+        let tty = crate::progress::bars();
         Progress {
             multi: tty.then(MultiProgress::new),
             ticker: None,

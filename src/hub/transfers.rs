@@ -125,7 +125,7 @@ async fn one_file(
             // Bytes not streamed now: a cached file, a resumed file's earlier part.
             dl.progress.add_done(t.size.saturating_sub(o.downloaded));
             // One line per file is progress: `--quiet` keeps failures only.
-            if !crate::report::settings().quiet {
+            if !crate::progress::settings().quiet {
                 dl.progress.println(&file_line(t, o))
             }
         }

@@ -84,7 +84,7 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
     std::fs::remove_dir_all(&parts_root)
         .with_context(|| format!("removing {}", parts_root.display()))?;
     let secs = t0.elapsed().as_secs_f64();
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "merge: {workers} mcq parts → {total} items in {}{} ({secs:.1} s)",
         prompts_path.display(),
         if parts.sft {

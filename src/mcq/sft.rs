@@ -64,7 +64,7 @@ pub fn build_rows(
             Ok::<_, anyhow::Error>((ids, hits, text))
         };
     // Off a terminal: a plain line every --progress-interval seconds.
-    let ticker = crate::report::SharedTicker::new("mcq tokenize", "items", items.len() as u64);
+    let ticker = crate::progress::SharedTicker::new("mcq tokenize", "items", items.len() as u64);
     let rows: Vec<(Option<SftRow>, Vec<Hit>, String)> = items
         .par_iter()
         .map(|item| -> Result<(Option<SftRow>, Vec<Hit>, String)> {

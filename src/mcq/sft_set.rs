@@ -56,7 +56,7 @@ pub(super) fn write(job: &SftJob, mut ranges: Vec<ProvenanceRange>) -> Result<se
     sft_write::save_complete(sft_dir, &mut index, &mds_entries)?;
     drop_stale_report(job)?;
     let tokens = index.totals.tokens;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "sft: {} rows, {} tokens ({} over --seq-len {} left out) → {}",
         kept.len(),
         tokens,

@@ -195,7 +195,7 @@ pub(super) fn write_prompts(
             );
         }
     }
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "prompts: {} items → {}",
         records.len(),
         prompts_path.display()
@@ -214,7 +214,7 @@ pub(super) fn summary(
     sft: serde_json::Value,
 ) {
     if !slice.is_whole() {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "mcq worker {slice} done: {}; run `dlm-data merge {}` once all {} workers are done",
             out.display(),
             args.out.display(),

@@ -348,7 +348,7 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
             && s.to.sha256 == to.sha256
             && s.data == data
     }) {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "lineage: {} already recorded in {} at {} (same checkpoints and data); unchanged",
             same.stage,
             a.lineage.display(),
@@ -376,7 +376,7 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
     };
     lineage.stages.push(stage.clone());
     lineage.save(&a.lineage)?;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "lineage: {} recorded in {} ({} → {}, {} data input(s))",
         stage.stage,
         a.lineage.display(),

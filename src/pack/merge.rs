@@ -122,7 +122,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
     std::fs::remove_dir_all(&parts_root)
         .with_context(|| format!("removing {}", parts_root.display()))?;
     let secs = t0.elapsed().as_secs_f64();
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "merge: {workers} pack parts → {} shards, {} rows, {} tokens in {} ({secs:.1} s)",
         merged.shards.len(),
         merged.totals.rows,

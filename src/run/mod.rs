@@ -174,7 +174,7 @@ pub fn run(args: RunArgs, cli: Cli) -> Result<()> {
     let t0 = Instant::now();
     let job = prepare(&args, &cli)?;
     if args.check {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "run: {}: {} step(s) checked: every command parses, every input is there, no \
              step writes what another reads",
             args.pipeline.display(),
@@ -235,7 +235,7 @@ fn audit(job: &Job, step: &steps::Step, line: &str) -> Result<crate::audit::repo
             e.to_string().trim()
         ))
     })?;
-    crate::report::note(&format!("run: audit: {line}"));
+    crate::progress::note(&format!("run: audit: {line}"));
     crate::audit::audit(&a).context("run: step audit")
 }
 
@@ -267,14 +267,14 @@ fn finish(
             .filter(|o| o.status == "ran" || o.status == "rebuilt")
             .count();
         let skipped = outcomes.iter().filter(|o| o.status == "skipped").count();
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "run: {}: {ran} step(s) ran, {skipped} complete and skipped, in {:.1} s",
             args.pipeline.display(),
             t0.elapsed().as_secs_f64()
         ));
         if let Some(r) = report
             .as_ref()
-            .filter(|r| !(r.ok && crate::report::settings().quiet))
+            .filter(|r| !(r.ok && crate::progress::settings().quiet))
         {
             print!("{}", crate::audit::report::human(r));
         }

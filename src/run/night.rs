@@ -27,7 +27,7 @@ pub fn recover(st: &mut RunState, state_path: &Path) -> Result<()> {
         .collect();
     for name in done {
         let r = st.rebuilds[&name].clone();
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "run: {name}: finishing the swap of its rebuilt output (a night was stopped there)"
         ));
         swap::finish(&r.staging, &r.swap)?;
@@ -56,7 +56,7 @@ pub fn step(
         if settings && read_same && pending.is_none() {
             let outputs = state::sigs(&step.writes, &rec.outputs)?;
             if !rerun && state::same(&rec.outputs, &outputs) {
-                crate::report::note(&format!(
+                crate::progress::note(&format!(
                     "run: {}: complete (since {}, inputs, settings and outputs unchanged); skipped",
                     step.name, rec.completed
                 ));
@@ -74,7 +74,7 @@ pub fn step(
             } else {
                 "a rebuild was under way".to_string()
             };
-            crate::report::note(&format!("run: {}: {why}", step.name));
+            crate::progress::note(&format!("run: {}: {why}", step.name));
             // Changed, with an output in place (`--rerun` or not): built beside it.
             rebuild = step.out.as_ref().is_some_and(|o| o.exists());
         }
@@ -133,7 +133,7 @@ fn refresh(
 fn in_place(job: &Job, step: &Step, commands: &[Vec<String>], exec: Exec) -> Result<()> {
     for argv in commands {
         let line = quote(argv);
-        crate::report::note(&format!("run: {}: {line}", step.name));
+        crate::progress::note(&format!("run: {}: {line}", step.name));
         // Typed context: `--json`'s failure line names the step and its command line.
         exec(argv).map_err(|e| {
             e.context(crate::cron::StepFailed {
@@ -179,14 +179,14 @@ fn rebuild_beside(
         );
         st.save(&job.state_path)?;
     } else {
-        crate::report::note(&format!(
+        crate::progress::note(&format!(
             "run: {}: resuming its rebuild in {}",
             step.name,
             staging.display()
         ));
     }
     std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "run: {}: building the new output in {} (the old one stays in place until it is complete)",
         step.name,
         staging.display()
@@ -204,7 +204,7 @@ fn rebuild_beside(
     swap::finish(&staging, &pairs)?;
     st.rebuilds.remove(step.name);
     st.save(&job.state_path)?;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "run: {}: the new output replaced the old one",
         step.name
     ));

@@ -78,7 +78,7 @@ pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
     let (prior, cursor) = match found {
         Found::Complete(idx) => return Ok(Opened::Complete(idx)),
         Found::Resume(idx, c) => {
-            crate::report::note(&format!(
+            crate::progress::note(&format!(
                 "{}: resuming after {} recorded shards (input unit {}, row {})",
                 out_dir.display(),
                 c.shards,

@@ -54,7 +54,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             // An output written before cards existed gains its card (an unchanged one is
             // left alone: write-if-changed).
             crate::shards::card::write(&s.out_dir, &idx)?;
-            crate::report::note(&format!(
+            crate::progress::note(&format!(
                 "{}: already complete ({} shards, {} rows); nothing to do",
                 s.out_dir.display(),
                 idx.shards.len(),
@@ -184,7 +184,7 @@ fn spawn_reader(
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
 fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
     let t = &idx.totals;
-    crate::report::note(&format!(
+    crate::progress::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
         t.rows,
         t.tokens,

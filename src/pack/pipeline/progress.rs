@@ -1,6 +1,6 @@
 //! The progress bar of a pack run on a TTY: documents and tokens per second, input bytes read,
 //! ETA by input bytes. When stderr is not a terminal, a plain line per `--progress-interval`
-//! instead ([`crate::report::Ticker`], by input bytes).
+//! instead ([`crate::progress::Ticker`], by input bytes).
 
 use std::time::Instant;
 
@@ -15,7 +15,7 @@ pub(super) struct Progress {
     tokens: std::cell::Cell<u64>,
     docs: std::cell::Cell<u64>,
     rows_total: std::cell::RefCell<Vec<Option<u64>>>,
-    ticker: crate::report::Ticker,
+    ticker: crate::progress::Ticker,
 }
 
 impl Progress {
@@ -23,7 +23,7 @@ impl Progress {
         let unit_bytes: Vec<u64> = units.iter().map(|u| u.bytes).collect();
         let total: u64 = unit_bytes.iter().sum();
         let done_before: u64 = unit_bytes[..start_unit.min(units.len())].iter().sum();
-        let bar = crate::report::bars().then(|| {
+        let bar = crate::progress::bars().then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
                 indicatif::ProgressStyle::with_template(
@@ -34,7 +34,7 @@ impl Progress {
             b.set_position(done_before);
             b
         });
-        let out = crate::report::settings();
+        let out = crate::progress::settings();
         let lines = !out.tty && !out.quiet;
         let rows_total = units
             .iter()
@@ -56,7 +56,7 @@ impl Progress {
             tokens: 0.into(),
             docs: 0.into(),
             rows_total: std::cell::RefCell::new(rows_total),
-            ticker: crate::report::Ticker::new("pack", "input bytes", total, done_before),
+            ticker: crate::progress::Ticker::new("pack", "input bytes", total, done_before),
         }
     }
     pub(super) fn tokens(&self, n: u64) {
