@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::model::{Base, Teacher};
 use super::report::Check;
 use crate::model::checkpoint::{file_differences, Checkpoint};
-use crate::model::lineage::{index_kind, DataKind, Lineage};
+use crate::model::lineage::{index_kind, DataInput, DataKind, Lineage, Stage};
 
 fn short(s: &str) -> &str {
     &s[..12.min(s.len())]
@@ -18,10 +18,7 @@ fn short(s: &str) -> &str {
 
 /// The outputs this audit run checks: index.json of each `--shards` dir, `--distilled`,
 /// by sha256, with their actual kind.
-pub fn audited_outputs(
-    shards: &[PathBuf],
-    distilled: Option<&Path>,
-) -> BTreeMap<String, (PathBuf, Result<DataKind, String>)> {
+pub fn audited_outputs(shards: &[PathBuf], distilled: Option<&Path>) -> Audited {
     let mut out = BTreeMap::new();
     for d in shards {
         let idx = d.join(crate::shards::index::INDEX_FILE);
@@ -46,12 +43,15 @@ fn kind_name(k: DataKind) -> &'static str {
     }
 }
 
+/// The audited outputs by sha256, each with its path and actual kind (or why it has none).
+pub type Audited = BTreeMap<String, (PathBuf, Result<DataKind, String>)>;
+
 /// `checkpoints`; returns the lineage for `shipped-model` and the report's chain.
 pub fn check(
     path: Option<&Path>,
     base: Option<&Base>,
     teacher: Option<&Teacher>,
-    audited: &BTreeMap<String, (PathBuf, Result<DataKind, String>)>,
+    audited: &Audited,
 ) -> (Check, Option<Lineage>) {
     let Some(path) = path else {
         return (Check::skip("checkpoints", "no --lineage given"), None);
@@ -68,47 +68,70 @@ pub fn check(
         c.fail(format!("{}: no stages recorded", path.display()));
         return (c, Some(lineage));
     }
-    // Link 0: the first stage starts at the pinned base.
-    let first = &lineage.stages[0];
-    match base.map(|b| (b, &b.locked)) {
-        None => c.fail("no pinned base to start from (no [[model]] in the manifests)"),
-        Some((b, Err(e))) => c.fail(format!("the base {}: {e}", b.pin())),
-        Some((b, Ok(l))) => {
-            let have = first.from.by_path();
-            let mut diffs = Vec::new();
-            for f in &l.files {
-                match have.get(f.path.as_str()) {
-                    None => diffs.push(format!("{} is missing", f.path)),
-                    Some(s) if *s != f.sha256 => {
-                        diffs.push(format!("{}: sha256 {s}, locked {}", f.path, f.sha256))
-                    }
-                    Some(_) => {}
-                }
+    starts_at_base(&mut c, &lineage.stages[0], base);
+    let names = check_stages(&mut c, &lineage, audited);
+    teacher_in_chain(&mut c, &lineage, teacher, path);
+    c.summary = format!(
+        "{} entr{} in {}: {}",
+        lineage.stages.len(),
+        if lineage.stages.len() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        path.display(),
+        names.join(" → ")
+    );
+    (c, Some(lineage))
+}
+
+/// Link 0: the first stage starts at the pinned base, file for file.
+fn starts_at_base(c: &mut Check, first: &Stage, base: Option<&Base>) {
+    let (b, l) = match base.map(|b| (b, &b.locked)) {
+        None => {
+            return c.fail("no pinned base to start from (no [[model]] in the manifests)");
+        }
+        Some((b, Err(e))) => return c.fail(format!("the base {}: {e}", b.pin())),
+        Some((b, Ok(l))) => (b, l),
+    };
+    let have = first.from.by_path();
+    let mut diffs = Vec::new();
+    for f in &l.files {
+        match have.get(f.path.as_str()) {
+            None => diffs.push(format!("{} is missing", f.path)),
+            Some(s) if *s != f.sha256 => {
+                diffs.push(format!("{}: sha256 {s}, locked {}", f.path, f.sha256))
             }
-            if !diffs.is_empty() {
-                c.fail(format!(
-                    "stage {} starts from {}, which is not the pinned base {}: {}",
-                    first.stage,
-                    first.from.path,
-                    b.pin(),
-                    diffs.join("; ")
-                ));
-            }
-            let extra: Vec<&str> = have
-                .keys()
-                .filter(|p| !l.files.iter().any(|f| f.path == **p))
-                .copied()
-                .collect();
-            if !extra.is_empty() {
-                c.note(format!(
-                    "stage {}'s starting directory also holds unlocked files: {}",
-                    first.stage,
-                    extra.join(", ")
-                ));
-            }
+            Some(_) => {}
         }
     }
-    // Stages by name, in order: 1 pack shards, 2 SFT shards, 3 distilled.json.
+    if !diffs.is_empty() {
+        c.fail(format!(
+            "stage {} starts from {}, which is not the pinned base {}: {}",
+            first.stage,
+            first.from.path,
+            b.pin(),
+            diffs.join("; ")
+        ));
+    }
+    let extra: Vec<&str> = have
+        .keys()
+        .filter(|p| !l.files.iter().any(|f| f.path == **p))
+        .copied()
+        .collect();
+    if !extra.is_empty() {
+        c.note(format!(
+            "stage {}'s starting directory also holds unlocked files: {}",
+            first.stage,
+            extra.join(", ")
+        ));
+    }
+}
+
+/// Every entry in order: stages by name (1 pack shards, 2 SFT shards, 3 distilled.json), each
+/// starting from the previous output and trained on audited data of its kind. Returns the
+/// stage names, in order.
+fn check_stages<'a>(c: &mut Check, lineage: &'a Lineage, audited: &Audited) -> Vec<&'a str> {
     let mut names: Vec<&str> = Vec::new();
     for (i, s) in lineage.stages.iter().enumerate() {
         let n = i + 1;
@@ -124,18 +147,7 @@ pub fn check(
         }
         let k = names.len() - 1;
         if i > 0 {
-            let prev = &lineage.stages[i - 1];
-            if s.from.sha256 != prev.to.sha256 {
-                c.fail(format!(
-                    "entry {n} (stage {}) starts from {} ({}…), not the previous output {} ({}…, stage {})",
-                    s.stage,
-                    s.from.path,
-                    short(&s.from.sha256),
-                    prev.to.path,
-                    short(&prev.to.sha256),
-                    prev.stage
-                ));
-            }
+            follows(c, n, s, &lineage.stages[i - 1]);
         }
         if s.to.sha256 == s.from.sha256 {
             c.warn(format!(
@@ -155,79 +167,98 @@ pub fn check(
             c.fail(format!("entry {n} (stage {}): no data recorded", s.stage));
         }
         for d in &s.data {
-            let actual = match audited.get(&d.sha256) {
-                None => {
-                    c.fail(format!(
-                        "entry {n} (stage {}): data {} (sha256 {}…) is not among this audit's outputs (give it with --shards / --distilled)",
-                        s.stage,
-                        d.path,
-                        short(&d.sha256)
-                    ));
-                    d.kind
-                }
-                Some((_, Err(e))) => {
-                    c.fail(format!("entry {n} (stage {}): {e}", s.stage));
-                    d.kind
-                }
-                Some((_, Ok(k))) => *k,
-            };
-            if actual != want {
-                c.fail(format!(
-                    "entry {n} (stage {}, stage {} of the chain) trained on {} {}; stage {} trains on {} only",
-                    s.stage,
-                    k + 1,
-                    kind_name(actual),
-                    d.path,
-                    k + 1,
-                    kind_name(want)
-                ));
-            }
-            if let Some(tw) = &d.teacher_weights_sha256 {
-                if s.from.weights_sha256.as_deref() != Some(tw.as_str()) {
-                    c.fail(format!(
-                        "entry {n} (stage {}) starts from weights {}, but {} was written by the teacher {}",
-                        s.stage,
-                        s.from.weights_sha256.as_deref().unwrap_or("none"),
-                        d.path,
-                        tw
-                    ));
-                }
-            }
+            check_data(c, (n, k), s, want, d, audited);
         }
     }
-    // The teacher is a checkpoint of this chain (it came from the pinned base).
-    if let Some(Ok(ta)) = teacher.map(|t| &t.arch) {
-        let t = teacher.unwrap();
-        match lineage
-            .stages
-            .iter()
-            .find(|s| s.to.weights_sha256.as_deref() == Some(ta.weights_sha256.as_str()))
-        {
-            Some(s) => c.note(format!(
-                "the teacher {} is the output of stage {}",
-                t.dir.display(),
-                s.stage
-            )),
-            None => c.fail(format!(
-                "the teacher {} (weights {}…) is no stage's output in {}",
-                t.dir.display(),
-                short(&ta.weights_sha256),
-                path.display()
-            )),
+    names
+}
+
+/// Entry `n` starts from the previous entry's output.
+fn follows(c: &mut Check, n: usize, s: &Stage, prev: &Stage) {
+    if s.from.sha256 != prev.to.sha256 {
+        c.fail(format!(
+            "entry {n} (stage {}) starts from {} ({}…), not the previous output {} ({}…, stage {})",
+            s.stage,
+            s.from.path,
+            short(&s.from.sha256),
+            prev.to.path,
+            short(&prev.to.sha256),
+            prev.stage
+        ));
+    }
+}
+
+/// One data input of entry `n` (stage `k` of the chain, 0-based): an audited output of the
+/// kind the stage trains on; distilled data starts from the teacher that wrote it.
+fn check_data(
+    c: &mut Check,
+    (n, k): (usize, usize),
+    s: &Stage,
+    want: DataKind,
+    d: &DataInput,
+    audited: &Audited,
+) {
+    let actual = match audited.get(&d.sha256) {
+        None => {
+            c.fail(format!(
+                "entry {n} (stage {}): data {} (sha256 {}…) is not among this audit's outputs (give it with --shards / --distilled)",
+                s.stage,
+                d.path,
+                short(&d.sha256)
+            ));
+            d.kind
+        }
+        Some((_, Err(e))) => {
+            c.fail(format!("entry {n} (stage {}): {e}", s.stage));
+            d.kind
+        }
+        Some((_, Ok(k))) => *k,
+    };
+    if actual != want {
+        c.fail(format!(
+            "entry {n} (stage {}, stage {} of the chain) trained on {} {}; stage {} trains on {} only",
+            s.stage,
+            k + 1,
+            kind_name(actual),
+            d.path,
+            k + 1,
+            kind_name(want)
+        ));
+    }
+    if let Some(tw) = &d.teacher_weights_sha256 {
+        if s.from.weights_sha256.as_deref() != Some(tw.as_str()) {
+            c.fail(format!(
+                "entry {n} (stage {}) starts from weights {}, but {} was written by the teacher {}",
+                s.stage,
+                s.from.weights_sha256.as_deref().unwrap_or("none"),
+                d.path,
+                tw
+            ));
         }
     }
-    c.summary = format!(
-        "{} entr{} in {}: {}",
-        lineage.stages.len(),
-        if lineage.stages.len() == 1 {
-            "y"
-        } else {
-            "ies"
-        },
-        path.display(),
-        names.join(" → ")
-    );
-    (c, Some(lineage))
+}
+
+/// The teacher is a checkpoint of this chain (it came from the pinned base).
+fn teacher_in_chain(c: &mut Check, lineage: &Lineage, teacher: Option<&Teacher>, path: &Path) {
+    let Some(t) = teacher else { return };
+    let Ok(ta) = &t.arch else { return };
+    match lineage
+        .stages
+        .iter()
+        .find(|s| s.to.weights_sha256.as_deref() == Some(ta.weights_sha256.as_str()))
+    {
+        Some(s) => c.note(format!(
+            "the teacher {} is the output of stage {}",
+            t.dir.display(),
+            s.stage
+        )),
+        None => c.fail(format!(
+            "the teacher {} (weights {}…) is no stage's output in {}",
+            t.dir.display(),
+            short(&ta.weights_sha256),
+            path.display()
+        )),
+    }
 }
 
 /// `shipped-model`

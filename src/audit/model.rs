@@ -129,6 +129,28 @@ pub fn base_pinned(ctx: &Ctx, base: Option<&Base>, hash: bool) -> Check {
             return c;
         }
     };
+    lock_is_declared(&mut c, b, l);
+    let bytes = logged_and_cached(&mut c, ctx, l, hash);
+    match &b.arch {
+        Err(e) => c.fail(format!("architecture.json: {e} (run fetch)")),
+        Ok(a) => {
+            architecture_is_locked(&mut c, ctx, b, l, a, hash);
+            c.summary = format!(
+                "{}: {} file(s), {:.1} MB locked, logged verified, cached{}; {} tensors, {} parameters in architecture.json",
+                b.pin(),
+                l.files.len(),
+                bytes as f64 / 1e6,
+                if hash { " (sha256 re-hashed)" } else { " (sizes; --hash re-hashes)" },
+                a.tensors.len(),
+                a.parameters
+            );
+        }
+    }
+    c
+}
+
+/// The lock pins what the manifest declares, at the declared commit, with files.
+fn lock_is_declared(c: &mut Check, b: &Base, l: &LockedModel) {
     if l.repo != b.model.repo || l.revision != b.model.revision {
         c.fail(format!(
             "{} pins {}@{}, the manifest declares {}@{}",
@@ -151,7 +173,11 @@ pub fn base_pinned(ctx: &Ctx, base: Option<&Base>, hash: bool) -> Check {
             b.lock_path.display()
         ));
     }
-    // download.log: a verified line with the locked sha256 for every file.
+}
+
+/// download.log: a verified line with the locked sha256 for every file; every file cached
+/// (sizes, or sha256 with `hash`). Returns the cached bytes.
+fn logged_and_cached(c: &mut Check, ctx: &Ctx, l: &LockedModel, hash: bool) -> u64 {
     let log = match &ctx.log {
         Ok(lines) => Some(lines),
         Err(e) => {
@@ -181,86 +207,83 @@ pub fn base_pinned(ctx: &Ctx, base: Option<&Base>, hash: bool) -> Check {
         let p = ctx
             .cache
             .snapshot_path(Area::MODEL, &l.repo, &l.commit, &f.path);
-        bytes += super::fetched::check_cached(&mut c, &p, f, hash);
+        bytes += super::fetched::check_cached(c, &p, f, hash);
     }
-    // architecture.json: the locked config and weights, and (--hash) the headers again.
-    match &b.arch {
-        Err(e) => c.fail(format!("architecture.json: {e} (run fetch)")),
-        Ok(a) => {
-            let sha: BTreeMap<&str, &str> = l
-                .files
-                .iter()
-                .map(|f| (f.path.as_str(), f.sha256.as_str()))
-                .collect();
-            if a.repo != l.repo || !a.commit.eq_ignore_ascii_case(&l.commit) {
-                c.fail(format!(
-                    "{} describes {}@{}, the lock pins {}@{}",
-                    b.arch_path.display(),
-                    a.repo,
-                    a.commit,
-                    l.repo,
-                    l.commit
-                ));
+    bytes
+}
+
+/// architecture.json: the locked config and weights, and (`hash`) the headers read again.
+fn architecture_is_locked(
+    c: &mut Check,
+    ctx: &Ctx,
+    b: &Base,
+    l: &LockedModel,
+    a: &ModelArchitecture,
+    hash: bool,
+) {
+    let sha: BTreeMap<&str, &str> = l
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.sha256.as_str()))
+        .collect();
+    if a.repo != l.repo || !a.commit.eq_ignore_ascii_case(&l.commit) {
+        c.fail(format!(
+            "{} describes {}@{}, the lock pins {}@{}",
+            b.arch_path.display(),
+            a.repo,
+            a.commit,
+            l.repo,
+            l.commit
+        ));
+    }
+    if sha.get("config.json") != Some(&a.config_sha256.as_str()) {
+        c.fail(format!(
+            "{}: config_sha256 {} is not the locked config.json's ({})",
+            b.arch_path.display(),
+            a.config_sha256,
+            sha.get("config.json").unwrap_or(&"not locked")
+        ));
+    }
+    let mut weight_shas = BTreeMap::new();
+    for t in &a.tensors {
+        match sha.get(t.file.as_str()) {
+            Some(s) => {
+                weight_shas.insert(t.file.clone(), s.to_string());
             }
-            if sha.get("config.json") != Some(&a.config_sha256.as_str()) {
-                c.fail(format!(
-                    "{}: config_sha256 {} is not the locked config.json's ({})",
-                    b.arch_path.display(),
-                    a.config_sha256,
-                    sha.get("config.json").unwrap_or(&"not locked")
-                ));
-            }
-            let mut weight_shas = BTreeMap::new();
-            for t in &a.tensors {
-                match sha.get(t.file.as_str()) {
-                    Some(s) => {
-                        weight_shas.insert(t.file.clone(), s.to_string());
-                    }
-                    None => c.fail(format!(
-                        "{}: tensor `{}` is in {}, which is not locked",
-                        b.arch_path.display(),
-                        t.name,
-                        t.file
-                    )),
-                }
-            }
-            if weights_digest(&weight_shas) != a.weights_sha256 {
-                c.fail(format!(
-                    "{}: weights_sha256 {} is not the digest of the locked weight files",
-                    b.arch_path.display(),
-                    a.weights_sha256
-                ));
-            }
-            if hash {
-                let dir = ctx
-                    .cache
-                    .repo_dir(Area::MODEL, &l.repo)
-                    .join("snapshots")
-                    .join(&l.commit);
-                match ModelArchitecture::from_dir(&dir) {
-                    Ok(now) => {
-                        if now.config != a.config || now.tensors != a.tensors {
-                            c.fail(format!(
-                                "{}: the cached files' config and tensor headers differ from it",
-                                b.arch_path.display()
-                            ));
-                        }
-                    }
-                    Err(e) => c.fail(format!("{}: {e:#}", dir.display())),
-                }
-            }
-            c.summary = format!(
-                "{}: {} file(s), {:.1} MB locked, logged verified, cached{}; {} tensors, {} parameters in architecture.json",
-                b.pin(),
-                l.files.len(),
-                bytes as f64 / 1e6,
-                if hash { " (sha256 re-hashed)" } else { " (sizes; --hash re-hashes)" },
-                a.tensors.len(),
-                a.parameters
-            );
+            None => c.fail(format!(
+                "{}: tensor `{}` is in {}, which is not locked",
+                b.arch_path.display(),
+                t.name,
+                t.file
+            )),
         }
     }
-    c
+    if weights_digest(&weight_shas) != a.weights_sha256 {
+        c.fail(format!(
+            "{}: weights_sha256 {} is not the digest of the locked weight files",
+            b.arch_path.display(),
+            a.weights_sha256
+        ));
+    }
+    if !hash {
+        return;
+    }
+    let dir = ctx
+        .cache
+        .repo_dir(Area::MODEL, &l.repo)
+        .join("snapshots")
+        .join(&l.commit);
+    match ModelArchitecture::from_dir(&dir) {
+        Ok(now) => {
+            if now.config != a.config || now.tensors != a.tensors {
+                c.fail(format!(
+                    "{}: the cached files' config and tensor headers differ from it",
+                    b.arch_path.display()
+                ));
+            }
+        }
+        Err(e) => c.fail(format!("{}: {e:#}", dir.display())),
+    }
 }
 
 /// The `--teacher` directory, read once.

@@ -176,59 +176,60 @@ pub fn check_distilled(
         .enumerate()
         .map(|(i, p)| (p.id.as_str(), i))
         .collect();
-    let mut teachers: HashMap<(String, String), u64> = HashMap::new();
-    let mut last = None;
-    let mut seen = HashSet::new();
-    let (mut correct, mut with_correct) = (0u64, 0u64);
+    let mut t = Traced {
+        prompts,
+        pos,
+        skip_too_long: parts.skip_too_long,
+        ..Default::default()
+    };
     for (k, r) in recs.iter().enumerate() {
         let at = format!("{} record {k}", path.display());
+        if let Some(u) = t.record(&mut c, at, r) {
+            uses.push(u);
+        }
+    }
+    t.summarise(&mut c, recs.len());
+    c
+}
+
+/// The distilled records traced so far against the prompts.
+#[derive(Default)]
+struct Traced<'a> {
+    prompts: &'a [PromptRecord],
+    /// A prompt's position by id.
+    pos: HashMap<&'a str, usize>,
+    /// Gaps in the prompts are expected (the run skipped prompts too long for the teacher).
+    skip_too_long: bool,
+    /// Records per teacher (weights sha256, config sha256).
+    teachers: HashMap<(String, String), u64>,
+    /// The prompt position of the previous record.
+    last: Option<usize>,
+    seen: HashSet<String>,
+    correct: u64,
+    with_correct: u64,
+}
+
+impl Traced<'_> {
+    /// Trace one record (`at` names it) to its prompt; the source it names, unless its id is
+    /// no prompt's.
+    fn record(&mut self, c: &mut Check, at: String, r: &Value) -> Option<Use> {
         let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
         let id = s("id");
-        let Some(&p) = pos.get(id.as_str()) else {
+        let Some(&p) = self.pos.get(id.as_str()) else {
             c.fail(format!("{at}: id {id:?} is not in the prompts"));
-            continue;
+            return None;
         };
-        if !seen.insert(id.clone()) {
+        if !self.seen.insert(id.clone()) {
             c.fail(format!("{at}: id {id:?} distilled twice"));
         }
-        let pr = &prompts[p];
-        let mut diffs = Vec::new();
-        for (f, want) in [
-            ("source", &pr.source),
-            ("repo", &pr.repo),
-            ("commit", &pr.commit),
-            ("file", &pr.file),
-            ("prompt", &pr.prompt),
-            ("gold", &pr.gold),
-        ] {
-            if &s(f) != want {
-                diffs.push(f);
-            }
-        }
-        if r.get("row").and_then(Value::as_u64) != Some(pr.row) {
-            diffs.push("row");
-        }
+        let diffs = differs_from_prompt(r, &self.prompts[p]);
         if !diffs.is_empty() {
             c.fail(format!(
                 "{at} ({id}): {} differ from the prompt",
                 diffs.join(", ")
             ));
         }
-        if let Some(l) = last {
-            if p <= l {
-                c.fail(format!("{at} ({id}): out of prompt order"));
-            }
-        }
-        // A prompt missing between two records: a lost record, unless the run skipped
-        // prompts too long for the teacher (its parts record --skip-too-long).
-        let skipped = last.map_or(p, |l: usize| p.saturating_sub(l + 1));
-        if skipped > 0 && !parts.skip_too_long {
-            c.fail(format!(
-                "{at} ({id}): {skipped} prompt(s) before it have no record (first: {:?})",
-                prompts[last.map_or(0, |l| l + 1)].id
-            ));
-        }
-        last = Some(p);
+        self.in_order(c, &at, &id, p);
         let t = r.get("teacher");
         let w = t
             .and_then(|t| t.get("weights_sha256"))
@@ -241,65 +242,107 @@ pub fn check_distilled(
         if w.is_empty() {
             c.fail(format!("{at} ({id}): no teacher.weights_sha256"));
         }
-        *teachers
+        *self
+            .teachers
             .entry((w.to_string(), cfg.to_string()))
             .or_default() += 1;
         if let Err(why) = answer_agrees(r) {
             c.fail(format!("{at} ({id}): {why}"));
         }
         if let Some(b) = r.get("correct").and_then(Value::as_bool) {
-            with_correct += 1;
-            correct += b as u64;
+            self.with_correct += 1;
+            self.correct += b as u64;
         }
-        uses.push(Use {
+        Some(Use {
             what: at,
             repo: s("repo"),
             commit: s("commit"),
             file: s("file"),
             split: None,
             role: None,
-        });
+        })
     }
-    if teachers.len() > 1 {
-        let mut t: Vec<_> = teachers
-            .iter()
-            .map(|((w, _), n)| format!("{w}: {n}"))
-            .collect();
-        t.sort();
-        c.fail(format!(
-            "records come from {} teachers: {}",
-            teachers.len(),
-            t.join("; ")
-        ));
-    }
-    let teacher = teachers
-        .keys()
-        .next()
-        .map(|(w, _)| w.clone())
-        .unwrap_or_default();
-    c.summary = format!(
-        "{} record(s) traced to prompts; teacher weights sha256 {}",
-        recs.len(),
-        if teacher.is_empty() {
-            "-".into()
-        } else {
-            teacher
+
+    /// The record of prompt `p` follows the previous record in prompt order, with no prompt
+    /// missing between them: a lost record, unless the run skipped prompts too long for the
+    /// teacher (its parts record --skip-too-long).
+    fn in_order(&mut self, c: &mut Check, at: &str, id: &str, p: usize) {
+        if let Some(l) = self.last {
+            if p <= l {
+                c.fail(format!("{at} ({id}): out of prompt order"));
+            }
         }
-    );
-    if with_correct > 0 {
-        c.note(format!(
-            "teacher accuracy on these items: {correct}/{with_correct} ({:.1}%)",
-            100.0 * correct as f64 / with_correct as f64
-        ));
+        let skipped = self.last.map_or(p, |l: usize| p.saturating_sub(l + 1));
+        if skipped > 0 && !self.skip_too_long {
+            c.fail(format!(
+                "{at} ({id}): {skipped} prompt(s) before it have no record (first: {:?})",
+                self.prompts[self.last.map_or(0, |l| l + 1)].id
+            ));
+        }
+        self.last = Some(p);
     }
-    if recs.len() < prompts.len() {
-        c.note(format!(
-            "{} of {} prompts distilled",
-            recs.len(),
-            prompts.len()
-        ));
+
+    /// One teacher for all `n` records; the summary and the notes.
+    fn summarise(&self, c: &mut Check, n: usize) {
+        let teachers = &self.teachers;
+        if teachers.len() > 1 {
+            let mut t: Vec<_> = teachers
+                .iter()
+                .map(|((w, _), n)| format!("{w}: {n}"))
+                .collect();
+            t.sort();
+            c.fail(format!(
+                "records come from {} teachers: {}",
+                teachers.len(),
+                t.join("; ")
+            ));
+        }
+        let teacher = teachers
+            .keys()
+            .next()
+            .map(|(w, _)| w.clone())
+            .unwrap_or_default();
+        c.summary = format!(
+            "{n} record(s) traced to prompts; teacher weights sha256 {}",
+            if teacher.is_empty() {
+                "-".into()
+            } else {
+                teacher
+            }
+        );
+        let (correct, with_correct) = (self.correct, self.with_correct);
+        if with_correct > 0 {
+            c.note(format!(
+                "teacher accuracy on these items: {correct}/{with_correct} ({:.1}%)",
+                100.0 * correct as f64 / with_correct as f64
+            ));
+        }
+        if n < self.prompts.len() {
+            c.note(format!("{n} of {} prompts distilled", self.prompts.len()));
+        }
     }
-    c
+}
+
+/// The fields of a distilled record that differ from its prompt's.
+fn differs_from_prompt(r: &Value, pr: &PromptRecord) -> Vec<&'static str> {
+    let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+    let mut diffs = Vec::new();
+    for (f, want) in [
+        ("source", &pr.source),
+        ("repo", &pr.repo),
+        ("commit", &pr.commit),
+        ("file", &pr.file),
+        ("prompt", &pr.prompt),
+        ("gold", &pr.gold),
+    ] {
+        if &s(f) != want {
+            diffs.push(f);
+        }
+    }
+    if r.get("row").and_then(Value::as_u64) != Some(pr.row) {
+        diffs.push("row");
+    }
+    diffs
 }
 
 /// A record's `answer` must be the most probable letter of its own `answer_probs` (null

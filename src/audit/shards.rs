@@ -20,114 +20,15 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, deep: bool, uses: &mut Vec
     let mut total_rows = 0;
     let mut total_files = 0;
     for dir in dirs {
-        let d = dir.display();
         let idx = match shard_index::load(dir) {
             Ok(i) => i,
             Err(e) => {
-                c.fail(format!("{d}: {e:#}"));
+                c.fail(format!("{}: {e:#}", dir.display()));
                 continue;
             }
         };
-        if !idx.complete {
-            c.fail(format!(
-                "{d}/index.json: complete is false (an interrupted run)"
-            ));
-        }
-        match &idx.lock_sha256 {
-            Some(h) if ctx.lock_shas.contains(h) => {}
-            Some(h) => c.fail(format!(
-                "{d}/index.json: built from a lock with sha256 {h}, which is none of the audited locks (re-run the stage or audit with its manifest)"
-            )),
-            None => match idx.args.as_ref().and_then(|a| a.inputs.as_ref()) {
-                // Own files (`pack --input`): each recorded file is a link of the chain.
-                Some(inputs) => super::local::check_inputs(&mut c, &d.to_string(), inputs, hash),
-                None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
-            },
-        }
-        let local: std::collections::BTreeSet<&str> = idx
-            .args
-            .as_ref()
-            .and_then(|a| a.inputs.as_ref())
-            .map(|v| v.iter().map(|f| f.path.as_str()).collect())
-            .unwrap_or_default();
         total_files += idx.shards.len();
-        let (rows, tokens) = shard_files(&mut c, dir, &idx);
-        if deep {
-            deep_check(&mut c, dir, &idx);
-        }
-        if let Some(m) = card_mismatch(dir, &idx) {
-            c.fail(format!("{d}: {m}"));
-        }
-        for name in unlisted(dir, &idx) {
-            c.fail(format!(
-                "{d}: holds {name}, which index.json does not list: a directory reader would \
-                 read data this audit never checked (remove it, or re-run the stage)"
-            ));
-        }
-        for note in mds_twins(&mut c, dir, &idx) {
-            c.note(note);
-        }
-        total_rows += rows;
-        if rows != idx.totals.rows {
-            c.fail(format!(
-                "{d}: shards hold {rows} rows, totals.rows says {}",
-                idx.totals.rows
-            ));
-        }
-        if tokens != idx.totals.tokens {
-            c.fail(format!(
-                "{d}: shards hold {tokens} tokens, totals.tokens says {}",
-                idx.totals.tokens
-            ));
-        }
-        if idx.kind == shard_index::Kind::Pretrain
-            && idx.format != crate::shards::ShardFormat::Megatron
-            && rows.checked_mul(idx.seq_len) != Some(tokens)
-        {
-            c.fail(format!(
-                "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
-                idx.seq_len
-            ));
-        }
-        let docs: u64 = idx.provenance.iter().map(|p| p.documents).sum();
-        if docs != idx.totals.documents {
-            c.fail(format!(
-                "{d}: provenance accounts for {docs} documents, totals.documents says {}",
-                idx.totals.documents
-            ));
-        }
-        for (k, p) in idx.provenance.iter().enumerate() {
-            let key = (p.repo.clone(), p.commit.clone(), p.file.clone());
-            match ctx.train_files.get(&key) {
-                _ if p.repo == super::local::REPO && local.contains(p.file.as_str()) => {}
-                Some(tf) if tf.source == p.source => {}
-                Some(tf) => c.fail(format!(
-                    "{d} provenance[{k}]: {} is locked under source {:?}, not {:?}",
-                    p.file, tf.source, p.source
-                )),
-                None => c.fail(format!(
-                    "{d} provenance[{k}]: {}@{} {} is not a locked training file",
-                    p.repo, p.commit, p.file
-                )),
-            }
-            if p.row_end < p.row_start {
-                c.fail(format!("{d} provenance[{k}]: row_end < row_start"));
-            }
-            uses.push(Use {
-                what: format!("{d} provenance[{k}]"),
-                repo: p.repo.clone(),
-                commit: p.commit.clone(),
-                file: p.file.clone(),
-                split: Some(p.split.clone()),
-                role: Some(p.role.clone()),
-            });
-        }
-        c.note(format!(
-            "{d}: {} {} shard(s), {rows} rows, {tokens} tokens, {docs} documents from {} file(s)",
-            idx.shards.len(),
-            idx.format.name(),
-            idx.provenance.len()
-        ));
+        total_rows += check_dir(&mut c, ctx, dir, &idx, (hash, deep), uses);
     }
     c.summary = format!(
         "{} dir(s), {total_files} shard file(s), {total_rows} rows re-hashed and counted{}",
@@ -135,6 +36,144 @@ pub fn check(ctx: &Ctx, dirs: &[PathBuf], hash: bool, deep: bool, uses: &mut Vec
         if deep { ", every shard decoded" } else { "" }
     );
     c
+}
+
+/// One `--shards DIR` with its index.json, in order: complete and traced to an audited lock,
+/// its files, (`--deep`) decoded, its card, nothing unlisted, the totals, the provenance.
+/// Returns the rows its shards hold.
+fn check_dir(
+    c: &mut Check,
+    ctx: &Ctx,
+    dir: &Path,
+    idx: &shard_index::Index,
+    (hash, deep): (bool, bool),
+    uses: &mut Vec<Use>,
+) -> u64 {
+    let d = dir.display();
+    if !idx.complete {
+        c.fail(format!(
+            "{d}/index.json: complete is false (an interrupted run)"
+        ));
+    }
+    traced_to_lock(c, ctx, &d.to_string(), idx, hash);
+    let (rows, tokens) = shard_files(c, dir, idx);
+    if deep {
+        deep_check(c, dir, idx);
+    }
+    if let Some(m) = card_mismatch(dir, idx) {
+        c.fail(format!("{d}: {m}"));
+    }
+    for name in unlisted(dir, idx) {
+        c.fail(format!(
+            "{d}: holds {name}, which index.json does not list: a directory reader would \
+             read data this audit never checked (remove it, or re-run the stage)"
+        ));
+    }
+    for note in mds_twins(c, dir, idx) {
+        c.note(note);
+    }
+    let docs = totals_add_up(c, &d.to_string(), idx, rows, tokens);
+    provenance_locked(c, ctx, &d.to_string(), idx, uses);
+    c.note(format!(
+        "{d}: {} {} shard(s), {rows} rows, {tokens} tokens, {docs} documents from {} file(s)",
+        idx.shards.len(),
+        idx.format.name(),
+        idx.provenance.len()
+    ));
+    rows
+}
+
+/// The output was built from one of the audited locks, or (`pack --input`) from own files,
+/// each a link of the chain.
+fn traced_to_lock(c: &mut Check, ctx: &Ctx, d: &str, idx: &shard_index::Index, hash: bool) {
+    match &idx.lock_sha256 {
+        Some(h) if ctx.lock_shas.contains(h) => {}
+        Some(h) => c.fail(format!(
+            "{d}/index.json: built from a lock with sha256 {h}, which is none of the audited locks (re-run the stage or audit with its manifest)"
+        )),
+        None => match idx.args.as_ref().and_then(|a| a.inputs.as_ref()) {
+            // Own files (`pack --input`): each recorded file is a link of the chain.
+            Some(inputs) => super::local::check_inputs(c, d, inputs, hash),
+            None => c.fail(format!("{d}/index.json: records no lock_sha256; its inputs cannot be traced")),
+        },
+    }
+}
+
+/// The shards' `rows` and `tokens` are index.json's totals (rows × seq_len for fixed-length
+/// pretrain rows), and the provenance accounts for every document. Returns the documents.
+fn totals_add_up(c: &mut Check, d: &str, idx: &shard_index::Index, rows: u64, tokens: u64) -> u64 {
+    if rows != idx.totals.rows {
+        c.fail(format!(
+            "{d}: shards hold {rows} rows, totals.rows says {}",
+            idx.totals.rows
+        ));
+    }
+    if tokens != idx.totals.tokens {
+        c.fail(format!(
+            "{d}: shards hold {tokens} tokens, totals.tokens says {}",
+            idx.totals.tokens
+        ));
+    }
+    if idx.kind == shard_index::Kind::Pretrain
+        && idx.format != crate::shards::ShardFormat::Megatron
+        && rows.checked_mul(idx.seq_len) != Some(tokens)
+    {
+        c.fail(format!(
+            "{d}: {tokens} tokens is not rows × seq_len ({rows} × {})",
+            idx.seq_len
+        ));
+    }
+    let docs: u64 = idx.provenance.iter().map(|p| p.documents).sum();
+    if docs != idx.totals.documents {
+        c.fail(format!(
+            "{d}: provenance accounts for {docs} documents, totals.documents says {}",
+            idx.totals.documents
+        ));
+    }
+    docs
+}
+
+/// Every provenance entry names a locked training file of its source (or one of the output's
+/// own `--input` files); each is a use for the split and eval-reference checks.
+fn provenance_locked(
+    c: &mut Check,
+    ctx: &Ctx,
+    d: &str,
+    idx: &shard_index::Index,
+    uses: &mut Vec<Use>,
+) {
+    let local: std::collections::BTreeSet<&str> = idx
+        .args
+        .as_ref()
+        .and_then(|a| a.inputs.as_ref())
+        .map(|v| v.iter().map(|f| f.path.as_str()).collect())
+        .unwrap_or_default();
+    for (k, p) in idx.provenance.iter().enumerate() {
+        let key = (p.repo.clone(), p.commit.clone(), p.file.clone());
+        match ctx.train_files.get(&key) {
+            _ if p.repo == super::local::REPO && local.contains(p.file.as_str()) => {}
+            Some(tf) if tf.source == p.source => {}
+            Some(tf) => c.fail(format!(
+                "{d} provenance[{k}]: {} is locked under source {:?}, not {:?}",
+                p.file, tf.source, p.source
+            )),
+            None => c.fail(format!(
+                "{d} provenance[{k}]: {}@{} {} is not a locked training file",
+                p.repo, p.commit, p.file
+            )),
+        }
+        if p.row_end < p.row_start {
+            c.fail(format!("{d} provenance[{k}]: row_end < row_start"));
+        }
+        uses.push(Use {
+            what: format!("{d} provenance[{k}]"),
+            repo: p.repo.clone(),
+            commit: p.commit.clone(),
+            file: p.file.clone(),
+            split: Some(p.split.clone()),
+            role: Some(p.role.clone()),
+        });
+    }
 }
 
 /// A path index.json records for a file of the output: relative, `/`-separated, normalized

@@ -88,7 +88,8 @@ pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<R
             Ok(b) => b,
             Err(e) => {
                 // Name the row: invalid UTF-8 is found by a raw scan of the string columns.
-                if let Some((row, what)) = crate::sources::parquet::first_invalid_utf8_in(path, &[])
+                if let Some((row, what)) =
+                    crate::sources::parquet_batch::first_invalid_utf8_in(path, &[])
                 {
                     bail!("{} row {row}: {what}", path.display());
                 }

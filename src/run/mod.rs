@@ -25,6 +25,10 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::{Args, Parser};
 
+/// Suffix of the staging directories a rebuilt output is built in ([`swap`]); the journal's
+/// directory walks ([`state`]) skip them.
+pub const STAGING: &str = ".run-next";
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// The pipeline file (TOML; docs/commands/run.md). Relative paths in it are relative to

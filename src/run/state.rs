@@ -209,9 +209,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.')
-            && (name.ends_with(".lock") || name.ends_with(super::swap::STAGING))
-        {
+        if name.starts_with('.') && (name.ends_with(".lock") || name.ends_with(super::STAGING)) {
             continue;
         }
         if e.file_type()?.is_dir() {

@@ -14,8 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// Suffix of staging directories (skipped by the journal's directory walks).
-pub const STAGING: &str = ".run-next";
+use super::STAGING;
 
 /// `.NAME.run-next` beside `out`.
 pub fn staging_dir(out: &Path) -> PathBuf {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::index::{Index, Kind};
+use super::index_schema::{Index, Kind};
 use super::ShardFormat;
 
 /// The card's file name (what the Hub shows and `datasets` ignores as data).

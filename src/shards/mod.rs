@@ -9,6 +9,7 @@
 pub mod card;
 pub mod guarded;
 pub mod index;
+pub mod index_schema;
 pub mod mds;
 pub mod mds_read;
 pub mod megatron;

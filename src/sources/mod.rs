@@ -21,6 +21,7 @@ pub mod json_array;
 pub mod jsonl;
 pub mod local;
 pub mod parquet;
+pub mod parquet_batch;
 mod parquet_par;
 pub mod records;
 pub mod template;

@@ -26,7 +26,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
 
-use super::parquet::{emit_batch, locate_error, projection, BATCH_ROWS};
+use super::parquet_batch::{emit_batch, locate_error, projection, BATCH_ROWS};
 use super::{Outcome, Sink, Template};
 
 /// Uncompressed bytes of the template's columns per piece, merging small row groups (a piece
@@ -410,7 +410,7 @@ mod tests {
         stop_after: Option<usize>,
     ) -> (Rows, Result<()>) {
         collect(
-            |sink| super::super::parquet::read_serial(p, "rows.parquet", tpl, start, sink),
+            |sink| super::super::parquet_batch::read_serial(p, "rows.parquet", tpl, start, sink),
             stop_after,
         )
     }
