@@ -21,10 +21,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use dlm_data::hub::emulator::{Emulator, Options};
-
 mod fixture_dirs;
-use fixture_dirs::{copy_dir, fixtures};
+use fixture_dirs::{fixtures, readme_commands, work, Work};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -49,107 +47,6 @@ fn one_line(o: &Output) -> serde_json::Value {
         err(o)
     );
     serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]))
-}
-
-/// A working directory laid out as the README assumes, with an emulator serving the fixture
-/// hub.
-struct Work {
-    dir: tempfile::TempDir,
-    emu: Emulator,
-}
-
-fn work() -> Work {
-    let fx = fixtures();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    std::fs::create_dir_all(root.join("manifests")).unwrap();
-    for m in ["base", "stage1", "mcq", "eval-reference"] {
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("manifests/{m}.toml")),
-            root.join(format!("manifests/{m}.toml")),
-        )
-        .unwrap();
-    }
-    copy_dir(&fx.join("checkpoints/stage1"), &root.join("ckpt/stage1"));
-    copy_dir(&fx.join("checkpoints/stage3"), &root.join("ckpt/stage3"));
-    copy_dir(&fx.join("teacher"), &root.join("hf_mcq"));
-    let emu = Emulator::start(&fx.join("hub"), Options::default()).unwrap();
-    Work { dir, emu }
-}
-
-impl Work {
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-    fn cmd(&self) -> Command {
-        let mut c = bin();
-        c.current_dir(self.root())
-            .env("HF_ENDPOINT", self.emu.endpoint())
-            .env("HF_HOME", self.root().join("hf-home"))
-            .env("RUST_LOG", "warn")
-            .env("NO_COLOR", "1")
-            .env_remove("HF_TOKEN")
-            .env_remove("HF_HUB_OFFLINE");
-        c
-    }
-}
-
-/// The README's pipeline block as argument vectors for this world (TOK the fixture tokenizer;
-/// distill on the CPU over a few prompts).
-fn readme_commands() -> Vec<Vec<String>> {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let at = text.find("## The pipeline at a glance").unwrap();
-    let block = &text[at..];
-    let start = block.find("```sh\n").unwrap() + 6;
-    let end = start + block[start..].find("```").unwrap();
-    let tok = fixtures().join("tokenizer").display().to_string();
-    let mut cmds = Vec::new();
-    let mut cur = String::new();
-    for line in block[start..end].lines() {
-        let code = line.split(" #").next().unwrap().trim_end();
-        if let Some(c) = code.strip_suffix('\\') {
-            cur.push_str(c);
-            cur.push(' ');
-            continue;
-        }
-        cur.push_str(code);
-        let words: Vec<String> = cur.split_whitespace().map(String::from).collect();
-        cur.clear();
-        if words.first().map(String::as_str) != Some("dlm-data") {
-            continue;
-        }
-        let mut out = Vec::new();
-        let mut it = words[1..].iter().cloned();
-        while let Some(a) = it.next() {
-            if a == "TOK" {
-                out.push(tok.clone());
-            } else if a == "--device" {
-                it.next();
-                out.extend(
-                    [
-                        "--device",
-                        "cpu",
-                        "--limit",
-                        "6",
-                        "--gen-length",
-                        "16",
-                        "--block-length",
-                        "8",
-                        "--steps",
-                        "16",
-                        "--batch-size",
-                        "3",
-                    ]
-                    .map(String::from),
-                );
-            } else {
-                out.push(a);
-            }
-        }
-        cmds.push(out);
-    }
-    cmds
 }
 
 /// Every file under `dir` → (sha256, mtime).

@@ -57,19 +57,7 @@ fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
 /// A pretraining output of the world's manifest (parquet, seq-len 32) in `out`.
 fn pack_world(w: &World, out: &Path, extra: &[&str]) -> Output {
     bin()
-        .args([
-            "pack",
-            "--manifest",
-            p(&w.manifest),
-            "--cache",
-            p(&w.cache),
-            "--tokenizer",
-            p(&w.tokenizer),
-            "--out",
-            p(out),
-            "--seq-len",
-            "32",
-        ])
+        .args(pack_args(w, out, "32"))
         .args(extra)
         .env("RUST_LOG", "warn")
         .output()
@@ -203,37 +191,24 @@ fn a_complete_pack_on_a_read_only_output_is_reported_complete() {
     let before = std::fs::read(out.join("index.json")).unwrap();
     chmod(w.root(), 0o755);
     chmod(&out, 0o555);
-    let rerun = |extra: &[&str]| {
+    let rerun = |seq_len: &str| {
         let mut c = bin();
-        c.args([
-            "pack",
-            "--manifest",
-            p(&w.manifest),
-            "--cache",
-            p(&w.cache),
-            "--tokenizer",
-            p(&w.tokenizer),
-            "--out",
-            p(&out),
-            "--seq-len",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "warn");
+        c.args(pack_args(&w, &out, seq_len)).env("RUST_LOG", "warn");
         unprivileged(c)
     };
-    let o = rerun(&["32"]);
+    let o = rerun("32");
     chmod(&out, 0o755);
     assert_eq!(code(&o), 0, "{}", err(&o));
     assert!(err(&o).contains("already complete"), "{}", err(&o));
     chmod(&out, 0o555);
-    let o = rerun(&["16"]);
+    let o = rerun("16");
     chmod(&out, 0o755);
     assert_eq!(code(&o), 2, "{}", err(&o)); // other arguments: refused as ever
     assert_eq!(std::fs::read(out.join("index.json")).unwrap(), before);
     // A shard gone: the read-only output is not reported complete.
     std::fs::remove_file(out.join("data/part-00000.parquet")).unwrap();
     chmod(&out, 0o555);
-    let o = rerun(&["32"]);
+    let o = rerun("32");
     chmod(&out, 0o755);
     assert_eq!(code(&o), 1, "{}", err(&o));
     assert!(err(&o).contains("read-only"), "{}", err(&o));

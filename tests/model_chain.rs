@@ -2,6 +2,7 @@
 //! → teacher (the base converted) → distilled.json → three training stages in lineage.json →
 //! shipped model — passes every link; breaking one link fails that link, naming what broke.
 
+mod fixture_dirs;
 mod mcq_support;
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use dlm_data::hub::emulator::{Emulator, Options};
 use dlm_data::mcq::prompts;
 use dlm_data::model::architecture::ModelArchitecture;
 use dlm_data::model::lineage::{DataKind, Lineage};
+use fixture_dirs::copy_dir;
 use mcq_support::*;
 
 struct Chain {
@@ -70,38 +72,12 @@ fn lineage_add(
     (code, err)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.path().is_dir() {
-            // Parquet shards sit in data/.
-            copy_dir(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
-/// The whole chain, clean.
 fn chain() -> Chain {
     let w = world();
     let root = w.root().to_path_buf();
     // Stage-1 pack shards, stage-2 SFT shards and stage-3 prompts from the locked world.
     let stage1 = root.join("out/stage1");
-    let (code, _, err) = run(&[
-        "pack",
-        "--manifest",
-        p(&w.manifest),
-        "--cache",
-        p(&w.cache),
-        "--tokenizer",
-        p(&w.tokenizer),
-        "--out",
-        p(&stage1),
-        "--seq-len",
-        "32",
-    ]);
+    let (code, _, err) = run(&pack_args(&w, &stage1, "32"));
     assert_eq!(code, 0, "{err}");
     let out = root.join("out/mcq");
     let (code, _, err) = run_mcq_shards(&w, &out, "parquet", "20");

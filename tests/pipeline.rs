@@ -12,133 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use dlm_data::hub::emulator::{Emulator, Options};
-
 mod fixture_dirs;
-use fixture_dirs::{copy_dir, fixtures};
+use fixture_dirs::{fixtures, readme_commands, readme_pipeline, work, Work};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
 }
 
-/// A working directory laid out as the README assumes: manifests/ (copies of the shipped
-/// ones), the fixture checkpoints standing in for training (ckpt/stage1, ckpt/stage3) and the
-/// teacher (hf_mcq), an emulator serving the fixture hub.
-struct Work {
-    dir: tempfile::TempDir,
-    emu: Emulator,
-}
-
-fn work() -> Work {
-    let fx = fixtures();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    std::fs::create_dir_all(root.join("manifests")).unwrap();
-    for m in ["base", "stage1", "mcq", "eval-reference"] {
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("manifests/{m}.toml")),
-            root.join(format!("manifests/{m}.toml")),
-        )
-        .unwrap();
-    }
-    copy_dir(&fx.join("checkpoints/stage1"), &root.join("ckpt/stage1"));
-    copy_dir(&fx.join("checkpoints/stage3"), &root.join("ckpt/stage3"));
-    copy_dir(&fx.join("teacher"), &root.join("hf_mcq"));
-    let emu = Emulator::start(&fx.join("hub"), Options::default()).unwrap();
-    Work { dir, emu }
-}
-
-impl Work {
-    fn root(&self) -> &Path {
-        self.dir.path()
-    }
-    fn cmd(&self) -> Command {
-        let mut c = bin();
-        c.current_dir(self.root())
-            .env("HF_ENDPOINT", self.emu.endpoint())
-            .env("HF_HOME", self.root().join("hf-home"))
-            .env("RUST_LOG", "warn")
-            .env("NO_COLOR", "1")
-            .env_remove("HF_TOKEN")
-            .env_remove("HF_HUB_OFFLINE");
-        c
-    }
-    fn run(&self, args: &[String]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-}
-
 fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// The README's "pipeline at a glance" block as argument vectors (continuations joined,
-/// comments dropped), `dlm-data` removed.
-fn readme_commands() -> Vec<Vec<String>> {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let at = text
-        .find("## The pipeline at a glance")
-        .expect("README has its pipeline section");
-    let block = &text[at..];
-    let start = block.find("```sh\n").unwrap() + 6;
-    let end = start + block[start..].find("```").unwrap();
-    let mut cmds = Vec::new();
-    let mut cur = String::new();
-    for line in block[start..end].lines() {
-        let code = line.split(" #").next().unwrap().trim_end();
-        if let Some(c) = code.strip_suffix('\\') {
-            cur.push_str(c);
-            cur.push(' ');
-            continue;
-        }
-        cur.push_str(code);
-        let words: Vec<String> = cur.split_whitespace().map(String::from).collect();
-        cur.clear();
-        if words.first().map(String::as_str) == Some("dlm-data") {
-            cmds.push(words[1..].to_vec());
-        }
-    }
-    cmds
-}
-
-/// The README commands for this world: TOK is the fixture tokenizer, and distill runs the
-/// tiny teacher on the CPU over a few prompts.
-fn localised(cmds: Vec<Vec<String>>) -> Vec<Vec<String>> {
-    let tok = fixtures().join("tokenizer").display().to_string();
-    cmds.into_iter()
-        .map(|c| {
-            let mut out = Vec::new();
-            let mut it = c.into_iter().peekable();
-            while let Some(a) = it.next() {
-                if a == "TOK" {
-                    out.push(tok.clone());
-                } else if a == "--device" {
-                    it.next();
-                    out.extend(
-                        [
-                            "--device",
-                            "cpu",
-                            "--limit",
-                            "6",
-                            "--gen-length",
-                            "16",
-                            "--block-length",
-                            "8",
-                            "--steps",
-                            "16",
-                            "--batch-size",
-                            "3",
-                        ]
-                        .map(String::from),
-                    );
-                } else {
-                    out.push(a);
-                }
-            }
-            out
-        })
-        .collect()
 }
 
 /// Every file under `dir` → sha256 (lock files of live runs excluded: none are left).
@@ -169,7 +51,7 @@ fn snapshot(dir: &Path) -> BTreeMap<String, String> {
 #[test]
 fn the_readme_pipeline_runs_twice_in_the_same_directories() {
     let w = work();
-    let cmds = localised(readme_commands());
+    let cmds = readme_commands();
     let names: Vec<&str> = cmds.iter().map(|c| c[0].as_str()).collect();
     for must in [
         "fetch", "pack", "mcq", "decontam", "distill", "lineage", "audit",
@@ -227,40 +109,10 @@ fn the_readme_pipeline_runs_twice_in_the_same_directories() {
     }
 }
 
-const PIPELINE: &str = r#"
-version = 1
-tokenizer = "TOKENIZER"
-
-[base]
-manifest = "manifests/base.toml"
-local_dir = "models/base"
-
-[pack]
-manifest = "manifests/stage1.toml"
-out = "shards/stage1"
-seq_len = 256
-
-[mcq]
-manifest = "manifests/mcq.toml"
-out = "shards/mcq"
-
-[decontam]
-against = ["manifests/eval-reference.toml"]
-
-[distill]
-teacher = "hf_mcq"
-out = "distilled.json"
-gen_length = 16
-block_length = 8
-steps = 16
-batch_size = 3
-limit = 6
-"#;
-
 fn write_pipeline(w: &Work) -> PathBuf {
     let p = w.root().join("pipeline.toml");
     let tok = fixtures().join("tokenizer").display().to_string();
-    std::fs::write(&p, PIPELINE.replace("TOKENIZER", &tok)).unwrap();
+    std::fs::write(&p, readme_pipeline(&tok)).unwrap();
     p
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use dlm_data::hub::emulator::{Emulator, Options};
 
 mod fixture_dirs;
-use fixture_dirs::{copy_dir, fixtures};
+use fixture_dirs::{copy_dir, copy_manifests, fixtures, hub_cmd, readme_pipeline};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -39,14 +39,7 @@ fn work() -> Work {
     let fx = fixtures();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    std::fs::create_dir_all(root.join("manifests")).unwrap();
-    for m in ["base", "stage1", "mcq", "eval-reference"] {
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("manifests/{m}.toml")),
-            root.join(format!("manifests/{m}.toml")),
-        )
-        .unwrap();
-    }
+    copy_manifests(root);
     copy_dir(&fx.join("tokenizer"), &root.join("tok"));
     copy_dir(&fx.join("teacher"), &root.join("hf_mcq"));
     std::fs::create_dir_all(root.join("corpus")).unwrap();
@@ -70,18 +63,12 @@ impl Work {
         self.dir.path()
     }
     fn cmd(&self, from: From) -> Command {
-        let mut c = bin();
-        c.current_dir(match from {
+        let dir = match from {
             From::Here => self.root(),
             From::Elsewhere => self.other.path(),
-        })
-        .env("HF_ENDPOINT", self.emu.endpoint())
-        .env("HF_HOME", self.root().join("hf-home"))
-        .env("RUST_LOG", "warn")
-        .env("NO_COLOR", "1")
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_HUB_OFFLINE")
-        .env_remove("DLM_TEST_PAUSE");
+        };
+        let mut c = hub_cmd(dir, &self.emu, self.root());
+        c.env_remove("DLM_TEST_PAUSE");
         c
     }
     fn pipeline_arg(from: From) -> &'static str {
@@ -196,40 +183,10 @@ fn assert_unchanged_night_touches_nothing(
     assert!(changed.is_empty(), "an unchanged night changed {changed:?}");
 }
 
-const README_PIPELINE: &str = r#"
-version = 1
-tokenizer = "tok"
-
-[base]
-manifest = "manifests/base.toml"
-local_dir = "models/base"
-
-[pack]
-manifest = "manifests/stage1.toml"
-out = "shards/stage1"
-seq_len = 256
-
-[mcq]
-manifest = "manifests/mcq.toml"
-out = "shards/mcq"
-
-[decontam]
-against = ["manifests/eval-reference.toml"]
-
-[distill]
-teacher = "hf_mcq"
-out = "distilled.json"
-gen_length = 16
-block_length = 8
-steps = 16
-batch_size = 3
-limit = 6
-"#;
-
 #[test]
 fn the_readme_pipeline_through_five_nights_from_two_directories() {
     let w = work();
-    w.write(README_PIPELINE);
+    w.write(&readme_pipeline("tok"));
     // Night 1: everything runs.
     let (code, v, e) = w.night(From::Here, &[]);
     assert_eq!(code, 0, "{e}");

@@ -28,7 +28,7 @@ use super::names::RepoKind;
 use super::progress::Progress;
 use super::retry::transient;
 use super::stall::RateGuard;
-use crate::manifest::Role;
+use crate::manifest::{LockedFile, Role};
 
 /// One file to fetch.
 #[derive(Debug, Clone)]
@@ -49,6 +49,17 @@ pub struct FileTask {
 }
 
 impl FileTask {
+    /// The file's lock entry with its verified `sha256`; a regular file's git oid is kept
+    /// (an LFS file is named by its sha256 alone).
+    pub fn locked(&self, sha256: String) -> LockedFile {
+        LockedFile {
+            path: self.path.clone(),
+            size: self.size,
+            sha256,
+            git_oid: self.lfs_sha256.is_none().then(|| self.git_oid.clone()),
+        }
+    }
+
     /// The blob name in the cache: sha256 for LFS files, git sha1 otherwise (huggingface_hub).
     pub fn etag(&self) -> &str {
         self.lfs_sha256.as_deref().unwrap_or(&self.git_oid)

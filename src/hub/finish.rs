@@ -12,7 +12,7 @@ use super::models::{self, ModelPlan};
 use super::plan::SourcePlan;
 use super::transfers::Fetched;
 use super::FetchArgs;
-use crate::manifest::{Lock, LockedFile, LockedModel, LockedSource};
+use crate::manifest::{Lock, LockedModel, LockedSource};
 use crate::worker::WorkerSlice;
 
 /// Each source's revision → commit ref in the cache (not offline: the refs are there).
@@ -193,27 +193,12 @@ pub(super) fn write_lock(
         sources: Vec::new(),
     };
     for (i, p) in plans.iter().enumerate() {
-        let mut files: Vec<LockedFile> = results
+        let files = results
             .iter()
             .filter(|r| r.1 == i)
-            .map(|(_, _, t, r)| LockedFile {
-                path: t.path.clone(),
-                size: t.size,
-                sha256: r.as_ref().map(|o| o.sha256.clone()).unwrap_or_default(),
-                git_oid: t.lfs_sha256.is_none().then(|| t.git_oid.clone()),
-            })
+            .map(|(_, _, t, r)| t.locked(r.as_ref().map(|o| o.sha256.clone()).unwrap_or_default()))
             .collect();
-        files.sort_by(|a, b| a.path.cmp(&b.path));
-        lock.sources.push(LockedSource {
-            name: p.source.name.clone(),
-            repo: p.source.repo.clone(),
-            revision: p.source.revision.clone(),
-            commit: p.commit.clone(),
-            config: p.source.config.clone(),
-            split: p.source.split.clone(),
-            role: p.source.role,
-            files,
-        });
+        lock.sources.push(p.locked(files));
     }
     lock.sources.extend(locals.iter().cloned());
     let shas = verified_shas(results);

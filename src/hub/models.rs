@@ -142,16 +142,7 @@ pub async fn plan_model(
 
 /// The lock entry of a fetched model (`shas`: each file's verified sha256, by path).
 pub fn locked_model(p: &ModelPlan, sha_of: impl Fn(&FileTask) -> String) -> LockedModel {
-    let mut files: Vec<LockedFile> = p
-        .files
-        .iter()
-        .map(|t| LockedFile {
-            path: t.path.clone(),
-            size: t.size,
-            sha256: sha_of(t),
-            git_oid: t.lfs_sha256.is_none().then(|| t.git_oid.clone()),
-        })
-        .collect();
+    let mut files: Vec<LockedFile> = p.files.iter().map(|t| t.locked(sha_of(t))).collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     LockedModel {
         name: p.model.name.clone(),

@@ -22,6 +22,25 @@ pub struct SourcePlan {
     pub files: Vec<FileTask>,
 }
 
+impl SourcePlan {
+    /// This source's lock entry: its declaration at the resolved commit, with `files`
+    /// (sorted by path here).
+    pub fn locked(&self, mut files: Vec<LockedFile>) -> LockedSource {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let s = &self.source;
+        LockedSource {
+            name: s.name.clone(),
+            repo: s.repo.clone(),
+            revision: s.revision.clone(),
+            commit: self.commit.clone(),
+            config: s.config.clone(),
+            split: s.split.clone(),
+            role: s.role,
+            files,
+        }
+    }
+}
+
 fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
     FileTask {
         source: s.name.clone(),

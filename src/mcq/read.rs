@@ -148,6 +148,29 @@ fn required(c: &dyn Array, i: usize, name: &str, row: u64, path: &Path) -> Resul
     })
 }
 
+/// Why an item is skipped for a blank part (None: nothing it needs is blank): the question,
+/// then the correct option (`correct_name` names it), then fewer than two non-blank
+/// `options` (the correct one included; `blank` names the blank ones).
+fn blank_reason(
+    question: &str,
+    correct: &str,
+    correct_name: impl FnOnce() -> String,
+    options: usize,
+    blank: &[String],
+) -> Option<String> {
+    if question.trim().is_empty() {
+        Some("question is blank".to_string())
+    } else if correct.trim().is_empty() {
+        Some(format!("{} is blank", correct_name()))
+    } else if options < 2 {
+        Some(format!(
+            "fewer than two non-blank options ({} blank)",
+            blank.join(", ")
+        ))
+    } else {
+        None
+    }
+}
 /// sciq rows: question, correct_answer, distractor1–3 (blank distractors left out).
 fn read_sciq(
     batch: &RecordBatch,
@@ -180,19 +203,15 @@ fn read_sciq(
                 distractors.push(v.trim().to_string());
             }
         }
-        let blank_reason = if question.trim().is_empty() {
-            Some("question is blank".to_string())
-        } else if correct.trim().is_empty() {
-            Some("correct_answer is blank".to_string())
-        } else if distractors.is_empty() {
-            Some(format!(
-                "fewer than two non-blank options ({} blank)",
-                blank.join(", ")
-            ))
-        } else {
-            None
-        };
-        if let Some(reason) = blank_reason {
+        let options = distractors.len() + 1;
+        let why = blank_reason(
+            &question,
+            &correct,
+            || "correct_answer".into(),
+            options,
+            &blank,
+        );
+        if let Some(reason) = why {
             skip(stats, ctx, row, reason, false);
             continue;
         }
@@ -281,19 +300,9 @@ fn read_mmlu(
             .filter(|o| !o.trim().is_empty())
             .map(|o| o.trim().to_string())
             .collect();
-        let blank_reason = if question.trim().is_empty() {
-            Some("question is blank".to_string())
-        } else if options[gold].trim().is_empty() {
-            Some(format!("the correct choice (choices[{gold}]) is blank"))
-        } else if kept.len() < 2 {
-            Some(format!(
-                "fewer than two non-blank options ({} blank)",
-                blank.join(", ")
-            ))
-        } else {
-            None
-        };
-        if let Some(reason) = blank_reason {
+        let correct_name = || format!("the correct choice (choices[{gold}])");
+        let why = blank_reason(&question, &options[gold], correct_name, kept.len(), &blank);
+        if let Some(reason) = why {
             skip(stats, ctx, row, reason, false);
             continue;
         }

@@ -16,7 +16,8 @@ use crate::hub::log::{self, DownloadLog};
 use crate::hub::plan as hplan;
 use crate::hub::retry::RetryPolicy;
 use crate::hub::stream::{RangeRead, RemoteFile, RemoteSpec};
-use crate::manifest::{Format, Lock, LockedFile, LockedSource, Manifest};
+use crate::manifest::{Format, Lock, Manifest};
+use crate::sources::records::Layout;
 use crate::sources::{self, Sink};
 use crate::worker::WorkerSlice;
 
@@ -81,25 +82,13 @@ impl Streaming {
             if let Some(e) = hplan::policy_check(&p.source, &names) {
                 return Err(e);
             }
-            lock.sources.push(LockedSource {
-                name: p.source.name.clone(),
-                repo: p.source.repo.clone(),
-                revision: p.source.revision.clone(),
-                commit: p.commit.clone(),
-                config: p.source.config.clone(),
-                split: p.source.split.clone(),
-                role: p.source.role,
-                files: p
-                    .files
-                    .iter()
-                    .map(|t| LockedFile {
-                        path: t.path.clone(),
-                        size: t.size,
-                        sha256: t.lfs_sha256.clone().unwrap_or_default(),
-                        git_oid: t.lfs_sha256.is_none().then(|| t.git_oid.clone()),
-                    })
-                    .collect(),
-            });
+            // Not fetched: an LFS file's sha256 is its oid, a regular file's is unknown.
+            let files = p
+                .files
+                .iter()
+                .map(|t| t.locked(t.lfs_sha256.clone().unwrap_or_default()))
+                .collect();
+            lock.sources.push(p.locked(files));
         }
         Ok(lock)
     }
@@ -120,17 +109,13 @@ impl Streaming {
             Format::Parquet => {
                 sources::parquet::read_async(&self.rt, f.clone(), name, tpl, start_row, sink)
             }
-            Format::Json => sources::json_array::read_from(
+            Format::Json | Format::Jsonl => sources::records::rendered(
                 RangeRead::new(&f, &self.rt),
                 name,
-                row_max,
-                tpl,
-                start_row,
-                sink,
-            ),
-            Format::Jsonl => sources::jsonl::read_from(
-                RangeRead::new(&f, &self.rt),
-                name,
+                match u.format {
+                    Format::Json => Layout::Array,
+                    _ => Layout::Lines,
+                },
                 row_max,
                 tpl,
                 start_row,

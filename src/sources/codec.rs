@@ -88,6 +88,30 @@ impl Drop for Decompressed {
     }
 }
 
+/// `path` as a plain file that random access can read (parquet): the file itself, or for a
+/// `.gz` / `.zst` a decompressed temporary copy, removed when this is dropped.
+pub enum PlainFile<'a> {
+    Itself(&'a Path),
+    Copy(Decompressed),
+}
+
+impl PlainFile<'_> {
+    pub fn path(&self) -> &Path {
+        match self {
+            PlainFile::Itself(p) => p,
+            PlainFile::Copy(d) => &d.path,
+        }
+    }
+}
+
+/// [`PlainFile`] of `path` (shown as `name` in errors).
+pub fn plain_file<'a>(path: &'a Path, name: &str) -> Result<PlainFile<'a>> {
+    Ok(match Codec::of(path) {
+        Codec::Plain => PlainFile::Itself(path),
+        _ => PlainFile::Copy(decompress_to_temp(path, name)?),
+    })
+}
+
 /// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`).
 pub fn decompress_to_temp(path: &Path, name: &str) -> Result<Decompressed> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -1,8 +1,8 @@
 //! Streaming readers: each input format turns one file into rows rendered by the source's
 //! text template, in file order, with bounded memory — never a whole file in memory.
 //!
-//! [`RowReader`] is the one reader over every input format ([`parquet`], [`json_array`],
-//! [`jsonl`]; [`reader`] picks it): rows as JSON objects ([`RowReader::values`], for
+//! [`RowReader`] is the one reader over every input format ([`parquet`], JSON array and JSON
+//! lines ([`records`]); [`reader`] picks it): rows as JSON objects ([`RowReader::values`], for
 //! decontam, inspect, audit and lineage) or rendered by a template ([`RowReader::rendered`],
 //! for pack). [`records`] streams both JSON layouts with a bound per record ([`crate::bounded`]
 //! opens regular files only and holds the bounds); [`template`] renders a row;
@@ -17,8 +17,6 @@
 pub mod codec;
 pub mod columns;
 pub mod files;
-pub mod json_array;
-pub mod jsonl;
 pub mod local;
 pub mod parquet;
 pub mod parquet_batch;
@@ -81,8 +79,7 @@ pub trait RowReader {
         sink: &mut Sink,
     ) -> Result<()> {
         self.values(path, name, start_row, &mut |row, v| {
-            let o = render_json(tpl, &v).map_err(|e| anyhow::anyhow!("{name}: row {row}: {e}"))?;
-            sink(row, o)
+            render_row(name, tpl, sink, row, &v)
         })
     }
 }
@@ -147,6 +144,19 @@ pub(crate) fn json_field<'a>(
             scratch.as_deref()
         }
     }
+}
+
+/// Row `row` of `name` (a JSON object) rendered by `tpl` into `sink`; a render error names
+/// the row.
+pub(crate) fn render_row(
+    name: &str,
+    tpl: &Template,
+    sink: &mut Sink,
+    row: u64,
+    v: &serde_json::Value,
+) -> Result<()> {
+    let o = render_json(tpl, v).map_err(|e| anyhow::anyhow!("{name}: row {row}: {e}"))?;
+    sink(row, o)
 }
 
 /// Render one JSON object row. With a strict template (own data) an absent field is

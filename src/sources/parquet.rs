@@ -24,13 +24,9 @@ impl super::RowReader for Parquet {
         start_row: u64,
         f: &mut super::records::OnRecord,
     ) -> Result<()> {
-        let tmp = match super::codec::Codec::of(path) {
-            super::codec::Codec::Plain => None,
-            _ => Some(super::codec::decompress_to_temp(path, name)?),
-        };
-        let path = tmp.as_ref().map_or(path, |t| t.path.as_path());
+        let plain = super::codec::plain_file(path, name)?;
         let mut row = 0u64;
-        for b in crate::shards::guarded::open(path)? {
+        for b in crate::shards::guarded::open(plain.path())? {
             let b = b.with_context(|| format!("decoding {name}"))?;
             let mut vals = Vec::with_capacity(b.num_rows());
             super::columns::batch_rows(&b, &mut vals);
@@ -64,12 +60,10 @@ pub fn read(
     sink: &mut Sink,
 ) -> Result<()> {
     // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
-    let tmp = match super::codec::Codec::of(path) {
-        super::codec::Codec::Plain => None,
-        _ => Some(super::codec::decompress_to_temp(path, name)?),
-    };
-    let path = tmp.as_ref().map_or(path, |t| t.path.as_path());
-    crate::util::no_panic(name, || read_inner(path, name, tpl, start_row, sink))
+    let plain = super::codec::plain_file(path, name)?;
+    crate::util::no_panic(name, || {
+        read_inner(plain.path(), name, tpl, start_row, sink)
+    })
 }
 
 fn read_inner(

@@ -17,6 +17,7 @@ use anyhow::{anyhow, Result};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::{Sink, Template};
 use crate::bounded::{Bound, Capped, Counter};
 
 /// How records lie in a file.
@@ -91,6 +92,22 @@ pub fn for_each(
         Layout::Lines => lines(input, name, bound, start_row, f),
         Layout::Array => array(input, name, bound, start_row, f),
     }
+}
+
+/// [`for_each`], each record rendered by `tpl` into `sink`: pack's JSON array and JSON lines
+/// inputs, local or read from the Hub by range (`--stream`).
+pub fn rendered(
+    input: impl Read,
+    name: &str,
+    layout: Layout,
+    bound: Bound,
+    tpl: &Template,
+    start_row: u64,
+    sink: &mut Sink,
+) -> Result<()> {
+    for_each(input, name, layout, bound, start_row, &mut |row, v| {
+        super::render_row(name, tpl, sink, row, &v)
+    })
 }
 
 fn lines(

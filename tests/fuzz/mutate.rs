@@ -423,6 +423,38 @@ pub fn json_tree(rng: &mut Rng, v: &mut Value) {
     }
 }
 
+/// A target's text format: its structured mutation and the tokens the byte mutator inserts.
+#[derive(Clone, Copy)]
+pub enum Text {
+    /// A TOML document: parsed and edited half the time, else edited line by line.
+    Toml,
+    /// A JSON document, always edited as a tree.
+    JsonDoc,
+    /// A JSON array document (edited as a tree half the time) or JSON lines: else line edits.
+    JsonOrLines,
+    /// Line edits only, inserting these tokens (JSON lines, HTTP headers, YAML).
+    Lines(&'static [&'static [u8]]),
+}
+
+impl Text {
+    pub fn dictionary(self) -> &'static [&'static [u8]] {
+        match self {
+            Text::Toml => TOML_DICT,
+            Text::JsonDoc | Text::JsonOrLines => JSON_DICT,
+            Text::Lines(d) => d,
+        }
+    }
+
+    pub fn mutate(self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Text::Toml if rng.chance(2) => toml(rng, input),
+            Text::JsonDoc => json(rng, input),
+            Text::JsonOrLines if input.first() == Some(&b'[') && rng.chance(2) => json(rng, input),
+            _ => Some(lines(rng, input, self.dictionary())),
+        }
+    }
+}
+
 /// Parse `input` as JSON, edit the tree, serialise (compact or pretty).
 pub fn json(rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(input).ok()?;

@@ -59,6 +59,24 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The arguments of `dlm-data pack` over the world's training manifest into `out`, rows of
+/// `seq_len` tokens.
+pub fn pack_args<'a>(w: &'a World, out: &'a Path, seq_len: &'a str) -> Vec<&'a str> {
+    vec![
+        "pack",
+        "--manifest",
+        p(&w.manifest),
+        "--cache",
+        p(&w.cache),
+        "--tokenizer",
+        p(&w.tokenizer),
+        "--out",
+        p(out),
+        "--seq-len",
+        seq_len,
+    ]
+}
+
 /// The arguments of `dlm-data mcq` over the world's training manifest into `out`, plus
 /// `extra` flags.
 pub fn mcq_args<'a>(w: &'a World, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {

@@ -13,7 +13,7 @@ use dlm_data::hub::retry::{server_wait, RetryPolicy};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::driver::Target;
-use crate::mutate::{self, Rng};
+use crate::mutate::{self, Text};
 
 /// Raw HTTP/1.1 GET to the emulator: (head, body).
 fn get(endpoint: &str, path: &str) -> Result<(String, Vec<u8>)> {
@@ -133,6 +133,7 @@ fn header_map(input: &[u8]) -> HeaderMap {
 }
 
 impl Target for HubHeaders {
+    const TEXT: Option<Text> = Some(Text::Lines(mutate::HEADER_DICT));
     fn setup(work: &Path) -> Result<Self> {
         let s = hub_seeds(work)?;
         Ok(HubHeaders(
@@ -141,12 +142,6 @@ impl Target for HubHeaders {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
-    }
-    fn dictionary(&self) -> &'static [&'static [u8]] {
-        mutate::HEADER_DICT
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        Some(mutate::lines(rng, input, mutate::HEADER_DICT))
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let h = header_map(input);
@@ -171,14 +166,12 @@ impl Target for HubHeaders {
 pub struct HubRevision(Vec<Vec<u8>>);
 
 impl Target for HubRevision {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         Ok(HubRevision(hub_seeds(work)?.revisions))
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let sha = parse_revision("revision main of o/r", input)?;
@@ -195,14 +188,12 @@ impl Target for HubRevision {
 pub struct HubTree(Vec<Vec<u8>>);
 
 impl Target for HubTree {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         Ok(HubTree(hub_seeds(work)?.pages))
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let page: Vec<TreeEntry> = serde_json::from_slice(input)?;
@@ -269,6 +260,7 @@ pub struct HubReadme {
 }
 
 impl Target for HubReadme {
+    const TEXT: Option<Text> = Some(Text::Lines(mutate::YAML_DICT));
     fn setup(work: &Path) -> Result<Self> {
         let s = hub_seeds(work)?;
         Ok(HubReadme {
@@ -278,12 +270,6 @@ impl Target for HubReadme {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.readmes.clone()
-    }
-    fn dictionary(&self) -> &'static [&'static [u8]] {
-        mutate::YAML_DICT
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        Some(mutate::lines(rng, input, mutate::YAML_DICT))
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(input)?;

@@ -8,7 +8,7 @@ use anyhow::Result;
 use dlm_data::manifest::{Lock, LockedFile, LockedSource, Manifest, Role};
 
 use crate::driver::Target;
-use crate::mutate::{self, Rng};
+use crate::mutate::{self, Text};
 
 /// `manifests/*.toml` (the shipped manifests) and a lock written by [`Lock::save`].
 pub struct ManifestToml {
@@ -17,6 +17,7 @@ pub struct ManifestToml {
 }
 
 impl Target for ManifestToml {
+    const TEXT: Option<Text> = Some(Text::Toml);
     fn setup(work: &Path) -> Result<Self> {
         let root = crate::driver::repo_root().join("manifests");
         let mut seeds = Vec::new();
@@ -52,16 +53,6 @@ impl Target for ManifestToml {
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
     }
-    fn dictionary(&self) -> &'static [&'static [u8]] {
-        mutate::TOML_DICT
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        if rng.chance(2) {
-            mutate::toml(rng, input)
-        } else {
-            Some(mutate::lines(rng, input, mutate::TOML_DICT))
-        }
-    }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
         // Either layout may come in; the seeds must parse as one of them.
@@ -95,6 +86,7 @@ pub struct PromptsJsonl {
 }
 
 impl Target for PromptsJsonl {
+    const TEXT: Option<Text> = Some(Text::Lines(mutate::JSON_DICT));
     fn setup(work: &Path) -> Result<Self> {
         let p = work.join("seed.jsonl");
         dlm_data::fixtures::teacher::write_demo_prompts(&p)?;
@@ -105,9 +97,6 @@ impl Target for PromptsJsonl {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        Some(mutate::lines(rng, input, mutate::JSON_DICT))
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
@@ -126,6 +115,7 @@ pub struct DistillPart {
 }
 
 impl Target for DistillPart {
+    const TEXT: Option<Text> = Some(Text::Lines(mutate::JSON_DICT));
     fn setup(work: &Path) -> Result<Self> {
         let teacher = work.join("teacher");
         dlm_data::fixtures::teacher::write_teacher(&teacher, &Default::default())?;
@@ -175,9 +165,6 @@ impl Target for DistillPart {
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
     }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        Some(mutate::lines(rng, input, mutate::JSON_DICT))
-    }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.part, input)?;
         let p = dlm_data::distill::output::read_part(&self.part)?;
@@ -200,6 +187,7 @@ pub struct TokenizerJson {
 }
 
 impl Target for TokenizerJson {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         let p = dlm_data::fixtures::tokenizer::write_tokenizer(&work.join("seed"))?;
         let bytes = std::fs::read(&p)?;
@@ -219,9 +207,6 @@ impl Target for TokenizerJson {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};

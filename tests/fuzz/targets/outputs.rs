@@ -10,22 +10,20 @@ use dlm_data::manifest::{Lock, LockedFile, LockedModel, LockedSource, ModelLock,
 use dlm_data::shards::index;
 
 use crate::driver::Target;
-use crate::mutate::{self, Rng};
+use crate::mutate::Text;
 
 /// `index.json` (both layouts): parsed as every reader does, then each shard path checked as
 /// `audit` confines it.
 pub struct IndexJson(Vec<Vec<u8>>);
 
 impl Target for IndexJson {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         let mds = super::shards::MdsIndex::setup(work)?;
         Ok(IndexJson(mds.seeds()))
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let idx = index::parse(std::str::from_utf8(input)?, Path::new("index.json"))?;
@@ -49,6 +47,7 @@ pub struct PipelineToml {
 }
 
 impl Target for PipelineToml {
+    const TEXT: Option<Text> = Some(Text::Toml);
     fn setup(work: &Path) -> Result<Self> {
         let doc = std::fs::read_to_string(crate::driver::repo_root().join("docs/commands/run.md"))?;
         let start = doc
@@ -63,16 +62,6 @@ impl Target for PipelineToml {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
-    }
-    fn dictionary(&self) -> &'static [&'static [u8]] {
-        mutate::TOML_DICT
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        if rng.chance(2) {
-            mutate::toml(rng, input)
-        } else {
-            Some(mutate::lines(rng, input, mutate::TOML_DICT))
-        }
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
@@ -98,6 +87,7 @@ pub struct ManifestLock {
 }
 
 impl Target for ManifestLock {
+    const TEXT: Option<Text> = Some(Text::Toml);
     fn setup(work: &Path) -> Result<Self> {
         let file = |path: &str, size: u64| LockedFile {
             path: path.into(),
@@ -138,16 +128,6 @@ impl Target for ManifestLock {
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
     }
-    fn dictionary(&self) -> &'static [&'static [u8]] {
-        mutate::TOML_DICT
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        if rng.chance(2) {
-            mutate::toml(rng, input)
-        } else {
-            Some(mutate::lines(rng, input, mutate::TOML_DICT))
-        }
-    }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
         let l = Lock::load(&self.path)?;
@@ -168,6 +148,7 @@ pub struct OutputLockFile {
 }
 
 impl Target for OutputLockFile {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         let path = work.join(dlm_data::lock::DIR_LOCK);
         let holder = dlm_data::lock::OutputLock::file(&path, "pack", work)?;
@@ -179,9 +160,6 @@ impl Target for OutputLockFile {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         // Rewrite in place: the holder's lock is on this inode.
@@ -208,6 +186,7 @@ impl Target for OutputLockFile {
 pub struct JsonRows(Vec<Vec<u8>>);
 
 impl Target for JsonRows {
+    const TEXT: Option<Text> = Some(Text::JsonOrLines);
     fn setup(_work: &Path) -> Result<Self> {
         let rows: Vec<serde_json::Value> = (0..6)
             .map(|i| {
@@ -224,15 +203,9 @@ impl Target for JsonRows {
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
     }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        if input.first() == Some(&b'[') && rng.chance(2) {
-            mutate::json(rng, input)
-        } else {
-            Some(mutate::lines(rng, input, mutate::JSON_DICT))
-        }
-    }
     fn run(&self, input: &[u8]) -> Result<()> {
-        use dlm_data::sources::{json_array, jsonl, Template};
+        use dlm_data::sources::records::{rendered, Layout};
+        use dlm_data::sources::Template;
         let tpl = Template::parse("{meta.title}: {text}")?;
         let mut n = 0u64;
         let mut sink = |_row: u64, _o: dlm_data::sources::Outcome| -> Result<()> {
@@ -241,8 +214,8 @@ impl Target for JsonRows {
         };
         // A small row bound, so the bound itself is exercised.
         let bound = dlm_data::sources::Bound::new(4096, "--max-row-bytes");
-        let a = jsonl::read_from(input, "in.jsonl", bound, &tpl, 0, &mut sink);
-        let b = json_array::read_from(input, "in.json", bound, &tpl, 0, &mut sink);
+        let a = rendered(input, "in.jsonl", Layout::Lines, bound, &tpl, 0, &mut sink);
+        let b = rendered(input, "in.json", Layout::Array, bound, &tpl, 0, &mut sink);
         match (a, b) {
             (Err(e), Err(_)) => Err(e),
             _ => Ok(()),
@@ -258,6 +231,7 @@ pub struct DistilledJson {
 }
 
 impl Target for DistilledJson {
+    const TEXT: Option<Text> = Some(Text::JsonOrLines);
     fn setup(work: &Path) -> Result<Self> {
         let recs: Vec<serde_json::Value> = (0..4)
             .map(|i| {
@@ -279,13 +253,6 @@ impl Target for DistilledJson {
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.seeds.clone()
     }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        if input.first() == Some(&b'[') && rng.chance(2) {
-            mutate::json(rng, input)
-        } else {
-            Some(mutate::lines(rng, input, mutate::JSON_DICT))
-        }
-    }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;
         let _ = dlm_data::inspect::records::first_record(
@@ -305,6 +272,7 @@ pub struct LineageJson {
 }
 
 impl Target for LineageJson {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         use dlm_data::model::checkpoint::{Checkpoint, FileDigest};
         use dlm_data::model::lineage::{DataInput, DataKind, Lineage, Stage};
@@ -343,9 +311,6 @@ impl Target for LineageJson {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.seed.clone()]
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         std::fs::write(&self.path, input)?;

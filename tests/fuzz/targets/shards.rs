@@ -14,7 +14,7 @@ use dlm_data::shards::{index, mds, mds_read, megatron, parquet as pq, Dtype, Row
 use dlm_data::sources::{parquet as src_pq, Template};
 
 use crate::driver::Target;
-use crate::mutate::{self, Rng};
+use crate::mutate::{self, Rng, Text};
 
 fn sft_rows() -> Vec<SftRow> {
     (0..5u32)
@@ -189,6 +189,7 @@ fn sample_index(format: &str, mds_shards: Option<&[serde_json::Value]>) -> Resul
 pub struct MdsIndex(Vec<Vec<u8>>);
 
 impl Target for MdsIndex {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(_work: &Path) -> Result<Self> {
         let (_, entry) = mds::encode(&sft_batch(ShardFormat::Mds)?, Dtype::U32)?;
         Ok(MdsIndex(vec![
@@ -198,9 +199,6 @@ impl Target for MdsIndex {
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         self.0.clone()
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(input)?;

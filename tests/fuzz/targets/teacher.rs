@@ -11,7 +11,7 @@ use dlm_data::fixtures::teacher::{write_teacher, TinyTeacher};
 use dlm_data::teacher::{Teacher, TeacherOptions, TeacherTokenizer};
 
 use crate::driver::Target;
-use crate::mutate::{self, Rng};
+use crate::mutate::{self, Rng, Text};
 
 /// Which file of the checkpoint the input replaces.
 pub struct TeacherFile {
@@ -44,14 +44,12 @@ fn write(tf: &TeacherFile, input: &[u8]) -> Result<()> {
 pub struct TeacherConfig(TeacherFile);
 
 impl Target for TeacherConfig {
+    const TEXT: Option<Text> = Some(Text::JsonDoc);
     fn setup(work: &Path) -> Result<Self> {
         Ok(TeacherConfig(setup_file(work, "config.json")?))
     }
     fn seeds(&self) -> Vec<Vec<u8>> {
         vec![self.0.seed.clone()]
-    }
-    fn mutate(&self, rng: &mut Rng, input: &[u8]) -> Option<Vec<u8>> {
-        mutate::json(rng, input)
     }
     fn run(&self, input: &[u8]) -> Result<()> {
         write(&self.0, input)?;
