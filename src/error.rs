@@ -7,28 +7,34 @@
 
 use std::fmt;
 
-/// A request refused by policy (an evaluation split, an eval-reference file used as training
-/// input, ...). Exit code 2.
-#[derive(Debug, Clone)]
-pub struct Refused(pub String);
+/// An error type that is its message, shown as `PREFIX: message`.
+macro_rules! message_error {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name(pub String);
 
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "refused: {}", self.0)
-    }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, ": {}"), self.0)
+            }
+        }
+        impl std::error::Error for $name {}
+    };
 }
-impl std::error::Error for Refused {}
 
-/// Bad command-line usage or an argument that cannot be honoured. Exit code 2.
-#[derive(Debug, Clone)]
-pub struct Usage(pub String);
+message_error!(
+    /// A request refused by policy (an evaluation split, an eval-reference file used as
+    /// training input, ...). Exit code 2.
+    Refused,
+    "refused"
+);
 
-impl fmt::Display for Usage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "usage: {}", self.0)
-    }
-}
-impl std::error::Error for Usage {}
+message_error!(
+    /// Bad command-line usage or an argument that cannot be honoured. Exit code 2.
+    Usage,
+    "usage"
+);
 
 /// Build an `anyhow::Error` that exits with code 2 because policy refused the request.
 pub fn refused(msg: impl Into<String>) -> anyhow::Error {
@@ -44,17 +50,12 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 /// wrappers and Slurm requeue scripts test for.
 pub const EXIT_BUSY: i32 = 75;
 
-/// Another live dlm-data process holds the output (see [`crate::lock`]). Exit code
-/// [`EXIT_BUSY`].
-#[derive(Debug, Clone)]
-pub struct Busy(pub String);
-
-impl fmt::Display for Busy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "busy: {}", self.0)
-    }
-}
-impl std::error::Error for Busy {}
+message_error!(
+    /// Another live dlm-data process holds the output (see [`crate::lock`]). Exit code
+    /// [`EXIT_BUSY`].
+    Busy,
+    "busy"
+);
 
 /// The run stopped at a safe point because signal `.0` arrived (see [`crate::signals`]).
 /// Exit code 128 + the signal number, as a shell reports a process killed by it.

@@ -341,28 +341,27 @@ impl Manifest {
                     }
                     continue;
                 }
-                if a.files == b.files && a.role == b.role {
-                    return Err(crate::error::usage(format!(
-                        "manifest {}: sources {:?} and {:?} both select {} config {:?} split \
-                         {:?}: the same data would be used twice; keep one (use `weight` to \
-                         up-weight it)",
+                let both = |verb: &str| {
+                    format!(
+                        "manifest {}: sources {:?} and {:?} both {verb} {} config {:?} split {:?}",
                         self.path.display(),
                         b.name,
                         a.name,
                         a.repo,
                         a.config,
                         a.split
+                    )
+                };
+                if a.files == b.files && a.role == b.role {
+                    return Err(crate::error::usage(format!(
+                        "{}: the same data would be used twice; keep one (use `weight` to \
+                         up-weight it)",
+                        both("select")
                     )));
                 }
                 tracing::warn!(
-                    "manifest {}: sources {:?} and {:?} both read {} config {:?} split {:?} \
-                     (with different `files`); check that they do not overlap",
-                    self.path.display(),
-                    b.name,
-                    a.name,
-                    a.repo,
-                    a.config,
-                    a.split
+                    "{} (with different `files`); check that they do not overlap",
+                    both("read")
                 );
             }
         }

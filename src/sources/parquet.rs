@@ -48,36 +48,18 @@ impl super::RowReader for Parquet {
         start_row: u64,
         sink: &mut Sink,
     ) -> Result<()> {
-        read(path, name, tpl, start_row, sink)
+        // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
+        let plain = super::codec::plain_file(path, name)?;
+        let path = plain.path();
+        crate::util::no_panic(name, || {
+            // Several row groups (or one large one) from the cursor on: decoded on several
+            // threads.
+            if let Some(r) = super::parquet_par::try_read(path, name, tpl, start_row, sink) {
+                return r;
+            }
+            read_serial(path, name, tpl, start_row, sink)
+        })
     }
-}
-
-pub fn read(
-    path: &Path,
-    name: &str,
-    tpl: &Template,
-    start_row: u64,
-    sink: &mut Sink,
-) -> Result<()> {
-    // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
-    let plain = super::codec::plain_file(path, name)?;
-    crate::util::no_panic(name, || {
-        read_inner(plain.path(), name, tpl, start_row, sink)
-    })
-}
-
-fn read_inner(
-    path: &Path,
-    name: &str,
-    tpl: &Template,
-    start_row: u64,
-    sink: &mut Sink,
-) -> Result<()> {
-    // Several row groups (or one large one) from the cursor on: decoded on several threads.
-    if let Some(r) = super::parquet_par::try_read(path, name, tpl, start_row, sink) {
-        return r;
-    }
-    read_serial(path, name, tpl, start_row, sink)
 }
 
 /// Number of rows and row groups of a parquet file (footer only).
