@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::hub::cache::Cache;
-use crate::manifest::{Lock, Manifest, Role};
+use crate::manifest::{Lock, LockedFile, LockedSource, Manifest, Role};
 
 /// `(repo, commit, path)`
 pub type FileKey = (String, String, String);
@@ -29,6 +29,21 @@ pub struct ManifestSet {
     /// `Err(message)` when the lock is missing or unreadable.
     pub lock: Result<Lock, String>,
     pub lock_sha256: Option<String>,
+}
+
+impl ManifestSet {
+    /// Every file the lock pins for a source `keep` selects, with its source (none when the
+    /// lock is unreadable).
+    pub fn locked_files<'a>(
+        &'a self,
+        keep: impl Fn(&LockedSource) -> bool + 'a,
+    ) -> impl Iterator<Item = (&'a LockedSource, &'a LockedFile)> + 'a {
+        self.lock
+            .iter()
+            .flat_map(|l| &l.sources)
+            .filter(move |ls| keep(ls))
+            .flat_map(|ls| ls.files.iter().map(move |f| (ls, f)))
+    }
 }
 
 /// One line of download.log (fields of contract 1 the audit uses).

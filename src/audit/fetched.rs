@@ -122,60 +122,57 @@ pub fn download_log(ctx: &Ctx) -> Check {
     }
     let mut files = 0;
     for s in &ctx.sets {
-        let Ok(lock) = &s.lock else { continue };
         // Local sources were never downloaded: `local-sources` re-hashes them.
-        for ls in lock.sources.iter().filter(|ls| !ls.repo.is_empty()) {
-            for f in &ls.files {
-                files += 1;
-                let entries = by_file
-                    .get(&(ls.repo.as_str(), ls.commit.as_str(), f.path.as_str()))
-                    .cloned()
-                    .unwrap_or_default();
-                let good = entries
-                    .iter()
-                    .any(|(_, l)| l.verified && l.sha256.as_deref() == Some(f.sha256.as_str()));
-                if entries.is_empty() {
+        for (ls, f) in s.locked_files(|ls| !ls.repo.is_empty()) {
+            files += 1;
+            let entries = by_file
+                .get(&(ls.repo.as_str(), ls.commit.as_str(), f.path.as_str()))
+                .cloned()
+                .unwrap_or_default();
+            let good = entries
+                .iter()
+                .any(|(_, l)| l.verified && l.sha256.as_deref() == Some(f.sha256.as_str()));
+            if entries.is_empty() {
+                c.fail(format!(
+                    "{} {}@{}: locked in {} but never logged as downloaded",
+                    ls.name,
+                    ls.repo,
+                    &ls.commit[..ls.commit.len().min(12)],
+                    f.path
+                ));
+            } else if !good {
+                let (ln, l) = entries.last().unwrap();
+                c.fail(format!(
+                    "{} {}: no verified download with the locked sha256 {} (last: line {ln}, sha256 {}, verified {}{})",
+                    ls.name,
+                    f.path,
+                    f.sha256,
+                    l.sha256.as_deref().unwrap_or("-"),
+                    l.verified,
+                    l.error.as_deref().map(|e| format!(", error {e}")).unwrap_or_default()
+                ));
+            }
+            for (ln, l) in &entries {
+                if l.verified && l.sha256.as_deref() != Some(f.sha256.as_str()) {
                     c.fail(format!(
-                        "{} {}@{}: locked in {} but never logged as downloaded",
-                        ls.name,
-                        ls.repo,
-                        &ls.commit[..ls.commit.len().min(12)],
-                        f.path
-                    ));
-                } else if !good {
-                    let (ln, l) = entries.last().unwrap();
-                    c.fail(format!(
-                        "{} {}: no verified download with the locked sha256 {} (last: line {ln}, sha256 {}, verified {}{})",
-                        ls.name,
+                        "{} line {ln}: {} verified with sha256 {} but the lock says {}",
+                        ctx.log_path.display(),
                         f.path,
-                        f.sha256,
                         l.sha256.as_deref().unwrap_or("-"),
-                        l.verified,
-                        l.error.as_deref().map(|e| format!(", error {e}")).unwrap_or_default()
+                        f.sha256
                     ));
                 }
-                for (ln, l) in &entries {
-                    if l.verified && l.sha256.as_deref() != Some(f.sha256.as_str()) {
-                        c.fail(format!(
-                            "{} line {ln}: {} verified with sha256 {} but the lock says {}",
-                            ctx.log_path.display(),
-                            f.path,
-                            l.sha256.as_deref().unwrap_or("-"),
-                            f.sha256
-                        ));
-                    }
-                    let want = match ls.role {
-                        Role::Train => "train",
-                        Role::EvalReference => "eval-reference",
-                    };
-                    if !l.role.is_empty() && l.role != want {
-                        c.fail(format!(
-                            "{} line {ln}: {} logged with role {:?}, locked as {want}",
-                            ctx.log_path.display(),
-                            f.path,
-                            l.role
-                        ));
-                    }
+                let want = match ls.role {
+                    Role::Train => "train",
+                    Role::EvalReference => "eval-reference",
+                };
+                if !l.role.is_empty() && l.role != want {
+                    c.fail(format!(
+                        "{} line {ln}: {} logged with role {:?}, locked as {want}",
+                        ctx.log_path.display(),
+                        f.path,
+                        l.role
+                    ));
                 }
             }
         }
@@ -269,20 +266,17 @@ pub fn cache(ctx: &Ctx, hash: bool) -> Check {
     let mut files = 0;
     let mut bytes = 0u64;
     for s in &ctx.sets {
-        let Ok(lock) = &s.lock else { continue };
-        for ls in lock.sources.iter().filter(|ls| !ls.repo.is_empty()) {
-            for f in &ls.files {
-                files += 1;
-                let p = ctx
-                    .cache
-                    .snapshot_path(ls.role, &ls.repo, &ls.commit, &f.path);
-                // The readers' symlink rule: what pack would refuse is a broken link here.
-                if let Err(e) = ctx.cache.check_resolved(ls.role, &ls.repo, &p) {
-                    c.fail(format!("{e:#}"));
-                    continue;
-                }
-                bytes += check_cached(&mut c, &p, f, hash);
+        for (ls, f) in s.locked_files(|ls| !ls.repo.is_empty()) {
+            files += 1;
+            let p = ctx
+                .cache
+                .snapshot_path(ls.role, &ls.repo, &ls.commit, &f.path);
+            // The readers' symlink rule: what pack would refuse is a broken link here.
+            if let Err(e) = ctx.cache.check_resolved(ls.role, &ls.repo, &p) {
+                c.fail(format!("{e:#}"));
+                continue;
             }
+            bytes += check_cached(&mut c, &p, f, hash);
         }
     }
     c.summary = format!(

@@ -1,9 +1,9 @@
 //! The policy links: no evaluation split anywhere (manifests, locks, shard provenance,
 //! prompts, distilled records), and no eval-reference file used as training input.
 
-use super::context::{Ctx, ManifestSet};
+use super::context::Ctx;
 use super::report::Check;
-use crate::manifest::{LockedFile, LockedSource, Role};
+use crate::manifest::Role;
 
 /// One use of a source file by an output, gathered from shards / prompts / distilled.
 #[derive(Debug, Clone)]
@@ -15,15 +15,6 @@ pub struct Use {
     pub file: String,
     pub split: Option<String>,
     pub role: Option<String>,
-}
-
-/// Every file a set's lock pins for a training source (none when the lock is unreadable).
-fn train_files(s: &ManifestSet) -> impl Iterator<Item = (&LockedSource, &LockedFile)> {
-    s.lock
-        .iter()
-        .flat_map(|l| &l.sources)
-        .filter(|l| l.role == Role::Train)
-        .flat_map(|ls| ls.files.iter().map(move |f| (ls, f)))
 }
 
 /// `split-policy`
@@ -43,7 +34,7 @@ pub fn splits(ctx: &Ctx, uses: &[Use]) -> Check {
                 }
             }
         }
-        for (ls, f) in train_files(s) {
+        for (ls, f) in s.locked_files(|l| l.role == Role::Train) {
             seen += 1;
             if let Some(k) = crate::policy::eval_keyword(&f.path) {
                 c.fail(format!(
@@ -78,7 +69,7 @@ pub fn splits(ctx: &Ctx, uses: &[Use]) -> Check {
 pub fn eval_isolation(ctx: &Ctx, uses: &[Use]) -> Check {
     let mut c = Check::new("eval-reference-isolation");
     for s in &ctx.sets {
-        for (ls, f) in train_files(s) {
+        for (ls, f) in s.locked_files(|l| l.role == Role::Train) {
             let key = (ls.repo.clone(), ls.commit.clone(), f.path.clone());
             if ctx.eval_files.contains(&key) {
                 c.fail(format!(

@@ -353,15 +353,19 @@ impl HubClient {
         Ok(())
     }
 
-    /// Resolve a revision (branch, tag or sha) to its commit sha.
-    pub async fn commit_of(&self, repo: &str, rev: &str) -> Result<String> {
-        let url = format!(
-            "{}/api/{}/{}/revision/{}",
+    /// `ENDPOINT/api/{datasets|models}/REPO/ROUTE/REV`, the revision percent-encoded.
+    fn api_url(&self, repo: &str, route: &str, rev: &str) -> String {
+        format!(
+            "{}/api/{}/{repo}/{route}/{}",
             self.endpoint,
             self.kind.api_plural(),
-            repo,
             Self::enc(rev)
-        );
+        )
+    }
+
+    /// Resolve a revision (branch, tag or sha) to its commit sha.
+    pub async fn commit_of(&self, repo: &str, rev: &str) -> Result<String> {
+        let url = self.api_url(repo, "revision", rev);
         let what = format!("revision {rev} of {repo}");
         let resp = self.api_get(&what, &url).await?;
         let body = api_body(&what, &url, resp, MAX_API_BODY).await?;
@@ -373,11 +377,8 @@ impl HubClient {
     /// [`MAX_PAGES`] pages, more than [`MAX_LISTING_BYTES`] in all, or a page linked twice.
     pub async fn list_files(&self, repo: &str, commit: &str) -> Result<Vec<TreeEntry>> {
         let mut url = Some(format!(
-            "{}/api/{}/{}/tree/{}?recursive=true&expand=false",
-            self.endpoint,
-            self.kind.api_plural(),
-            repo,
-            Self::enc(commit)
+            "{}?recursive=true&expand=false",
+            self.api_url(repo, "tree", commit)
         ));
         let what = format!("listing {repo}@{commit}");
         let mut out = Vec::new();

@@ -214,20 +214,8 @@ impl Weights {
     /// non-finite logits).
     pub fn f32(&self, name: &str) -> Result<(Vec<f32>, Vec<usize>)> {
         let (bytes, info, path) = self.raw(name)?;
-        let v: Vec<f32> = match info.dtype {
-            Dtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            Dtype::BF16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            Dtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            d => anyhow::bail!("tensor `{name}`: unsupported dtype {d:?}"),
+        let Some(v) = widen(bytes, info.dtype) else {
+            anyhow::bail!("tensor `{name}`: unsupported dtype {:?}", info.dtype);
         };
         if let Some(i) = v.iter().position(|x| !x.is_finite()) {
             return Err(non_finite(name, path, &info.shape, i, v[i]));
@@ -288,4 +276,23 @@ fn non_finite(name: &str, path: &Path, shape: &[usize], i: usize, x: f32) -> any
          non-finite weights",
         path.display()
     )
+}
+
+/// Little-endian F32 / BF16 / F16 tensor bytes widened to f32 (None for any other dtype).
+pub fn widen(bytes: &[u8], dtype: Dtype) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => return None,
+    })
 }

@@ -11,7 +11,7 @@ use dlm_data::provenance::Provenance;
 use dlm_data::shards::megatron::read_idx as megatron_idx;
 use dlm_data::shards::ShardFormat;
 use dlm_data::shards::{index, mds, mds_read, megatron, parquet as pq, Dtype, RowBatch};
-use dlm_data::sources::{parquet as src_pq, Template};
+use dlm_data::sources::{parquet as src_pq, RowReader, Template};
 
 use crate::driver::Target;
 use crate::mutate::{self, Rng, Text};
@@ -106,7 +106,7 @@ impl Target for Parquet {
             rows += 1;
             Ok(())
         };
-        let _ = src_pq::read(&self.path, "in.parquet", &tpl, 0, &mut sink);
+        let _ = src_pq::Parquet.rendered(&self.path, "in.parquet", &tpl, 0, &mut sink);
         Ok(())
     }
 }
@@ -114,7 +114,7 @@ impl Target for Parquet {
 fn has_text_column(p: &Path) -> bool {
     let tpl = Template::parse("{text}").unwrap();
     let mut sink = |_r: u64, _o: dlm_data::sources::Outcome| -> Result<()> { Ok(()) };
-    src_pq::read(p, "x", &tpl, 0, &mut sink).is_ok()
+    src_pq::Parquet.rendered(p, "x", &tpl, 0, &mut sink).is_ok()
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
