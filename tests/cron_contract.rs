@@ -22,7 +22,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 mod fixture_dirs;
-use fixture_dirs::{fixtures, readme_commands, work, Work};
+use fixture_dirs::{changed, files_under, fixtures, readme_commands, sha_and_mtime, work, Work};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -51,22 +51,10 @@ fn one_line(o: &Output) -> serde_json::Value {
 
 /// Every file under `dir` → (sha256, mtime).
 fn snapshot(dir: &Path) -> BTreeMap<String, (String, SystemTime)> {
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, (String, SystemTime)>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                walk(root, &e.path(), out);
-            } else if ft.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
-                let sha = dlm_data::util::sha256_file(&e.path()).unwrap();
-                out.insert(rel, (sha, e.metadata().unwrap().modified().unwrap()));
-            }
-        }
-    }
-    let mut m = BTreeMap::new();
-    walk(dir, dir, &mut m);
-    m
+    files_under(dir)
+        .into_iter()
+        .map(|(rel, p)| (rel, sha_and_mtime(&p)))
+        .collect()
 }
 
 fn lines_of(p: &Path) -> usize {
@@ -123,10 +111,8 @@ fn an_unchanged_readme_rerun_is_silent_and_rewrites_nothing() {
         );
     }
     let after = snapshot(w.root());
-    let changed: Vec<&String> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|k| before.get(*k) != after.get(*k))
+    let changed: Vec<String> = changed(&before, &after)
+        .into_iter()
         .filter(|k| !k.ends_with("download.log"))
         .collect();
     assert!(changed.is_empty(), "the rerun rewrote {changed:?}");

@@ -13,7 +13,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod fixture_dirs;
-use fixture_dirs::{fixtures, readme_commands, readme_pipeline, work, Work};
+use fixture_dirs::{
+    changed, expect, files_under, fixtures, readme_commands, readme_pipeline, sha_and_mtime, work,
+    Work,
+};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -25,27 +28,17 @@ fn err(o: &Output) -> String {
 
 /// Every file under `dir` → sha256 (lock files of live runs excluded: none are left).
 fn snapshot(dir: &Path) -> BTreeMap<String, String> {
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, String>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                walk(root, &e.path(), out);
-            } else if ft.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
-                let mut sha = dlm_data::util::sha256_file(&e.path()).unwrap();
-                // mcq's and decontam's outputs are left untouched by a rerun: mtimes too.
-                if rel.contains("mcq/") || rel.ends_with("decontam.json") {
-                    let m = e.metadata().unwrap().modified().unwrap();
-                    sha.push_str(&format!(" {m:?}"));
-                }
-                out.insert(rel, sha);
+    files_under(dir)
+        .into_iter()
+        .map(|(rel, p)| {
+            let (mut sha, m) = sha_and_mtime(&p);
+            // mcq's and decontam's outputs are left untouched by a rerun: mtimes too.
+            if rel.contains("mcq/") || rel.ends_with("decontam.json") {
+                sha.push_str(&format!(" {m:?}"));
             }
-        }
-    }
-    let mut m = BTreeMap::new();
-    walk(dir, dir, &mut m);
-    m
+            (rel, sha)
+        })
+        .collect()
 }
 
 #[test]
@@ -92,10 +85,8 @@ fn the_readme_pipeline_runs_twice_in_the_same_directories() {
             None => first = Some(snap),
             Some(f) => {
                 // Everything is untouched (mcq's and decontam's files by mtime too).
-                let changed: Vec<&String> = f
-                    .keys()
-                    .chain(snap.keys())
-                    .filter(|k| f.get(*k) != snap.get(*k))
+                let changed: Vec<String> = changed(f, &snap)
+                    .into_iter()
                     .filter(|k| !k.ends_with("download.log"))
                     .collect();
                 assert!(changed.is_empty(), "the second round changed {changed:?}");
@@ -135,29 +126,6 @@ fn run_json(w: &Work, extra: &[&str]) -> (i32, serde_json::Value, String) {
         assert_eq!(lines.len(), 1, "--json prints exactly one line:\n{out}");
     }
     (o.status.code().unwrap_or(-1), v, err(&o))
-}
-
-fn statuses(v: &serde_json::Value) -> BTreeMap<String, String> {
-    v["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| {
-            (
-                s["step"].as_str().unwrap().to_string(),
-                s["status"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn expect(v: &serde_json::Value, want: &[(&str, &str)]) {
-    let got = statuses(v);
-    let want: BTreeMap<String, String> = want
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    assert_eq!(got, want, "{v}");
 }
 
 const ALL: [&str; 6] = ["fetch", "pack", "mcq", "decontam", "distill", "audit"];

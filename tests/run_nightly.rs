@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 use dlm_data::hub::emulator::{Emulator, Options};
 
 mod fixture_dirs;
-use fixture_dirs::{copy_dir, copy_manifests, fixtures, hub_cmd, readme_pipeline};
+use fixture_dirs::{
+    changed as diff, copy_dir, copy_manifests, expect, files_under, fixtures, hub_cmd,
+    readme_pipeline, sha_and_mtime,
+};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -112,63 +115,19 @@ fn parse(o: &Output) -> (i32, serde_json::Value, String) {
     )
 }
 
-fn statuses(v: &serde_json::Value) -> BTreeMap<String, String> {
-    v["steps"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no steps in {v}"))
-        .iter()
-        .map(|s| {
-            (
-                s["step"].as_str().unwrap().to_string(),
-                s["status"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn expect(v: &serde_json::Value, want: &[(&str, &str)]) {
-    let want: BTreeMap<String, String> = want
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    assert_eq!(statuses(v), want, "{v}");
-}
-
 /// Every file under `dir` → sha256 and, with `times`, its modification time. The journal and
 /// live-run lock files are left out where named.
 fn snapshot(dir: &Path, times: bool) -> BTreeMap<String, String> {
-    fn walk(root: &Path, d: &Path, times: bool, out: &mut BTreeMap<String, String>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let e = e.unwrap();
-            let ft = e.file_type().unwrap();
-            if ft.is_dir() {
-                walk(root, &e.path(), times, out);
-            } else if ft.is_file() {
-                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
-                let mut v = dlm_data::util::sha256_file(&e.path()).unwrap();
-                if times {
-                    let m = e.metadata().unwrap().modified().unwrap();
-                    v.push_str(&format!(" {m:?}"));
-                }
-                out.insert(rel, v);
+    files_under(dir)
+        .into_iter()
+        .map(|(rel, p)| {
+            let (mut v, m) = sha_and_mtime(&p);
+            if times {
+                v.push_str(&format!(" {m:?}"));
             }
-        }
-    }
-    let mut m = BTreeMap::new();
-    walk(dir, dir, times, &mut m);
-    m
-}
-
-fn diff(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> Vec<String> {
-    let mut v: Vec<String> = a
-        .keys()
-        .chain(b.keys())
-        .filter(|k| a.get(*k) != b.get(*k))
-        .cloned()
-        .collect();
-    v.sort();
-    v.dedup();
-    v
+            (rel, v)
+        })
+        .collect()
 }
 
 /// What an unchanged night may touch: nothing. Files the step-by-step commands rewrite today

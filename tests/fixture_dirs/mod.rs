@@ -3,6 +3,7 @@
 //! pipeline, nightly-run and cron-contract tests share.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -194,4 +195,68 @@ batch_size = 3
 limit = 6
 "#
     )
+}
+
+/// Every regular file under `dir`, by its path relative to `dir`.
+pub fn files_under(dir: &Path) -> BTreeMap<String, PathBuf> {
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, PathBuf>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                walk(root, &e.path(), out);
+            } else if ft.is_file() {
+                let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+                out.insert(rel, e.path());
+            }
+        }
+    }
+    let mut m = BTreeMap::new();
+    walk(dir, dir, &mut m);
+    m
+}
+
+/// A file's sha256 and modification time.
+pub fn sha_and_mtime(p: &Path) -> (String, std::time::SystemTime) {
+    (
+        dlm_data::util::sha256_file(p).unwrap(),
+        std::fs::metadata(p).unwrap().modified().unwrap(),
+    )
+}
+
+/// The steps of `run --json`'s line: step → status.
+pub fn statuses(v: &serde_json::Value) -> BTreeMap<String, String> {
+    v["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no steps in {v}"))
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_str().unwrap().to_string(),
+                s["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `run --json`'s steps are exactly `want` (step, status).
+pub fn expect(v: &serde_json::Value, want: &[(&str, &str)]) {
+    let want: BTreeMap<String, String> = want
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(statuses(v), want, "{v}");
+}
+
+/// The paths whose values differ between two snapshots (or that only one has), sorted.
+pub fn changed<V: PartialEq>(a: &BTreeMap<String, V>, b: &BTreeMap<String, V>) -> Vec<String> {
+    let mut v: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
