@@ -14,11 +14,13 @@
 //! Deterministic: runs pause at a named point (`DLM_TEST_PAUSE`, see `dlm_data::signals`) and
 //! the tests wait for the pause file; the only time bound asserted is the 5 s promise.
 
+mod pause_support;
 mod teacher_support;
 
+use pause_support::{signal, spawn_paused};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 mod fixture_dirs;
@@ -272,35 +274,6 @@ fn distill_cmd(prompts: &Path, out: &Path, global: &[&str]) -> Command {
         .env("RUST_LOG", "warn")
         .env("NO_COLOR", "1");
     c
-}
-
-/// Start `cmd` paused at `point`; returns once it is there.
-fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
-    let file = dir.join(format!("pause-{}", point.replace(':', "-")));
-    let _ = std::fs::remove_file(&file);
-    cmd.env("DLM_TEST_PAUSE", point)
-        .env("DLM_TEST_PAUSE_FILE", &file)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let t0 = Instant::now();
-    while !file.exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let o = child.wait_with_output().unwrap();
-            panic!("exited ({st}) before {point}:\n{}", err(&o));
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (child, file)
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, sig) };
 }
 
 /// Issue 41 row "SIGTERM to distill": mid-window (the 5th forward pass of the only window),

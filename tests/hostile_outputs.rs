@@ -8,11 +8,12 @@
 //! pause file, never for a time.
 
 mod mcq_support;
+mod pause_support;
 
+use pause_support::spawn_paused;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
 
 use dlm_data::audit::report::Status;
 use dlm_data::fixtures::base_model::write_trained_checkpoint;
@@ -27,31 +28,6 @@ fn code(o: &Output) -> i32 {
 
 fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Start `cmd` paused at `point`; returns once it is there.
-fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
-    let file = dir.join(format!("pause-{point}"));
-    let _ = std::fs::remove_file(&file);
-    cmd.env("DLM_TEST_PAUSE", point)
-        .env("DLM_TEST_PAUSE_FILE", &file)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let t0 = Instant::now();
-    while !file.exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let o = child.wait_with_output().unwrap();
-            panic!("exited ({st}) before reaching {point}:\n{}", err(&o));
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (child, file)
 }
 
 /// A pretraining output of the world's manifest (parquet, seq-len 32) in `out`.

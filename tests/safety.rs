@@ -9,48 +9,16 @@
 
 mod mcq_support;
 mod pack_common;
+mod pause_support;
 mod teacher_support;
 
+use pause_support::{signal, spawn_paused};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use dlm_data::distill::output::{parts_dir, read_part};
 
 const BUSY: i32 = 75;
-
-/// Start `cmd` paused at `point` (`NAME` or `NAME:K`); returns once it is there.
-fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
-    let file = dir.join(format!("pause-{}", point.replace(':', "-")));
-    let _ = std::fs::remove_file(&file);
-    cmd.env("DLM_TEST_PAUSE", point)
-        .env("DLM_TEST_PAUSE_FILE", &file)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let t0 = Instant::now();
-    while !file.exists() {
-        if let Some(st) = child.try_wait().unwrap() {
-            let o = child.wait_with_output().unwrap();
-            panic!(
-                "exited ({st}) before reaching {point}:\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "never reached {point}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    (child, file)
-}
-
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: sending a signal to our own child.
-    unsafe { libc::kill(child.id() as i32, sig) };
-}
 
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
