@@ -244,15 +244,9 @@ pub fn check_cached(c: &mut Check, p: &std::path::Path, f: &LockedFile, hash: bo
         )),
         Ok(m) => {
             if hash {
-                match crate::util::sha256_file(p) {
-                    Ok(h) if h == f.sha256 => {}
-                    Ok(h) => c.fail(format!(
-                        "{}: sha256 {h}, the lock says {}",
-                        p.display(),
-                        f.sha256
-                    )),
-                    Err(e) => c.fail(format!("{}: {e:#}", p.display())),
-                }
+                c.sha256_matches(p, &f.sha256, |h| {
+                    format!("{}: sha256 {h}, the lock says {}", p.display(), f.sha256)
+                });
             }
             return m.len();
         }

@@ -55,6 +55,21 @@ impl Check {
         self.notes.push(note.into());
     }
 
+    /// Re-hash `p`: a sha256 other than `want` fails with `mismatch(actual)`; an unreadable
+    /// file fails naming it.
+    pub fn sha256_matches(
+        &mut self,
+        p: &std::path::Path,
+        want: &str,
+        mismatch: impl FnOnce(&str) -> String,
+    ) {
+        match crate::util::sha256_file(p) {
+            Ok(h) if h == want => {}
+            Ok(h) => self.fail(mismatch(&h)),
+            Err(e) => self.fail(format!("{}: {e:#}", p.display())),
+        }
+    }
+
     pub fn skip(name: &str, why: &str) -> Check {
         let mut c = Check::new(name);
         c.status = Status::Skip;

@@ -230,25 +230,21 @@ fn shard_files(c: &mut Check, dir: &Path, idx: &shard_index::Index) -> (u64, u64
             )),
             Ok(_) => {}
         }
-        match crate::util::sha256_file(&p) {
-            Ok(h) if h == sh.sha256 => {}
-            Ok(h) => c.fail(format!(
+        c.sha256_matches(&p, &sh.sha256, |h| {
+            format!(
                 "{}: sha256 {h} does not match index.json ({}) — the shard was modified",
                 p.display(),
                 sh.sha256
-            )),
-            Err(e) => c.fail(format!("{}: {e:#}", p.display())),
-        }
+            )
+        });
         for (name, want) in &sh.extra_files {
             let ep = dir.join(name);
-            match crate::util::sha256_file(&ep) {
-                Ok(h) if &h == want => {}
-                Ok(h) => c.fail(format!(
+            c.sha256_matches(&ep, want, |h| {
+                format!(
                     "{}: sha256 {h} does not match index.json ({want})",
                     ep.display()
-                )),
-                Err(e) => c.fail(format!("{}: {e:#}", ep.display())),
-            }
+                )
+            });
         }
     }
     (rows, tokens)

@@ -83,6 +83,25 @@ fn push_opt<T: ToString>(v: &mut Vec<String>, flag: &str, x: &Option<T>) {
     }
 }
 
+/// The flags both shard-writing steps (pack, mcq) take alike: the pipeline's tokenizer, the
+/// step's output directory, row length and shard format.
+fn shard_output(
+    c: &mut Vec<String>,
+    p: &Pipeline,
+    out: &Path,
+    seq_len: &Option<usize>,
+    format: &Option<String>,
+) {
+    c.extend([
+        "--tokenizer".into(),
+        s(&p.tokenizer),
+        "--out".into(),
+        s(out),
+    ]);
+    push_opt(c, "--seq-len", seq_len);
+    push_opt(c, "--format", format);
+}
+
 /// `manifest.lock` beside a manifest (what `fetch` writes).
 fn lock_of(manifest: &Path) -> PathBuf {
     manifest.with_extension("lock")
@@ -151,14 +170,7 @@ fn pack(p: &Pipeline, cache: &[String]) -> Step {
     }
     push_opt(&mut c, "--text-column", &k.text_column);
     push_opt(&mut c, "--text", &k.text);
-    c.extend([
-        "--tokenizer".into(),
-        s(&p.tokenizer),
-        "--out".into(),
-        s(&k.out),
-    ]);
-    push_opt(&mut c, "--seq-len", &k.seq_len);
-    push_opt(&mut c, "--format", &k.format);
+    shard_output(&mut c, p, &k.out, &k.seq_len, &k.format);
     push_opt(&mut c, "--tokens", &k.tokens);
     push_opt(&mut c, "--shuffle-seed", &k.shuffle_seed);
     c.extend(k.args.iter().cloned());
@@ -175,14 +187,7 @@ fn mcq(p: &Pipeline, cache: &[String]) -> Option<Step> {
     let m = p.mcq.as_ref()?;
     let mut c = vec!["mcq".to_string(), "--manifest".into(), s(&m.manifest)];
     c.extend(cache.iter().cloned());
-    c.extend([
-        "--tokenizer".into(),
-        s(&p.tokenizer),
-        "--out".into(),
-        s(&m.out),
-    ]);
-    push_opt(&mut c, "--seq-len", &m.seq_len);
-    push_opt(&mut c, "--format", &m.format);
+    shard_output(&mut c, p, &m.out, &m.seq_len, &m.format);
     push_opt(&mut c, "--seed", &m.seed);
     c.extend(m.args.iter().cloned());
     Some(Step {
