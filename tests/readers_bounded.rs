@@ -280,3 +280,39 @@ fn inspect_streams_a_large_distilled_json_in_bounded_memory() {
         size >> 20
     );
 }
+
+#[test]
+fn an_oversized_lock_is_refused_before_it_is_parsed() {
+    // A lock of deeply nested arrays (the fuzzed 19 MB one took >10 s to parse, twice): past
+    // the lock bound (16 MiB) it is refused before parsing, naming the file and the limit.
+    let t = tempfile::tempdir().unwrap();
+    let m = t.path().join("m.toml");
+    std::fs::copy("manifests/base.toml", &m).unwrap();
+    let lock = t.path().join("m.lock");
+    {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&lock).unwrap());
+        w.write_all(b"version = 1\nname = [").unwrap();
+        let elem = b"[[[[[1]]]]], ";
+        for _ in 0..(17 << 20) / elem.len() {
+            w.write_all(elem).unwrap();
+        }
+        w.write_all(b"1]\n").unwrap();
+    }
+    let t0 = Instant::now();
+    let home = t.path().join("hf");
+    let (code, err, _) = run_capped(
+        &[
+            "fetch",
+            "--manifest",
+            m.to_str().unwrap(),
+            "--locked",
+            "--cache",
+            home.to_str().unwrap(),
+        ],
+        Some(CAP),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("m.lock") && err.contains("16MiB"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
