@@ -377,7 +377,6 @@ const MAX_FN_LINES: usize = 120;
 const OVER_120_PENDING: &[(&str, &str)] = &[
     ("audit/checkpoints.rs", "check"),
     ("audit/model.rs", "base_pinned"),
-    ("audit/prompts.rs", "check_distilled"),
     ("audit/shards.rs", "check"),
     ("inspect/shards.rs", "inspect"),
     ("pack/pipeline/setup.rs", "prepare"),
