@@ -156,7 +156,7 @@ pub struct Manifest {
 impl Manifest {
     /// Read and validate a manifest.
     pub fn load(path: &Path) -> Result<Manifest> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::bounded::read_regular_text(path, LOCK_MAX)
             .with_context(|| format!("reading manifest {}", path.display()))?;
         let mut m: Manifest = toml::from_str(&text)
             .map_err(|e| crate::error::usage(format!("manifest {}: {e}", path.display())))?;
@@ -422,6 +422,27 @@ pub struct LockedSource {
     pub files: Vec<LockedFile>,
 }
 
+/// The most bytes a lock file (or a manifest) is read to: about 90,000 files' entries. A
+/// lock is small; a larger one is not one dlm-data wrote, and parsing it whole could take
+/// minutes (a fuzzed 19 MB lock of nested arrays took 10 s to parse).
+pub const LOCK_MAX: crate::bounded::Bound = crate::bounded::Bound::new(
+    16 << 20,
+    "a lock file or manifest is at most that; no flag raises it",
+);
+
+/// A lock's text: a regular file (a FIFO would block) within [`LOCK_MAX`].
+fn read_lock_text(path: &Path) -> Result<String> {
+    crate::bounded::read_regular_text(path, LOCK_MAX)
+        .with_context(|| format!("reading lock {}", path.display()))
+}
+
+fn check_lock_version(path: &Path, version: u32) -> Result<()> {
+    if version != 1 {
+        bail!("lock {}: unsupported version {version}", path.display());
+    }
+    Ok(())
+}
+
 /// A lock file: every source's commit and every file's size and sha256.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Lock {
@@ -432,17 +453,10 @@ pub struct Lock {
 
 impl Lock {
     pub fn load(path: &Path) -> Result<Lock> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading lock {}", path.display()))?;
+        let text = read_lock_text(path)?;
         let lock: Lock =
             toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))?;
-        if lock.version != 1 {
-            bail!(
-                "lock {}: unsupported version {}",
-                path.display(),
-                lock.version
-            );
-        }
+        check_lock_version(path, lock.version)?;
         Ok(lock)
     }
 
@@ -478,10 +492,18 @@ pub struct ModelLock {
 
 impl ModelLock {
     pub fn load(path: &Path) -> Result<ModelLock> {
-        Lock::load(path)?; // the version check
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading lock {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
+            #[serde(flatten)]
+            models: ModelLock,
+        }
+        // One read and one parse (the version check and the models together).
+        let text = read_lock_text(path)?;
+        let v: Versioned =
+            toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))?;
+        check_lock_version(path, v.version)?;
+        Ok(v.models)
     }
 
     pub fn model(&self, name: &str) -> Option<&LockedModel> {

@@ -275,7 +275,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Hex sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // A regular file only: a FIFO would block (or be drained beside its reader), a device
+    // never end.
+    let mut f = crate::bounded::open_regular(path)?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

@@ -96,6 +96,30 @@ fn clean_pipeline_passes_every_link() {
     assert!(text.contains("VERDICT: every link holds."), "{text}");
 }
 
+/// Issue 41: the mcq output carries its dataset card (OUT/README.md: the Hub's configs for
+/// prompts.jsonl and the SFT parquet, the sources at their commits), and audit checks it: a
+/// clean one passes, an edited one breaks `prompts` only.
+#[test]
+fn the_mcq_output_card_is_written_and_audited() {
+    let pl = pipeline();
+    let card = pl.out.join("README.md");
+    let text = std::fs::read_to_string(&card).unwrap();
+    for needle in [
+        "config_name: prompts",
+        "path: prompts.jsonl",
+        "path: sft/data/*.parquet",
+        "https://huggingface.co/datasets/allenai/sciq/tree/",
+    ] {
+        assert!(text.contains(needle), "{needle}\n{text}");
+    }
+    let args = all(&pl);
+    let (code, r, err) = audit(&pl, &args);
+    assert_eq!(code, 0, "{err}\n{r:#?}");
+    std::fs::write(&card, text.replace("allenai/sciq@", "someone/else@")).unwrap();
+    let (code, r, _) = audit(&pl, &args);
+    assert_fails_only("", code, &r, "prompts", &["README.md: not the card"]);
+}
+
 #[test]
 fn edited_shard_byte_breaks_shards_only() {
     let pl = pipeline();

@@ -182,6 +182,48 @@ fn run_json_names_the_failing_step() {
     assert_eq!(v["signal"], serde_json::Value::Null, "{v}");
 }
 
+/// Issue 41: a failing *audit* step (an error, not a broken verdict) under `run --json`
+/// carries the `step` field like every other step's failure.
+#[test]
+fn run_json_names_a_failing_audit_step() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("own.jsonl"),
+        "{\"text\": \"fine words here\"}\n",
+    )
+    .unwrap();
+    let tok = fixtures().join("tokenizer").display().to_string();
+    let p = d.path().join("pipeline.toml");
+    // --distilled without --prompts: audit's own usage error, found when the step runs.
+    std::fs::write(
+        &p,
+        format!(
+            "version = 1\ntokenizer = {tok:?}\n\n[pack]\ninputs = [\"own.jsonl\"]\nout = \"packed\"\nseq_len = 4\n\n[audit]\nargs = [\"--distilled\", \"own.jsonl\"]\n"
+        ),
+    )
+    .unwrap();
+    let o = bin()
+        .current_dir(d.path())
+        .env("RUST_LOG", "warn")
+        .args(["run", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", err(&o));
+    let v = one_line(&o);
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["step"], "audit", "{v}");
+    assert_eq!(v["step_exit"], 2, "{v}");
+    assert!(
+        v["step_command"]
+            .as_str()
+            .unwrap()
+            .starts_with("dlm-data audit "),
+        "{v}"
+    );
+    assert!(v["error"].as_str().unwrap().contains("--prompts"), "{v}");
+}
+
 /// A refusal (bad pipeline key, exit 2), a command line that does not parse (exit 2) and a
 /// failing plain command (exit 1) each print one line under `--json`.
 #[test]

@@ -431,6 +431,59 @@ fn own_data_is_strict_about_text_fields() {
     );
 }
 
+/// Issue 41: `--strict` makes the warnings a nightly job wants fatal — here an input that
+/// contributed 0 documents and rows skipped for a missing text field — exit 1 naming each,
+/// before index.json is marked complete; the same run without it completes with warnings.
+#[test]
+fn strict_makes_a_zero_document_input_an_error_before_completion() {
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let dir = t.path().join("in");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.jsonl"), jsonl(&docs(1, 4))).unwrap();
+    let content: String = docs(2, 3)
+        .iter()
+        .map(|d| serde_json::json!({ "content": d }).to_string() + "\n")
+        .collect();
+    std::fs::write(dir.join("b.jsonl"), content).unwrap();
+    let out = t.path().join("out");
+    let args = |extra: &[&'static str]| {
+        let mut a: Vec<String> = [
+            "--input",
+            dir.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--on-missing-text",
+            "skip",
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .map(String::from)
+        .to_vec();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let a = args(&["--strict"]);
+    let o = pack(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--strict: 2 problem(s)"), "{e}");
+    assert!(e.contains("b.jsonl: contributed 0 documents"), "{e}");
+    assert!(e.contains("3 rows had no text field"), "{e}");
+    // Never marked complete (the journal of shards so far may be there, for a resume).
+    if out.join("index.json").exists() {
+        assert_eq!(index(&out)["complete"], false);
+    }
+    // Without --strict: the same output completes (resuming), the warnings stay warnings.
+    let a = args(&[]);
+    let o = pack(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    ok(&o);
+    assert_eq!(index(&out)["complete"], true);
+    assert!(stderr(&o).contains("b.jsonl: contributed 0 documents"));
+}
+
 #[test]
 fn text_escapes_read_as_pack_md_writes_them() {
     let t = tempfile::tempdir().unwrap();

@@ -280,3 +280,184 @@ fn inspect_streams_a_large_distilled_json_in_bounded_memory() {
         size >> 20
     );
 }
+
+#[test]
+fn an_oversized_lock_is_refused_before_it_is_parsed() {
+    // A lock of deeply nested arrays (the fuzzed 19 MB one took >10 s to parse, twice): past
+    // the lock bound (16 MiB) it is refused before parsing, naming the file and the limit.
+    let t = tempfile::tempdir().unwrap();
+    let m = t.path().join("m.toml");
+    std::fs::copy("manifests/base.toml", &m).unwrap();
+    let lock = t.path().join("m.lock");
+    {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&lock).unwrap());
+        w.write_all(b"version = 1\nname = [").unwrap();
+        let elem = b"[[[[[1]]]]], ";
+        for _ in 0..(17 << 20) / elem.len() {
+            w.write_all(elem).unwrap();
+        }
+        w.write_all(b"1]\n").unwrap();
+    }
+    let t0 = Instant::now();
+    let home = t.path().join("hf");
+    let (code, err, _) = run_capped(
+        &[
+            "fetch",
+            "--manifest",
+            m.to_str().unwrap(),
+            "--locked",
+            "--cache",
+            home.to_str().unwrap(),
+        ],
+        Some(CAP),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("m.lock") && err.contains("16MiB"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_compressed_parquet_bomb_is_refused_at_its_temp_bound() {
+    // A `.parquet.zst` is decompressed into a temporary copy (parquet needs random access):
+    // bounded by --max-decompressed-bytes, never filling the disk.
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let bomb = t.path().join("big.parquet.zst");
+    zst_bomb(&bomb, b"PAR1", 0, 8 << 20, b"PAR1");
+    let out = t.path().join("out");
+    let a = pack_args(&bomb, &tok, &out, &["--max-decompressed-bytes", "4MiB"]);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let (code, err, _) = run_capped(&a, Some(CAP));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("big.parquet.zst")
+            && err.contains("4MiB")
+            && err.contains("--max-decompressed-bytes"),
+        "{err}"
+    );
+    // Nothing left looking complete (the journal pack opens at the start may be there).
+    if out.join("index.json").exists() {
+        assert_eq!(index(&out)["complete"], false);
+    }
+    // The temporary copy is gone.
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.contains(".parquet.tmp") && n.starts_with(".dlm-data-")
+        })
+        .filter(|e| e.metadata().is_ok_and(|m| m.len() >= 4 << 20))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// A large output made cheaply: pack a small one (for its index.json), then replace its shards
+/// by `shards` shards of `rows` rows × `seq` pseudo-random ids each, written by the project's
+/// own shard writer, and index.json's shard list and totals by theirs (no tokenizing).
+fn large_output(
+    t: &Path,
+    format: dlm_data::shards::ShardFormat,
+    shards: usize,
+    rows: usize,
+    seq: usize,
+) -> std::path::PathBuf {
+    use dlm_data::shards::{write_shard, Column, Dtype, RowBatch};
+    let tok = tokenizer(t);
+    let input = t.join("small.jsonl");
+    std::fs::write(&input, "{\"text\":\"one two three four five six\"}\n").unwrap();
+    let out = t.join(format!("large-{}", format.name()));
+    ok(&run_pack(
+        &input,
+        &tok,
+        &out,
+        &["--format", format.name(), "--seq-len", "2", "--pad-last"],
+        &[],
+    ));
+    let mut idx = index(&out);
+    for s in idx["shards"].as_array().unwrap() {
+        std::fs::remove_file(out.join(s["file"].as_str().unwrap())).unwrap();
+        for (f, _) in s["extra_files"].as_object().into_iter().flatten() {
+            std::fs::remove_file(out.join(f)).unwrap();
+        }
+    }
+    let vocab = idx["tokenizer"]["vocab_size"].as_u64().unwrap().max(2);
+    let mut rng = dlm_data::util::SplitMix(7);
+    let (mut entries, mut tokens) = (Vec::new(), 0u64);
+    for k in 0..shards {
+        let batch = RowBatch {
+            input_ids: (0..rows)
+                .map(|_| (0..seq).map(|_| rng.below(vocab) as u32).collect())
+                .collect(),
+            columns: vec![
+                (
+                    "doc_offsets".into(),
+                    Column::U32List(vec![vec![0, seq as u32]; rows]),
+                ),
+                ("source".into(), Column::Str(vec!["small".into(); rows])),
+            ],
+        };
+        let w = write_shard(format, &out, k, &batch, Dtype::U32).unwrap();
+        tokens += w.entry.tokens;
+        entries.push(serde_json::to_value(&w.entry).unwrap());
+    }
+    let n_rows = (shards * rows) as u64;
+    idx["shards"] = serde_json::Value::Array(entries);
+    idx["seq_len"] = serde_json::json!(seq);
+    let tot = &mut idx["totals"];
+    tot["rows"] = serde_json::json!(n_rows);
+    tot["tokens"] = serde_json::json!(tokens);
+    tot["documents"] = serde_json::json!(n_rows);
+    tot["tokens_by_source"] = serde_json::json!({ "small": tokens });
+    std::fs::write(
+        out.join("index.json"),
+        serde_json::to_vec_pretty(&idx).unwrap(),
+    )
+    .unwrap();
+    out
+}
+
+/// Peak RSS of `inspect` on an output holding 1 GiB of token ids (256 Mi uint32 ids in 32
+/// shards of 32 MiB, pack's default shard size): one shard decoded at a time, so far below
+/// the output's size (issue 42: under 256 MiB).
+fn inspect_peak_on_1gib(format: dlm_data::shards::ShardFormat) {
+    let t = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let out = large_output(t.path(), format, 32, 4096, 2048);
+    let made = t0.elapsed();
+    let disk: u64 = std::fs::read_dir(&out)
+        .unwrap()
+        .chain(std::fs::read_dir(out.join("data")).into_iter().flatten())
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    let t1 = Instant::now();
+    let (code, err, rss_kib) = run_capped(&["inspect", out.to_str().unwrap(), "--json"], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(rss_kib > 0, "VmHWM was never sampled");
+    eprintln!(
+        "inspect {}: 1 GiB of ids ({} MiB on disk, made in {:.1} s): peak RSS {} MiB in {:.1} s",
+        format.name(),
+        disk >> 20,
+        made.as_secs_f64(),
+        rss_kib >> 10,
+        t1.elapsed().as_secs_f64()
+    );
+    assert!(
+        rss_kib < 256 << 10,
+        "peak RSS {} MiB for inspect of a 1 GiB {} output",
+        rss_kib >> 10,
+        format.name()
+    );
+}
+
+#[test]
+fn inspect_of_a_1gib_megatron_output_peaks_under_256mib() {
+    inspect_peak_on_1gib(dlm_data::shards::ShardFormat::Megatron);
+}
+
+#[test]
+fn inspect_of_a_1gib_parquet_output_peaks_under_256mib() {
+    inspect_peak_on_1gib(dlm_data::shards::ShardFormat::Parquet);
+}

@@ -631,3 +631,90 @@ fn a_bad_pipeline_file_of_any_kind_exits_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(d.path().read_dir().unwrap().count() == 1, "nothing written");
 }
+
+/// Issue 41: SIGTERM during the README pipeline's distill step (in a forward pass, and after
+/// a committed batch) exits 143 within 5 s and leaves the previous night's outputs intact;
+/// the next night completes, byte-identical to a night that was never stopped.
+#[test]
+fn sigterm_during_the_readme_pipelines_distill_keeps_last_nights_outputs() {
+    let w = work();
+    w.write(README_PIPELINE);
+    let (code, _, e) = w.night(From::Here, &[]);
+    assert_eq!(code, 0, "{e}");
+    // The Hub cache aside (fetch's, untouched by these nights; save/restore copies its
+    // symlinks as files).
+    let settled = |w: &Work| {
+        let mut s = snapshot(w.root(), false);
+        s.remove("pipeline.run.json");
+        s.retain(|k, _| !k.ends_with(".lock") && !k.starts_with("hf-home/"));
+        s
+    };
+    let last_night = settled(&w);
+    let bak = tempfile::tempdir().unwrap();
+    save(w.root(), bak.path());
+    // The uninterrupted night: the teacher directory changed, distill rebuilt.
+    let notes = w.root().join("hf_mcq/NOTES.md");
+    std::fs::write(&notes, "evaluated 2026-12-05\n").unwrap();
+    let (code, v, e) = w.night(From::Here, &[]);
+    assert_eq!(code, 0, "{e}");
+    assert_eq!(statuses(&v)["distill"], "rebuilt", "{v}");
+    let want = settled(&w);
+    for point in ["distill-forward:1", "distill-batch:1"] {
+        restore(w.root(), bak.path());
+        std::fs::write(&notes, "evaluated 2026-12-05\n").unwrap();
+        let pause = w.root().join("pause");
+        let mut child = w
+            .cmd(From::Here)
+            .args(["run", "pipeline.toml", "--json"])
+            .env("DLM_TEST_PAUSE", point)
+            .env("DLM_TEST_PAUSE_FILE", &pause)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !pause.exists() {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{point}: the night ended before the stop point"
+            );
+            assert!(
+                t0.elapsed() < Duration::from_secs(300),
+                "{point}: never paused"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let t1 = Instant::now();
+        let status = child.wait().unwrap();
+        let took = t1.elapsed();
+        std::fs::remove_file(&pause).ok();
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGTERM),
+            "{point}: {status:?}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "{point}: took {took:?} to stop"
+        );
+        // Last night's outputs intact: every file the previous night left, byte for byte (the
+        // staging of the new distilled.json aside).
+        let now = settled(&w);
+        for (k, v) in &last_night {
+            assert_eq!(now.get(k), Some(v), "{point}: {k} changed or is gone");
+        }
+        let (code, v, e) = w.night(From::Here, &[]);
+        assert_eq!(code, 0, "{point}: the next night failed: {e}");
+        assert_eq!(v["verdict"], "pass", "{point}: {v}");
+        assert_eq!(
+            diff(&want, &settled(&w)),
+            Vec::<String>::new(),
+            "{point}: the resumed night differs from the uninterrupted one"
+        );
+        assert!(
+            !w.root().join(".distilled.json.run-next").exists(),
+            "{point}"
+        );
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, AhoCorasickKind, MatchKind};
 use anyhow::{anyhow, Result};
 use regex::Regex;
 
@@ -184,6 +184,10 @@ impl Iterator for Matches<'_> {
     }
 }
 
+/// The most pattern bytes an added-token automaton may be built as a DFA from (real
+/// tokenizers' sets of up to 100 added tokens are a few hundred bytes).
+const DFA_MAX_BYTES: usize = 1024;
+
 /// A piece of a split: an added token's id, or text `start..end` of the split string.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Piece {
@@ -203,11 +207,17 @@ impl Trie {
         if patterns.is_empty() {
             return Ok(None);
         }
+        // aho-corasick picks a DFA for up to 100 patterns; building one follows failure links
+        // per state and byte class, quadratic in a long repetitive pattern (a fuzzed 16 KiB
+        // added token took over a minute). Past DFA_MAX_BYTES of patterns, its NFA (same
+        // matches, built in linear time).
+        let bytes: usize = patterns.iter().map(|(p, _)| p.len()).sum();
         let matcher = match Runs::new(&patterns).filter(|_| runs) {
             Some(r) => Matcher::Runs(r),
             None => Matcher::Automaton(
                 AhoCorasickBuilder::new()
                     .match_kind(MatchKind::LeftmostLongest)
+                    .kind((bytes > DFA_MAX_BYTES).then_some(AhoCorasickKind::ContiguousNFA))
                     .build(patterns.iter().map(|(p, _)| p.as_str()))
                     .map_err(|e| anyhow!("added-token matcher: {e}"))?,
             ),

@@ -436,27 +436,32 @@ pub fn teacher_weights(t: Option<&Teacher>, distilled: Option<&Path>) -> Check {
             return c;
         }
     };
-    let recs = match crate::model::lineage::read_records(path) {
-        Ok(r) => r,
-        Err(e) => {
-            c.fail(format!("{e:#}"));
-            return c;
-        }
-    };
+    // Streamed: one record in memory at a time.
     let mut bad_w = Vec::new();
     let mut bad_c = Vec::new();
-    for (i, r) in recs.iter().enumerate() {
-        let id = r["id"]
-            .as_str()
-            .map_or(format!("record {i}"), str::to_string);
-        match r["teacher"]["weights_sha256"].as_str() {
-            Some(w) if w == a.weights_sha256 => {}
-            w => bad_w.push(format!("{id} ({})", w.unwrap_or("none"))),
-        }
-        match r["teacher"]["config_sha256"].as_str() {
-            Some(x) if x == a.config_sha256 => {}
-            x => bad_c.push(format!("{id} ({})", x.unwrap_or("none"))),
-        }
+    let mut n = 0usize;
+    let read = crate::model::lineage::for_each_record(
+        path,
+        crate::model::lineage::RECORD_MAX,
+        &mut |i, r| {
+            n += 1;
+            let id = r["id"]
+                .as_str()
+                .map_or(format!("record {i}"), str::to_string);
+            match r["teacher"]["weights_sha256"].as_str() {
+                Some(w) if w == a.weights_sha256 => {}
+                w => bad_w.push(format!("{id} ({})", w.unwrap_or("none"))),
+            }
+            match r["teacher"]["config_sha256"].as_str() {
+                Some(x) if x == a.config_sha256 => {}
+                x => bad_c.push(format!("{id} ({})", x.unwrap_or("none"))),
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = read {
+        c.fail(format!("{e:#}"));
+        return c;
     }
     let list = |v: &[String]| {
         let mut s = v.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
@@ -469,7 +474,7 @@ pub fn teacher_weights(t: Option<&Teacher>, distilled: Option<&Path>) -> Check {
         c.fail(format!(
             "{} of {} record(s) in {} carry another weights_sha256 than the teacher {} ({}): {}",
             bad_w.len(),
-            recs.len(),
+            n,
             path.display(),
             t.dir.display(),
             a.weights_sha256,
@@ -484,14 +489,14 @@ pub fn teacher_weights(t: Option<&Teacher>, distilled: Option<&Path>) -> Check {
             list(&bad_c)
         ));
     }
-    if recs.is_empty() {
+    if n == 0 {
         c.fail(format!("{}: no records", path.display()));
     }
     c.summary = format!(
         "{} hashes to weights {}…; {} distilled record(s) checked",
         t.dir.display(),
         &a.weights_sha256[..16.min(a.weights_sha256.len())],
-        recs.len()
+        n
     );
     c
 }

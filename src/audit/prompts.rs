@@ -120,6 +120,9 @@ pub fn check_prompts(
         });
         recs.push(r);
     }
+    if let Some(problem) = crate::mcq::card::check(path, &recs) {
+        c.fail(problem);
+    }
     if recs.is_empty() {
         c.warn(format!(
             "{}: no prompt records: nothing to distill or audit downstream",
@@ -140,10 +143,106 @@ pub fn check_prompts(
     (c, Some(recs))
 }
 
-/// Every distilled record, through the one JSON record reader (streamed, each record
-/// bounded; the records are kept together for the cross-checks below).
-fn read_distilled(path: &Path) -> Result<Vec<Value>, String> {
-    crate::model::lineage::read_records(path).map_err(|e| format!("{e:#}"))
+/// The per-record state of the `distilled` check: records are streamed (one in memory at a
+/// time, each bounded), each traced to its prompt as it is read.
+struct Trace<'a> {
+    path: &'a Path,
+    prompts: &'a [PromptRecord],
+    pos: HashMap<&'a str, usize>,
+    skip_too_long: bool,
+    teachers: HashMap<(String, String), u64>,
+    last: Option<usize>,
+    seen: HashSet<String>,
+    correct: u64,
+    with_correct: u64,
+    records: usize,
+    /// Problems in record order (reported after the parts comparison, as before).
+    problems: Vec<String>,
+}
+
+impl Trace<'_> {
+    fn record(&mut self, k: usize, r: &Value, uses: &mut Vec<Use>) {
+        self.records += 1;
+        let at = format!("{} record {k}", self.path.display());
+        let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        let id = s("id");
+        let Some(&p) = self.pos.get(id.as_str()) else {
+            self.problems
+                .push(format!("{at}: id {id:?} is not in the prompts"));
+            return;
+        };
+        if !self.seen.insert(id.clone()) {
+            self.problems
+                .push(format!("{at}: id {id:?} distilled twice"));
+        }
+        let pr = &self.prompts[p];
+        let mut diffs = Vec::new();
+        for (f, want) in [
+            ("source", &pr.source),
+            ("repo", &pr.repo),
+            ("commit", &pr.commit),
+            ("file", &pr.file),
+            ("prompt", &pr.prompt),
+            ("gold", &pr.gold),
+        ] {
+            if &s(f) != want {
+                diffs.push(f);
+            }
+        }
+        if r.get("row").and_then(Value::as_u64) != Some(pr.row) {
+            diffs.push("row");
+        }
+        if !diffs.is_empty() {
+            self.problems.push(format!(
+                "{at} ({id}): {} differ from the prompt",
+                diffs.join(", ")
+            ));
+        }
+        if let Some(l) = self.last {
+            if p <= l {
+                self.problems
+                    .push(format!("{at} ({id}): out of prompt order"));
+            }
+        }
+        // A prompt missing between two records: a lost record, unless the run skipped
+        // prompts too long for the teacher (its parts record --skip-too-long).
+        let skipped = self.last.map_or(p, |l: usize| p.saturating_sub(l + 1));
+        if skipped > 0 && !self.skip_too_long {
+            self.problems.push(format!(
+                "{at} ({id}): {skipped} prompt(s) before it have no record (first: {:?})",
+                self.prompts[self.last.map_or(0, |l| l + 1)].id
+            ));
+        }
+        self.last = Some(p);
+        let t = r.get("teacher");
+        let field = |f: &str| {
+            t.and_then(|t| t.get(f))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let (w, cfg) = (field("weights_sha256"), field("config_sha256"));
+        if w.is_empty() {
+            self.problems
+                .push(format!("{at} ({id}): no teacher.weights_sha256"));
+        }
+        *self.teachers.entry((w, cfg)).or_default() += 1;
+        if let Err(why) = answer_agrees(r) {
+            self.problems.push(format!("{at} ({id}): {why}"));
+        }
+        if let Some(b) = r.get("correct").and_then(Value::as_bool) {
+            self.with_correct += 1;
+            self.correct += b as u64;
+        }
+        uses.push(Use {
+            what: at,
+            repo: s("repo"),
+            commit: s("commit"),
+            file: s("file"),
+            split: None,
+            role: None,
+        });
+    }
 }
 
 /// `distilled`
@@ -163,186 +262,96 @@ pub fn check_distilled(
         );
         return c;
     };
-    let recs = match read_distilled(path) {
-        Ok(r) => r,
-        Err(e) => {
-            c.fail(e);
-            return c;
-        }
-    };
-    let parts = compare_with_parts(path, &recs, &mut c);
-    let pos: HashMap<&str, usize> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.id.as_str(), i))
-        .collect();
-    let mut t = Traced {
+    let parts = parts_of(path, &mut c);
+    let mut tr = Trace {
+        path,
         prompts,
-        pos,
+        pos: prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.as_str(), i))
+            .collect(),
         skip_too_long: parts.skip_too_long,
-        ..Default::default()
+        teachers: HashMap::new(),
+        last: None,
+        seen: HashSet::new(),
+        correct: 0,
+        with_correct: 0,
+        records: 0,
+        problems: Vec::new(),
     };
-    for (k, r) in recs.iter().enumerate() {
-        let at = format!("{} record {k}", path.display());
-        if let Some(u) = t.record(&mut c, at, r) {
-            uses.push(u);
-        }
+    let mut first_diff = None;
+    let read = crate::model::lineage::for_each_record(
+        path,
+        crate::model::lineage::RECORD_MAX,
+        &mut |k, r| {
+            let k = k as usize;
+            if let Some(exp) = &parts.expected {
+                if first_diff.is_none() && exp.get(k).is_some_and(|d| *d != digest(&r)) {
+                    first_diff = Some(k);
+                }
+            }
+            tr.record(k, &r, uses);
+            Ok(())
+        },
+    );
+    if let Err(e) = read {
+        c.fail(format!("{e:#}"));
+        return c;
     }
-    t.summarise(&mut c, recs.len());
+    parts.report(path, tr.records, first_diff, &mut c);
+    for p in std::mem::take(&mut tr.problems) {
+        c.fail(p);
+    }
+    finish_distilled(&mut c, &tr);
     c
 }
 
-/// The distilled records traced so far against the prompts.
-#[derive(Default)]
-struct Traced<'a> {
-    prompts: &'a [PromptRecord],
-    /// A prompt's position by id.
-    pos: HashMap<&'a str, usize>,
-    /// Gaps in the prompts are expected (the run skipped prompts too long for the teacher).
-    skip_too_long: bool,
-    /// Records per teacher (weights sha256, config sha256).
-    teachers: HashMap<(String, String), u64>,
-    /// The prompt position of the previous record.
-    last: Option<usize>,
-    seen: HashSet<String>,
-    correct: u64,
-    with_correct: u64,
-}
-
-impl Traced<'_> {
-    /// Trace one record (`at` names it) to its prompt; the source it names, unless its id is
-    /// no prompt's.
-    fn record(&mut self, c: &mut Check, at: String, r: &Value) -> Option<Use> {
-        let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
-        let id = s("id");
-        let Some(&p) = self.pos.get(id.as_str()) else {
-            c.fail(format!("{at}: id {id:?} is not in the prompts"));
-            return None;
-        };
-        if !self.seen.insert(id.clone()) {
-            c.fail(format!("{at}: id {id:?} distilled twice"));
-        }
-        let diffs = differs_from_prompt(r, &self.prompts[p]);
-        if !diffs.is_empty() {
-            c.fail(format!(
-                "{at} ({id}): {} differ from the prompt",
-                diffs.join(", ")
-            ));
-        }
-        self.in_order(c, &at, &id, p);
-        let t = r.get("teacher");
-        let w = t
-            .and_then(|t| t.get("weights_sha256"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let cfg = t
-            .and_then(|t| t.get("config_sha256"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if w.is_empty() {
-            c.fail(format!("{at} ({id}): no teacher.weights_sha256"));
-        }
-        *self
+/// The summary and notes of the `distilled` check, once every record was traced.
+fn finish_distilled(c: &mut Check, tr: &Trace) {
+    if tr.teachers.len() > 1 {
+        let mut t: Vec<_> = tr
             .teachers
-            .entry((w.to_string(), cfg.to_string()))
-            .or_default() += 1;
-        if let Err(why) = answer_agrees(r) {
-            c.fail(format!("{at} ({id}): {why}"));
-        }
-        if let Some(b) = r.get("correct").and_then(Value::as_bool) {
-            self.with_correct += 1;
-            self.correct += b as u64;
-        }
-        Some(Use {
-            what: at,
-            repo: s("repo"),
-            commit: s("commit"),
-            file: s("file"),
-            split: None,
-            role: None,
-        })
+            .iter()
+            .map(|((w, _), n)| format!("{w}: {n}"))
+            .collect();
+        t.sort();
+        c.fail(format!(
+            "records come from {} teachers: {}",
+            tr.teachers.len(),
+            t.join("; ")
+        ));
     }
-
-    /// The record of prompt `p` follows the previous record in prompt order, with no prompt
-    /// missing between them: a lost record, unless the run skipped prompts too long for the
-    /// teacher (its parts record --skip-too-long).
-    fn in_order(&mut self, c: &mut Check, at: &str, id: &str, p: usize) {
-        if let Some(l) = self.last {
-            if p <= l {
-                c.fail(format!("{at} ({id}): out of prompt order"));
-            }
+    let teacher = tr
+        .teachers
+        .keys()
+        .next()
+        .map(|(w, _)| w.clone())
+        .unwrap_or_default();
+    c.summary = format!(
+        "{} record(s) traced to prompts; teacher weights sha256 {}",
+        tr.records,
+        if teacher.is_empty() {
+            "-".into()
+        } else {
+            teacher
         }
-        let skipped = self.last.map_or(p, |l: usize| p.saturating_sub(l + 1));
-        if skipped > 0 && !self.skip_too_long {
-            c.fail(format!(
-                "{at} ({id}): {skipped} prompt(s) before it have no record (first: {:?})",
-                self.prompts[self.last.map_or(0, |l| l + 1)].id
-            ));
-        }
-        self.last = Some(p);
+    );
+    if tr.with_correct > 0 {
+        c.note(format!(
+            "teacher accuracy on these items: {}/{} ({:.1}%)",
+            tr.correct,
+            tr.with_correct,
+            100.0 * tr.correct as f64 / tr.with_correct as f64
+        ));
     }
-
-    /// One teacher for all `n` records; the summary and the notes.
-    fn summarise(&self, c: &mut Check, n: usize) {
-        let teachers = &self.teachers;
-        if teachers.len() > 1 {
-            let mut t: Vec<_> = teachers
-                .iter()
-                .map(|((w, _), n)| format!("{w}: {n}"))
-                .collect();
-            t.sort();
-            c.fail(format!(
-                "records come from {} teachers: {}",
-                teachers.len(),
-                t.join("; ")
-            ));
-        }
-        let teacher = teachers
-            .keys()
-            .next()
-            .map(|(w, _)| w.clone())
-            .unwrap_or_default();
-        c.summary = format!(
-            "{n} record(s) traced to prompts; teacher weights sha256 {}",
-            if teacher.is_empty() {
-                "-".into()
-            } else {
-                teacher
-            }
-        );
-        let (correct, with_correct) = (self.correct, self.with_correct);
-        if with_correct > 0 {
-            c.note(format!(
-                "teacher accuracy on these items: {correct}/{with_correct} ({:.1}%)",
-                100.0 * correct as f64 / with_correct as f64
-            ));
-        }
-        if n < self.prompts.len() {
-            c.note(format!("{n} of {} prompts distilled", self.prompts.len()));
-        }
+    if tr.records < tr.prompts.len() {
+        c.note(format!(
+            "{} of {} prompts distilled",
+            tr.records,
+            tr.prompts.len()
+        ));
     }
-}
-
-/// The fields of a distilled record that differ from its prompt's.
-fn differs_from_prompt(r: &Value, pr: &PromptRecord) -> Vec<&'static str> {
-    let s = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or("").to_string();
-    let mut diffs = Vec::new();
-    for (f, want) in [
-        ("source", &pr.source),
-        ("repo", &pr.repo),
-        ("commit", &pr.commit),
-        ("file", &pr.file),
-        ("prompt", &pr.prompt),
-        ("gold", &pr.gold),
-    ] {
-        if &s(f) != want {
-            diffs.push(f);
-        }
-    }
-    if r.get("row").and_then(Value::as_u64) != Some(pr.row) {
-        diffs.push("row");
-    }
-    diffs
 }
 
 /// A record's `answer` must be the most probable letter of its own `answer_probs` (null
@@ -389,11 +398,48 @@ fn answer_agrees(r: &Value) -> Result<(), String> {
 struct PartsSeen {
     /// The run skipped prompts too long for the teacher (gaps are expected).
     skip_too_long: bool,
+    /// A digest of each committed record, in prompt order (None: no parts to compare with).
+    expected: Option<Vec<[u8; 32]>>,
+    /// How many part files there are.
+    files: usize,
+}
+
+/// A record's digest, independent of its keys' order (as `Value` equality is).
+fn digest(v: &Value) -> [u8; 32] {
+    use sha2::Digest;
+    fn feed(h: &mut sha2::Sha256, v: &Value) {
+        match v {
+            Value::Object(m) => {
+                let mut kv: Vec<_> = m.iter().collect();
+                kv.sort_by(|a, b| a.0.cmp(b.0));
+                h.update(b"{");
+                for (k, x) in kv {
+                    feed(h, &Value::String(k.clone()));
+                    h.update(b":");
+                    feed(h, x);
+                }
+                h.update(b"}");
+            }
+            Value::Array(a) => {
+                h.update(b"[");
+                for x in a {
+                    feed(h, x);
+                    h.update(b",");
+                }
+                h.update(b"]");
+            }
+            other => h.update(other.to_string().as_bytes()),
+        }
+    }
+    let mut h = sha2::Sha256::new();
+    feed(&mut h, v);
+    h.finalize().into()
 }
 
 /// Where `OUT.parts/` exists, the records must be exactly the parts' committed records in
-/// prompt order (what `distill`/`merge` finalised); a difference fails naming the record.
-fn compare_with_parts(path: &Path, recs: &[Value], c: &mut Check) -> PartsSeen {
+/// prompt order (what `distill`/`merge` finalised): their digests, kept for the streamed
+/// comparison (one part file in memory at a time).
+fn parts_of(path: &Path, c: &mut Check) -> PartsSeen {
     use crate::distill::output;
     let mut seen = PartsSeen::default();
     let Ok(files) = output::list_parts(&output::parts_dir(path)) else {
@@ -402,7 +448,7 @@ fn compare_with_parts(path: &Path, recs: &[Value], c: &mut Check) -> PartsSeen {
     if files.is_empty() {
         return seen;
     }
-    let mut by_index: std::collections::BTreeMap<usize, String> = Default::default();
+    let mut by_index: std::collections::BTreeMap<usize, [u8; 32]> = Default::default();
     for f in &files {
         let part = match output::read_part(f) {
             Ok(p) => p,
@@ -416,33 +462,43 @@ fn compare_with_parts(path: &Path, recs: &[Value], c: &mut Check) -> PartsSeen {
         }
         for b in part.batches.values() {
             for (i, r) in b.index.iter().zip(&b.records) {
-                by_index.insert(*i, r.clone());
+                if let Ok(v) = serde_json::from_str::<Value>(r) {
+                    by_index.insert(*i, digest(&v));
+                }
             }
         }
     }
-    let expected: Vec<Value> = by_index
-        .values()
-        .filter_map(|t| serde_json::from_str(t).ok())
-        .collect();
-    if expected.len() != recs.len() {
-        c.fail(format!(
-            "{}: {} records, but its parts in {} commit {}",
-            path.display(),
-            recs.len(),
-            output::parts_dir(path).display(),
-            expected.len()
-        ));
-    } else if let Some(k) = (0..recs.len()).find(|&k| recs[k] != expected[k]) {
-        c.fail(format!(
-            "{} record {k}: differs from the record its part files committed (edited after \
-             the run?)",
-            path.display()
-        ));
-    } else {
-        c.note(format!(
-            "matches its {} part file(s) record for record",
-            files.len()
-        ));
-    }
+    seen.files = files.len();
+    seen.expected = Some(by_index.into_values().collect());
     seen
+}
+
+impl PartsSeen {
+    /// The comparison's verdict: `records` read, the first that differs.
+    fn report(&self, path: &Path, records: usize, first_diff: Option<usize>, c: &mut Check) {
+        use crate::distill::output;
+        let Some(expected) = &self.expected else {
+            return;
+        };
+        if expected.len() != records {
+            c.fail(format!(
+                "{}: {} records, but its parts in {} commit {}",
+                path.display(),
+                records,
+                output::parts_dir(path).display(),
+                expected.len()
+            ));
+        } else if let Some(k) = first_diff {
+            c.fail(format!(
+                "{} record {k}: differs from the record its part files committed (edited after \
+                 the run?)",
+                path.display()
+            ));
+        } else {
+            c.note(format!(
+                "matches its {} part file(s) record for record",
+                self.files
+            ));
+        }
+    }
 }

@@ -16,13 +16,11 @@ use anyhow::{bail, Result};
 use crate::manifest::Role;
 
 pub use super::names::is_hex_digest;
-use super::names::{check_repo_path, shown, RepoKind};
+use super::names::{check_repo_path, is_lower_hex_digest, shown, RepoKind};
 
 /// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, lowercase.
 pub fn check_blob_name(name: &str) -> Result<()> {
-    if !(is_hex_digest(name, 64) || is_hex_digest(name, 40))
-        || name.bytes().any(|b| b.is_ascii_uppercase())
-    {
+    if !(is_lower_hex_digest(name, 64) || is_lower_hex_digest(name, 40)) {
         bail!(
             "refusing the blob name {}: not a sha256 or git sha1 hex digest",
             shown(name)

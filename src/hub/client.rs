@@ -26,7 +26,7 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, LOCATION, RANGE};
 use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 
-use super::names::{check_repo_path, clip, is_hex_digest, shown, RepoKind};
+use super::names::{check_repo_path, clip, is_lower_hex_digest, shown, RepoKind};
 use super::retry::{
     as_transient, net_error, retryable_status, server_wait, transient, wait_header, RetryPolicy,
     Transient,
@@ -172,17 +172,19 @@ pub fn parse_revision(what: &str, body: &[u8]) -> Result<String> {
 /// A listed file's digests: `oid` a git sha1 (40 hex), `lfs.oid` a sha256 (64 hex). These
 /// become blob and lock file names, so nothing else is accepted.
 pub fn check_entry_digests(e: &TreeEntry) -> Result<()> {
-    if !is_hex_digest(&e.oid, 40) {
+    // Lowercase, as the Hub writes them: these name blobs and locks in the cache, whose
+    // names are lowercase digests only (`check_blob_name`).
+    if !is_lower_hex_digest(&e.oid, 40) {
         bail!(
-            "file {}: field `oid` {} is not a git sha1 (40 hex digits): refusing the listing",
+            "file {}: field `oid` {} is not a git sha1 (40 lowercase hex digits): refusing the listing",
             shown(&e.path),
             shown(&e.oid)
         );
     }
     if let Some(l) = &e.lfs {
-        if !is_hex_digest(&l.oid, 64) {
+        if !is_lower_hex_digest(&l.oid, 64) {
             bail!(
-                "file {}: field `lfs.oid` {} is not a sha256 (64 hex digits): refusing the listing",
+                "file {}: field `lfs.oid` {} is not a sha256 (64 lowercase hex digits): refusing the listing",
                 shown(&e.path),
                 shown(&l.oid)
             );

@@ -47,6 +47,11 @@ pub fn is_hex_digest(s: &str, len: usize) -> bool {
     s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// `s` is exactly `len` lowercase hex digits (a digest as the Hub and the cache spell it).
+pub fn is_lower_hex_digest(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Reject listed paths that could escape the cache.
 pub fn check_repo_path(path: &str) -> Result<()> {
     if path.is_empty()

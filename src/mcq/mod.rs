@@ -12,6 +12,7 @@
 //!   written by the shared [`crate::shards`] writers with their index.json (contract 4);
 //! - [`tokenizer`]: tokenizer + EOS.
 
+pub mod card;
 pub mod item;
 pub mod load;
 pub mod merge;
@@ -173,6 +174,10 @@ pub fn run(args: McqArgs) -> Result<()> {
         }
         None => serde_json::Value::Null,
     };
+    // The output's card (a whole run's: a worker's part is not an output of its own).
+    if slice.is_whole() {
+        card::write(&out, &records)?;
+    }
     steps::summary(
         &args,
         slice,

@@ -152,6 +152,10 @@ pub(super) fn claim(
     if prompts_path.is_file() && prompts::is_own_file(prompts_path) {
         claim = claim.remove(["prompts.jsonl"]);
     }
+    // Our card (rewritten only when its bytes change); a user's README.md is refused.
+    if super::card::is_card(&super::card::card_path(out)) {
+        claim = claim.keep([crate::shards::card::CARD_FILE]);
+    }
     // decontam's report on prompts.jsonl, written beside it by the documented pipeline: this
     // tool's own file. Kept while it describes the prompts this run writes, removed (stale)
     // when they change.

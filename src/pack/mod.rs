@@ -55,6 +55,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod remote;
 pub mod resume;
+pub mod strict;
 pub mod tokenize;
 
 use std::path::PathBuf;
@@ -183,6 +184,11 @@ pub struct PackArgs {
     /// index.json left incomplete) instead of a warning.
     #[arg(long, requires = "tokens")]
     pub strict_mixture: bool,
+    /// Warnings a nightly job wants fatal are errors (exit 1, index.json left incomplete): an
+    /// `--input` file contributing 0 documents, no documents at all, rows skipped for a missing
+    /// text field or as oversized, a `--tokens` source short of its share.
+    #[arg(long)]
+    pub strict: bool,
     /// Target shard size in token bytes (rows per shard = this / (seq-len * 4)). Peak memory is
     /// about 4x this (rows being packed, the shard being written, its arrow copy and encoding),
     /// whatever the corpus size.
@@ -206,6 +212,10 @@ pub struct PackArgs {
     /// (default: 64MiB, or twice --max-doc-bytes when that is more).
     #[arg(long, value_parser = parse_bytes)]
     pub max_row_bytes: Option<u64>,
+    /// Largest a compressed parquet input (`.parquet.gz` / `.parquet.zst`) may decompress to
+    /// in the temporary copy it is read from; a larger one ends the run naming the file.
+    #[arg(long, value_parser = parse_bytes, default_value = "16GiB")]
+    pub max_decompressed_bytes: u64,
     /// Policy for oversized documents.
     #[arg(long, value_enum, default_value = "fail")]
     pub on_oversize: Oversize,
@@ -250,5 +260,6 @@ impl PackArgs {
 }
 
 pub fn run(args: PackArgs) -> Result<()> {
+    crate::sources::codec::set_temp_max(args.max_decompressed_bytes);
     pipeline::run(args)
 }

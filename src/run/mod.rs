@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// exist readable, no step writing what another reads (exit 2 naming every problem).
     #[arg(long)]
     pub check: bool,
+    /// `pack --strict`: the warnings a nightly job wants fatal (an input contributing 0
+    /// documents, rows skipped, a short mixture) fail the pack step, before its output is
+    /// marked complete. Not a setting: adding or dropping it re-runs nothing.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// What happened to one step.
@@ -143,7 +148,16 @@ fn prepare(args: &RunArgs, cli: &Cli) -> Result<Job> {
     let p = config::Pipeline::load(&args.pipeline)?;
     let pipeline = std::fs::canonicalize(&args.pipeline)
         .with_context(|| format!("reading {}", args.pipeline.display()))?;
-    let plan = steps::plan(&p);
+    let mut plan = steps::plan(&p);
+    if args.strict {
+        for c in plan
+            .iter_mut()
+            .filter(|s| s.name == "pack")
+            .flat_map(|s| s.commands.iter_mut())
+        {
+            c.push(steps::STRICT.to_string());
+        }
+    }
     for sel in [&args.only, &args.from].into_iter().flatten() {
         if !plan.iter().any(|s| s.name == sel) {
             return Err(crate::error::usage(format!(
@@ -231,16 +245,26 @@ enum AuditLine {
 }
 
 fn audit(job: &Job, step: &steps::Step, line: &str) -> Result<crate::audit::report::AuditReport> {
+    // Typed context, as every other step's: `--json`'s failure line names the step.
+    let failed = |e: anyhow::Error| {
+        e.context(crate::cron::StepFailed {
+            step: step.name.to_string(),
+            command_line: line.to_string(),
+            pipeline: job.pipeline.display().to_string(),
+        })
+    };
     let argv = std::iter::once("dlm-data".to_string()).chain(step.commands[0].iter().cloned());
-    let AuditLine::Audit(a) = AuditLine::try_parse_from(argv).map_err(|e| {
-        crate::error::usage(format!(
-            "pipeline file {}: step audit: `{line}`: {}",
-            job.pipeline.display(),
-            e.to_string().trim()
-        ))
-    })?;
+    let AuditLine::Audit(a) = AuditLine::try_parse_from(argv)
+        .map_err(|e| {
+            crate::error::usage(format!(
+                "pipeline file {}: step audit: `{line}`: {}",
+                job.pipeline.display(),
+                e.to_string().trim()
+            ))
+        })
+        .map_err(failed)?;
     crate::progress::note(&format!("run: audit: {line}"));
-    crate::audit::audit(&a).context("run: step audit")
+    crate::audit::audit(&a).map_err(failed)
 }
 
 /// The run's result: the `--json` line or the summary and audit report; exit 1 when broken.

@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::state::{self, Rebuild, RunState, StepRecord};
-use super::steps::Step;
+use super::steps::{self, Step};
 use super::{quote, swap, Exec, Job};
 
 /// Finish the swaps a killed night left half-done (the staged output was complete).
@@ -51,7 +51,7 @@ pub fn step(
     let pending = st.rebuilds.get(step.name).cloned();
     let mut rebuild = false;
     if let Some(rec) = &prev {
-        let settings = rec.commands == step.commands;
+        let settings = steps::settings(&rec.commands) == steps::settings(&step.commands);
         let read_same = state::same(&rec.inputs, &inputs);
         if settings && read_same && pending.is_none() {
             let outputs = state::sigs(&step.writes, &rec.outputs)?;
@@ -163,7 +163,9 @@ fn rebuild_beside(
     let staging = swap::staging_dir(out);
     let staged = swap::staged(out);
     let resumable = st.rebuilds.get(step.name).is_some_and(|r| {
-        r.commands == step.commands && state::same(&r.inputs, inputs) && r.swap.is_empty()
+        steps::settings(&r.commands) == steps::settings(&step.commands)
+            && state::same(&r.inputs, inputs)
+            && r.swap.is_empty()
     });
     if !resumable {
         // A staging directory of other inputs or settings (or a stray one): ours; start again.

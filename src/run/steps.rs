@@ -10,6 +10,23 @@ use super::config::Pipeline;
 /// The steps in pipeline order (`--only` / `--from` names).
 pub const STEPS: [&str; 6] = ["fetch", "pack", "mcq", "decontam", "distill", "audit"];
 
+/// `run --strict`'s flag on the pack step: a check, not a setting (see [`settings`]).
+pub const STRICT: &str = "--strict";
+
+/// A step's command lines as settings: without `--strict`, which changes no output byte
+/// (it only fails a run whose output would carry a warning).
+pub fn settings(commands: &[Vec<String>]) -> Vec<Vec<&str>> {
+    commands
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(String::as_str)
+                .filter(|a| *a != STRICT)
+                .collect()
+        })
+        .collect()
+}
+
 /// One step: its command lines and the inputs and outputs it is complete against.
 #[derive(Debug, Clone)]
 pub struct Step {

@@ -94,7 +94,7 @@ fn sources(idx: &Index) -> String {
                 s,
                 "- `{source}`: [{repo}@{short}](https://huggingface.co/datasets/{repo}/tree/{commit}) \
                  split `{split}`, {ranges} file range(s), {docs} documents",
-                short = &commit[..commit.len().min(12)],
+                short = commit.chars().take(12).collect::<String>(),
             );
         }
     }

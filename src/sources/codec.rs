@@ -112,14 +112,30 @@ pub fn plain_file<'a>(path: &'a Path, name: &str) -> Result<PlainFile<'a>> {
     })
 }
 
-/// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`).
+
+/// The most bytes a temporary decompressed copy may hold (`pack --max-decompressed-bytes`;
+/// 16 GiB for the other commands): a small `.parquet.zst` bomb cannot fill the disk.
+static TEMP_MAX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(16 << 30);
+
+/// Set the bound on a temporary decompressed copy (`--max-decompressed-bytes`).
+pub fn set_temp_max(bytes: u64) {
+    TEMP_MAX.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`), refused
+/// (naming the file, the limit and the flag) once it would hold more than the bound.
 pub fn decompress_to_temp(path: &Path, name: &str) -> Result<Decompressed> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp =
         std::env::temp_dir().join(format!(".dlm-data-{}-{k}.parquet.tmp", std::process::id()));
     let out = Decompressed { path: tmp };
-    let mut r = open(path, name)?;
+    let bound = crate::bounded::Bound::new(
+        TEMP_MAX.load(std::sync::atomic::Ordering::Relaxed),
+        "--max-decompressed-bytes",
+    );
+    let mut r =
+        crate::bounded::Capped::new(open(path, name)?, bound, format!("{name} decompressed"));
     let mut w = File::create(&out.path)
         .with_context(|| format!("{name}: creating {}", out.path.display()))?;
     std::io::copy(&mut r, &mut w).with_context(|| format!("{name}: decompressing"))?;

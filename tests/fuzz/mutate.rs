@@ -370,6 +370,11 @@ fn edit(rng: &mut Rng, node: &mut Value, donor: Value) {
             Value::Array(a) if !a.is_empty() => {
                 let x = a[rng.below(a.len())].clone();
                 let max = if rng.chance(4) { 2000 } else { 4 };
+                // At most ~1 MiB of copies: 2000 copies of a 200 KB element once made a
+                // 400 MB tree whose serialization aborted the child (an allocation of
+                // 1.8 GB outside any case, blamed on the case before it).
+                let size = serde_json::to_vec(&x).map_or(1, |v| v.len().max(1));
+                let max = max.min((1 << 20) / size).max(1);
                 let times = 1 + rng.below(max);
                 for _ in 0..times {
                     a.push(x.clone());

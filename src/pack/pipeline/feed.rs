@@ -445,6 +445,13 @@ impl<'a> Feed<'a> {
     fn finish(mut self) -> Result<()> {
         let ctx = self.ctx;
         self.progress.finish();
+        if ctx.args.strict && !ctx.segment_mode {
+            // Before the last row goes out: index.json is never marked complete, and the
+            // journal (every shard before) resumes cleanly.
+            let mut t = self.st.totals.clone();
+            t.mixture = self.mixture();
+            super::super::strict::check(&ctx.args.input, &t, &self.st.provenance)?;
+        }
         let pad = if ctx.segment_mode { None } else { ctx.pad };
         let (last, dropped, padded) = self.packer.finish(pad);
         if ctx.segment_mode {

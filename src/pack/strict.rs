@@ -1,0 +1,73 @@
+//! Why `pack --strict` exists: a nightly job has no one to read its warnings. Under `--strict`
+//! the warnings that mean the output is not what was asked for — an `--input` file that
+//! contributed 0 documents (a wrong `--text-column`), no documents at all, rows skipped for a
+//! missing text field (`--on-missing-text skip`), documents skipped as oversized
+//! (`--on-oversize skip`), a `--tokens` source short of its share — end the run (exit 1)
+//! before index.json is marked complete, all of them named at once.
+
+use anyhow::Result;
+
+use crate::shards::index::{ProvenanceRange, Totals};
+
+/// What `--strict` refuses in a finished run's totals and provenance (empty: nothing).
+pub fn problems(
+    inputs: &[std::path::PathBuf],
+    totals: &Totals,
+    provenance: &[ProvenanceRange],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if !inputs.is_empty() {
+        let mut per_file: Vec<(&str, u64)> = Vec::new();
+        for p in provenance {
+            match per_file.iter_mut().find(|(f, _)| *f == p.file) {
+                Some((_, n)) => *n += p.documents,
+                None => per_file.push((&p.file, p.documents)),
+            }
+        }
+        for (f, _) in per_file.iter().filter(|(_, n)| *n == 0) {
+            out.push(format!(
+                "--input {f}: contributed 0 documents (check --text-column / --text)"
+            ));
+        }
+    }
+    if totals.documents == 0 {
+        out.push("the inputs contributed 0 documents in all".to_string());
+    }
+    let count = |k: &str| totals.extra.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let n = count("skipped_missing_text");
+    if n > 0 {
+        out.push(format!(
+            "{n} rows had no text field and were skipped (--on-missing-text skip)"
+        ));
+    }
+    let n = count("skipped_oversize");
+    if n > 0 {
+        out.push(format!(
+            "{n} documents were oversized and skipped (--on-oversize skip)"
+        ));
+    }
+    for m in totals.mixture.iter().flatten().filter(|m| m.short) {
+        out.push(format!(
+            "mixture: source {:?} supplied {} of its {} budgeted tokens",
+            m.source, m.tokens, m.budget
+        ));
+    }
+    out
+}
+
+/// `--strict`: an error naming every problem (exit 1), so index.json is never marked complete.
+pub fn check(
+    inputs: &[std::path::PathBuf],
+    totals: &Totals,
+    provenance: &[ProvenanceRange],
+) -> Result<()> {
+    let p = problems(inputs, totals, provenance);
+    if p.is_empty() {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "--strict: {} problem(s), index.json left incomplete:\n  {}",
+        p.len(),
+        p.join("\n  ")
+    )
+}
