@@ -10,6 +10,25 @@ use std::str::FromStr;
 
 use anyhow::Result;
 
+/// The worker flags every command that shards takes (flattened into its arguments): `--shard
+/// I/N`, else the Slurm array or Kubernetes Indexed Job environment ([`WorkerSlice::resolve`]).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WorkerArgs {
+    /// This worker's share I/N of the work (default: the Slurm / Kubernetes array environment, else all).
+    #[arg(long)]
+    pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
+    #[arg(long, value_parser = crate::sizes::workers())]
+    pub num_shards: Option<usize>,
+}
+
+impl WorkerArgs {
+    /// This process's slice: the flag, else the array environment, else the whole job.
+    pub fn resolve(&self) -> Result<WorkerSlice> {
+        WorkerSlice::resolve(self.shard, self.num_shards)
+    }
+}
+
 /// Worker `index` of `count` (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerSlice {

@@ -63,7 +63,7 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
     if args.seq_len == 0 {
         return Err(crate::error::usage("--seq-len must be at least 1"));
     }
-    let worker = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let worker = args.worker.resolve()?;
     let out_dir = if worker.is_whole() {
         args.out.clone()
     } else {
