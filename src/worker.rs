@@ -1,11 +1,15 @@
-//! Which slice of the work this process owns: `--shard I/N`, else the Slurm array or a
-//! Kubernetes Indexed Job environment, else the whole job (0/1).
+//! The worker executor, kept apart from the steps it runs (as datatrove keeps its local and
+//! Slurm executors): which slice of the work this process owns — `--shard I/N` ([`WorkerArgs`],
+//! flattened into every command that shards: fetch, pack, mcq, decontam, distill), else the
+//! Slurm array or a Kubernetes Indexed Job environment, else the whole job (0/1) — where a
+//! worker writes (`OUT/parts/IIIII-of-NNNNN`, [`WorkerSlice::out_dir`], [`parts_root`]), and
+//! whether a set of parts is complete ([`check_worker_set`]); `crate::merge` dispatches the join.
 //!
 //! Slices are deterministic and disjoint: item `k` of an ordered work list belongs to worker
 //! `k % N`. Every long command takes the same [`WorkerSlice`].
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::Result;
@@ -51,6 +55,16 @@ impl WorkerSlice {
     /// `parts/00003-of-00004` — the directory a worker writes inside a shared `--out`.
     pub fn part_dir_name(&self) -> String {
         format!("{:05}-of-{:05}", self.index, self.count)
+    }
+
+    /// Where this worker writes a directory output `out` (pack, mcq): `out` itself for the
+    /// whole job, else `out/parts/IIIII-of-NNNNN`.
+    pub fn out_dir(&self, out: &Path) -> PathBuf {
+        if self.is_whole() {
+            out.to_path_buf()
+        } else {
+            parts_root(out).join(self.part_dir_name())
+        }
     }
 
     /// Resolve from an explicit flag, else the environment (Slurm array, then Kubernetes).
@@ -135,6 +149,11 @@ impl FromStr for WorkerSlice {
             .map_err(|_| format!("{s:?}: N is not a number"))?;
         WorkerSlice::new(i, n).map_err(|e| e.to_string())
     }
+}
+
+/// The folder of workers' parts inside a shared directory output (`OUT/parts/`).
+pub fn parts_root(out: &Path) -> PathBuf {
+    out.join("parts")
 }
 
 /// The sub-directories of `parts_root` (workers' part directories), names sorted.

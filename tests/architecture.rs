@@ -380,7 +380,6 @@ const OVER_120_PENDING: &[(&str, &str)] = &[
     ("audit/prompts.rs", "check_distilled"),
     ("audit/shards.rs", "check"),
     ("inspect/shards.rs", "inspect"),
-    ("pack/pipeline/setup.rs", "prepare"),
     ("pack/tokenize/bpe.rs", "from_model"),
     ("pack/tokenize/fast.rs", "from_json"),
 ];

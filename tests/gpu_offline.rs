@@ -177,7 +177,7 @@ fn reference_backend_drives_the_distill_sampler() {
         cache_refresh: None,
     };
     let prompts: [&[u32]; 2] = [&[10, 20, 30], &[7]];
-    let out = sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
+    let out = host_loop::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
     assert_eq!(out.len(), 2);
     for row in &out {
         assert_eq!(row.len(), 8);
@@ -185,7 +185,7 @@ fn reference_backend_drives_the_distill_sampler() {
     }
     assert_eq!(
         out,
-        sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap()
+        host_loop::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap()
     );
 }
 

@@ -26,7 +26,7 @@ use dlm_data::gpu::engine::{DeviceRun, Engine, KvCache, Residual};
 use dlm_data::gpu::reference::{self, CpuModel};
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams as SP;
-use dlm_data::sampling::{Cache, Remasking};
+use dlm_data::sampling::Remasking;
 use dlm_data::teacher::TeacherBackend;
 
 #[derive(Parser)]
@@ -557,7 +557,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     for (name, p) in &settings {
         let dev = be.generate(p, &refs, &keys, 0, 0).unwrap()?;
         let mut trace = vec![];
-        let host = sampler::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
+        let host = host_loop::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
         let (same, total, rows) = agreement(&dev, &host);
         println!("device sampler vs host sampler on the GPU's logits, {name}: {same}/{total} tokens, {rows}/{} rows identical", ps.len());
         rows_report.insert(name.clone(), format!("{rows}/{}", ps.len()).into());
@@ -575,7 +575,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
             ..base.clone()
         };
         let dev = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
-        let host = sampler::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
+        let host = host_loop::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
         let (same, total, rows) = agreement(&dev, &host);
         println!("GPU vs CPU reference forward (same sampler), T={t}: {same}/{total} tokens equal, {rows}/{} rows identical", ps.len());
         report.insert(

@@ -91,7 +91,7 @@ struct Setup {
 fn setup(st: &mut Settings) -> Result<Setup> {
     // One writer per worker part, never an input overwritten; held for the whole run.
     let lock = output::claim(&st.out, st.worker, &st.prompts, &st.teacher)?;
-    let teacher = Teacher::open(&st.teacher, &st.teacher_options)?;
+    let teacher = Teacher::open(&st.given.teacher, &st.teacher_options)?;
     st.bind_teacher(&teacher)?;
     let p = &st.gen;
     if p.approximate() {
@@ -122,7 +122,7 @@ struct Encoded {
 }
 
 fn encode_prompts(st: &Settings, s: &Setup) -> Result<Encoded> {
-    let mut items = read_prompts(&st.prompts)?;
+    let mut items = read_prompts(&st.given.prompts)?;
     if let Some(n) = st.limit {
         items.truncate(n);
     }
@@ -133,12 +133,12 @@ fn encode_prompts(st: &Settings, s: &Setup) -> Result<Encoded> {
         &items,
         use_template,
         st.special_tokens_in_text,
-        &st.prompts,
+        &st.given.prompts,
     )?;
     if let Some((it, _)) = items.iter().zip(&ids).find(|(_, x)| x.is_empty()) {
         anyhow::bail!(
             "{}:{}: prompt {:?} encodes to no tokens",
-            st.prompts.display(),
+            st.given.prompts.display(),
             it.line,
             it.id
         );
@@ -207,7 +207,7 @@ struct Output {
 }
 
 fn open_output(st: &Settings, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> Result<Output> {
-    let prompts_sha256 = crate::util::sha256_file(&st.prompts)?;
+    let prompts_sha256 = crate::util::sha256_file(&st.given.prompts)?;
     let fp = fingerprint(st, &s.teacher, &prompts_sha256, e.items.len());
     let hdr = output::header(st.worker, units.len(), e.items.len(), &fp);
     let own = output::part_path(&st.out, st.worker);
@@ -248,7 +248,7 @@ fn decode_unit(
         .iter()
         .map(|&i| rng::prompt_key(&e.items[i].id))
         .collect();
-    let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &st.prompts);
+    let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &st.given.prompts);
     if !st.early_exit {
         let out =
             generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
@@ -279,7 +279,7 @@ fn decode_unit(
     let mut rows = Vec::with_capacity(unit.len());
     for (r, q) in prompts.iter().enumerate() {
         let out = generate_row(be, p, q, keys[r], t.logits_shift, stop)
-            .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &st.prompts))?;
+            .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &st.given.prompts))?;
         rows.push(out);
     }
     let steps = rows.iter().map(|r| r.steps).sum();
@@ -331,7 +331,7 @@ fn answer_unit(
         )
         .map_err(|err| {
             let rows: Vec<usize> = chunk.iter().map(|&r| unit[r]).collect();
-            name_prompt(err, &rows, &e.items, &st.prompts)
+            name_prompt(err, &rows, &e.items, &st.given.prompts)
         })
         .context("MCQ answers")?;
         for (&r, a) in chunk.iter().zip(answers) {
@@ -394,7 +394,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     tracing::info!(
         "distill {}: {} prompts ({} MCQ) in {} {}; worker {} owns {}, {} to do{}; teacher {} \
          (weights sha256 {})",
-        st.prompts.display(),
+        st.given.prompts.display(),
         e.items.len(),
         e.items.iter().filter(|i| i.options.is_some()).count(),
         units.len(),
@@ -551,7 +551,7 @@ fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
     );
     let mut summary = json!({
         "command": "distill",
-        "out": st.out_given.display().to_string(),
+        "out": st.given.out.display().to_string(),
         "worker": st.worker.to_string(),
         "prompts": e.items.len(),
         "generated": t.prompts,
@@ -571,7 +571,7 @@ fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
         "added_token_text": e.added,
     });
     if st.worker.is_whole() {
-        let f = finalize_run(&st.out, st.format)?;
+        let f = finalize_run(&st.given.out, st.format)?;
         summary["records"] = json!(f.records);
         if e.skipped > 0 {
             crate::report::note(&format!(
@@ -583,8 +583,8 @@ fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
         crate::report::note(&format!(
             "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
             st.worker,
-            output::part_path(&st.out_given, st.worker).display(),
-            st.out_given.display(),
+            output::part_path(&st.given.out, st.worker).display(),
+            st.given.out.display(),
             st.worker.count
         ));
     }
@@ -626,7 +626,7 @@ fn drop_too_long(
     let it = &items[*first];
     let named = format!(
         "{}:{}: prompt {:?} ({} tokens) {reason}",
-        st.prompts.display(),
+        st.given.prompts.display(),
         it.line,
         it.id,
         ids[*first].len()

@@ -119,6 +119,15 @@ impl GpuResidual {
     }
 }
 
+/// `--teacher`, `--prompts` and `--out` as typed (relative to the working directory, which a
+/// run never changes).
+#[derive(Debug, Clone)]
+pub struct GivenPaths {
+    pub teacher: PathBuf,
+    pub prompts: PathBuf,
+    pub out: PathBuf,
+}
+
 /// Everything `distill` runs with, resolved from its flags once.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -126,8 +135,10 @@ pub struct Settings {
     pub teacher: PathBuf,
     pub prompts: PathBuf,
     pub out: PathBuf,
-    /// `--out` as typed: the summary's `out` and the `merge` hint read as the user wrote them.
-    pub out_given: PathBuf,
+    /// The three paths as typed: what the user reads (log lines, errors naming a prompt, the
+    /// summary's `out`, the `merge` hint) keeps their spelling; the absolute ones above decide
+    /// identity (the claim: one writer, no input as the output).
+    pub given: GivenPaths,
     pub device: Device,
     /// This worker's share (`--shard`, else the array environment, else the whole job).
     pub worker: WorkerSlice,
@@ -270,7 +281,11 @@ impl Settings {
             teacher: absolute("--teacher", &a.teacher)?,
             prompts: absolute("--prompts", &a.prompts)?,
             out,
-            out_given: a.out.clone(),
+            given: GivenPaths {
+                teacher: a.teacher.clone(),
+                prompts: a.prompts.clone(),
+                out: a.out.clone(),
+            },
             device,
             worker,
             batch_size,
@@ -492,5 +507,8 @@ mod tests {
         let s = ok(&[]);
         assert!(s.teacher.is_absolute() && s.prompts.is_absolute() && s.out.is_absolute());
         assert!(s.out.ends_with("o"));
+        // What the user reads keeps their spelling.
+        assert_eq!(s.given.out, PathBuf::from("o"));
+        assert_eq!(s.given.prompts, PathBuf::from("p"));
     }
 }

@@ -110,11 +110,7 @@ pub struct McqArgs {
 pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
 pub(super) fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
-    if slice.is_whole() {
-        args.out.clone()
-    } else {
-        args.out.join("parts").join(slice.part_dir_name())
-    }
+    slice.out_dir(&args.out)
 }
 
 /// The run, step by step ([`steps`], [`load`], [`sft_set`]).

@@ -234,16 +234,6 @@ pub enum MissingText {
     Skip,
 }
 
-impl PackArgs {
-    /// The bound on one input row while it is read (`--max-row-bytes`, see there).
-    pub fn row_max(&self) -> crate::bounded::Bound {
-        let limit = self
-            .max_row_bytes
-            .unwrap_or_else(|| crate::sources::ROW_BYTES.max(self.max_doc_bytes.saturating_mul(2)));
-        crate::bounded::Bound::new(limit, "--max-row-bytes")
-    }
-}
-
 pub fn run(args: PackArgs) -> Result<()> {
     pipeline::run(args)
 }

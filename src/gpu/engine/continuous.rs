@@ -130,7 +130,7 @@ impl Engine {
             }
         }
         let lp_max = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
-        let rows = slots.min(n);
+        let rows = slots.get().min(n);
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
         self.ensure_workspace(
             rows,

@@ -244,7 +244,7 @@ impl Engine {
         &self,
         ws: &Workspace,
         at: &StepAt,
-        p: &GenParams,
+        p: &DeviceRun,
         rows: usize,
     ) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
@@ -284,7 +284,7 @@ impl Engine {
     }
 
     /// Per row, commit this step's most confident masked positions (top-k, or by threshold).
-    fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+    fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let blk = p.block_length;
         let nblocks = (p.gen_length / blk) as i32;
@@ -312,7 +312,7 @@ impl Engine {
     }
 
     /// The device-side state moved on: step, block, finished rows (stop ids), phase.
-    fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+    fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let nblocks = (p.gen_length / p.block_length) as i32;
         let spb = p.steps_per_block() as i32;
