@@ -11,7 +11,7 @@ mod llada_ref;
 use std::time::Instant;
 
 use anyhow::Result;
-use dlm_data::distill::sampler::generate;
+use dlm_data::distill::host_loop::generate;
 use dlm_data::fixtures::teacher::{write_teacher, TinyDtype, TinySize, TinyTeacher};
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams;
@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         eos_ids: t.eos_ids.clone(),
         eot_ids: vec![],
         threshold: None,
-        cache: dlm_data::sampling::Cache::None,
+        cache: dlm_data::sampling::KvCache::None,
         cache_refresh: None,
     };
     // Warm-up (allocator, rayon pool).

@@ -196,14 +196,32 @@ fn init_logging(out: crate::progress::Settings) {
 mod tests {
     use super::*;
 
+    /// The exit code of parsing `args`, and for distill of resolving its settings too (where
+    /// `--batch-size` and `--window-prompts` are bounded by the device: one validation site).
     fn code(args: &[&str]) -> i32 {
+        match Cli::try_parse_from(std::iter::once("dlm-data").chain(args.iter().copied())) {
+            Ok(Cli {
+                command: Command::Distill(a),
+                ..
+            }) => match crate::distill::settings::Settings::resolve(&a) {
+                Ok(_) => 0,
+                Err(e) => crate::error::exit_code(&e),
+            },
+            Ok(_) => 0,
+            Err(e) => e.exit_code(),
+        }
+    }
+
+    /// The exit code of parsing `args` alone.
+    fn parse_code(args: &[&str]) -> i32 {
         match Cli::try_parse_from(std::iter::once("dlm-data").chain(args.iter().copied())) {
             Ok(_) => 0,
             Err(e) => e.exit_code(),
         }
     }
 
-    /// Every size flag refuses absurd values at parse time (exit 2), for every command.
+    /// Every size flag refuses absurd values at start (exit 2), for every command: while
+    /// parsing, or for distill's device-bounded sizes in `Settings::resolve`.
     #[test]
     fn absurd_sizes_are_usage_errors() {
         let pack = [
@@ -245,7 +263,7 @@ mod tests {
             // The same command with a sane value parses.
             let mut ok = base.clone();
             ok.extend([flag, "8"]);
-            assert_eq!(code(&ok), 0, "{ok:?} should parse");
+            assert_eq!(parse_code(&ok), 0, "{ok:?} should parse");
         }
     }
 

@@ -49,7 +49,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
     // One writer: OUT, and every worker part read (a worker still running holds its part).
     let _locks = take_locks(out, args.log.as_deref(), args.cache.as_deref())?;
     let summary = if out.is_dir() {
-        if !out.join("parts").is_dir() {
+        if !crate::worker::parts_root(out).is_dir() {
             return Err(crate::error::usage(format!(
                 "{}: no parts/ directory: nothing to merge (pack workers write OUT/parts/IIIII-of-NNNNN/)",
                 out.display()
@@ -75,7 +75,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
 
 /// `OUT/parts/*`: mcq parts (each with a prompts.jsonl) or pack parts.
 fn merge_parts_dir(out: &Path, force: bool) -> Result<serde_json::Value> {
-    let parts_root = out.join("parts");
+    let parts_root = crate::worker::parts_root(out);
     let names = crate::worker::part_dirs(&parts_root)?;
     if crate::mcq::merge::is_mcq_parts(&parts_root, &names) {
         let workers = check_worker_set(&parts_root, &names)?;
@@ -94,7 +94,7 @@ fn take_locks(
     use crate::lock::OutputLock;
     let mut locks = Vec::new();
     if out.is_dir() {
-        let parts = out.join("parts");
+        let parts = crate::worker::parts_root(out);
         if !parts.is_dir() {
             return Ok(locks);
         }

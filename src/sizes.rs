@@ -8,6 +8,8 @@ use clap::builder::RangedU64ValueParser;
 pub const MAX_TOKENS: u64 = 1 << 20;
 /// Largest batch of sequences (`--batch-size`).
 pub const MAX_BATCH: u64 = 1 << 16;
+/// Most prompts of one continuous-batching window (`distill --window-prompts`).
+pub const MAX_WINDOW_PROMPTS: u64 = 1 << 24;
 /// Most workers of one array job (`--num-shards`).
 pub const MAX_WORKERS: u64 = 1 << 16;
 /// Most rows of one shard file (`--rows-per-shard`).

@@ -1,14 +1,37 @@
-//! Which slice of the work this process owns: `--shard I/N`, else the Slurm array or a
-//! Kubernetes Indexed Job environment, else the whole job (0/1).
+//! The worker executor, kept apart from the steps it runs (as datatrove keeps its local and
+//! Slurm executors): which slice of the work this process owns — `--shard I/N` ([`WorkerArgs`],
+//! flattened into every command that shards: fetch, pack, mcq, decontam, distill), else the
+//! Slurm array or a Kubernetes Indexed Job environment, else the whole job (0/1) — where a
+//! worker writes (`OUT/parts/IIIII-of-NNNNN`, [`WorkerSlice::out_dir`], [`parts_root`]), and
+//! whether a set of parts is complete ([`check_worker_set`]); `crate::merge` dispatches the join.
 //!
 //! Slices are deterministic and disjoint: item `k` of an ordered work list belongs to worker
 //! `k % N`. Every long command takes the same [`WorkerSlice`].
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::Result;
+
+/// The worker flags every command that shards takes (flattened into its arguments): `--shard
+/// I/N`, else the Slurm array or Kubernetes Indexed Job environment ([`WorkerSlice::resolve`]).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct WorkerArgs {
+    /// This worker's share I/N of the work (default: the Slurm / Kubernetes array environment, else all).
+    #[arg(long)]
+    pub shard: Option<WorkerSlice>,
+    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
+    #[arg(long, value_parser = crate::sizes::workers())]
+    pub num_shards: Option<usize>,
+}
+
+impl WorkerArgs {
+    /// This process's slice: the flag, else the array environment, else the whole job.
+    pub fn resolve(&self) -> Result<WorkerSlice> {
+        WorkerSlice::resolve(self.shard, self.num_shards)
+    }
+}
 
 /// Worker `index` of `count` (0-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +55,16 @@ impl WorkerSlice {
     /// `parts/00003-of-00004` — the directory a worker writes inside a shared `--out`.
     pub fn part_dir_name(&self) -> String {
         format!("{:05}-of-{:05}", self.index, self.count)
+    }
+
+    /// Where this worker writes a directory output `out` (pack, mcq): `out` itself for the
+    /// whole job, else `out/parts/IIIII-of-NNNNN`.
+    pub fn out_dir(&self, out: &Path) -> PathBuf {
+        if self.is_whole() {
+            out.to_path_buf()
+        } else {
+            parts_root(out).join(self.part_dir_name())
+        }
     }
 
     /// Resolve from an explicit flag, else the environment (Slurm array, then Kubernetes).
@@ -116,6 +149,11 @@ impl FromStr for WorkerSlice {
             .map_err(|_| format!("{s:?}: N is not a number"))?;
         WorkerSlice::new(i, n).map_err(|e| e.to_string())
     }
+}
+
+/// The folder of workers' parts inside a shared directory output (`OUT/parts/`).
+pub fn parts_root(out: &Path) -> PathBuf {
+    out.join("parts")
 }
 
 /// The sub-directories of `parts_root` (workers' part directories), names sorted.

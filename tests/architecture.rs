@@ -375,7 +375,6 @@ const MAX_FN_LINES: usize = 120;
 /// fn name)`. MUST BE EMPTY: the list may only shrink (each one listed must still be over the
 /// limit, so a finished split has to leave it), and nothing may be added.
 const OVER_120_PENDING: &[(&str, &str)] = &[
-    ("pack/pipeline/setup.rs", "prepare"),
     ("pack/tokenize/bpe.rs", "from_model"),
     ("pack/tokenize/fast.rs", "from_json"),
 ];

@@ -9,10 +9,10 @@
 mod teacher_support;
 
 use anyhow::Result;
-use dlm_data::distill::sampler::{generate_row, num_transfer_tokens, step_row, RowCtx};
+use dlm_data::distill::host_loop::{generate_row, num_transfer_tokens, step_row, RowCtx};
 use dlm_data::sampling::early_exit::finished_at;
 use dlm_data::sampling::schedule::{self, Layout, RowDevice, RowState, RunParams, StepKind};
-use dlm_data::sampling::{rng, Cache, GenParams, Remasking};
+use dlm_data::sampling::{rng, GenParams, KvCache, Remasking};
 use dlm_data::teacher::{Teacher, TeacherBackend, TeacherOptions};
 
 /// The kernels' per-row rules on the CPU (kernels/sampler.cu: sample_block, commit_topk,
@@ -193,7 +193,7 @@ fn gen_params(t: &Teacher) -> GenParams {
         eos_ids: t.eos_ids.clone(),
         eot_ids: vec![],
         threshold: None,
-        cache: Cache::None,
+        cache: KvCache::None,
         cache_refresh: None,
     }
 }
@@ -282,7 +282,7 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                 // budget: rows × longest prompt (a memory limit that closes admission early).
                 let fits = |rows: usize, longest: usize| rows * longest <= budget;
                 let (got, forwards) =
-                    schedule::run(&mut dev, &ps, &keys, &p, slots, &fits, None).unwrap();
+                    schedule::run(&mut dev, &ps, &keys, &p, nz(slots), &fits, None).unwrap();
                 let what =
                     format!("T={temperature} thr={threshold:?} steps={steps} free={free_rows} slots={slots}");
                 assert!(dev.max_b <= slots, "{what}: {} rows in flight", dev.max_b);
@@ -328,11 +328,16 @@ fn forced_stop_ends_rows_at_the_given_length() {
         pad_multiple: 1,
     };
     let mut dev = KernelModel::new(&mut be, p);
-    let (got, _) = schedule::run(&mut dev, &ps, &keys, &p, 4, &|_, _| true, Some(&forced)).unwrap();
+    let (got, _) =
+        schedule::run(&mut dev, &ps, &keys, &p, nz(4), &|_, _| true, Some(&forced)).unwrap();
     for (i, r) in got.iter().enumerate() {
         let f = forced[i];
         assert!(!r.gen[..=f].contains(&g.mask_id), "prompt {i}: {:?}", r.gen);
         // Stopped within the block that completed position f.
         assert_eq!(r.blocks, f / g.block_length + 1, "prompt {i}");
     }
+}
+
+fn nz(n: usize) -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(n).expect("non-zero")
 }

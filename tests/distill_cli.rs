@@ -463,7 +463,7 @@ fn approximate_modes_are_opt_in_and_recorded() {
     fails(
         &distill(teacher_dir(), &s.prompts, &bad, &["--cache-refresh", "4"]),
         2,
-        "--cache-refresh needs --cache prefix or --cache dual",
+        "--cache-refresh needs --kv-cache prefix or --kv-cache dual",
     );
     fails(
         &distill(

@@ -8,7 +8,7 @@ mod teacher_support;
 
 use std::ops::Range;
 
-use dlm_data::distill::sampler::generate;
+use dlm_data::distill::host_loop::generate;
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams;
 use dlm_data::sampling::Remasking;
@@ -69,7 +69,7 @@ fn params(gen: usize, block: usize, steps: usize) -> GenParams {
         eos_ids: vec![0],
         eot_ids: vec![1],
         threshold: None,
-        cache: dlm_data::sampling::Cache::None,
+        cache: dlm_data::sampling::KvCache::None,
         cache_refresh: None,
     }
 }
@@ -349,7 +349,7 @@ fn threshold_decoding_matches_fast_dllm_rule() {
     p.remasking = Remasking::Random;
     assert!(p.validate().is_err());
     let mut p = params(16, 8, 16);
-    p.cache = dlm_data::sampling::Cache::Dual;
+    p.cache = dlm_data::sampling::KvCache::Dual;
     let e = generate(&mut Mock, &p, &refs, &keys, PAD, 0, None).unwrap_err();
     assert!(format!("{e:#}").contains("GPU only"), "{e:#}");
 }

@@ -6,8 +6,8 @@
 //!   run compares against (bidirectional, left-padding invariant).
 #![cfg(feature = "cuda")]
 
-use dlm_data::gpu::engine::CacheMode;
-use dlm_data::gpu::engine::GenParams;
+use dlm_data::gpu::engine::DeviceRun;
+use dlm_data::gpu::engine::KvCache;
 use dlm_data::gpu::nvrtc;
 use dlm_data::gpu::reference::{self, CpuModel};
 use dlm_data::gpu::weights::{self, Weights};
@@ -53,7 +53,7 @@ fn kernel_cache_is_keyed_by_source_and_arch() {
     assert_eq!(a, b);
 }
 
-fn params(gen: usize, blk: usize, steps: usize) -> GenParams {
+fn params(gen: usize, blk: usize, steps: usize) -> DeviceRun {
     let sp = dlm_data::sampling::GenParams {
         gen_length: gen,
         block_length: blk,
@@ -67,10 +67,10 @@ fn params(gen: usize, blk: usize, steps: usize) -> GenParams {
         eos_ids: vec![],
         eot_ids: vec![],
         threshold: None,
-        cache: CacheMode::None,
+        cache: KvCache::None,
         cache_refresh: None,
     };
-    GenParams::new(sp, 0, 0)
+    DeviceRun::new(sp, 0, 0)
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn reference_model_is_bidirectional_and_left_padding_invariant() {
 
 #[test]
 fn reference_backend_drives_the_distill_sampler() {
-    use dlm_data::distill::sampler;
+    use dlm_data::distill::host_loop;
     use dlm_data::sampling::GenParams as SP;
     let d = tempfile::tempdir().unwrap();
     tiny(d.path());
@@ -173,11 +173,11 @@ fn reference_backend_drives_the_distill_sampler() {
         eos_ids: vec![2],
         eot_ids: vec![],
         threshold: None,
-        cache: dlm_data::sampling::Cache::None,
+        cache: dlm_data::sampling::KvCache::None,
         cache_refresh: None,
     };
     let prompts: [&[u32]; 2] = [&[10, 20, 30], &[7]];
-    let out = sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
+    let out = host_loop::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap();
     assert_eq!(out.len(), 2);
     for row in &out {
         assert_eq!(row.len(), 8);
@@ -185,14 +185,14 @@ fn reference_backend_drives_the_distill_sampler() {
     }
     assert_eq!(
         out,
-        sampler::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap()
+        host_loop::generate(&mut m, &p, &prompts, &[1, 2], 0, 0, None).unwrap()
     );
 }
 
 #[test]
 fn engine_params_carry_the_cpu_sampler_exclusions() {
     use dlm_data::gpu::backend::engine_params;
-    use dlm_data::sampling::{Cache, GenParams as SP, Remasking};
+    use dlm_data::sampling::{GenParams as SP, KvCache, Remasking};
     let mut p = SP {
         gen_length: 64,
         block_length: 32,
@@ -206,12 +206,12 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
         eos_ids: vec![2, 5, 2],
         eot_ids: vec![7, 5, 999],
         threshold: None,
-        cache: Cache::None,
+        cache: KvCache::None,
         cache_refresh: None,
     };
     let e = engine_params(&p, 0, 0);
     assert!(e.ban_choice().is_empty() && e.ban_conf().is_empty());
-    assert_eq!(e.cache, CacheMode::None);
+    assert_eq!(e.cache, KvCache::None);
     p.logits_eos_inf = true;
     let e = engine_params(&p, 0, 0);
     assert_eq!(e.ban_choice(), vec![2, 5]);
@@ -221,12 +221,12 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
     assert_eq!((e.ban_choice(), e.ban_conf()), (vec![2, 5], vec![7]));
     p.logits_eos_inf = false;
     p.threshold = Some(0.9);
-    p.cache = Cache::Dual;
+    p.cache = KvCache::Dual;
     let e = engine_params(&p, 1, 0);
     assert_eq!((e.ban_choice(), e.ban_conf()), (vec![], vec![2, 5, 7]));
     assert_eq!(
         (e.threshold, e.cache, e.pad_id),
-        (Some(0.9), CacheMode::Dual, 1)
+        (Some(0.9), KvCache::Dual, 1)
     );
     e.validate().unwrap();
     // --cache-refresh K: full passes at a block's steps 0, K, 2K, ...; none between.
@@ -240,12 +240,12 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
     p.cache_refresh = Some(0);
     assert!(engine_params(&p, 1, 0).validate().is_err());
     p.cache_refresh = None;
-    p.cache = Cache::None;
+    p.cache = KvCache::None;
     assert!((0..9).all(|i| engine_params(&p, 1, 0).full_pass_at(i)));
-    p.cache = Cache::Dual;
+    p.cache = KvCache::Dual;
     // Cache modes need logits shift 0; threshold needs low-confidence remasking.
     assert!(engine_params(&p, 1, 1).validate().is_err());
-    p.cache = Cache::None;
+    p.cache = KvCache::None;
     p.remasking = Remasking::Random;
     assert!(engine_params(&p, 1, 0).validate().is_err());
 }

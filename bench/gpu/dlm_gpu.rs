@@ -20,13 +20,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use dlm_data::distill::sampler;
+use dlm_data::distill::host_loop;
 use dlm_data::gpu::backend::GpuBackend;
-use dlm_data::gpu::engine::{CacheMode, Engine, GenParams, Residual};
+use dlm_data::gpu::engine::{DeviceRun, Engine, KvCache, Residual};
 use dlm_data::gpu::reference::{self, CpuModel};
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams as SP;
-use dlm_data::sampling::{Cache, Remasking};
+use dlm_data::sampling::Remasking;
 use dlm_data::teacher::TeacherBackend;
 
 #[derive(Parser)]
@@ -48,7 +48,7 @@ struct Gen {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[arg(long, default_value_t = 0)]
-    logits_shift: usize,
+    logits_shift: u8,
     #[arg(long, default_value_t = 0)]
     device: usize,
     /// Approximate: confidence-threshold parallel decoding.
@@ -74,11 +74,11 @@ fn engine(teacher: &Path, device: usize, max_pos: usize) -> Result<Engine> {
     Ok(e)
 }
 
-fn cache_mode(s: &str) -> Result<CacheMode> {
+fn cache_mode(s: &str) -> Result<KvCache> {
     Ok(match s {
-        "none" => CacheMode::None,
-        "prefix" => CacheMode::Prefix,
-        "dual" => CacheMode::Dual,
+        "none" => KvCache::None,
+        "prefix" => KvCache::Prefix,
+        "dual" => KvCache::Dual,
         o => bail!("--cache {o}: none, prefix or dual"),
     })
 }
@@ -195,7 +195,7 @@ fn mask_id(e: &Engine) -> u32 {
     e.cfg.mask_token_id.unwrap_or(e.cfg.vocab_size as u32 - 1)
 }
 
-fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
+fn params(e: &Engine, g: &Gen) -> Result<DeviceRun> {
     let mask = mask_id(e);
     let sp = SP {
         gen_length: g.gen_length,
@@ -213,7 +213,7 @@ fn params(e: &Engine, g: &Gen) -> Result<GenParams> {
         cache: cache_mode(&g.cache)?,
         cache_refresh: g.cache_refresh,
     };
-    let p = GenParams::new(sp, if mask == 0 { 1 } else { 0 }, g.logits_shift);
+    let p = DeviceRun::new(sp, if mask == 0 { 1 } else { 0 }, g.logits_shift);
     p.validate()?;
     Ok(p)
 }
@@ -418,7 +418,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         eos_ids: vec![],
         eot_ids: vec![],
         threshold: None,
-        cache: Cache::None,
+        cache: KvCache::None,
         cache_refresh: None,
     };
     // 1. Logits at every position of a left-padded batch with masked tails.
@@ -557,7 +557,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     for (name, p) in &settings {
         let dev = be.generate(p, &refs, &keys, 0, 0).unwrap()?;
         let mut trace = vec![];
-        let host = sampler::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
+        let host = host_loop::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
         let (same, total, rows) = agreement(&dev, &host);
         println!("device sampler vs host sampler on the GPU's logits, {name}: {same}/{total} tokens, {rows}/{} rows identical", ps.len());
         rows_report.insert(name.clone(), format!("{rows}/{}", ps.len()).into());
@@ -575,7 +575,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
             ..base.clone()
         };
         let dev = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
-        let host = sampler::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
+        let host = host_loop::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
         let (same, total, rows) = agreement(&dev, &host);
         println!("GPU vs CPU reference forward (same sampler), T={t}: {same}/{total} tokens equal, {rows}/{} rows identical", ps.len());
         report.insert(
@@ -601,14 +601,14 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
         (
             "dual",
             SP {
-                cache: Cache::Dual,
+                cache: KvCache::Dual,
                 ..base.clone()
             },
         ),
         (
             "prefix",
             SP {
-                cache: Cache::Prefix,
+                cache: KvCache::Prefix,
                 ..base.clone()
             },
         ),
@@ -718,9 +718,9 @@ fn bench(
 }
 
 /// The bench row's label: dlm-gpu, plus the approximate settings.
-fn mode_name(p: &GenParams) -> String {
+fn mode_name(p: &DeviceRun) -> String {
     let mut m = "dlm-gpu".to_string();
-    if p.cache != CacheMode::None {
+    if p.cache != KvCache::None {
         m += &format!(" {}", p.cache.as_str());
     }
     if let Some(k) = p.cache_refresh {
@@ -737,7 +737,7 @@ fn mode_name(p: &GenParams) -> String {
 /// `--cache-refresh`: the engine's own `full_pass_at`) and windows otherwise
 /// (torch_sampler_ref.py's count for dual). Under `--threshold` the full passes are counted
 /// over the scheduled steps (an estimate).
-fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
+fn step_tokens(p: &DeviceRun, prompt_len: usize, steps_run: usize) -> f64 {
     let s = (prompt_len + p.gen_length) as f64;
     let nb = p.gen_length / p.block_length;
     let per_block = (0..p.steps_per_block())
@@ -746,9 +746,9 @@ fn step_tokens(p: &GenParams, prompt_len: usize, steps_run: usize) -> f64 {
     let full = (nb * per_block).min(steps_run);
     let windows = steps_run.saturating_sub(full) as f64;
     match p.cache {
-        CacheMode::None => steps_run as f64 * s,
-        CacheMode::Dual => full as f64 * s + windows * p.block_length as f64,
-        CacheMode::Prefix => {
+        KvCache::None => steps_run as f64 * s,
+        KvCache::Dual => full as f64 * s + windows * p.block_length as f64,
+        KvCache::Prefix => {
             let avg = p.gen_length as f64 - (nb as f64 - 1.0) * p.block_length as f64 / 2.0;
             full as f64 * s + windows * avg
         }
@@ -773,13 +773,13 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
     warm_up(&mut e, &ps, &keys, &base)?;
     let mut rows = vec![];
     let mut exact: Option<(Vec<Vec<u32>>, f64)> = None;
-    let modes: Vec<(Option<f64>, CacheMode)> = vec![
-        (None, CacheMode::None),
-        (None, CacheMode::Prefix),
-        (None, CacheMode::Dual),
-        (Some(0.9), CacheMode::None),
-        (Some(0.9), CacheMode::Dual),
-        (Some(0.7), CacheMode::Dual),
+    let modes: Vec<(Option<f64>, KvCache)> = vec![
+        (None, KvCache::None),
+        (None, KvCache::Prefix),
+        (None, KvCache::Dual),
+        (Some(0.9), KvCache::None),
+        (Some(0.9), KvCache::Dual),
+        (Some(0.7), KvCache::Dual),
     ];
     for (threshold, cache) in modes {
         let mut p = base.clone();
@@ -851,7 +851,7 @@ fn write_runs(out: Option<&Path>, e: &Engine, runs: Vec<serde_json::Value>) -> R
 }
 
 /// One block of `p` (kernel load, cuBLAS heuristics, graph capture path) before timing.
-fn warm_up(e: &mut Engine, ps: &[Vec<u32>], keys: &[u64], p: &GenParams) -> Result<()> {
+fn warm_up(e: &mut Engine, ps: &[Vec<u32>], keys: &[u64], p: &DeviceRun) -> Result<()> {
     let mut w = p.clone();
     w.gen_length = p.block_length;
     w.steps = p.steps_per_block();
@@ -888,9 +888,15 @@ fn bench_rows(
     }
     let fixed = t.elapsed().as_secs_f64();
     let mut pc = p.clone();
-    pc.free_rows = p.cache == CacheMode::None;
+    pc.free_rows = p.cache == KvCache::None;
     let t = Instant::now();
-    let (rows, steps) = e.generate_rows_forced(&ps, &keys, &pc, batch, &forced)?;
+    let (rows, steps) = e.generate_rows_forced(
+        &ps,
+        &keys,
+        &pc,
+        std::num::NonZeroUsize::new(batch).context("batch 0")?,
+        &forced,
+    )?;
     let cont = t.elapsed().as_secs_f64();
     let row_steps: usize = rows.iter().map(|r| r.steps).sum();
     let mean_blocks = rows.iter().map(|r| r.blocks).sum::<usize>() as f64 / n as f64;

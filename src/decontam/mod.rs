@@ -29,7 +29,6 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::hub::cache::Cache;
-use crate::worker::WorkerSlice;
 
 #[derive(Args, Debug, Clone)]
 pub struct DecontamArgs {
@@ -65,12 +64,8 @@ pub struct DecontamArgs {
     /// Report file (default: DIR/decontam.json, or <stem>.decontam.json beside --prompts).
     #[arg(long)]
     pub report: Option<PathBuf>,
-    /// This worker's share I/N of the scan (default: the Slurm / Kubernetes array environment, else all).
-    #[arg(long)]
-    pub shard: Option<WorkerSlice>,
-    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
-    #[arg(long, value_parser = crate::sizes::workers())]
-    pub num_shards: Option<usize>,
+    #[command(flatten)]
+    pub worker: crate::worker::WorkerArgs,
 }
 
 /// The run, step by step: flags, the `--drop` claim, the up-to-date check, the benchmark
@@ -172,7 +167,7 @@ fn check_flags(args: &DecontamArgs) -> Result<()> {
             ngram::MAX_N
         )));
     }
-    if args.shard.is_some() {
+    if args.worker.shard.is_some() {
         return Err(crate::error::usage(
             "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
         ));

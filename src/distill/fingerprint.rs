@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::mcq::ANSWER_TEMPLATE;
-use super::DistillArgs;
+use super::settings::Settings;
 use crate::sampling::GenParams;
 use crate::teacher::Teacher;
 
@@ -56,59 +56,59 @@ fn kernels_id() -> Option<String> {
 
 /// Everything that determines the output bytes; a resume must match it exactly.
 pub fn fingerprint(
-    args: &DistillArgs,
+    st: &Settings,
     teacher: &Teacher,
-    params: &GenParams,
     prompts_sha256: &str,
     n_prompts: usize,
 ) -> Value {
+    let params = &st.gen;
     let mut fp = json!({
         "tool": format!("dlm-data {}", env!("CARGO_PKG_VERSION")),
         "prompts_sha256": prompts_sha256,
-        "limit": args.limit,
+        "limit": st.limit,
         "prompts": n_prompts,
         "teacher_weights_sha256": teacher.identity.weights_sha256,
         "teacher_config_sha256": teacher.identity.config_sha256,
         "tokenizer_sha256": crate::util::sha256_file(&teacher.dir.join("tokenizer.json")).ok(),
         "gen": gen_json(params),
-        "batch_size": args.batch_size(),
+        "batch_size": st.batch_size,
         "mask_id": params.mask_id,
         "pad_id": teacher.pad_id,
         "logits_shift": teacher.logits_shift,
-        "chat_template": teacher.tokenizer.chat_template.is_some() && !args.no_chat_template,
+        "chat_template": teacher.tokenizer.chat_template.is_some() && st.chat_template,
         "logits_eos_inf": params.logits_eos_inf,
         "confidence_eos_eot_inf": params.confidence_eos_eot_inf,
         "eos_ids": params.eos_ids,
         "eot_ids": params.eot_ids,
         "answer_template": ANSWER_TEMPLATE,
         // cpu and cuda round differently: one output is never resumed on the other.
-        "backend": if args.device == "cpu" { "cpu" } else { "cuda" },
+        "backend": st.device.backend_name(),
     });
     // Fields that change which prompts run or how they batch; recorded only when set, so
     // runs without them keep their fingerprint (and stay resumable).
-    if args.skip_too_long {
+    if st.skip_too_long {
         fp["skip_too_long"] = json!(true);
     }
-    if args.special_tokens_in_text != crate::added_text::SpecialTokensInText::Plain {
-        fp["special_tokens_in_text"] = json!(args.special_tokens_in_text.as_str());
+    if st.special_tokens_in_text != crate::added_text::SpecialTokensInText::Plain {
+        fp["special_tokens_in_text"] = json!(st.special_tokens_in_text.as_str());
     }
-    if let Some(g) = args.max_batch_memory {
+    if let Some(g) = st.batch_memory_gib_given {
         fp["max_batch_memory_gib"] = json!(g);
     }
     // Continuous batching changes which rows share a forward (and so, on the GPU, the
     // rounding): recorded unless --no-early-exit keeps the fixed batches of earlier runs.
-    if args.early_exit() {
+    if st.early_exit {
         fp["schedule"] = json!({
             "continuous": true,
-            "window_prompts": args.window_prompts(),
+            "window_prompts": st.window_prompts,
         });
     }
-    if args.device != "cpu" {
+    if !st.device.is_cpu() {
         gpu_fields(
             &mut fp,
-            &args.gpu_residual,
+            st.gpu_residual.as_str(),
             kernels_id(),
-            args.gemm_tune,
+            st.gemm_tune,
             |k| std::env::var(k).ok(),
         );
     }

@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::sampler::layout;
+use super::host_loop::layout;
 use crate::teacher::tokenizer::LETTERS;
 use crate::teacher::TeacherBackend;
 

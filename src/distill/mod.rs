@@ -5,13 +5,14 @@
 //! render + tokenize them, measure them against the teacher's context and the memory budget
 //! ([`limits`]: refused by id, or skipped with `--skip-too-long`), fix the global batch plan
 //! ([`plan`]), then for every batch this worker owns and has not committed yet: generate
-//! ([`sampler`]), answer MCQ items ([`mcq`]), commit the batch's records to this worker's part
+//! ([`host_loop`]), answer MCQ items ([`mcq`]), commit the batch's records to this worker's part
 //! ([`output`]); a non-finite logit stops the run naming the prompt ([`finite`]). A single
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
 pub mod encode;
 pub mod fingerprint;
+pub mod host_loop;
 pub mod limits;
 pub mod mcq;
 pub mod output;
@@ -19,15 +20,14 @@ pub mod plan;
 pub mod prompts;
 pub mod record;
 pub mod run;
-pub mod sampler;
+pub mod settings;
 pub mod watch;
 
 use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::sampling::{rng, Cache, Remasking};
-use crate::worker::WorkerSlice;
+use crate::sampling::{rng, KvCache, Remasking};
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutFormat {
@@ -68,7 +68,8 @@ pub struct DistillArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Prompts per forward batch (default 8 on the CPU, 64 with --device cuda).
-    #[arg(long, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_BATCH))]
+    /// At most 65,536 on the CPU and 1,024 (the GPU sampler's slots) with --device cuda.
+    #[arg(long)]
     pub batch_size: Option<usize>,
     /// Mask token id (default: config.json's mask_token_id, else the tokenizer's mask token).
     #[arg(long)]
@@ -82,12 +83,8 @@ pub struct DistillArgs {
     /// Only the first N prompts of the file.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// This worker's share I/N of the work (default: the Slurm / Kubernetes array environment, else all).
-    #[arg(long)]
-    pub shard: Option<WorkerSlice>,
-    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
-    #[arg(long, value_parser = crate::sizes::workers())]
-    pub num_shards: Option<usize>,
+    #[command(flatten)]
+    pub worker: crate::worker::WorkerArgs,
     /// Do not render the tokenizer_config.json chat template.
     #[arg(long)]
     pub no_chat_template: bool,
@@ -116,10 +113,11 @@ pub struct DistillArgs {
     #[arg(long)]
     pub threshold: Option<f64>,
     /// APPROXIMATE (opt-in, --device cuda): reuse K/V across a block's steps (Fast-dLLM
-    /// prefix or dual cache); `none` is the exact sampler.
-    #[arg(long, value_enum, default_value = "none")]
-    pub cache: Cache,
-    /// APPROXIMATE, with --cache prefix|dual: every K-th step of a block (counting from its
+    /// prefix or dual cache); `none` is the exact sampler. `--cache` is the same flag (its
+    /// earlier name, still accepted).
+    #[arg(long = "kv-cache", alias = "cache", value_enum, default_value = "none")]
+    pub kv_cache: KvCache,
+    /// APPROXIMATE, with --kv-cache prefix|dual: every K-th step of a block (counting from its
     /// first) is a full pass that refreshes the KV cache, the steps between reuse it
     /// (K = 1: every step full, the exact sampler's passes).
     #[arg(long, value_name = "K")]
@@ -161,7 +159,7 @@ pub struct DistillArgs {
     /// scheduled from an empty batch to an empty batch and committed whole: the unit of resume
     /// and of --shard ownership. Smaller windows commit more often; larger ones keep the batch
     /// full longer. Recorded in the resume fingerprint.
-    #[arg(long, value_name = "N", value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_TOKENS))]
+    #[arg(long, value_name = "N")]
     pub window_prompts: Option<usize>,
     /// Print one line of JSON on stdout at the end: prompts, timings, rows finished early,
     /// mean blocks decoded, forward passes saved, MCQ accuracy.
@@ -169,106 +167,4 @@ pub struct DistillArgs {
     pub json: bool,
 }
 
-impl DistillArgs {
-    /// `--batch-size`, else the device's default: 8 on the CPU, 64 on a GPU (where a step's
-    /// cost hardly grows with the batch up to there).
-    pub fn batch_size(&self) -> usize {
-        self.batch_size
-            .unwrap_or(if self.device == "cpu" { 8 } else { 64 })
-    }
-}
-
-impl DistillArgs {
-    /// Whether rows exit early and batches refill: the default on every device (measured on
-    /// the H200: bench/results/early-exit.md); never with `--no-early-exit`.
-    pub fn early_exit(&self) -> bool {
-        !self.no_early_exit
-    }
-
-    /// `--window-prompts`, else 16 batches' worth.
-    pub fn window_prompts(&self) -> usize {
-        self.window_prompts
-            .unwrap_or_else(|| plan::window_prompts(self.batch_size()))
-    }
-
-    /// `--max-batch-memory` (else the device's default) in bytes; a usage error when 0 or
-    /// beyond 2^64 bytes.
-    pub fn batch_memory_bytes(&self) -> anyhow::Result<u64> {
-        let g = self.max_batch_memory.unwrap_or(if self.device == "cpu" {
-            limits::DEFAULT_BATCH_MEMORY_GIB
-        } else {
-            limits::DEFAULT_GPU_BATCH_MEMORY_GIB
-        });
-        g.checked_mul(1 << 30).filter(|&b| b > 0).ok_or_else(|| {
-            crate::error::usage(format!(
-                "--max-batch-memory {g}: expected 1..{} GiB",
-                u64::MAX >> 30
-            ))
-        })
-    }
-}
-
 pub use run::run;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        a: DistillArgs,
-    }
-
-    fn parse(extra: &[&str]) -> DistillArgs {
-        let mut v = vec!["x", "--teacher", "t", "--prompts", "p", "--out", "o"];
-        v.extend_from_slice(extra);
-        Cli::parse_from(v).a
-    }
-
-    #[test]
-    fn batch_size_defaults_by_device() {
-        assert_eq!(parse(&[]).batch_size(), 8);
-        assert_eq!(parse(&["--device", "cuda"]).batch_size(), 64);
-        assert_eq!(parse(&["--device", "cuda:1"]).batch_size(), 64);
-        assert_eq!(
-            parse(&["--device", "cuda", "--batch-size", "5"]).batch_size(),
-            5
-        );
-        assert_eq!(parse(&["--batch-size", "3"]).batch_size(), 3);
-    }
-
-    #[test]
-    fn early_exit_is_the_default_on_every_device() {
-        assert!(parse(&[]).early_exit());
-        assert!(!parse(&["--no-early-exit"]).early_exit());
-        assert!(parse(&["--device", "cuda"]).early_exit());
-        assert!(parse(&["--device", "cuda", "--early-exit"]).early_exit());
-        assert!(!parse(&["--device", "cuda:1", "--no-early-exit"]).early_exit());
-        assert_eq!(parse(&["--batch-size", "3"]).window_prompts(), 48);
-        assert_eq!(parse(&["--window-prompts", "5"]).window_prompts(), 5);
-    }
-
-    #[test]
-    fn batch_memory_defaults_by_device_and_refuses_zero_and_overflow() {
-        assert_eq!(parse(&[]).batch_memory_bytes().unwrap(), 16 << 30);
-        assert_eq!(
-            parse(&["--device", "cuda"]).batch_memory_bytes().unwrap(),
-            64 << 30
-        );
-        assert_eq!(
-            parse(&["--max-batch-memory", "2"])
-                .batch_memory_bytes()
-                .unwrap(),
-            2 << 30
-        );
-        for bad in ["0", "18446744073709551615"] {
-            let e = parse(&["--max-batch-memory", bad])
-                .batch_memory_bytes()
-                .unwrap_err();
-            assert_eq!(crate::error::exit_code(&e), 2);
-            assert!(e.to_string().contains("--max-batch-memory"), "{e}");
-        }
-    }
-}

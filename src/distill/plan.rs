@@ -7,11 +7,13 @@
 //! `batch_size`, so left padding stays small while the plan stays local and deterministic.
 //! With early exit (the default) a whole sorting window is one unit: see [`windows`].
 
+use std::num::NonZeroUsize;
+
 /// Batches per sorting window.
 pub const WINDOW_BATCHES: usize = 16;
 
 /// Batches of prompt indices (into the prompt list), in plan order.
-pub fn plan(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
+pub fn plan(lengths: &[usize], batch_size: NonZeroUsize) -> Vec<Vec<usize>> {
     plan_within(lengths, batch_size, |_, _| true)
 }
 
@@ -20,10 +22,10 @@ pub fn plan(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
 /// `lengths`, `batch_size` and `fits`.
 pub fn plan_within(
     lengths: &[usize],
-    batch_size: usize,
+    batch_size: NonZeroUsize,
     fits: impl Fn(usize, usize) -> bool,
 ) -> Vec<Vec<usize>> {
-    let bs = batch_size.max(1);
+    let bs = batch_size.get();
     let mut out = Vec::new();
     let idx: Vec<usize> = (0..lengths.len()).collect();
     for window in idx.chunks(bs.saturating_mul(WINDOW_BATCHES)) {
@@ -44,9 +46,10 @@ pub fn plan_within(
     out
 }
 
-/// Prompts per continuous-batching window at `batch_size` rows in flight.
-pub fn window_prompts(batch_size: usize) -> usize {
-    batch_size.max(1).saturating_mul(WINDOW_BATCHES)
+/// Prompts per continuous-batching window at `batch_size` rows in flight (the default of
+/// `--window-prompts`).
+pub fn window_prompts(batch_size: NonZeroUsize) -> NonZeroUsize {
+    batch_size.saturating_mul(NonZeroUsize::new(WINDOW_BATCHES).expect("non-zero"))
 }
 
 /// The continuous-batching plan: sorting windows as in [`plan`] (prompts in file order,
@@ -56,9 +59,9 @@ pub fn window_prompts(batch_size: usize) -> usize {
 /// window's queue in that order — and committed whole. A window is the unit of resume and of
 /// `--shard` ownership, so a record depends only on its window, never on the worker count or
 /// the resume point.
-pub fn windows(lengths: &[usize], window: usize) -> Vec<Vec<usize>> {
+pub fn windows(lengths: &[usize], window: NonZeroUsize) -> Vec<Vec<usize>> {
     let idx: Vec<usize> = (0..lengths.len()).collect();
-    idx.chunks(window.max(1))
+    idx.chunks(window.get())
         .map(|w| {
             let mut w = w.to_vec();
             w.sort_by_key(|&i| (lengths[i], i));
@@ -82,10 +85,14 @@ pub fn padding(lengths: &[usize], batches: &[Vec<usize>]) -> usize {
 mod tests {
     use super::*;
 
+    fn nz(n: usize) -> NonZeroUsize {
+        NonZeroUsize::new(n).unwrap()
+    }
+
     #[test]
     fn buckets_within_windows_and_covers_everything() {
         let lengths: Vec<usize> = (0..100).map(|i| (i * 37) % 23).collect();
-        let p = plan(&lengths, 4);
+        let p = plan(&lengths, nz(4));
         let mut all: Vec<usize> = p.concat();
         all.sort();
         assert_eq!(all, (0..100).collect::<Vec<_>>());
@@ -100,15 +107,21 @@ mod tests {
     #[test]
     fn memory_budget_closes_batches_early() {
         let lengths = [5, 1, 9, 2, 8, 3, 7];
-        assert_eq!(plan_within(&lengths, 3, |_, _| true), plan(&lengths, 3));
+        assert_eq!(
+            plan_within(&lengths, nz(3), |_, _| true),
+            plan(&lengths, nz(3))
+        );
         // Rows × longest ≤ 16.
-        let p = plan_within(&lengths, 3, |rows, longest| rows * longest <= 16);
+        let p = plan_within(&lengths, nz(3), |rows, longest| rows * longest <= 16);
         assert_eq!(p, vec![vec![1, 3, 5], vec![0, 6], vec![4], vec![2]]);
         // Nothing fits: one prompt per batch, never an empty batch.
-        let p = plan_within(&lengths, 3, |_, _| false);
+        let p = plan_within(&lengths, nz(3), |_, _| false);
         assert_eq!(p.len(), lengths.len());
         // An absurd batch size does not overflow the window size.
-        assert_eq!(plan_within(&lengths, usize::MAX, |_, _| true).len(), 1);
+        assert_eq!(
+            plan_within(&lengths, NonZeroUsize::MAX, |_, _| true).len(),
+            1
+        );
     }
 
     fn plan_unsorted(lengths: &[usize], bs: usize) -> Vec<Vec<usize>> {

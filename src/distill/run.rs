@@ -11,59 +11,37 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::fingerprint::{fingerprint, gen_json};
+use super::host_loop::{generate, generate_row};
 use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
 use super::prompts::{read_prompts, PromptItem};
 use super::record::record;
-use super::sampler::{generate, generate_row};
+use super::settings::{Device, GpuResidual, Settings};
 use super::{plan, rng, DistillArgs};
 use crate::sampling::early_exit::{ExitStats, RowOut, RowSchedule};
 use crate::sampling::finite::NonFiniteLogit;
 use crate::sampling::GenParams;
-use crate::teacher::{Teacher, TeacherBackend, TeacherOptions};
-use crate::worker::WorkerSlice;
+use crate::teacher::{Teacher, TeacherBackend};
 
-/// `cpu`, `cuda` or `cuda:N`, checked before any work.
-pub fn check_device(device: &str) -> Result<()> {
-    let ok = device == "cpu"
-        || device == "cuda"
-        || device
-            .strip_prefix("cuda:")
-            .is_some_and(|n| n.parse::<usize>().is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(crate::error::usage(format!(
-            "--device {device:?}: expected cpu, cuda or cuda:N"
-        )))
-    }
-}
-
-/// The backend for `--device`.
-/// `residual` (bf16 | f32) is the GPU residual stream's precision.
+/// The backend for the resolved device; `residual` is the GPU residual stream's precision.
 pub fn backend(
-    device: &str,
+    device: Device,
     teacher: &Teacher,
-    residual: &str,
+    residual: GpuResidual,
     gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
     match device {
-        "cpu" => Ok(Box::new(teacher.cpu()?)),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            cuda_backend(d, teacher, residual, gemm_plans)
-        }
-        other => Err(crate::error::usage(format!(
-            "--device {other:?}: expected cpu, cuda or cuda:N"
-        ))),
+        Device::Cpu => Ok(Box::new(teacher.cpu()?)),
+        Device::Cuda(_) => cuda_backend(device, teacher, residual, gemm_plans),
     }
 }
 
 #[cfg(not(feature = "cuda"))]
 fn cuda_backend(
-    device: &str,
+    device: Device,
     _teacher: &Teacher,
-    _residual: &str,
+    _residual: GpuResidual,
     _gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
     Err(crate::error::usage(format!(
@@ -74,14 +52,14 @@ fn cuda_backend(
 
 #[cfg(feature = "cuda")]
 fn cuda_backend(
-    device: &str,
+    device: Device,
     teacher: &Teacher,
-    residual: &str,
+    residual: GpuResidual,
     gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
-    let r = crate::gpu::engine::Residual::parse(residual)
+    let r = crate::gpu::engine::Residual::parse(residual.as_str())
         .map_err(|e| crate::error::usage(e.to_string()))?;
-    crate::gpu::backend::open(device, teacher, r, gemm_plans)
+    crate::gpu::backend::open(device.ordinal(), teacher, r, gemm_plans)
 }
 
 /// A bar on a terminal (hidden otherwise: [`crate::progress::Ticker`] writes the log lines).
@@ -101,104 +79,33 @@ fn progress_bar(total: u64, done: u64) -> indicatif::ProgressBar {
     pb
 }
 
-/// What [`setup`] resolves before any prompt is read.
+/// What [`setup`] opens before any prompt is read.
 struct Setup {
     /// This worker's exclusive lock ([`output::claim`]), released when the run ends.
     _lock: crate::lock::OutputLock,
-    slice: WorkerSlice,
-    budget: u64,
     teacher: Teacher,
-    params: GenParams,
 }
 
-/// Flags checked, teacher opened, sampler settings validated: every usage error before work.
-fn setup(args: &DistillArgs) -> Result<Setup> {
-    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
-    if args.batch_size() == 0 {
-        return Err(crate::error::usage("--batch-size must be > 0"));
-    }
-    check_device(&args.device)?;
-    if args.out.is_dir() {
-        return Err(crate::error::usage(format!(
-            "--out {}: is a directory; distill writes one file (and OUT.parts beside it)",
-            args.out.display()
-        )));
-    }
+/// The output claimed and the teacher opened; `st` completed with what only the teacher knows
+/// ([`Settings::bind_teacher`]). Every flag was checked by [`Settings::resolve`] before.
+fn setup(st: &mut Settings) -> Result<Setup> {
     // One writer per worker part, never an input overwritten; held for the whole run.
-    let lock = output::claim(&args.out, slice, &args.prompts, &args.teacher)?;
-    let budget = args.batch_memory_bytes()?;
-    let teacher = Teacher::open(
-        &args.teacher,
-        &TeacherOptions {
-            mask_id: args.mask_id,
-            logits_shift: args.logits_shift,
-            bidirectional: args.bidirectional,
-        },
-    )?;
-    let params = GenParams {
-        gen_length: args.gen_length,
-        block_length: args.block_length,
-        steps: args.steps,
-        temperature: args.temperature,
-        remasking: args.remasking,
-        seed: args.seed,
-        mask_id: teacher.mask_id,
-        logits_eos_inf: args.logits_eos_inf,
-        confidence_eos_eot_inf: args.confidence_eos_eot_inf,
-        eos_ids: teacher.eos_ids.clone(),
-        eot_ids: args.eot_ids.clone(),
-        threshold: args.threshold,
-        cache: args.cache,
-        cache_refresh: args.cache_refresh,
-    };
-    params.validate()?;
-    if args.device == "cpu" {
-        super::sampler::host_loop_can_run(&params)?;
-    }
-    if args.gemm_tune && args.device == "cpu" {
-        return Err(crate::error::usage(
-            "--gemm-tune tunes the GPU's cuBLASLt GEMMs: it needs --device cuda".to_string(),
-        ));
-    }
-    if params.approximate() {
+    let lock = output::claim(&st.out, st.worker, &st.prompts, &st.teacher)?;
+    let teacher = Teacher::open(&st.given.teacher, &st.teacher_options)?;
+    st.bind_teacher(&teacher)?;
+    let p = &st.gen;
+    if p.approximate() {
         tracing::warn!(
             "APPROXIMATE sampling (threshold {:?}, cache {}): outputs differ from LLaDA's exact \
              sampler; recorded in every record's gen",
-            params.threshold,
-            params.cache.as_str()
+            p.threshold,
+            p.cache.as_str()
         );
-    }
-    let shape = shape_of(args, &teacher, &params);
-    // The settings alone, with a one-token prompt: an absurd --gen-length/--steps is a usage
-    // error before any prompt is read.
-    if let Some(why) = limits::too_long(&shape, params.gen_length.checked_add(1), budget) {
-        return Err(crate::error::usage(format!(
-            "--gen-length {} --steps {}: even a one-token prompt {why}",
-            params.gen_length, params.steps
-        )));
-    }
-    let v = teacher.config.vocab_size;
-    if let Some(bad) = args.eot_ids.iter().find(|&&e| e as usize >= v) {
-        return Err(crate::error::usage(format!(
-            "--eot-id {bad} is out of range for vocab_size {v}"
-        )));
     }
     Ok(Setup {
         _lock: lock,
-        slice,
-        budget,
         teacher,
-        params,
     })
-}
-
-fn shape_of<'a>(args: &DistillArgs, teacher: &'a Teacher, params: &GenParams) -> ForwardShape<'a> {
-    ForwardShape {
-        cfg: &teacher.config,
-        cpu: args.device == "cpu",
-        block_length: params.block_length,
-        steps_per_block: params.steps_per_block(),
-    }
 }
 
 /// The prompts to run, encoded: items and their ids (too-long ones dropped or refused), the
@@ -214,37 +121,37 @@ struct Encoded {
     added: crate::added_text::AddedTextCounts,
 }
 
-fn encode_prompts(args: &DistillArgs, s: &Setup) -> Result<Encoded> {
-    let mut items = read_prompts(&args.prompts)?;
-    if let Some(n) = args.limit {
+fn encode_prompts(st: &Settings, s: &Setup) -> Result<Encoded> {
+    let mut items = read_prompts(&st.given.prompts)?;
+    if let Some(n) = st.limit {
         items.truncate(n);
     }
-    let use_template = !args.no_chat_template;
+    let use_template = st.chat_template;
     let tok = &s.teacher.tokenizer;
     let (ids, added) = super::encode::encode_prompts(
         &s.teacher,
         &items,
         use_template,
-        args.special_tokens_in_text,
-        &args.prompts,
+        st.special_tokens_in_text,
+        &st.given.prompts,
     )?;
     if let Some((it, _)) = items.iter().zip(&ids).find(|(_, x)| x.is_empty()) {
         anyhow::bail!(
             "{}:{}: prompt {:?} encodes to no tokens",
-            args.prompts.display(),
+            st.given.prompts.display(),
             it.line,
             it.id
         );
     }
     let template_ids = tok.encode(ANSWER_TEMPLATE)?;
-    let shape = shape_of(args, &s.teacher, &s.params);
+    let shape = st.shape(&s.teacher);
     let (items, ids, skipped) = drop_too_long(
         items,
         ids,
-        args,
+        st,
         &shape,
-        s.budget,
-        s.params.gen_length,
+        st.budget(),
+        st.gen.gen_length,
         template_ids.len() + 1,
     )?;
     let mcq = items.iter().any(|i| i.options.is_some());
@@ -273,54 +180,52 @@ fn extra_positions(p: &GenParams, e: &Encoded) -> usize {
 
 /// The units of work (each committed whole): continuous-batching windows, or with
 /// `--no-early-exit` the fixed batches.
-fn plan_units(args: &DistillArgs, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
+fn plan_units(st: &Settings, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
     let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
-    if args.early_exit() {
-        return plan::windows(&lengths, args.window_prompts());
+    if st.early_exit {
+        return plan::windows(&lengths, st.window_prompts);
     }
-    plan::plan_within(&lengths, args.batch_size(), |rows, longest| {
-        fits(args, s, e, rows, longest)
+    plan::plan_within(&lengths, st.batch_size, |rows, longest| {
+        fits(st, s, e, rows, longest)
     })
 }
 
 /// Whether `rows` prompts whose longest is `longest` tokens fit one forward's memory budget,
 /// with their generation (and the MCQ answer slot when any prompt is MCQ).
-fn fits(args: &DistillArgs, s: &Setup, e: &Encoded, rows: usize, longest: usize) -> bool {
-    let shape = shape_of(args, &s.teacher, &s.params);
-    let need = longest.saturating_add(extra_positions(&s.params, e));
-    limits::fits(&shape, rows, need, s.budget)
+fn fits(st: &Settings, s: &Setup, e: &Encoded, rows: usize, longest: usize) -> bool {
+    let shape = st.shape(&s.teacher);
+    let need = longest.saturating_add(extra_positions(&st.gen, e));
+    limits::fits(&shape, rows, need, st.budget())
 }
 
 /// This worker's part file, opened or resumed, and the units still to do.
 struct Output {
     writer: PartWriter,
     discard: output::DiscardIfEmpty,
-    own: std::path::PathBuf,
     mine: Vec<usize>,
     todo: Vec<usize>,
 }
 
-fn open_output(args: &DistillArgs, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> Result<Output> {
-    let prompts_sha256 = crate::util::sha256_file(&args.prompts)?;
-    let fp = fingerprint(args, &s.teacher, &s.params, &prompts_sha256, e.items.len());
-    let hdr = output::header(s.slice, units.len(), e.items.len(), &fp);
-    let own = output::part_path(&args.out, s.slice);
+fn open_output(st: &Settings, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> Result<Output> {
+    let prompts_sha256 = crate::util::sha256_file(&st.given.prompts)?;
+    let fp = fingerprint(st, &s.teacher, &prompts_sha256, e.items.len());
+    let hdr = output::header(st.worker, units.len(), e.items.len(), &fp);
+    let own = output::part_path(&st.out, st.worker);
     let writer = PartWriter::open(&own, &hdr)?;
     let discard = output::DiscardIfEmpty::new(&writer);
     let mut skip = writer.done.clone();
-    if s.slice.is_whole() {
+    if st.worker.is_whole() {
         skip.extend(output::committed_elsewhere(
-            &output::parts_dir(&args.out),
+            &output::parts_dir(&st.out),
             &hdr,
             &own,
         )?);
     }
-    let mine: Vec<usize> = (0..units.len()).filter(|&k| s.slice.owns(k)).collect();
+    let mine: Vec<usize> = (0..units.len()).filter(|&k| st.worker.owns(k)).collect();
     let todo: Vec<usize> = mine.iter().copied().filter(|k| !skip.contains(k)).collect();
     Ok(Output {
         writer,
         discard,
-        own,
         mine,
         todo,
     })
@@ -330,21 +235,21 @@ fn open_output(args: &DistillArgs, s: &Setup, e: &Encoded, units: &[Vec<usize>])
 /// passes run.
 fn decode_unit(
     be: &mut dyn TeacherBackend,
-    args: &DistillArgs,
+    st: &Settings,
     s: &Setup,
     e: &Encoded,
     unit: &[usize],
     stop_ids: &[u32],
 ) -> Result<(Vec<RowOut>, usize)> {
-    let p = &s.params;
+    let p = &st.gen;
     let t = &s.teacher;
     let prompts: Vec<&[u32]> = unit.iter().map(|&i| e.ids[i].as_slice()).collect();
     let keys: Vec<u64> = unit
         .iter()
         .map(|&i| rng::prompt_key(&e.items[i].id))
         .collect();
-    let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &args.prompts);
-    if !args.early_exit() {
+    let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &st.given.prompts);
+    if !st.early_exit {
         let out =
             generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
         let full = p.block_rule_steps(p.gen_length - 1);
@@ -362,9 +267,9 @@ fn decode_unit(
     }
     // --logits-eos-inf: EOS is never chosen, so rows never finish early.
     let stop = (!p.logits_eos_inf).then_some(stop_ids);
-    let fits = |rows: usize, longest: usize| fits(args, s, e, rows, longest);
+    let fits = |rows: usize, longest: usize| fits(st, s, e, rows, longest);
     let sched = RowSchedule {
-        slots: args.batch_size(),
+        slots: st.batch_size,
         fits: &fits,
         stop_ids: stop,
     };
@@ -374,7 +279,7 @@ fn decode_unit(
     let mut rows = Vec::with_capacity(unit.len());
     for (r, q) in prompts.iter().enumerate() {
         let out = generate_row(be, p, q, keys[r], t.logits_shift, stop)
-            .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &args.prompts))?;
+            .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &st.given.prompts))?;
         rows.push(out);
     }
     let steps = rows.iter().map(|r| r.steps).sum();
@@ -395,7 +300,7 @@ fn cut<'a>(rows: &'a [RowOut], stop_ids: &[u32]) -> Vec<(&'a [u32], bool)> {
 /// response, in batches of at most `--batch-size` rows in unit order.
 fn answer_unit(
     be: &mut dyn TeacherBackend,
-    args: &DistillArgs,
+    st: &Settings,
     s: &Setup,
     e: &Encoded,
     unit: &[usize],
@@ -406,7 +311,7 @@ fn answer_unit(
         .filter(|&r| e.items[unit[r]].options.is_some())
         .collect();
     let mut answer_of: Vec<Option<Answer>> = vec![None; unit.len()];
-    for chunk in mcq_rows.chunks(args.batch_size()) {
+    for chunk in mcq_rows.chunks(st.batch_size.get()) {
         let contexts: Vec<Vec<u32>> = chunk
             .iter()
             .map(|&r| [e.ids[unit[r]].as_slice(), cuts[r].0, &e.template_ids].concat())
@@ -426,7 +331,7 @@ fn answer_unit(
         )
         .map_err(|err| {
             let rows: Vec<usize> = chunk.iter().map(|&r| unit[r]).collect();
-            name_prompt(err, &rows, &e.items, &args.prompts)
+            name_prompt(err, &rows, &e.items, &st.given.prompts)
         })
         .context("MCQ answers")?;
         for (&r, a) in chunk.iter().zip(answers) {
@@ -477,29 +382,31 @@ struct Tally {
 }
 
 pub fn run(args: DistillArgs) -> Result<()> {
-    let s = setup(&args)?;
-    let e = encode_prompts(&args, &s)?;
-    let units = plan_units(&args, &s, &e);
-    let mut o = open_output(&args, &s, &e, &units)?;
+    let mut st = Settings::resolve(&args)?;
+    let s = setup(&mut st)?;
+    let st = st;
+    let e = encode_prompts(&st, &s)?;
+    let units = plan_units(&st, &s, &e);
+    let mut o = open_output(&st, &s, &e, &units)?;
     let owned_prompts: usize = o.mine.iter().map(|&k| units[k].len()).sum();
     let todo_prompts: usize = o.todo.iter().map(|&k| units[k].len()).sum();
     let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
     tracing::info!(
         "distill {}: {} prompts ({} MCQ) in {} {}; worker {} owns {}, {} to do{}; teacher {} \
          (weights sha256 {})",
-        args.prompts.display(),
+        st.given.prompts.display(),
         e.items.len(),
         e.items.iter().filter(|i| i.options.is_some()).count(),
         units.len(),
-        if !args.early_exit() {
+        if !st.early_exit {
             "fixed batches"
         } else {
             "windows (continuous batching, early exit at EOS)"
         },
-        s.slice,
+        st.worker,
         o.mine.len(),
         o.todo.len(),
-        if !args.early_exit() {
+        if !st.early_exit {
             format!(" (padding {} tokens)", plan::padding(&lengths, &units))
         } else {
             String::new()
@@ -507,21 +414,21 @@ pub fn run(args: DistillArgs) -> Result<()> {
         s.teacher.dir.display(),
         &s.teacher.identity.weights_sha256[..12],
     );
-    let gen = gen_json(&s.params);
+    let gen = gen_json(&st.gen);
     let teacher_json = serde_json::to_value(&s.teacher.identity)?;
-    let stop_ids: Vec<u32> = s
-        .params
+    let stop_ids: Vec<u32> = st
+        .gen
         .eos_ids
         .iter()
-        .chain(&s.params.eot_ids)
+        .chain(&st.gen.eot_ids)
         .copied()
         .collect();
     let done_before = (owned_prompts - todo_prompts) as u64;
     let pb = progress_bar(owned_prompts as u64, done_before);
-    let full_steps = s.params.block_rule_steps(s.params.gen_length - 1);
+    let full_steps = st.gen.block_rule_steps(st.gen.gen_length - 1);
     let progress = super::watch::ForwardProgress::new(
-        &format!("distill worker {}", s.slice),
-        forward_estimate(&args, &e, &units, &o.todo, full_steps),
+        &format!("distill worker {}", st.worker),
+        forward_estimate(&st, &e, &units, &o.todo, full_steps),
         owned_prompts as u64,
         done_before,
     );
@@ -530,13 +437,13 @@ pub fn run(args: DistillArgs) -> Result<()> {
     } else {
         // --gemm-tune: the tuned GEMM choices live beside this worker's part, so its resume
         // reuses them.
-        let plans = args
+        let plans = st
             .gemm_tune
-            .then(|| output::gemm_plans_path(&args.out, s.slice));
+            .then(|| output::gemm_plans_path(&st.out, st.worker));
         Some(backend(
-            &args.device,
+            st.device,
             &s.teacher,
-            &args.gpu_residual,
+            st.gpu_residual,
             plans.as_deref(),
         )?)
     };
@@ -552,10 +459,10 @@ pub fn run(args: DistillArgs) -> Result<()> {
         };
         let unit = &units[k];
         let (rows, forwards) =
-            decode_unit(be, &args, &s, &e, unit, &stop_ids).with_context(|| format!("unit {k}"))?;
+            decode_unit(be, &st, &s, &e, unit, &stop_ids).with_context(|| format!("unit {k}"))?;
         let cuts = cut(&rows, &stop_ids);
         let answers =
-            answer_unit(be, &args, &s, &e, unit, &cuts).with_context(|| format!("unit {k}"))?;
+            answer_unit(be, &st, &s, &e, unit, &cuts).with_context(|| format!("unit {k}"))?;
         let (records, c) = unit_records(&s, &e, unit, &cuts, &answers, &gen, &teacher_json)?;
         o.writer.append(k, unit, &records)?;
         tally.prompts += unit.len();
@@ -576,14 +483,14 @@ pub fn run(args: DistillArgs) -> Result<()> {
     pb.finish_and_clear();
     progress.finish();
     o.discard.disarm();
-    finish(&args, &s, &e, &o, &tally, start.elapsed().as_secs_f64())
+    finish(&st, &e, &tally, start.elapsed().as_secs_f64())
 }
 
 /// Forward passes the units `todo` take at most: every row its full steps with early exit
 /// (rows run one by one on the host), every batch its full steps without; one more per
 /// `--batch-size` MCQ rows for the answers.
 fn forward_estimate(
-    args: &DistillArgs,
+    st: &Settings,
     e: &Encoded,
     units: &[Vec<usize>],
     todo: &[usize],
@@ -592,41 +499,34 @@ fn forward_estimate(
     let mut n = 0u64;
     for &k in todo {
         let unit = &units[k];
-        let rows = if args.early_exit() { unit.len() } else { 1 };
+        let rows = if st.early_exit { unit.len() } else { 1 };
         let mcq = unit
             .iter()
             .filter(|&&i| e.items[i].options.is_some())
             .count();
-        n += (rows * full_steps + mcq.div_ceil(args.batch_size())) as u64;
+        n += (rows * full_steps + mcq.div_ceil(st.batch_size.get())) as u64;
     }
     n
 }
 
 /// The summary (log line, `--json`) and, for a single process, the finalised output.
-fn finish(
-    args: &DistillArgs,
-    s: &Setup,
-    e: &Encoded,
-    o: &Output,
-    t: &Tally,
-    secs: f64,
-) -> Result<()> {
+fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
     let x = &t.exit;
-    let tok_equiv = t.prompts.saturating_mul(s.params.gen_length);
+    let tok_equiv = t.prompts.saturating_mul(st.gen.gen_length);
     tracing::info!(
         "worker {}: {} prompts generated in {secs:.1}s ({:.2} prompts/s, {:.1} tok/s at \
          gen_length {}){}; {}{}",
-        s.slice,
+        st.worker,
         t.prompts,
         t.prompts as f64 / secs.max(1e-9),
         tok_equiv as f64 / secs.max(1e-9),
-        s.params.gen_length,
+        st.gen.gen_length,
         if t.correct.1 > 0 {
             format!(", MCQ accuracy vs gold {}/{}", t.correct.0, t.correct.1)
         } else {
             String::new()
         },
-        if !args.early_exit() {
+        if !st.early_exit {
             "early exit off (--no-early-exit; on a GPU without --early-exit)".to_string()
         } else {
             format!(
@@ -651,14 +551,14 @@ fn finish(
     );
     let mut summary = json!({
         "command": "distill",
-        "out": args.out.display().to_string(),
-        "worker": s.slice.to_string(),
+        "out": st.given.out.display().to_string(),
+        "worker": st.worker.to_string(),
         "prompts": e.items.len(),
         "generated": t.prompts,
         "skipped_too_long": e.skipped,
         "seconds": secs,
         "prompts_per_s": t.prompts as f64 / secs.max(1e-9),
-        "early_exit": args.early_exit(),
+        "early_exit": st.early_exit,
         "rows_finished_early": x.finished_early,
         "mean_blocks_decoded": x.mean_blocks(),
         "row_forward_passes": x.row_steps,
@@ -670,8 +570,8 @@ fn finish(
         "mcq_with_gold": t.correct.1,
         "added_token_text": e.added,
     });
-    if s.slice.is_whole() {
-        let f = finalize_run(&args.out, args.format)?;
+    if st.worker.is_whole() {
+        let f = finalize_run(&st.given.out, st.format)?;
         summary["records"] = json!(f.records);
         if e.skipped > 0 {
             crate::progress::note(&format!(
@@ -682,13 +582,13 @@ fn finish(
     } else {
         crate::progress::note(&format!(
             "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
-            s.slice,
-            o.own.display(),
-            args.out.display(),
-            s.slice.count
+            st.worker,
+            output::part_path(&st.given.out, st.worker).display(),
+            st.given.out.display(),
+            st.worker.count
         ));
     }
-    if args.json {
+    if st.json {
         crate::cron::json_line(serde_json::to_string(&summary)?);
     }
     Ok(())
@@ -701,7 +601,7 @@ fn finish(
 fn drop_too_long(
     items: Vec<PromptItem>,
     ids: Vec<Vec<u32>>,
-    args: &DistillArgs,
+    st: &Settings,
     shape: &ForwardShape,
     budget: u64,
     gen_length: usize,
@@ -726,12 +626,12 @@ fn drop_too_long(
     let it = &items[*first];
     let named = format!(
         "{}:{}: prompt {:?} ({} tokens) {reason}",
-        args.prompts.display(),
+        st.given.prompts.display(),
         it.line,
         it.id,
         ids[*first].len()
     );
-    if !args.skip_too_long {
+    if !st.skip_too_long {
         anyhow::bail!(
             "{named}{}; pass --skip-too-long to skip and count such prompts",
             if bad.len() > 1 {

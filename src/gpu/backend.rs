@@ -4,22 +4,22 @@
 //!
 //! `generate` runs the whole sampler on the device ([`Engine::generate`]: one CUDA graph per
 //! step, no host round trip inside a block); `logits` serves the MCQ letter head and the
-//! host loop (`distill::sampler::generate` with a trace), which the device sampler is checked
+//! host loop (`distill::host_loop::generate` with a trace), which the device sampler is checked
 //! against token for token (bench/gpu, `dlm-gpu parity-tiny`).
 
 use std::ops::Range;
 
 use anyhow::{bail, Context, Result};
 
-use super::engine::{CacheMode, Engine, GenParams, Residual};
+use super::engine::{DeviceRun, Engine, KvCache, Residual};
 use crate::sampling;
 use crate::sampling::early_exit::{RowOut, RowSchedule};
 use crate::teacher::{Teacher, TeacherBackend};
 
 /// The engine's run of the distill sampler's settings (the same struct; the device adds the
 /// padding id and the logits shift).
-pub fn engine_params(p: &sampling::GenParams, pad_id: u32, logits_shift: u8) -> GenParams {
-    GenParams::new(p.clone(), pad_id, logits_shift as usize)
+pub fn engine_params(p: &sampling::GenParams, pad_id: u32, logits_shift: u8) -> DeviceRun {
+    DeviceRun::new(p.clone(), pad_id, logits_shift)
 }
 
 /// Longest sequence (prompt + generation) the position table covers.
@@ -29,16 +29,16 @@ pub struct GpuBackend {
     engine: Engine,
 }
 
-/// Open `cuda` / `cuda:N` for `teacher` (already validated by the teacher loader).
+/// Open GPU `ordinal` (`--device cuda:N`, resolved by `distill::settings`) for `teacher`
+/// (already validated by the teacher loader).
 pub fn open(
-    device: &str,
+    ordinal: usize,
     teacher: &Teacher,
     residual: Residual,
     gemm_plans: Option<&std::path::Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
-    let ordinal = super::parse_device(device)?.unwrap_or(0);
     super::weights::check_gpu_shape(&teacher.config)
-        .with_context(|| format!("teacher {} on {device}", teacher.dir.display()))?;
+        .with_context(|| format!("teacher {} on cuda:{ordinal}", teacher.dir.display()))?;
     let mut engine = Engine::from_checkpoint(
         teacher.config.clone(),
         &teacher.weights,
@@ -131,7 +131,7 @@ impl TeacherBackend for GpuBackend {
     ) -> Option<Result<(Vec<RowOut>, usize)>> {
         let mut ep = engine_params(p, pad_id, logits_shift);
         ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
-        ep.free_rows = ep.cache == CacheMode::None;
+        ep.free_rows = ep.cache == KvCache::None;
         let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
         Some(
             self.engine

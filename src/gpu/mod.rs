@@ -11,7 +11,7 @@
 //! - [`weights`]: the teacher loader's validated config + safetensors, the kernels' shape limits,
 //!   the folded-RMSNorm weight transform.
 //! - [`engine`]: workspaces and weights on the device; `engine::body` the forward pass,
-//!   `engine::sampling` the sampler step as one CUDA graph and the generate loop (exact,
+//!   `engine::device_loop` the sampler step as one CUDA graph and the generate loop (exact,
 //!   threshold, KV cache), `engine::readout` logits and the letter head, `engine::diag` the
 //!   step profile and cache-window check.
 //! - [`backend`]: `distill --device cuda` behind the teacher backend trait.
@@ -25,31 +25,3 @@ pub mod gemm_plans;
 pub mod nvrtc;
 pub mod reference;
 pub mod weights;
-
-use anyhow::{bail, Result};
-
-/// Parse `--device`: `cpu` → None, `cuda` → Some(0), `cuda:N` → Some(N).
-pub fn parse_device(s: &str) -> Result<Option<usize>> {
-    match s {
-        "cpu" => Ok(None),
-        "cuda" => Ok(Some(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => Ok(Some(n)),
-            _ => bail!("--device {s:?}: expected cpu, cuda or cuda:N"),
-        },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn device_strings() {
-        assert_eq!(parse_device("cpu").unwrap(), None);
-        assert_eq!(parse_device("cuda").unwrap(), Some(0));
-        assert_eq!(parse_device("cuda:3").unwrap(), Some(3));
-        assert!(parse_device("cuda:x").is_err());
-        assert!(parse_device("gpu").is_err());
-    }
-}

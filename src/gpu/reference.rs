@@ -209,7 +209,7 @@ impl CpuModel {
 }
 
 /// The reference forward behind the distill sampler's backend trait, so parity runs compare
-/// the GPU with exactly the CPU path's sampler (`distill::sampler`), not a second copy of it.
+/// the GPU with exactly the CPU path's sampler (`distill::host_loop`), not a second copy of it.
 impl crate::teacher::TeacherBackend for CpuModel {
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size

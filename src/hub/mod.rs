@@ -64,12 +64,8 @@ pub struct FetchArgs {
     /// Fetch exactly the commits and files of the lock; fail if the Hub's listing differs.
     #[arg(long)]
     pub locked: bool,
-    /// This worker's slice of the files, I/N (default: Slurm/Kubernetes array env, else all).
-    #[arg(long)]
-    pub shard: Option<WorkerSlice>,
-    /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
-    #[arg(long, value_parser = crate::sizes::workers())]
-    pub num_shards: Option<usize>,
+    #[command(flatten)]
+    pub worker: crate::worker::WorkerArgs,
     /// Failed attempts tolerated per request/file before giving up.
     #[arg(long, default_value_t = 8, value_parser = crate::sizes::u32_in(0, crate::sizes::MAX_RETRIES))]
     pub retries: u32,
@@ -129,7 +125,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
             args.manifest.display()
         )));
     }
-    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let slice = args.worker.resolve()?;
     let cache = Cache::resolve(args.cache.as_deref());
     let mut log_path = args.log.clone().unwrap_or_else(|| cache.default_log());
     if !slice.is_whole() {

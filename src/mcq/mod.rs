@@ -92,12 +92,8 @@ pub struct McqArgs {
     /// SFT rows per shard file.
     #[arg(long, default_value_t = 100_000, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_ROWS_PER_SHARD))]
     pub rows_per_shard: usize,
-    /// This worker's share I/N of the items (default: the Slurm / Kubernetes array environment, else all).
-    #[arg(long)]
-    pub shard: Option<WorkerSlice>,
-    /// With JOB_COMPLETION_INDEX (Kubernetes indexed jobs): the number of workers.
-    #[arg(long, value_parser = crate::sizes::workers())]
-    pub num_shards: Option<usize>,
+    #[command(flatten)]
+    pub worker: crate::worker::WorkerArgs,
     /// Items larger than this (question plus options, UTF-8 bytes) are skipped and named in the
     /// log and the `--json` summary.
     #[arg(long, value_parser = crate::pack::parse_bytes, default_value = "1MiB")]
@@ -115,16 +111,12 @@ pub struct McqArgs {
 pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
 pub(super) fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
-    if slice.is_whole() {
-        args.out.clone()
-    } else {
-        args.out.join("parts").join(slice.part_dir_name())
-    }
+    slice.out_dir(&args.out)
 }
 
 /// The run, step by step ([`steps`], [`load`], [`sft_set`]).
 pub fn run(args: McqArgs) -> Result<()> {
-    let slice = WorkerSlice::resolve(args.shard, args.num_shards)?;
+    let slice = args.worker.resolve()?;
     // 1. Paths, manifest, one writer, policy, templates, lock, tokenizer.
     let o = steps::open(&args, slice)?;
     let out = out_dir(&args, slice);

@@ -64,7 +64,6 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::shards::ShardFormat;
-use crate::worker::WorkerSlice;
 
 /// Token id width for MDS/Megatron shards (parquet is always uint32).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,12 +149,8 @@ pub struct PackArgs {
     /// Shuffle rows with this seed (within each shard: bounded memory). Off by default.
     #[arg(long)]
     pub shuffle_seed: Option<u64>,
-    /// This worker's slice of the input files, I/N (default: Slurm/Kubernetes array env, else all).
-    #[arg(long)]
-    pub shard: Option<WorkerSlice>,
-    /// With JOB_COMPLETION_INDEX (Kubernetes Indexed Job): the number of workers.
-    #[arg(long, value_parser = crate::sizes::workers())]
-    pub num_shards: Option<usize>,
+    #[command(flatten)]
+    pub worker: crate::worker::WorkerArgs,
     /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
     #[arg(long)]
     pub cache: Option<PathBuf>,
@@ -247,16 +242,6 @@ pub struct PackArgs {
 pub enum MissingText {
     Fail,
     Skip,
-}
-
-impl PackArgs {
-    /// The bound on one input row while it is read (`--max-row-bytes`, see there).
-    pub fn row_max(&self) -> crate::bounded::Bound {
-        let limit = self
-            .max_row_bytes
-            .unwrap_or_else(|| crate::sources::ROW_BYTES.max(self.max_doc_bytes.saturating_mul(2)));
-        crate::bounded::Bound::new(limit, "--max-row-bytes")
-    }
 }
 
 pub fn run(args: PackArgs) -> Result<()> {

@@ -87,7 +87,7 @@ impl ExitStats {
 /// How a backend that runs the loop itself schedules rows ([`crate::teacher::TeacherBackend::generate_rows`]).
 pub struct RowSchedule<'a> {
     /// Most rows in flight.
-    pub slots: usize,
+    pub slots: std::num::NonZeroUsize,
     /// Whether `rows` rows whose longest prompt is `longest` tokens fit the memory budget.
     pub fits: &'a dyn Fn(usize, usize) -> bool,
     /// EOS/EoT ids that finish a row; `None`: never finish early (`--no-early-exit`,

@@ -1,6 +1,6 @@
-//! The sampler's contract, shared by the host loop ([`crate::distill::sampler`]) and the
+//! The sampler's contract, shared by the host loop ([`crate::distill::host_loop`]) and the
 //! backends that can run it themselves ([`crate::teacher::TeacherBackend::generate`], the CUDA
-//! engine): its settings ([`GenParams`], [`Remasking`], [`Cache`]), its randomness ([`rng`])
+//! engine): its settings ([`GenParams`], [`Remasking`], [`KvCache`], the GPU's limits), its randomness ([`rng`])
 //! and the non-finite-logit check every backend applies ([`finite`]). Kept apart from both so
 //! that `distill`, `teacher` and `gpu` depend on it and never on each other in a circle.
 
@@ -30,7 +30,7 @@ impl Remasking {
 
 /// Approximate KV caching across a block's steps (Fast-dLLM; `--device cuda` only).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cache {
+pub enum KvCache {
     /// Exact: every step is a full forward.
     None,
     /// A block's later steps recompute the block and everything after it.
@@ -39,15 +39,23 @@ pub enum Cache {
     Dual,
 }
 
-impl Cache {
+impl KvCache {
     pub fn as_str(&self) -> &'static str {
         match self {
-            Cache::None => "none",
-            Cache::Prefix => "prefix",
-            Cache::Dual => "dual",
+            KvCache::None => "none",
+            KvCache::Prefix => "prefix",
+            KvCache::Dual => "dual",
         }
     }
 }
+
+/// Rows the GPU sampler's device-side state holds (`MAX_SLOTS` in kernels/common.cuh): the
+/// largest `--batch-size` with `--device cuda`, refused at start beyond it
+/// ([`crate::distill::settings`]).
+pub const GPU_MAX_ROWS: usize = 1024;
+
+/// Longest block the GPU sampler's kernels take (`--block-length` with `--device cuda`).
+pub const GPU_MAX_BLOCK_LENGTH: usize = 1024;
 
 /// The sampler's settings (one generation run).
 #[derive(Debug, Clone, PartialEq)]
@@ -67,7 +75,7 @@ pub struct GenParams {
     /// Approximate: confidence-threshold parallel decoding.
     pub threshold: Option<f64>,
     /// Approximate: KV cache across a block's steps (backends that run the loop only).
-    pub cache: Cache,
+    pub cache: KvCache,
     /// With a cache: every K-th step of a block is a full pass that refreshes it (None: only
     /// the block's first).
     pub cache_refresh: Option<usize>,
@@ -106,8 +114,8 @@ impl GenParams {
         }
         match (self.cache_refresh, self.cache) {
             (Some(0), _) => return u("--cache-refresh must be ≥ 1".into()),
-            (Some(_), Cache::None) => {
-                return u("--cache-refresh needs --cache prefix or --cache dual".into())
+            (Some(_), KvCache::None) => {
+                return u("--cache-refresh needs --kv-cache prefix or --kv-cache dual".into())
             }
             _ => {}
         }
@@ -116,7 +124,7 @@ impl GenParams {
 
     /// True when the output is not LLaDA's exact sampler (threshold or KV cache).
     pub fn approximate(&self) -> bool {
-        self.threshold.is_some() || self.cache != Cache::None
+        self.threshold.is_some() || self.cache != KvCache::None
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -148,7 +156,7 @@ impl GenParams {
     /// with one, a block's first step and, under `cache_refresh` K, every K-th after it, each
     /// refreshing the cache) rather than a window over the cache.
     pub fn full_pass_at(&self, step_in_block: usize) -> bool {
-        self.cache == Cache::None || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
+        self.cache == KvCache::None || step_in_block % self.cache_refresh.unwrap_or(usize::MAX) == 0
     }
 }
 

@@ -15,14 +15,16 @@
 //! has run (threshold).
 //!
 //! Refill: at any step with `free_rows`; in lockstep only at a block boundary (phase step 0,
-//! where the next pass is a full one that rewrites any KV cache); under `--cache prefix` only
+//! where the next pass is a full one that rewrites any KV cache); under `--kv-cache prefix` only
 //! when no row is live (its windows span from the block to the end, which differs per block).
+
+use std::num::NonZeroUsize;
 
 use anyhow::{bail, Result};
 
 use super::early_exit::{finished_at, RowOut};
 use super::finite::NonFiniteLogit;
-use super::{Cache, GenParams};
+use super::{GenParams, KvCache};
 
 /// One slot's generation state (a row of the device's per-row arrays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -74,9 +76,9 @@ impl RunParams<'_> {
 pub enum StepKind {
     /// Every position (a refresh of any KV cache).
     Full,
-    /// The block only, against the cache (`--cache dual`).
+    /// The block only, against the cache (`--kv-cache dual`).
     Dual,
-    /// From block `block` to the end, against the cache (`--cache prefix`).
+    /// From block `block` to the end, against the cache (`--kv-cache prefix`).
     Prefix { block: usize },
 }
 
@@ -145,7 +147,7 @@ pub fn run(
     prompts: &[Vec<u32>],
     keys: &[u64],
     p: &RunParams,
-    slots: usize,
+    slots: NonZeroUsize,
     fits: &dyn Fn(usize, usize) -> bool,
     forced: Option<&[usize]>,
 ) -> Result<(Vec<RowOut>, usize)> {
@@ -154,10 +156,10 @@ pub fn run(
     if keys.len() != n || forced.is_some_and(|f| f.len() != n) {
         bail!("one RNG key (and forced length) per prompt");
     }
-    if p.free_rows && g.cache != Cache::None {
+    if p.free_rows && g.cache != KvCache::None {
         bail!("rows move independently only without a KV cache");
     }
-    let slots = slots.max(1);
+    let slots = slots.get();
     let gen = g.gen_length;
     let mut out: Vec<Option<RowOut>> = vec![None; n];
     let mut next = 0usize;
@@ -180,7 +182,7 @@ pub fn run(
         }
         let boundary = p.free_rows || batch.phase[1] == 0;
         let mut admit = vec![];
-        if next < n && boundary && !(g.cache == Cache::Prefix && live > 0) {
+        if next < n && boundary && !(g.cache == KvCache::Prefix && live > 0) {
             admit = admissions(&batch, prompts, &mut next, slots, p, fits);
         }
         if live == 0 && admit.is_empty() {
@@ -294,7 +296,7 @@ fn step_kind(g: &GenParams, batch: &Batch) -> StepKind {
     let sib = batch.phase[1] as usize;
     if g.full_pass_at(sib) {
         StepKind::Full
-    } else if g.cache == Cache::Dual {
+    } else if g.cache == KvCache::Dual {
         StepKind::Dual
     } else {
         let block = batch

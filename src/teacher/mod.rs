@@ -45,7 +45,7 @@ pub trait TeacherBackend {
         rows: Range<usize>,
     ) -> Result<Vec<f32>>;
 
-    /// Run the whole sampler (`distill::sampler::generate`'s contract: prompts unpadded,
+    /// Run the whole sampler (`distill::host_loop::generate`'s contract: prompts unpadded,
     /// `keys` their RNG keys; returns each row's generated span) where the backend can do it
     /// better than the host loop over [`Self::logits`] — the GPU keeps every step on the
     /// device. `None`: use the host loop.
@@ -64,7 +64,7 @@ pub trait TeacherBackend {
     /// with the next prompt; `sched` says how many rows, what fits and which ids finish a row),
     /// where the backend runs the loop itself. Returns each prompt's [`RowOut`] in order and
     /// the batch forward passes run. `None`: the host runs each row with
-    /// `distill::sampler::generate_row` (the CPU computes a row's logits independently of its
+    /// `distill::host_loop::generate_row` (the CPU computes a row's logits independently of its
     /// peers, so no batch is needed for its records).
     ///
     /// [`RowOut`]: crate::sampling::early_exit::RowOut

@@ -2,7 +2,7 @@
 //! full-sequence logits — the reference the block-only sampler is checked against
 //! (tests/distill_sampler.rs) and timed against (examples/distill_bench.rs).
 
-use dlm_data::distill::sampler::Commit;
+use dlm_data::distill::host_loop::Commit;
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams;
 use dlm_data::sampling::Remasking;

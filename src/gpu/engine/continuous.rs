@@ -11,7 +11,7 @@
 //! step of its own block, so a step is a full pass or a cache window for all of them — and
 //! slots are refilled at block boundaries only (the boundary's full pass rewrites the whole
 //! cache, so a new row needs nothing from it). Prefix windows span from the block to the end
-//! of the sequence, which differs per block: under `--cache prefix` a batch is refilled only
+//! of the sequence, which differs per block: under `--kv-cache prefix` a batch is refilled only
 //! once all its rows are done.
 //!
 //! Determinism (why option (b) of issue #26, deterministic windows, and not batch-invariant
@@ -27,8 +27,10 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::sampling::GenParams;
-use super::{CacheMode, Engine, Pass, MAX_SLOTS};
+use super::device_loop::DeviceRun;
+use std::num::NonZeroUsize;
+
+use super::{Engine, KvCache, Pass, MAX_SLOTS};
 use crate::gpu::driver::Graph;
 use crate::sampling::early_exit::RowOut;
 use crate::sampling::schedule::{self, Layout, RowDevice, RowState, RunParams, StepKind};
@@ -46,7 +48,7 @@ struct Graphs {
 /// The engine running one window for the scheduler.
 struct Device<'e> {
     e: &'e mut Engine,
-    p: &'e GenParams,
+    p: &'e DeviceRun,
     /// Shape of the loaded batch.
     b: usize,
     lp: usize,
@@ -78,8 +80,8 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
-        slots: usize,
+        p: &DeviceRun,
+        slots: NonZeroUsize,
         fits: &dyn Fn(usize, usize) -> bool,
     ) -> Result<(Vec<RowOut>, usize)> {
         self.generate_rows_inner(prompts, keys, p, slots, fits, None)
@@ -93,8 +95,8 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
-        slots: usize,
+        p: &DeviceRun,
+        slots: NonZeroUsize,
         forced: &[usize],
     ) -> Result<(Vec<RowOut>, usize)> {
         self.generate_rows_inner(prompts, keys, p, slots, &|_, _| true, Some(forced))
@@ -104,8 +106,8 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
-        slots: usize,
+        p: &DeviceRun,
+        slots: NonZeroUsize,
         fits: &dyn Fn(usize, usize) -> bool,
         forced: Option<&[usize]>,
     ) -> Result<(Vec<RowOut>, usize)> {
@@ -114,7 +116,10 @@ impl Engine {
         if n == 0 {
             return Ok((vec![], 0));
         }
-        let slots = slots.clamp(1, MAX_SLOTS);
+        // `distill` refuses a larger --batch-size at start (distill::settings); never clamped.
+        if slots.get() > MAX_SLOTS {
+            bail!("{slots} rows in flight; the GPU sampler holds at most {MAX_SLOTS}");
+        }
         let v = self.cfg.vocab_size as u32;
         for (i, q) in prompts.iter().enumerate() {
             if q.is_empty() && p.logits_shift > 0 {
@@ -125,7 +130,7 @@ impl Engine {
             }
         }
         let lp_max = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
-        let rows = slots.min(n);
+        let rows = slots.get().min(n);
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
         self.ensure_workspace(
             rows,
@@ -133,7 +138,7 @@ impl Engine {
             longest + p.gen_length,
             rows * p.block_length,
         )?;
-        if p.cache != CacheMode::None {
+        if p.cache != KvCache::None {
             self.ensure_kv_cache()?;
         }
         self.write_settings(p)?;
@@ -254,9 +259,9 @@ impl Device<'_> {
             .is_none_or(|g| (g.b, g.s, g.lp) != (b, s, lp));
         if stale {
             drop(self.graphs.take()); // free the old executables first
-            let cached = p.cache != CacheMode::None;
+            let cached = p.cache != KvCache::None;
             let full = e.capture(|| e.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
-            let dual = if p.cache == CacheMode::Dual {
+            let dual = if p.cache == KvCache::Dual {
                 let w = p.block_length;
                 Some(e.capture(|| e.enqueue_step(b, s, lp, p, Pass::Window { w }))?)
             } else {

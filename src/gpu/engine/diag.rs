@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 
-use super::{Engine, GenParams, Pass};
+use super::{DeviceRun, Engine, Pass};
 
 impl Engine {
     /// Device milliseconds per op kind for one sampler step over `b` prompts of `prompt_len`
@@ -12,7 +12,7 @@ impl Engine {
         &mut self,
         b: usize,
         prompt_len: usize,
-        p: &GenParams,
+        p: &DeviceRun,
         window: bool,
         hot_secs: f64,
     ) -> Result<Vec<(String, f64)>> {
@@ -69,7 +69,7 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
+        p: &DeviceRun,
     ) -> Result<(f64, f64)> {
         let (b, s, lp) = self.prepare(prompts, keys, p, true)?;
         let blk = p.block_length;

@@ -8,7 +8,7 @@
 //!   block's rows only → LM head GEMM (block rows only, fp32 logits) → fused sampler pass →
 //!   per-row top-k commit → advance.
 //!
-//! Approximate modes (opt-in, never the default): `CacheMode::Prefix`/`Dual` (Fast-dLLM): the
+//! Approximate modes (opt-in, never the default): `KvCache::Prefix`/`Dual` (Fast-dLLM): the
 //! first step of every block runs the full pass above and stores every layer's K/V; the
 //! block's other steps run a window (prefix: block start → end; dual: the block only) that
 //! attends to the cached K/V and overwrites the window's own entries. `threshold`
@@ -39,15 +39,15 @@ use super::weights::LlamaConfig;
 mod attn;
 mod body;
 mod continuous;
+mod device_loop;
 mod diag;
 mod readout;
-mod sampling;
 mod upload;
 
 use attn::AttnKernel;
 pub use attn::AttnVariant;
-use sampling::MAX_BAN;
-pub use sampling::{pad_multiple, CacheMode, GenParams};
+use device_loop::MAX_BAN;
+pub use device_loop::{pad_multiple, DeviceRun, KvCache};
 
 struct LayerW {
     ln1: DevBuf,
@@ -231,7 +231,7 @@ pub struct Engine {
 const BF: usize = 2;
 
 /// Rows (slots) the device-side generation state holds (`MAX_SLOTS` in kernels/common.cuh).
-pub const MAX_SLOTS: usize = 1024;
+pub const MAX_SLOTS: usize = crate::sampling::GPU_MAX_ROWS;
 /// Bytes of `GenState` (kernels/common.cuh): 4 ints, then 4 per-row arrays.
 const STATE_BYTES: usize = 16 + 4 * 4 * MAX_SLOTS;
 

@@ -13,10 +13,11 @@ use anyhow::{anyhow, Result};
 
 use super::context::PackCtx;
 use super::profile::Clock;
+use super::settings::RunSettings;
 use crate::pack::plan::Unit;
 use crate::pack::tokenize::Encoded;
 use crate::pack::MissingText;
-use crate::pack::{Oversize, PackArgs};
+use crate::pack::Oversize;
 use crate::sources::Outcome;
 
 /// Queue the chunks of a batch of `unit` on `pool` (first-in first-out); the receiver gets
@@ -147,7 +148,7 @@ fn join_parts(parts: impl Iterator<Item = Part>) -> Result<Screened> {
 
 /// Screen and tokenize rows of `u` on this thread.
 fn encode_rows(ctx: &PackCtx, u: &Unit, items: &[(u64, Outcome)]) -> Result<Screened> {
-    let (texts, keep) = screen(ctx.args, u, items)?;
+    let (texts, keep) = screen(ctx.settings, u, items)?;
     let profile = super::profile::enabled();
     let docs = texts
         .iter()
@@ -169,7 +170,7 @@ fn encode_rows(ctx: &PackCtx, u: &Unit, items: &[(u64, Outcome)]) -> Result<Scre
 /// The oversize policy, before any tokenization: the texts to encode, and per row whether it
 /// is kept. `--on-oversize fail` stops at the first oversized document, naming file and row.
 fn screen<'i>(
-    args: &PackArgs,
+    args: &RunSettings,
     u: &Unit,
     items: &'i [(u64, Outcome)],
 ) -> Result<(Vec<&'i str>, Vec<bool>)> {

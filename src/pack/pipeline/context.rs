@@ -3,13 +3,14 @@
 
 use std::sync::atomic::AtomicBool;
 
+use super::settings::RunSettings;
 use crate::pack::plan::Unit;
 use crate::pack::tokenize::DocTokenizer;
-use crate::pack::PackArgs;
 
 /// What the packing step reads but never changes.
 pub(super) struct PackCtx<'a> {
-    pub args: &'a PackArgs,
+    /// The run's flags, resolved ([`RunSettings::resolve`]).
+    pub settings: &'a RunSettings,
     pub tok: &'a DocTokenizer,
     pub units: &'a [Unit],
     /// Per source: its `--tokens` budget is spent (shared with the reader, which stops early).

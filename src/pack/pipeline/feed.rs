@@ -134,10 +134,10 @@ impl<'a> Feed<'a> {
         wtx: &'a SyncSender<WriteMsg>,
     ) -> Feed<'a> {
         let mut packer =
-            Packer::new(ctx.args.seq_len, rows_per_shard).with_rows_closed(start.rows_emitted);
+            Packer::new(ctx.settings.seq_len, rows_per_shard).with_rows_closed(start.rows_emitted);
         if ctx.segment_mode {
             packer = packer.marking_row_start_docs();
-        } else if ctx.args.format == crate::shards::ShardFormat::Megatron {
+        } else if ctx.settings.format == crate::shards::ShardFormat::Megatron {
             packer = packer.whole_docs();
         }
         Feed {
@@ -265,7 +265,7 @@ impl<'a> Feed<'a> {
                 String::new()
             }
         );
-        if self.ctx.args.strict_mixture {
+        if self.ctx.settings.strict_mixture {
             return Err(anyhow!("--strict-mixture: {msg}"));
         }
         tracing::warn!("{msg}");
@@ -445,12 +445,12 @@ impl<'a> Feed<'a> {
     fn finish(mut self) -> Result<()> {
         let ctx = self.ctx;
         self.progress.finish();
-        if ctx.args.strict && !ctx.segment_mode {
+        if ctx.settings.strict && !ctx.segment_mode {
             // Before the last row goes out: index.json is never marked complete, and the
             // journal (every shard before) resumes cleanly.
             let mut t = self.st.totals.clone();
             t.mixture = self.mixture();
-            super::super::strict::check(&ctx.args.input, &t, &self.st.provenance)?;
+            super::super::strict::check(&ctx.settings.inputs, &t, &self.st.provenance)?;
         }
         let pad = if ctx.segment_mode { None } else { ctx.pad };
         let (last, dropped, padded) = self.packer.finish(pad);

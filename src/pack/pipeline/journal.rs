@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde_json::{json, Value};
 
+use super::settings::RunSettings;
 use super::setup::{pad_id, Setup};
 use crate::pack::resume::{self, Cursor, Found};
-use crate::pack::PackArgs;
 use crate::shards::index::{self, Index, Kind, TokenizerInfo};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::settings::PackSettings;
@@ -68,7 +68,7 @@ fn read_only(out_dir: &std::path::Path, found: Found) -> Result<Opened> {
 }
 
 /// Inspect, claim and initialise `s.out_dir`'s journal.
-pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
+pub(super) fn open(args: &RunSettings, s: &Setup) -> Result<Opened> {
     let out_dir = &s.out_dir;
     let fingerprint = s.settings.clone();
     let found = resume::inspect(out_dir, &fingerprint, args.force)?;
@@ -138,7 +138,7 @@ pub(super) fn open(args: &PackArgs, s: &Setup) -> Result<Opened> {
 /// `extra` the fingerprint (`args`), the tokenizer's choices, a worker's unit list and the
 /// cursor (`resume`).
 fn base_index(
-    args: &PackArgs,
+    args: &RunSettings,
     s: &Setup,
     prior: Option<&Index>,
     cursor: &Cursor,

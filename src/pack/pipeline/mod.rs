@@ -18,6 +18,7 @@ mod journal;
 mod profile;
 mod progress;
 mod read;
+mod settings;
 mod setup;
 mod tuning;
 mod write;
@@ -44,12 +45,13 @@ use write::{WriteMsg, WriterStopped};
 pub fn run(args: PackArgs) -> Result<()> {
     let t0 = Instant::now();
     profile::start();
-    let mut s = setup::prepare(&args)?;
+    let rs = settings::RunSettings::resolve(&args)?;
+    let mut s = setup::prepare(&args, &rs)?;
     let Journal {
         cursor,
         base,
         prior_mds,
-    } = match journal::open(&args, &s)? {
+    } = match journal::open(&rs, &s)? {
         Opened::Complete(idx) => {
             // An output written before cards existed gains its card (an unchanged one is
             // left alone: write-if-changed).
@@ -60,7 +62,7 @@ pub fn run(args: PackArgs) -> Result<()> {
                 idx.shards.len(),
                 idx.totals.rows
             ));
-            if args.json {
+            if rs.json {
                 crate::cron::json_line(summary(&idx, &s.out_dir, 0.0, true));
             }
             return Ok(());
@@ -68,12 +70,12 @@ pub fn run(args: PackArgs) -> Result<()> {
         Opened::Run(j) => j,
     };
 
-    let pad = if args.pad_last {
+    let pad = if rs.pad_last {
         setup::pad_id(&s.tok)
     } else {
         None
     };
-    if args.pad_last && pad.is_none() {
+    if rs.pad_last && pad.is_none() {
         return Err(crate::error::usage(
             "--pad-last: no pad token and no EOS to pad with",
         ));
@@ -93,15 +95,15 @@ pub fn run(args: PackArgs) -> Result<()> {
     // writer gets them a chunk of rows at a time (a queue of 16 chunks, ~8 MiB at seq-len
     // 2048); otherwise it gets whole shards, one queued at most.
     let stream_rows =
-        s.part_format == ShardFormat::Parquet && s.worker.is_whole() && args.shuffle_seed.is_none();
+        s.part_format == ShardFormat::Parquet && s.worker.is_whole() && rs.shuffle_seed.is_none();
     let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
-    let reader = spawn_reader(&mut s, &cursor, args.row_max(), &exhausted, rtx)?;
+    let reader = spawn_reader(&mut s, &cursor, rs.row_max, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
         let (format, dtype) = (s.part_format, s.dtype);
         // Workers never shuffle: the merge does (see the `pack` module doc).
         let shuffle = if s.worker.is_whole() {
-            args.shuffle_seed
+            rs.shuffle_seed
         } else {
             None
         };
@@ -125,7 +127,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     };
 
     let ctx = context::PackCtx {
-        args: &args,
+        settings: &rs,
         tok: &s.tok,
         units: &s.units,
         exhausted: &exhausted,
@@ -149,7 +151,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         (Ok(()), Err(e)) => return Err(e),
         (Ok(()), Ok(idx)) => idx,
     };
-    report(&args, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
+    report(&rs, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
     profile::report(t0.elapsed().as_secs_f64(), final_idx.totals.tokens);
     Ok(())
 }
@@ -182,7 +184,7 @@ fn spawn_reader(
 }
 
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
-fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
+fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
     let t = &idx.totals;
     crate::progress::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
@@ -210,7 +212,7 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
     if let Some(n) = idx.totals.extra.get("skipped_missing_text") {
         tracing::warn!("{n} rows had no text field and were skipped (--on-missing-text skip)");
     }
-    if !args.input.is_empty() {
+    if rs.from_input {
         for (file, docs) in input_documents(idx) {
             if docs == 0 {
                 tracing::warn!(
@@ -228,7 +230,7 @@ fn report(args: &PackArgs, idx: &Index, out_dir: &Path, secs: f64) {
     {
         tracing::warn!("{}", c.summary("documents"));
     }
-    if args.json {
+    if rs.json {
         crate::cron::json_line(summary(idx, out_dir, secs, false));
     }
 }
@@ -274,9 +276,5 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
 
 /// Where a run writes for this worker (exposed for tests and merge).
 pub fn part_dir(out: &Path, worker: WorkerSlice) -> PathBuf {
-    if worker.is_whole() {
-        out.to_path_buf()
-    } else {
-        out.join("parts").join(worker.part_dir_name())
-    }
+    worker.out_dir(out)
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 
+use super::settings::RunSettings;
 use crate::hub::cache::Cache;
 use crate::manifest::Manifest;
 use crate::pack::plan::{Plan, Unit};
@@ -57,19 +58,69 @@ pub(super) fn settle_inputs(
     Ok(())
 }
 
-/// Check the flags, plan the units, load the tokenizer, pick the dtype; create the output
-/// directory.
-pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
-    if args.seq_len == 0 {
-        return Err(crate::error::usage("--seq-len must be at least 1"));
-    }
-    let worker = WorkerSlice::resolve(args.shard, args.num_shards)?;
-    let out_dir = if worker.is_whole() {
-        args.out.clone()
+/// Claim the output, plan the units, load the tokenizer, pick the dtype (the flags were
+/// resolved before, [`RunSettings::resolve`]).
+pub(super) fn prepare(args: &PackArgs, rs: &RunSettings) -> Result<Setup> {
+    let worker = rs.worker;
+    let out_dir = rs.out_dir();
+    let lock = claim_output(args, &out_dir)?;
+    let streaming = if args.stream {
+        Some(Arc::new(Streaming::new(args, worker)?))
     } else {
-        args.out.join("parts").join(worker.part_dir_name())
+        None
     };
-    // Before any work: paths we can record exactly, no input as the output, one writer.
+    let (plan, inputs) = plan_units(args, streaming.as_deref())?;
+    let tok = load_tokenizer(args)?;
+    let dtype = choose_dtype(args, &tok)?;
+    // The files read are inputs too (cache blobs through their snapshot links).
+    let unit_inputs: Vec<(&str, &Path)> = plan
+        .units
+        .iter()
+        .filter(|u| u.remote.is_none())
+        .map(|u| ("input file", u.path.as_path()))
+        .collect();
+    crate::lock::refuse_inputs("--out", &rs.out, &unit_inputs)?;
+
+    let units: Vec<Unit> = plan
+        .units
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| worker.owns(*k))
+        .map(|(_, u)| u.clone())
+        .collect();
+    tok.size_word_cache(units.iter().map(|u| u.bytes).sum());
+    // The inputs' sha256 belong to the resume fingerprint. An existing journal is compared
+    // with it before anything else: hash first. A fresh directory's index gets them when the
+    // writer journals its first shard: hashing overlaps tokenizing.
+    let (inputs, hashes) = match inputs {
+        None => (None, None),
+        Some(pending) => {
+            if crate::shards::index::index_path(&out_dir).exists() {
+                (Some(pending.wait()?), None)
+            } else {
+                (None, Some(pending))
+            }
+        }
+    };
+    let settings = settings(rs, &plan, &tok, dtype, inputs);
+    Ok(Setup {
+        _lock: lock,
+        worker,
+        streaming,
+        plan,
+        tok,
+        dtype,
+        part_format: rs.part_format(),
+        out_dir,
+        units,
+        settings,
+        hashes,
+    })
+}
+
+/// Before any work: paths we can record exactly, no input as the output, one writer (the lock
+/// on `out_dir`, `None` when read-only).
+fn claim_output(args: &PackArgs, out_dir: &Path) -> Result<Option<crate::lock::OutputLock>> {
     let given: Vec<(&str, &Path)> = [
         ("--out", Some(args.out.as_path())),
         ("--manifest", args.manifest.as_deref()),
@@ -96,27 +147,25 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
         inputs.push(("lock", l.as_path()));
     }
     crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let lock = crate::lock::OutputLock::dir_or_read_only(&out_dir, "pack")?;
-    let streaming = if args.stream {
-        Some(Arc::new(Streaming::new(args, worker)?))
-    } else {
-        None
-    };
-    if !worker.is_whole() && args.tokens.is_some() {
-        return Err(crate::error::usage(
-            "--tokens cannot be combined with --shard I/N: budgets depend on the tokens of files other workers own; apply the budget in one process",
-        ));
-    }
-    let (plan, inputs) = match (&args.manifest, args.input.is_empty()) {
-        (Some(m), true) => (
-            match &streaming {
+    crate::lock::OutputLock::dir_or_read_only(out_dir, "pack")
+}
+
+/// The plan of input units (the cache, `--stream` or `--input`); for `--input`, the files'
+/// sha256 being computed on a thread of their own.
+fn plan_units(
+    args: &PackArgs,
+    streaming: Option<&Streaming>,
+) -> Result<(Plan, Option<PendingHashes>)> {
+    match (&args.manifest, args.input.is_empty()) {
+        (Some(m), true) => Ok((
+            match streaming {
                 Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
                 None => {
                     Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?
                 }
             },
             None,
-        ),
+        )),
         (None, false) => {
             let files = crate::sources::files::expand(&args.input)?;
             let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
@@ -125,68 +174,13 @@ pub(super) fn prepare(args: &PackArgs) -> Result<Setup> {
                 plan.units.len(),
                 plan.units.iter().map(|u| u.bytes).sum::<u64>()
             );
-            // Hashed while the tokenizer loads and the run starts (see below).
-            (plan, Some(PendingHashes::spawn(files)?))
+            // Hashed while the tokenizer loads and the run starts (see [`prepare`]).
+            Ok((plan, Some(PendingHashes::spawn(files)?)))
         }
-        _ => {
-            return Err(crate::error::usage(
-                "give exactly one of --manifest or --input",
-            ))
-        }
-    };
-    let tok = load_tokenizer(args)?;
-    let dtype = choose_dtype(args, &tok)?;
-    // Worker parts are an intermediate: always parquet (exact ids and document boundaries),
-    // whatever --format says; `merge` writes the requested format.
-    let part_format = if worker.is_whole() {
-        args.format
-    } else {
-        ShardFormat::Parquet
-    };
-    // The files read are inputs too (cache blobs through their snapshot links).
-    let unit_inputs: Vec<(&str, &Path)> = plan
-        .units
-        .iter()
-        .filter(|u| u.remote.is_none())
-        .map(|u| ("input file", u.path.as_path()))
-        .collect();
-    crate::lock::refuse_inputs("--out", &args.out, &unit_inputs)?;
-
-    let units: Vec<Unit> = plan
-        .units
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| worker.owns(*k))
-        .map(|(_, u)| u.clone())
-        .collect();
-    tok.size_word_cache(units.iter().map(|u| u.bytes).sum());
-    // The inputs' sha256 belong to the resume fingerprint. An existing journal is compared
-    // with it before anything else: hash first. A fresh directory's index gets them when the
-    // writer journals its first shard: hashing overlaps tokenizing.
-    let (inputs, hashes) = match inputs {
-        None => (None, None),
-        Some(pending) => {
-            if crate::shards::index::index_path(&out_dir).exists() {
-                (Some(pending.wait()?), None)
-            } else {
-                (None, Some(pending))
-            }
-        }
-    };
-    let settings = settings(args, &plan, &tok, dtype, worker, inputs);
-    Ok(Setup {
-        _lock: lock,
-        worker,
-        streaming,
-        plan,
-        tok,
-        dtype,
-        part_format,
-        out_dir,
-        units,
-        settings,
-        hashes,
-    })
+        _ => Err(crate::error::usage(
+            "give exactly one of --manifest or --input",
+        )),
+    }
 }
 
 /// The `--input` text template: `--text`, else `{COLUMN}` of `--text-column`.
@@ -258,11 +252,10 @@ fn choose_dtype(args: &PackArgs, tok: &DocTokenizer) -> Result<Dtype> {
 /// typed settings the index records. A rerun with different ones is refused (or, with
 /// `--force`, starts fresh).
 pub(super) fn settings(
-    args: &PackArgs,
+    rs: &RunSettings,
     plan: &Plan,
     tok: &DocTokenizer,
     dtype: Dtype,
-    worker: WorkerSlice,
     inputs: Option<Vec<crate::shards::settings::InputFile>>,
 ) -> PackSettings {
     PackSettings {
@@ -272,23 +265,22 @@ pub(super) fn settings(
             .map(|u| (u.source.name.to_string(), u.file.clone(), u.bytes))
             .collect(),
         lock_sha256: plan.lock_sha256.clone(),
-        text_column: (!args.input.is_empty() && args.text.is_none())
-            .then(|| args.text_column.clone()),
+        text_column: rs.text_column.clone(),
         tokenizer_sha256: tok.sha256.clone(),
         eos: tok.eos.as_ref().map(|e| e.1),
         bos: tok.bos.as_ref().map(|b| b.1),
-        seq_len: args.seq_len,
-        format: args.format,
+        seq_len: rs.seq_len,
+        format: rs.format,
         dtype,
-        shuffle_seed: args.shuffle_seed,
-        pad_last: args.pad_last,
-        tokens: args.tokens,
-        shard_bytes: args.shard_bytes,
-        max_doc_bytes: args.max_doc_bytes,
-        max_word_bytes: args.max_word_bytes,
-        on_oversize: args.on_oversize,
-        worker: [worker.index, worker.count],
-        text: args.text.clone().filter(|_| !args.input.is_empty()),
+        shuffle_seed: rs.shuffle_seed,
+        pad_last: rs.pad_last,
+        tokens: rs.tokens,
+        shard_bytes: rs.shard_bytes,
+        max_doc_bytes: rs.max_doc_bytes,
+        max_word_bytes: rs.max_word_bytes,
+        on_oversize: rs.on_oversize,
+        worker: [rs.worker.index, rs.worker.count],
+        text: rs.text.clone(),
         inputs,
     }
 }

@@ -1,5 +1,6 @@
-//! The sampler on the device: settings, one step as a graph, the generate loop (fixed schedule
-//! or confidence threshold; exact or with a KV cache).
+//! The sampler's device loop (the host loop is [`crate::distill::host_loop`], their shared
+//! contract [`crate::sampling`]): a run's device settings ([`DeviceRun`]), one step as a graph,
+//! the generate loop (fixed schedule or confidence threshold; exact or with a KV cache).
 
 use anyhow::{bail, Context, Result};
 
@@ -7,22 +8,21 @@ use super::{Engine, Pass, Tail, Workspace};
 use crate::kargs;
 use crate::sampling::finite::NonFiniteLogit;
 
-/// The cache modes are the sampler's own ([`crate::sampling::Cache`]), under the engine's
-/// historical name.
-pub use crate::sampling::Cache as CacheMode;
+/// The KV-cache modes are the sampler's own.
+pub use crate::sampling::KvCache;
 
 /// Most excluded token ids the sampler kernel takes (mask included).
 pub(super) const MAX_BAN: usize = 32;
 
-/// What the device sampler runs: the sampler's one settings struct
+/// One run of the device sampler: the sampler's one settings type
 /// ([`crate::sampling::GenParams`], validated there and reached through `Deref`) and what the
-/// device needs beside it. The excluded-token lists the kernels take are derived from the
+/// device needs beside it (pad id, logit alignment, stop ids, row movement, padding). The excluded-token lists the kernels take are derived from the
 /// settings ([`Self::ban_choice`], [`Self::ban_conf`]), never set by hand.
 #[derive(Debug, Clone)]
-pub struct GenParams {
+pub struct DeviceRun {
     pub gen: crate::sampling::GenParams,
     pub pad_id: u32,
-    pub logits_shift: usize,
+    pub logits_shift: u8,
     /// EOS/EoT ids that finish a row as soon as everything before one is committed (empty: a
     /// row decodes every block).
     pub stop_ids: Vec<u32>,
@@ -35,7 +35,7 @@ pub struct GenParams {
     pub pad_multiple: usize,
 }
 
-/// Default of [`GenParams::pad_multiple`]; `DLM_PAD_MULTIPLE` overrides it (benchmarks).
+/// Default of [`DeviceRun::pad_multiple`]; `DLM_PAD_MULTIPLE` overrides it (benchmarks).
 pub const PAD_MULTIPLE: usize = 16;
 
 /// [`PAD_MULTIPLE`], or `DLM_PAD_MULTIPLE` when set to a positive number.
@@ -47,14 +47,14 @@ pub fn pad_multiple() -> usize {
         .unwrap_or(PAD_MULTIPLE)
 }
 
-impl std::ops::Deref for GenParams {
+impl std::ops::Deref for DeviceRun {
     type Target = crate::sampling::GenParams;
     fn deref(&self) -> &Self::Target {
         &self.gen
     }
 }
 
-impl std::ops::DerefMut for GenParams {
+impl std::ops::DerefMut for DeviceRun {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.gen
     }
@@ -70,10 +70,10 @@ fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {
     v
 }
 
-impl GenParams {
+impl DeviceRun {
     /// The device run of `gen` (lockstep rows, no early exit: LLaDA's loop as written).
-    pub fn new(gen: crate::sampling::GenParams, pad_id: u32, logits_shift: usize) -> Self {
-        GenParams {
+    pub fn new(gen: crate::sampling::GenParams, pad_id: u32, logits_shift: u8) -> Self {
+        DeviceRun {
             gen,
             pad_id,
             logits_shift,
@@ -117,7 +117,7 @@ impl GenParams {
     /// The sampler's own checks, then what only the device limits.
     pub fn validate(&self) -> Result<()> {
         self.gen.validate()?;
-        if self.block_length > 1024 {
+        if self.block_length > crate::sampling::GPU_MAX_BLOCK_LENGTH {
             bail!(
                 "--block-length {} > 1024 is not supported on the GPU",
                 self.block_length
@@ -132,11 +132,11 @@ impl GenParams {
         if self.stop_ids.len() > MAX_BAN {
             bail!("more than {MAX_BAN} EOS/EoT ids");
         }
-        if self.free_rows && self.cache != CacheMode::None {
+        if self.free_rows && self.cache != KvCache::None {
             bail!("rows move independently only without a KV cache");
         }
-        if self.cache != CacheMode::None && self.logits_shift != 0 {
-            bail!("--cache {} needs logits shift 0", self.cache.as_str());
+        if self.cache != KvCache::None && self.logits_shift != 0 {
+            bail!("--kv-cache {} needs logits shift 0", self.cache.as_str());
         }
         Ok(())
     }
@@ -158,7 +158,7 @@ impl Engine {
         b: usize,
         s: usize,
         gen_start: usize,
-        p: &GenParams,
+        p: &DeviceRun,
         pass: Pass,
     ) -> Result<()> {
         let blk = p.block_length;
@@ -244,7 +244,7 @@ impl Engine {
         &self,
         ws: &Workspace,
         at: &StepAt,
-        p: &GenParams,
+        p: &DeviceRun,
         rows: usize,
     ) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
@@ -284,7 +284,7 @@ impl Engine {
     }
 
     /// Per row, commit this step's most confident masked positions (top-k, or by threshold).
-    fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+    fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let blk = p.block_length;
         let nblocks = (p.gen_length / blk) as i32;
@@ -312,7 +312,7 @@ impl Engine {
     }
 
     /// The device-side state moved on: step, block, finished rows (stop ids), phase.
-    fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &GenParams, b: usize) -> Result<()> {
+    fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let nblocks = (p.gen_length / p.block_length) as i32;
         let spb = p.steps_per_block() as i32;
@@ -347,7 +347,7 @@ impl Engine {
 
     /// Left-pad `prompts` to one length and append `gen_length` masks: (rows, pads, prompt
     /// length). Position ids come from the pads (index among real tokens).
-    pub fn left_pad(prompts: &[Vec<u32>], p: &GenParams) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
+    pub fn left_pad(prompts: &[Vec<u32>], p: &DeviceRun) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
         let lp = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
         let s = lp + p.gen_length;
         let (rows, pads) = prompts
@@ -368,7 +368,7 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
+        p: &DeviceRun,
         cache: bool,
     ) -> Result<(usize, usize, usize)> {
         p.validate()?;
@@ -387,7 +387,7 @@ impl Engine {
 
     /// The per-run device buffers of the sampler settings: the transfer schedule, the
     /// excluded ids, the EOS/EoT ids, and a cleared non-finite record.
-    pub(super) fn write_settings(&self, p: &GenParams) -> Result<()> {
+    pub(super) fn write_settings(&self, p: &DeviceRun) -> Result<()> {
         let ws = self.ws.as_ref().context("no workspace")?;
         self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
         self.gpu.write(&ws.nf_key, 0, &[u64::MAX])?;
@@ -417,7 +417,7 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
+        p: &DeviceRun,
     ) -> Result<Vec<Vec<u32>>> {
         Ok(self.generate_counted(prompts, keys, p)?.0)
     }
@@ -427,13 +427,13 @@ impl Engine {
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
-        p: &GenParams,
+        p: &DeviceRun,
     ) -> Result<(Vec<Vec<u32>>, usize)> {
-        let cached = p.cache != CacheMode::None;
+        let cached = p.cache != KvCache::None;
         let (b, s, lp) = self.prepare(prompts, keys, p, cached)?;
         let blk = p.block_length;
         let full = self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
-        let dual = if p.cache == CacheMode::Dual {
+        let dual = if p.cache == KvCache::Dual {
             Some(self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?)
         } else {
             None

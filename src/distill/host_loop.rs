@@ -1,6 +1,7 @@
-//! LLaDA's block-wise masked-diffusion `generate` (`generate.py` of github.com/ML-GSAI/LLaDA;
-//! docs/commands/distill.md#sampler), exactly, with the LM head and softmax over the current
-//! block only.
+//! The sampler's host loop: LLaDA's block-wise masked-diffusion `generate` run on the host over
+//! any backend's logits (the CPU teacher; the GPU's trace check), exactly, with the LM head and
+//! softmax over the current block only. (The contract it shares with the device loop is
+//! [`crate::sampling`]; the device's own loop is `gpu::engine::device_loop`.)
 //!
 //! Per block: `get_num_transfer_tokens` spreads the block's masks over `steps / num_blocks`
 //! steps (equal shares, the remainder to the earliest steps). Per step: one forward; for every
@@ -314,12 +315,12 @@ pub fn generate(
         .collect())
 }
 
-/// The host loop is exact: a KV cache (`--cache prefix|dual`) runs only where a backend runs
+/// The host loop is exact: a KV cache (`--kv-cache prefix|dual`) runs only where a backend runs
 /// the whole loop (the GPU). A usage error otherwise.
 pub fn host_loop_can_run(p: &GenParams) -> Result<()> {
-    if p.cache != super::Cache::None {
+    if p.cache != super::KvCache::None {
         return Err(crate::error::usage(format!(
-            "--cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            "--kv-cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
             p.cache.as_str()
         )));
     }
@@ -473,7 +474,7 @@ mod tests {
             eos_ids: vec![1],
             eot_ids: vec![2],
             threshold: None,
-            cache: crate::sampling::Cache::None,
+            cache: crate::sampling::KvCache::None,
             cache_refresh: None,
         }
     }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Byte-identity proof (issue 44): sha256 of every `make demo` output and of fixed CPU `distill`
+# runs on the fixture teacher, compared with tests/golden/output-digests.txt.
+#   scripts/digests.sh --write   record the digests (after a change that is MEANT to change bytes)
+#   scripts/digests.sh --check   fail (exit 1, the differing files listed) on any difference
+# Contents are normalised before hashing: the output folder's absolute path becomes <OUT> and
+# the hub emulator's address <HF_ENDPOINT>, so the digests do not depend on the checkout's path
+# or the emulator's port, every ISO-8601 UTC timestamp (decontam.json's "time") <TIME> and every JSON
+# timing field (`"…seconds": 0.02`, `"…_per_s": 156.6`, decontam's report) `<T>`.
+# Files that differ between two runs of one commit (clocks, timings,
+# process ids) are listed in VOLATILE below with why, and not hashed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:---check}
+GOLDEN=tests/golden/output-digests.txt
+BIN=${BIN:-target/debug/dlm-data}
+OUT=${DIGEST_OUT:-target/digests}
+# DIGEST_REUSE_DEMO=1: keep a finished demo-out from an earlier run of the same binary.
+if [ "${DIGEST_REUSE_DEMO:-0}" = 1 ] && [ -f "$OUT/demo-out/distilled.json" ]; then
+  rm -rf "$OUT/distill" "$OUT/distill.log"
+  OUT=$(cd "$OUT" && pwd)
+else
+  rm -rf "$OUT"; mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  DEMO_OUT="$OUT/demo-out" BIN="$BIN" scripts/demo.sh > "$OUT/demo.log" 2>&1 || { tail -n 30 "$OUT/demo.log"; exit 1; }
+fi
+
+# Fixed CPU distills on the demo's fixture teacher and MCQ prompts: continuous batching
+# (default), fixed batches, two workers + merge, jsonl, an approximate mode.
+D="$OUT/distill"; mkdir -p "$D"
+T="$OUT/demo-out/fixtures/teacher"; P="$OUT/demo-out/mcq/prompts.jsonl"
+G=(--teacher "$T" --prompts "$P" --limit 10 --gen-length 16 --block-length 8 --steps 16 --batch-size 3)
+run() { "$BIN" distill "${G[@]}" "$@" >> "$OUT/distill.log" 2>&1; }
+run --out "$D/default.json"
+run --out "$D/fixed.json" --no-early-exit
+run --out "$D/window.json" --window-prompts 4
+run --out "$D/sharded.json" --shard 0/2
+run --out "$D/sharded.json" --shard 1/2
+"$BIN" merge "$D/sharded.json" >> "$OUT/distill.log" 2>&1
+run --out "$D/lines.jsonl" --format jsonl
+run --out "$D/threshold.json" --threshold 0.5 --seed 7 --temperature 1
+
+# Clocks, timings, pids and logs: differ between two runs of one commit.
+VOLATILE='^digests\.txt$|(^|/)(emulator\.url|emulator\.log|download\.log|stream\.log|demo\.log|distill\.log|pipeline\.run\.json|[^/]*\.lock\.json|[^/]*\.pid)$'
+endpoint=$(head -1 "$OUT/demo-out/emulator.url")
+list() {
+  (cd "$OUT" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | grep -Ev "$VOLATILE") | while read -r f; do
+    printf '%s  %s\n' "$(python3 - "$OUT/$f" "$OUT" "$endpoint" <<'PY'
+import hashlib, re, sys
+b = open(sys.argv[1], "rb").read()
+b = b.replace(sys.argv[2].encode(), b"<OUT>").replace(sys.argv[3].encode(), b"<HF_ENDPOINT>")
+b = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", b"<TIME>", b)
+b = re.sub(rb'("[A-Za-z_]*(?:seconds|_per_s)"\s*:\s*)-?[0-9][0-9.eE+-]*', rb"\1<T>", b)
+print(hashlib.sha256(b).hexdigest())
+PY
+)" "$f"
+  done
+}
+list > "$OUT/digests.txt"
+case "$mode" in
+  --write) cp "$OUT/digests.txt" "$GOLDEN"; echo "recorded $(wc -l < "$GOLDEN") digests in $GOLDEN" ;;
+  --check)
+    if diff -u "$GOLDEN" "$OUT/digests.txt"; then
+      echo "output bytes unchanged: $(wc -l < "$GOLDEN") files match $GOLDEN"
+    else
+      echo "output bytes CHANGED (above: - recorded, + now); outputs kept in $OUT" >&2; exit 1
+    fi ;;
+  *) echo "usage: $0 --write|--check" >&2; exit 2 ;;
+esac

@@ -1,0 +1,514 @@
+//! Why `distill` resolves its flags once: a default, a bound or a rule between flags decided in
+//! one place cannot disagree with itself. [`Settings::resolve`] turns the parsed flags
+//! ([`DistillArgs`]) into one typed value — the [`Device`], non-zero sizes with their device
+//! defaults (`--batch-size` 8 on the CPU / 64 on a GPU, `--window-prompts` 16 batches), the
+//! device's own limits (a batch the GPU sampler cannot hold is refused at start, naming the
+//! limit and the flag), the sampler's [`GenParams`] validated once, absolute paths — and every
+//! step after it reads only that value. What only the teacher knows (its mask and EOS ids, its
+//! vocabulary) completes it in [`Settings::bind_teacher`], here too. The resume fingerprint
+//! ([`super::fingerprint`]) is serialized from it.
+
+use std::fmt;
+use std::num::{NonZeroU64, NonZeroUsize};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use super::limits;
+use super::{DistillArgs, OutFormat};
+use crate::added_text::SpecialTokensInText;
+use crate::sampling::{GenParams, KvCache, GPU_MAX_BLOCK_LENGTH, GPU_MAX_ROWS};
+use crate::teacher::{Teacher, TeacherOptions};
+use crate::worker::WorkerSlice;
+
+/// Where the teacher runs (`--device`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    /// `cuda` (None: device 0) or `cuda:N`.
+    Cuda(Option<usize>),
+}
+
+impl Device {
+    /// `cpu`, `cuda` or `cuda:N`; anything else is bad usage.
+    pub fn parse(s: &str) -> Result<Device> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(None)),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => Ok(Device::Cuda(Some(n))),
+                _ => Err(crate::error::usage(format!(
+                    "--device {s:?}: expected cpu, cuda or cuda:N"
+                ))),
+            },
+        }
+    }
+
+    /// The GPU's ordinal (`cuda` is GPU 0); 0 for the CPU.
+    pub fn ordinal(&self) -> usize {
+        match self {
+            Device::Cuda(Some(n)) => *n,
+            _ => 0,
+        }
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        *self == Device::Cpu
+    }
+
+    /// The fingerprint's `backend`: cpu and cuda round differently, so one output is never
+    /// resumed on the other.
+    pub fn backend_name(&self) -> &'static str {
+        if self.is_cpu() {
+            "cpu"
+        } else {
+            "cuda"
+        }
+    }
+
+    /// `--batch-size` when not given: 8 on the CPU, 64 on a GPU (where a step's cost hardly
+    /// grows with the batch up to there).
+    pub fn default_batch_size(&self) -> NonZeroUsize {
+        NonZeroUsize::new(if self.is_cpu() { 8 } else { 64 }).expect("non-zero")
+    }
+
+    /// The most rows one forward batch can hold: the GPU sampler's state has
+    /// [`GPU_MAX_ROWS`] slots; on the CPU only the memory budget bounds it (the flag's range).
+    pub fn max_batch_size(&self) -> usize {
+        if self.is_cpu() {
+            crate::sizes::MAX_BATCH as usize
+        } else {
+            GPU_MAX_ROWS
+        }
+    }
+
+    /// `--max-batch-memory` when not given, in GiB.
+    pub fn default_batch_memory_gib(&self) -> u64 {
+        if self.is_cpu() {
+            limits::DEFAULT_BATCH_MEMORY_GIB
+        } else {
+            limits::DEFAULT_GPU_BATCH_MEMORY_GIB
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    /// The flag's spelling.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(None) => write!(f, "cuda"),
+            Device::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// `--gpu-residual`: the GPU residual stream's precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuResidual {
+    Bf16,
+    F32,
+}
+
+impl GpuResidual {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GpuResidual::Bf16 => "bf16",
+            GpuResidual::F32 => "f32",
+        }
+    }
+}
+
+/// `--teacher`, `--prompts` and `--out` as typed (relative to the working directory, which a
+/// run never changes).
+#[derive(Debug, Clone)]
+pub struct GivenPaths {
+    pub teacher: PathBuf,
+    pub prompts: PathBuf,
+    pub out: PathBuf,
+}
+
+/// Everything `distill` runs with, resolved from its flags once.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The teacher checkpoint directory, the prompts file and the output file, absolute.
+    pub teacher: PathBuf,
+    pub prompts: PathBuf,
+    pub out: PathBuf,
+    /// The three paths as typed: what the user reads (log lines, errors naming a prompt, the
+    /// summary's `out`, the `merge` hint) keeps their spelling; the absolute ones above decide
+    /// identity (the claim: one writer, no input as the output).
+    pub given: GivenPaths,
+    pub device: Device,
+    /// This worker's share (`--shard`, else the array environment, else the whole job).
+    pub worker: WorkerSlice,
+    /// Prompts per forward batch (rows in flight with early exit).
+    pub batch_size: NonZeroUsize,
+    /// Prompts per continuous-batching window (early exit only).
+    pub window_prompts: NonZeroUsize,
+    /// Rows exit early and batches refill (the default; not with `--no-early-exit`).
+    pub early_exit: bool,
+    /// Working memory one forward may need, in bytes.
+    pub batch_memory: NonZeroU64,
+    /// `--max-batch-memory` as given (recorded in the fingerprint only when given).
+    pub batch_memory_gib_given: Option<u64>,
+    /// The sampler's settings; the teacher's mask and EOS ids are filled in by
+    /// [`Self::bind_teacher`].
+    pub gen: GenParams,
+    pub teacher_options: TeacherOptions,
+    pub limit: Option<usize>,
+    pub format: OutFormat,
+    pub chat_template: bool,
+    pub special_tokens_in_text: SpecialTokensInText,
+    pub skip_too_long: bool,
+    pub gpu_residual: GpuResidual,
+    pub gemm_tune: bool,
+    pub json: bool,
+}
+
+/// `--batch-size` (else the device's default): 1 ..= what the device holds.
+fn batch_size(flag: Option<usize>, device: Device) -> Result<NonZeroUsize> {
+    let Some(b) = flag else {
+        return Ok(device.default_batch_size());
+    };
+    let max = device.max_batch_size();
+    match NonZeroUsize::new(b) {
+        Some(n) if b <= max => Ok(n),
+        Some(_) if !device.is_cpu() => Err(crate::error::usage(format!(
+            "--batch-size {b}: --device {device} holds at most {max} rows in flight (the GPU \
+             sampler's {GPU_MAX_ROWS} slots); pass --batch-size {max} or less"
+        ))),
+        _ => Err(crate::error::usage(format!(
+            "--batch-size {b}: expected 1..={max}"
+        ))),
+    }
+}
+
+/// `--window-prompts` (else 16 batches' worth): a prompt count, at least one.
+fn window_prompts(flag: Option<usize>, batch: NonZeroUsize) -> Result<NonZeroUsize> {
+    let w = flag.unwrap_or_else(|| super::plan::window_prompts(batch).get());
+    NonZeroUsize::new(w)
+        .filter(|_| w as u64 <= crate::sizes::MAX_WINDOW_PROMPTS)
+        .ok_or_else(|| {
+            crate::error::usage(format!(
+                "--window-prompts {w}: expected 1..={} prompts",
+                crate::sizes::MAX_WINDOW_PROMPTS
+            ))
+        })
+}
+
+/// `--max-batch-memory` (else the device's default) in bytes: not 0, not beyond 2^64 bytes.
+fn batch_memory(flag: Option<u64>, device: Device) -> Result<NonZeroU64> {
+    let g = flag.unwrap_or(device.default_batch_memory_gib());
+    g.checked_mul(1 << 30)
+        .and_then(NonZeroU64::new)
+        .ok_or_else(|| {
+            crate::error::usage(format!(
+                "--max-batch-memory {g}: expected 1..{} GiB",
+                u64::MAX >> 30
+            ))
+        })
+}
+
+/// The sampler's flags as [`GenParams`] (mask and EOS ids still unset), validated, with what
+/// the device cannot run refused.
+fn gen_params(a: &DistillArgs, device: Device) -> Result<GenParams> {
+    let gen = GenParams {
+        gen_length: a.gen_length,
+        block_length: a.block_length,
+        steps: a.steps,
+        temperature: a.temperature,
+        remasking: a.remasking,
+        seed: a.seed,
+        mask_id: 0,
+        logits_eos_inf: a.logits_eos_inf,
+        confidence_eos_eot_inf: a.confidence_eos_eot_inf,
+        eos_ids: vec![],
+        eot_ids: a.eot_ids.clone(),
+        threshold: a.threshold,
+        cache: a.kv_cache,
+        cache_refresh: a.cache_refresh,
+    };
+    gen.validate()?;
+    let usage = |m: String| Err(crate::error::usage(m));
+    if device.is_cpu() && gen.cache != KvCache::None {
+        return usage(format!(
+            "--kv-cache {} runs on the GPU only (--device cuda); the CPU sampler is exact",
+            gen.cache.as_str()
+        ));
+    }
+    if !device.is_cpu() && gen.block_length > GPU_MAX_BLOCK_LENGTH {
+        return usage(format!(
+            "--block-length {} > {GPU_MAX_BLOCK_LENGTH} is not supported on the GPU",
+            gen.block_length
+        ));
+    }
+    Ok(gen)
+}
+
+/// `path` made absolute against the working directory (lexically: no symlink is resolved).
+fn absolute(flag: &str, path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path)
+        .map_err(|e| crate::error::usage(format!("{flag} {}: {e}", path.display())))
+}
+
+impl Settings {
+    /// Every flag of `distill` checked and defaulted, before any file is opened.
+    pub fn resolve(a: &DistillArgs) -> Result<Settings> {
+        let device = Device::parse(&a.device)?;
+        let worker = a.worker.resolve()?;
+        let batch_size = batch_size(a.batch_size, device)?;
+        let window_prompts = window_prompts(a.window_prompts, batch_size)?;
+        let batch_memory = batch_memory(a.max_batch_memory, device)?;
+        let gen = gen_params(a, device)?;
+        if a.gemm_tune && device.is_cpu() {
+            return Err(crate::error::usage(
+                "--gemm-tune tunes the GPU's cuBLASLt GEMMs: it needs --device cuda".to_string(),
+            ));
+        }
+        let gpu_residual = match a.gpu_residual.as_str() {
+            "f32" => GpuResidual::F32,
+            _ => GpuResidual::Bf16,
+        };
+        let out = absolute("--out", &a.out)?;
+        if out.is_dir() {
+            return Err(crate::error::usage(format!(
+                "--out {}: is a directory; distill writes one file (and OUT.parts beside it)",
+                a.out.display()
+            )));
+        }
+        Ok(Settings {
+            teacher: absolute("--teacher", &a.teacher)?,
+            prompts: absolute("--prompts", &a.prompts)?,
+            out,
+            given: GivenPaths {
+                teacher: a.teacher.clone(),
+                prompts: a.prompts.clone(),
+                out: a.out.clone(),
+            },
+            device,
+            worker,
+            batch_size,
+            window_prompts,
+            early_exit: !a.no_early_exit,
+            batch_memory,
+            batch_memory_gib_given: a.max_batch_memory,
+            gen,
+            teacher_options: TeacherOptions {
+                mask_id: a.mask_id,
+                logits_shift: a.logits_shift,
+                bidirectional: a.bidirectional,
+            },
+            limit: a.limit,
+            format: a.format,
+            chat_template: !a.no_chat_template,
+            special_tokens_in_text: a.special_tokens_in_text,
+            skip_too_long: a.skip_too_long,
+            gpu_residual,
+            gemm_tune: a.gemm_tune,
+            json: a.json,
+        })
+    }
+
+    /// What only the opened teacher decides: its mask and EOS ids into [`Self::gen`], `--eot-id`
+    /// against its vocabulary, and whether even a one-token prompt fits its context and the
+    /// memory budget.
+    pub fn bind_teacher(&mut self, teacher: &Teacher) -> Result<()> {
+        self.gen.mask_id = teacher.mask_id;
+        self.gen.eos_ids = teacher.eos_ids.clone();
+        let v = teacher.config.vocab_size;
+        if let Some(bad) = self.gen.eot_ids.iter().find(|&&e| e as usize >= v) {
+            return Err(crate::error::usage(format!(
+                "--eot-id {bad} is out of range for vocab_size {v}"
+            )));
+        }
+        let shape = self.shape(teacher);
+        // The settings alone, with a one-token prompt: an absurd --gen-length/--steps is a
+        // usage error before any prompt is read.
+        let g = &self.gen;
+        if let Some(why) = limits::too_long(&shape, g.gen_length.checked_add(1), self.budget()) {
+            return Err(crate::error::usage(format!(
+                "--gen-length {} --steps {}: even a one-token prompt {why}",
+                g.gen_length, g.steps
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`Self::batch_memory`] as a plain number of bytes.
+    pub fn budget(&self) -> u64 {
+        self.batch_memory.get()
+    }
+
+    /// What one forward's size depends on besides its rows and length.
+    pub fn shape<'a>(&self, teacher: &'a Teacher) -> limits::ForwardShape<'a> {
+        limits::ForwardShape {
+            cfg: &teacher.config,
+            cpu: self.device.is_cpu(),
+            block_length: self.gen.block_length,
+            steps_per_block: self.gen.steps_per_block(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: DistillArgs,
+    }
+
+    fn resolve(extra: &[&str]) -> Result<Settings> {
+        let mut v = vec!["x", "--teacher", "t", "--prompts", "p", "--out", "o"];
+        v.extend_from_slice(extra);
+        Settings::resolve(&Cli::try_parse_from(v)?.a)
+    }
+
+    fn ok(extra: &[&str]) -> Settings {
+        resolve(extra).unwrap()
+    }
+
+    fn usage(extra: &[&str]) -> String {
+        let e = resolve(extra).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2, "{e}");
+        e.to_string()
+    }
+
+    #[test]
+    fn batch_size_defaults_by_device() {
+        assert_eq!(ok(&[]).batch_size.get(), 8);
+        assert_eq!(ok(&["--device", "cuda"]).batch_size.get(), 64);
+        assert_eq!(ok(&["--device", "cuda:1"]).batch_size.get(), 64);
+        assert_eq!(
+            ok(&["--device", "cuda", "--batch-size", "5"])
+                .batch_size
+                .get(),
+            5
+        );
+        assert_eq!(ok(&["--batch-size", "3"]).batch_size.get(), 3);
+    }
+
+    #[test]
+    fn batch_size_is_bounded_by_what_the_device_holds() {
+        assert!(usage(&["--batch-size", "0"]).contains("--batch-size 0"));
+        let m = crate::sizes::MAX_BATCH.to_string();
+        assert_eq!(ok(&["--batch-size", &m]).batch_size.get(), 1 << 16);
+        let over = (crate::sizes::MAX_BATCH + 1).to_string();
+        assert!(usage(&["--batch-size", &over]).contains("--batch-size"));
+        // The GPU sampler holds GPU_MAX_ROWS rows: more is refused at start, naming both.
+        let g = GPU_MAX_ROWS.to_string();
+        assert_eq!(
+            ok(&["--device", "cuda", "--batch-size", &g])
+                .batch_size
+                .get(),
+            GPU_MAX_ROWS
+        );
+        let over = (GPU_MAX_ROWS + 1).to_string();
+        for extra in [&[][..], &["--no-early-exit"][..]] {
+            let mut a = vec!["--device", "cuda:0", "--batch-size", &over];
+            a.extend_from_slice(extra);
+            let e = usage(&a);
+            assert!(e.contains("--batch-size 1025"), "{e}");
+            assert!(e.contains("at most 1024"), "{e}");
+        }
+    }
+
+    #[test]
+    fn early_exit_and_windows() {
+        assert!(ok(&[]).early_exit);
+        assert!(!ok(&["--no-early-exit"]).early_exit);
+        assert!(ok(&["--device", "cuda"]).early_exit);
+        assert!(ok(&["--device", "cuda", "--early-exit"]).early_exit);
+        assert!(!ok(&["--device", "cuda:1", "--no-early-exit"]).early_exit);
+        assert_eq!(ok(&[]).window_prompts.get(), 128);
+        assert_eq!(ok(&["--batch-size", "3"]).window_prompts.get(), 48);
+        assert_eq!(ok(&["--window-prompts", "5"]).window_prompts.get(), 5);
+        // A prompt count, not a token length: more than 2^20 prompts is a window too.
+        let big = ((1u64 << 20) + 1).to_string();
+        assert_eq!(
+            ok(&["--window-prompts", &big]).window_prompts.get(),
+            (1 << 20) + 1
+        );
+        assert!(usage(&["--window-prompts", "0"]).contains("--window-prompts"));
+    }
+
+    #[test]
+    fn batch_memory_defaults_by_device_and_refuses_zero_and_overflow() {
+        assert_eq!(ok(&[]).budget(), 16 << 30);
+        assert_eq!(ok(&["--device", "cuda"]).budget(), 64 << 30);
+        assert_eq!(ok(&["--max-batch-memory", "2"]).budget(), 2 << 30);
+        for bad in ["0", "18446744073709551615"] {
+            assert!(usage(&["--max-batch-memory", bad]).contains("--max-batch-memory"));
+        }
+    }
+
+    #[test]
+    fn device_is_typed_and_checked() {
+        assert_eq!(ok(&[]).device, Device::Cpu);
+        assert_eq!(ok(&["--device", "cuda"]).device, Device::Cuda(None));
+        assert_eq!(ok(&["--device", "cuda:3"]).device, Device::Cuda(Some(3)));
+        assert_eq!(Device::Cuda(Some(3)).to_string(), "cuda:3");
+        for bad in ["gpu", "cuda:x", "CPU"] {
+            assert!(usage(&["--device", bad]).contains("expected cpu, cuda or cuda:N"));
+        }
+        assert!(usage(&["--gemm-tune"]).contains("--gemm-tune"));
+        assert!(usage(&["--kv-cache", "dual"]).contains("GPU only"));
+    }
+
+    #[test]
+    fn kv_cache_and_its_old_name_are_one_flag() {
+        for f in ["--kv-cache", "--cache"] {
+            let s = ok(&["--device", "cuda", f, "dual", "--cache-refresh", "4"]);
+            assert_eq!(s.gen.cache, KvCache::Dual);
+            assert_eq!(s.gen.cache_refresh, Some(4));
+        }
+        assert_eq!(ok(&["--device", "cuda"]).gen.cache, KvCache::None);
+        // Both spellings at once is one flag given twice.
+        assert!(resolve(&[
+            "--device",
+            "cuda",
+            "--kv-cache",
+            "dual",
+            "--cache",
+            "prefix"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn gpu_block_length_limit_is_checked_at_start() {
+        let e = usage(&[
+            "--device",
+            "cuda",
+            "--gen-length",
+            "2048",
+            "--block-length",
+            "2048",
+            "--steps",
+            "2048",
+        ]);
+        assert!(e.contains("--block-length 2048"), "{e}");
+        ok(&[
+            "--gen-length",
+            "2048",
+            "--block-length",
+            "2048",
+            "--steps",
+            "2048",
+        ]);
+    }
+
+    #[test]
+    fn paths_are_absolute() {
+        let s = ok(&[]);
+        assert!(s.teacher.is_absolute() && s.prompts.is_absolute() && s.out.is_absolute());
+        assert!(s.out.ends_with("o"));
+        // What the user reads keeps their spelling.
+        assert_eq!(s.given.out, PathBuf::from("o"));
+        assert_eq!(s.given.prompts, PathBuf::from("p"));
+    }
+}

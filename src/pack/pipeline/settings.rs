@@ -1,0 +1,107 @@
+//! Why the pack steps never read the clap struct: every flag a step after setup needs is
+//! resolved once here ([`RunSettings::resolve`]: the worker slice, the row bound's default,
+//! the rule between `--tokens` and `--shard`) and passed down typed. Setup builds the recorded
+//! half from it — `index.json`'s `args` ([`crate::shards::settings::PackSettings`], the resume
+//! fingerprint) — so a default or a bound decided here cannot disagree with itself.
+//! (`--seq-len`'s range is checked once, by its parser `crate::sizes::tokens`.)
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::bounded::Bound;
+use crate::pack::{MissingText, Oversize, PackArgs};
+use crate::shards::ShardFormat;
+use crate::worker::WorkerSlice;
+
+/// The flags of one pack run, resolved.
+#[derive(Debug, Clone)]
+pub(super) struct RunSettings {
+    /// `--out` (a worker writes `OUT/parts/IIIII-of-NNNNN`).
+    pub out: PathBuf,
+    /// This process's slice (`--shard`, else the array environment, else the whole job).
+    pub worker: WorkerSlice,
+    pub seq_len: usize,
+    /// `--format` of the output (a worker's parts are parquet whatever this says).
+    pub format: ShardFormat,
+    pub shuffle_seed: Option<u64>,
+    pub pad_last: bool,
+    /// `--tokens` budget.
+    pub tokens: Option<u64>,
+    pub strict_mixture: bool,
+    pub shard_bytes: u64,
+    /// One input row's bound while it is read (`--max-row-bytes`, else the default).
+    pub row_max: Bound,
+    pub max_doc_bytes: u64,
+    pub max_word_bytes: u64,
+    pub on_oversize: Oversize,
+    pub on_missing_text: MissingText,
+    pub tokenizer: PathBuf,
+    /// `--input` files were given (not `--manifest`).
+    pub from_input: bool,
+    /// `--text-column`, recorded with `--input` when `--text` is not given.
+    pub text_column: Option<String>,
+    /// `--text`, with `--input`.
+    pub text: Option<String>,
+    pub force: bool,
+    pub json: bool,
+    /// `--strict`: warnings a nightly job wants fatal are errors (see `pack::strict`).
+    pub strict: bool,
+    /// The `--input` files as given (`--strict` names the ones that gave no document).
+    pub inputs: Vec<PathBuf>,
+}
+
+impl RunSettings {
+    /// Every flag the steps read, checked and defaulted before any file is opened.
+    pub fn resolve(a: &PackArgs) -> Result<RunSettings> {
+        let worker = a.worker.resolve()?;
+        if !worker.is_whole() && a.tokens.is_some() {
+            return Err(crate::error::usage(
+                "--tokens cannot be combined with --shard I/N: budgets depend on the tokens of files other workers own; apply the budget in one process",
+            ));
+        }
+        let from_input = !a.input.is_empty();
+        let row_limit = a
+            .max_row_bytes
+            .unwrap_or_else(|| crate::sources::ROW_BYTES.max(a.max_doc_bytes.saturating_mul(2)));
+        Ok(RunSettings {
+            out: a.out.clone(),
+            worker,
+            seq_len: a.seq_len,
+            format: a.format,
+            shuffle_seed: a.shuffle_seed,
+            pad_last: a.pad_last,
+            tokens: a.tokens,
+            strict_mixture: a.strict_mixture,
+            shard_bytes: a.shard_bytes,
+            row_max: Bound::new(row_limit, "--max-row-bytes"),
+            max_doc_bytes: a.max_doc_bytes,
+            max_word_bytes: a.max_word_bytes,
+            on_oversize: a.on_oversize,
+            on_missing_text: a.on_missing_text,
+            tokenizer: a.tokenizer.clone(),
+            from_input,
+            text_column: (from_input && a.text.is_none()).then(|| a.text_column.clone()),
+            text: a.text.clone().filter(|_| from_input),
+            force: a.force,
+            json: a.json,
+            strict: a.strict,
+            inputs: a.input.clone(),
+        })
+    }
+
+    /// `--out`, or `--out/parts/IIIII-of-NNNNN` for a worker.
+    pub fn out_dir(&self) -> PathBuf {
+        self.worker.out_dir(&self.out)
+    }
+
+    /// The format this process writes: `--format`, or parquet for a worker's part (an
+    /// intermediate with exact ids and document boundaries; `merge` writes the requested one).
+    pub fn part_format(&self) -> ShardFormat {
+        if self.worker.is_whole() {
+            self.format
+        } else {
+            ShardFormat::Parquet
+        }
+    }
+}
