@@ -32,7 +32,9 @@ numpy and tokenizers.
 `--giga` (issue 43) adds gigatoken's `encode_files(ParquetFileSource)` on the same corpus at the
 same thread count (bench/tokenizers/giga.py: cold, whole process, tokenize only), interleaved with
 dlm-data's runs: `gig Mtok/s` and `pack/gig` (pack's whole pipeline over gigatoken's tokenizing;
-fastest of --repeat each). `--no-python` skips the Python pipeline. `--corpus prose` builds the
+fastest of --repeat each), and CPU seconds (user + sys of the whole process, fewest of --repeat):
+`p cpu`, `g cpu`, `cpu p/g` = gigatoken's over pack's (the per-core cost compared, what a 1-thread
+row means on a shared host). `--no-python` skips the Python pipeline. `--corpus prose` builds the
 corpus from the natural-English documents alone (same per-copy headers) instead of code + docs.
 
 usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
@@ -44,7 +46,7 @@ counts (1 2 4 8 16, 1 2 4 8 16, ...) so that a slow spell of a shared machine hi
 alike, and reports the fastest run of each (all wall times in scale.json); the Python pipeline
 runs once per thread count.
 """
-import json, os, shutil, subprocess, sys, time
+import json, os, resource, shutil, subprocess, sys, time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -190,10 +192,20 @@ def env_for(threads, profile=False):
     return e
 
 
+CPU = [0.0]  # user + sys CPU seconds of the last run() child
+
+
+def child_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run(cmd, env):
+    c0 = child_cpu()
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
+    CPU[0] = child_cpu() - c0
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}")
     return dt, p.stdout, p.stderr
@@ -206,7 +218,7 @@ def ours(corpus, tok, eos, threads):
                       "--eos-token", eos, "--out", out, "--seq-len", str(SEQ), "--json"], env_for(threads, STAGES))
     s = json.loads(so.strip().splitlines()[-1])
     stages = [l for l in se.splitlines() if l.startswith("pack profile")]
-    return dt, s["tokens"], (stages[-1] if stages else "")
+    return dt, s["tokens"], (stages[-1] if stages else ""), CPU[0]
 
 
 def slices_of(corpus, n):
@@ -279,7 +291,7 @@ def giga(corpus, tok, threads):
     """gigatoken's cold whole-process seconds (its own counting time taken off) and tokens."""
     dt, so, _ = run([sys.executable, GIGA_PY, tok, corpus], env_for(threads))
     res = json.loads(so.strip().splitlines()[-1])
-    return dt - res["dump_s"], res["tokens"]
+    return dt - res["dump_s"], res["tokens"], CPU[0]
 
 
 def python_ref(corpus, tok, eos, threads, wrap):
@@ -315,7 +327,7 @@ def main():
     if (CEILING or HW) and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
         sys.exit("--ceiling and --hw need taskset and at least as many cores as the largest thread count")
     say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}"
-        + (f" {'gig Mtok/s':>10} {'pack/gig':>8}" if GIGA else "")
+        + (f" {'gig Mtok/s':>10} {'pack/gig':>8} {'p cpu':>6} {'g cpu':>6} {'cpu p/g':>7}" if GIGA else "")
         + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "")
         + (f" {'hw':>4} {'eff/hw':>6}" if HW else "") + "  stages")
     for name, tok in fams.items():
@@ -329,7 +341,7 @@ def main():
                 if GIGA:
                     gruns[th].append(giga(corpus, tok, th))
         for th in THREADS:
-            dt, ntok, stages = min(runs[th], key=lambda r: r[0])
+            dt, ntok, stages, cpu = min(runs[th], key=lambda r: r[0])
             dtp, ntp = python_ref(ref_corpus, tok, eos, th, wrap) if PYTHON else (float("nan"), 0)
             m, mp = ntok / dt / 1e6, ntp / dtp / 1e6
             base = base or (m if th == 1 else None)
@@ -341,11 +353,13 @@ def main():
                    "stages": stages}
             gcol = ""
             if GIGA:
-                gdt, gtok = min(gruns[th])
+                gdt, gtok, _ = min(gruns[th])
                 mg = gtok / gdt / 1e6
+                pcpu, gcpu = min(r[3] for r in runs[th]), min(r[2] for r in gruns[th])
                 row.update({"gig_mtok_s": round(mg, 2), "gig_seconds": round(gdt, 2), "gig_tokens": gtok,
-                            "gig_all_seconds": [round(r[0], 2) for r in gruns[th]], "pack_over_gig": round(gdt / dt, 3)})
-                gcol = f" {mg:>10.2f} {gdt / dt:>7.2f}x"
+                            "gig_all_seconds": [round(r[0], 2) for r in gruns[th]], "pack_over_gig": round(gdt / dt, 3),
+                            "pack_cpu_s": round(pcpu, 2), "gig_cpu_s": round(gcpu, 2), "cpu_pack_over_gig": round(gcpu / pcpu, 3)})
+                gcol = f" {mg:>10.2f} {gdt / dt:>7.2f}x {pcpu:>6.2f} {gcpu:>6.2f} {gcpu / pcpu:>6.2f}x"
             ceil = ""
             if CEILING and th > 1:
                 c, hw = ceiling(corpus, tok, eos, th)

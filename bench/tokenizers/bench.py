@@ -22,7 +22,8 @@ gigatoken (issue 43): beside the Python pipeline, gigatoken's `encode_files(Parq
 interleaved with `pack` at all cores and at RAYON_NUM_THREADS=1 (`--threads` sets the counts,
 e.g. 1,2 or 1,16). `pack/gig` = gigatoken's seconds ÷ pack's (pack's speed over gigatoken's: ≥ 1
 means the whole `pack` pipeline is at least as fast as gigatoken tokenizing alone); `cpu p/g` =
-the same over CPU seconds (user + sys of the whole process, fastest run each): on a loaded box the
+the same over CPU seconds (user + sys of the whole process, fastest run each; with --vs-giga the
+seconds themselves are printed too, `p cpu` and `g cpu`): on a loaded box the
 wall clock of a 1-thread run depends on its share of the cores, and pack's reader and writer
 threads are extra threads, so the CPU ratio is the per-core cost compared. `gig ids` =
 gigatoken's ids of the first --check documents equal HF `tokenizers`' `encode_batch(...,
@@ -223,6 +224,8 @@ def table(which, c, fams, wrap):
         head += f"{'python s':>9} {'ratio':>7} {'split s':>7} {'plain/split':>11} "
     for t in tl:
         head += f"{'pack ' + t:>9} " + (f"{'gig ' + t:>9} {'pack/gig':>8} {'cpu p/g':>7} " if GIGA else "")
+        if GIGA and VS_GIGA:
+            head += f"{'p cpu ' + t:>9} {'g cpu ' + t:>9} "
     head += f"{'gig ids':>7} {'Mtok/s':>7} {'held':>5}  path" if GIGA else f"{'Mtok/s':>7} {'held':>5}  path"
     print(head)
     rows = []
@@ -288,6 +291,8 @@ def table(which, c, fams, wrap):
         for t in THREADS:
             line += f"{dt_rs[t]:9.2f} " + ((f"{dt_gg[t]:9.2f} {gr[t]:7.2f}x {cpu_gg[t] / cpu_rs[t]:6.2f}x " if gig_ok
                                             else f"{'-':>9} {'-':>8} {'-':>7} ") if GIGA else "")
+            if GIGA and VS_GIGA:
+                line += f"{cpu_rs[t]:9.2f} " + (f"{cpu_gg[t]:9.2f} " if gig_ok else f"{'-':>9} ")
         line += (f"{str(gsame):>7} " if GIGA else "") + f"{tokens / tall / 1e6:7.2f} {held:5}  {enc}"
         print(line, flush=True)
     bpe = [r for r in rows if r[1] != "WordPiece" and r[1] != "Unigram"]

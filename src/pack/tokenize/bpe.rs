@@ -19,6 +19,7 @@
 //! follow merge order (tiktoken), which HF files do not promise, and the per-word cache already
 //! removes merging from the profile on natural text (see bench/results/tokenizers.md).
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -313,9 +314,17 @@ const EMPTY_SLOT: Slot = Slot {
 
 impl Slot {
     /// Whether this slot holds the key laid out as `k` ([`short_key`]).
-    #[inline]
+    ///
+    /// Word by word, each load as wide as the store that made it: `k` is often still in the
+    /// store buffer, and one 16-byte load over two 8-byte stores cannot be forwarded (that
+    /// stall was half of `encode_cached`'s time, perf annotate, Llama-3-shaped code).
+    #[inline(always)]
     fn holds(&self, k: &[u64; 4]) -> bool {
-        self.head[..3] == k[..3] && self.head[3] & KEY_BITS == k[3]
+        let d = (self.head[0] ^ k[0])
+            | (self.head[1] ^ k[1])
+            | (self.head[2] ^ k[2])
+            | ((self.head[3] & KEY_BITS) ^ k[3]);
+        d == 0
     }
 
     /// Append the held ids to `out` and return the lead flag: all [`SLOT_IDS`] words are
@@ -347,22 +356,36 @@ impl Slot {
 }
 
 /// A key of at most [`SLOT_KEY`] bytes as a [`Slot`] holds it (id-count byte zero).
-#[inline]
+/// Built with constant indices, so the words stay in registers (a loop over `chunks(8)`
+/// wrote them to the stack).
+#[inline(always)]
 fn short_key(key: &[u8]) -> [u64; 4] {
-    let mut k = [0u64; 4];
-    for (w, c) in key.chunks(8).enumerate() {
-        k[w] = le_word(c);
-    }
-    k[3] |= (key.len() as u64) << 48;
-    k
+    let n = key.len();
+    let w = |i: usize| {
+        if n > 8 * i {
+            le_word(&key[8 * i..n.min(8 * i + 8)])
+        } else {
+            0
+        }
+    };
+    [w(0), w(1), w(2), w(3) | (n as u64) << 48]
 }
 
 /// [`word_hash`] of a key from its [`short_key`] words.
-#[inline]
+#[inline(always)]
 fn short_hash(k: &[u64; 4], len: usize) -> u64 {
     let mut h = FxHasher(len as u64);
-    for (w, &x) in k.iter().enumerate().take(len.div_ceil(8)) {
-        h.add(if w == 3 { x & 0xffff_ffff_ffff } else { x });
+    if len > 0 {
+        h.add(k[0]);
+    }
+    if len > 8 {
+        h.add(k[1]);
+    }
+    if len > 16 {
+        h.add(k[2]);
+    }
+    if len > 24 {
+        h.add(k[3] & 0xffff_ffff_ffff);
     }
     h.0
 }
@@ -392,26 +415,215 @@ const MAX_CACHED_WORD_LEN: usize = 96;
 /// punctuation runs sit between 24 and 48 symbols).
 const HEAP_ABOVE: usize = 48;
 
+/// The model options the fast path refuses.
+fn check_model(m: &ModelJson<'_>) -> Result<()> {
+    if m.ty.as_deref().is_some_and(|t| t != "BPE") {
+        bail!("model is not BPE");
+    }
+    if m.dropout.is_some_and(|d| d > 0.0) {
+        bail!("BPE dropout");
+    }
+    for (k, v) in [
+        ("continuing_subword_prefix", &m.continuing_subword_prefix),
+        ("end_of_word_suffix", &m.end_of_word_suffix),
+    ] {
+        if v.as_deref().is_some_and(|s| !s.is_empty()) {
+            bail!("{k}");
+        }
+    }
+    Ok(())
+}
+
+/// The initial symbols' ids: the 256 byte symbols of a byte-level model, else the vocabulary's
+/// one-char tokens with byte fallback / unk.
+fn alphabet_of(m: &ModelJson<'_>, vocab: &StrMap<&str, u32>, byte_level: bool) -> Result<Alphabet> {
+    let unk = match m.unk_token.as_deref() {
+        Some(u) => Some(*vocab.get(u).context("unk_token not in the vocabulary")?),
+        None => None,
+    };
+    let byte_fallback = m.byte_fallback == Some(true);
+    if byte_level {
+        if byte_fallback {
+            bail!("byte_fallback with a byte-level pre-tokenizer");
+        }
+        let b2c = byte_to_char();
+        let mut ids = [0u32; 256];
+        for b in 0..256 {
+            let mut buf = [0u8; 4];
+            ids[b] = *vocab
+                .get(&*b2c[b].encode_utf8(&mut buf))
+                .with_context(|| format!("byte {b} has no symbol"))?;
+        }
+        return Ok(Alphabet::Bytes(ids));
+    }
+    let mut ascii = [NONE; 128];
+    let mut other = FxMap::default();
+    for (t, &id) in vocab {
+        let mut cs = t.chars();
+        if let (Some(c), None) = (cs.next(), cs.next()) {
+            if (c as u32) < 128 {
+                ascii[c as usize] = id;
+            } else {
+                other.insert(c, id);
+            }
+        }
+    }
+    let fallback = if byte_fallback {
+        let mut f = Box::new([0u32; 256]);
+        for b in 0..256 {
+            f[b] = *vocab
+                .get(format!("<0x{b:02X}>").as_str())
+                .with_context(|| format!("byte_fallback without <0x{b:02X}>"))?;
+        }
+        Some(f)
+    } else {
+        None
+    };
+    Ok(Alphabet::Chars {
+        ascii,
+        other,
+        fallback,
+        unk,
+        fuse_unk: m.fuse_unk == Some(true),
+    })
+}
+
+/// The merge table and what the load-time proofs read off the merges.
+struct MergeScan {
+    merges: FxMap<u64, u64>,
+    /// The chars that precede `seg_rep` inside some merge result.
+    seg_left: FxSet<char>,
+    /// Some merge involves a newline symbol ('\n' itself, or its byte-fallback token).
+    newline_merges: bool,
+    /// Every merge result holding `run_rep` has a [`RunSplit`] shape.
+    run_ok: bool,
+    /// [`RunSplit::threshold`].
+    threshold: u32,
+}
+
+/// The merges as (left << 32 | right) → (rank << 32 | merged id), with the facts the
+/// segmentation (`seg_rep`) and run-split (`run_rep`) proofs need.
+fn scan_merges(
+    merge_list: &[(Cow<'_, str>, Cow<'_, str>)],
+    vocab: &StrMap<&str, u32>,
+    run_rep: Option<char>,
+    seg_rep: Option<char>,
+) -> Result<MergeScan> {
+    let mut s = MergeScan {
+        merges: FxMap::default(),
+        seg_left: FxSet::default(),
+        newline_merges: false,
+        run_ok: run_rep.is_some(),
+        threshold: u32::MAX,
+    };
+    s.merges.reserve(merge_list.len());
+    let mut merged = String::new();
+    for (rank, (a, b)) in merge_list.iter().enumerate() {
+        let ia = *vocab.get(a.as_ref()).context("merge token not in vocab")?;
+        let ib = *vocab.get(b.as_ref()).context("merge token not in vocab")?;
+        merged.clear();
+        merged.push_str(a);
+        merged.push_str(b);
+        let im = *vocab
+            .get(merged.as_str())
+            .context("merged token not in vocab")?;
+        // The crate collects into a map: a later duplicate overwrites an earlier one.
+        s.merges.insert(
+            (ia as u64) << 32 | ib as u64,
+            (rank as u64) << 32 | im as u64,
+        );
+        if a.contains('\n') || b.contains('\n') || a.as_ref() == "<0x0A>" || b.as_ref() == "<0x0A>"
+        {
+            s.newline_merges = true;
+        }
+        if let Some(rep) = run_rep {
+            if merged.contains(rep) {
+                let tail = merged.strip_prefix(rep).unwrap_or("");
+                let pure = merged.chars().all(|c| c == rep);
+                if !pure && (tail.is_empty() || tail.contains(rep) || !merged.starts_with(rep)) {
+                    s.run_ok = false;
+                }
+            }
+            if a.ends_with(rep) && b.starts_with(rep) {
+                s.threshold = s.threshold.min(rank as u32);
+            }
+        }
+        if let Some(rep) = seg_rep {
+            let mut prev: Option<char> = None;
+            for c in merged.chars() {
+                if c == rep {
+                    if let Some(p) = prev {
+                        s.seg_left.insert(p);
+                    }
+                }
+                prev = Some(c);
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// `ignore_merges`: every vocabulary token as the word the pipeline hands over (raw bytes for
+/// byte-level, the normalized string otherwise).
+fn whole_words(vocab: &StrMap<&str, u32>, byte_level: bool) -> FxMap<Vec<u8>, u32> {
+    let mut w = FxMap::default();
+    if byte_level {
+        let mut c2b: HashMap<char, u8> = HashMap::new();
+        for (b, c) in byte_to_char().iter().enumerate() {
+            c2b.insert(*c, b as u8);
+        }
+        for (tok, id) in vocab {
+            let bytes: Option<Vec<u8>> = tok.chars().map(|c| c2b.get(&c).copied()).collect();
+            if let Some(bytes) = bytes {
+                w.insert(bytes, *id);
+            }
+        }
+    } else {
+        for (tok, id) in vocab {
+            w.insert(tok.as_bytes().to_vec(), *id);
+        }
+    }
+    w
+}
+
+/// The rest of [`RunSplit`]'s proof: it reads token strings through ids, so ids must name one
+/// string each, and no initial symbol other than `rep`'s own may contain `rep` (unk, `<0xNN>`).
+fn run_proof_holds(
+    m: &ModelJson<'_>,
+    vocab: &StrMap<&str, u32>,
+    alphabet: &Alphabet,
+    rep: char,
+) -> bool {
+    let mut ids: Vec<u32> = vocab.values().copied().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let Alphabet::Chars {
+        ascii,
+        other,
+        fallback,
+        ..
+    } = alphabet
+    else {
+        return false;
+    };
+    let has_id = if (rep as u32) < 128 {
+        ascii[rep as usize] != NONE
+    } else {
+        other.contains_key(&rep)
+    };
+    has_id
+        && ids.len() == vocab.len()
+        && !m.unk_token.as_deref().is_some_and(|u| u.contains(rep))
+        && !(fallback.is_some() && "<0x>0123456789ABCDEF".contains(rep))
+}
+
 impl Bpe {
     /// The model of a tokenizer.json `model` object, or why it is not supported exactly.
     /// `byte_level`: the pre-tokenizer maps bytes to GPT-2 characters. `seg_rep`: collect the
     /// chars that precede this char inside some merge result (for the SentencePiece
     /// segmentation proof in [`super::fast`]).
     pub fn from_model(m: &ModelJson<'_>, byte_level: bool, seg_rep: Option<char>) -> Result<Bpe> {
-        if m.ty.as_deref().is_some_and(|t| t != "BPE") {
-            bail!("model is not BPE");
-        }
-        if m.dropout.is_some_and(|d| d > 0.0) {
-            bail!("BPE dropout");
-        }
-        for (k, v) in [
-            ("continuing_subword_prefix", &m.continuing_subword_prefix),
-            ("end_of_word_suffix", &m.end_of_word_suffix),
-        ] {
-            if v.as_deref().is_some_and(|s| !s.is_empty()) {
-                bail!("{k}");
-            }
-        }
+        check_model(m)?;
         let vocab_list = &m.vocab.as_ref().context("vocab")?.0;
         let merge_list = &m.merges.as_ref().context("merges")?.0;
         let mut vocab: StrMap<&str, u32> = StrMap::default();
@@ -419,140 +631,15 @@ impl Bpe {
         for (k, id) in vocab_list {
             vocab.insert(k.as_ref(), *id);
         }
-        let unk = match m.unk_token.as_deref() {
-            Some(u) => Some(*vocab.get(u).context("unk_token not in the vocabulary")?),
-            None => None,
-        };
-        let byte_fallback = m.byte_fallback == Some(true);
-        let b2c = byte_to_char();
-        let alphabet = if byte_level {
-            if byte_fallback {
-                bail!("byte_fallback with a byte-level pre-tokenizer");
-            }
-            let mut ids = [0u32; 256];
-            for b in 0..256 {
-                let mut buf = [0u8; 4];
-                ids[b] = *vocab
-                    .get(&*b2c[b].encode_utf8(&mut buf))
-                    .with_context(|| format!("byte {b} has no symbol"))?;
-            }
-            Alphabet::Bytes(ids)
-        } else {
-            let mut ascii = [NONE; 128];
-            let mut other = FxMap::default();
-            for (t, &id) in &vocab {
-                let mut cs = t.chars();
-                if let (Some(c), None) = (cs.next(), cs.next()) {
-                    if (c as u32) < 128 {
-                        ascii[c as usize] = id;
-                    } else {
-                        other.insert(c, id);
-                    }
-                }
-            }
-            let fallback = if byte_fallback {
-                let mut f = Box::new([0u32; 256]);
-                for b in 0..256 {
-                    f[b] = *vocab
-                        .get(format!("<0x{b:02X}>").as_str())
-                        .with_context(|| format!("byte_fallback without <0x{b:02X}>"))?;
-                }
-                Some(f)
-            } else {
-                None
-            };
-            Alphabet::Chars {
-                ascii,
-                other,
-                fallback,
-                unk,
-                fuse_unk: m.fuse_unk == Some(true),
-            }
-        };
-        let mut merges: FxMap<u64, u64> = FxMap::default();
-        merges.reserve(merge_list.len());
-        let mut seg_left: FxSet<char> = FxSet::default();
-        // Whether no merge involves a newline symbol ('\n' itself, or its byte-fallback token):
-        // then a newline is a barrier no merge crosses (checked below with the alphabet).
-        let mut newline_merges = false;
+        let alphabet = alphabet_of(m, &vocab, byte_level)?;
         // The run-split conditions (see [`RunSplit`]): char-level SentencePiece words only.
         let run_rep = seg_rep.filter(|_| !byte_level);
-        let mut run_ok = run_rep.is_some();
-        let mut threshold = u32::MAX;
-        let mut merged = String::new();
-        for (rank, (a, b)) in merge_list.iter().enumerate() {
-            let ia = *vocab.get(a.as_ref()).context("merge token not in vocab")?;
-            let ib = *vocab.get(b.as_ref()).context("merge token not in vocab")?;
-            merged.clear();
-            merged.push_str(a);
-            merged.push_str(b);
-            let im = *vocab
-                .get(merged.as_str())
-                .context("merged token not in vocab")?;
-            // The crate collects into a map: a later duplicate overwrites an earlier one.
-            merges.insert(
-                (ia as u64) << 32 | ib as u64,
-                (rank as u64) << 32 | im as u64,
-            );
-            if a.contains('\n')
-                || b.contains('\n')
-                || a.as_ref() == "<0x0A>"
-                || b.as_ref() == "<0x0A>"
-            {
-                newline_merges = true;
-            }
-            if let Some(rep) = run_rep {
-                if merged.contains(rep) {
-                    let tail = merged.strip_prefix(rep).unwrap_or("");
-                    let pure = merged.chars().all(|c| c == rep);
-                    if !pure && (tail.is_empty() || tail.contains(rep) || !merged.starts_with(rep))
-                    {
-                        run_ok = false;
-                    }
-                }
-                if a.ends_with(rep) && b.starts_with(rep) {
-                    threshold = threshold.min(rank as u32);
-                }
-            }
-            if let Some(rep) = seg_rep {
-                let mut prev: Option<char> = None;
-                for c in merged.chars() {
-                    if c == rep {
-                        if let Some(p) = prev {
-                            seg_left.insert(p);
-                        }
-                    }
-                    prev = Some(c);
-                }
-            }
-        }
-        let whole = if m.ignore_merges == Some(true) {
-            let mut w = FxMap::default();
-            if byte_level {
-                let mut c2b: HashMap<char, u8> = HashMap::new();
-                for (b, c) in b2c.iter().enumerate() {
-                    c2b.insert(*c, b as u8);
-                }
-                for (tok, id) in &vocab {
-                    let bytes: Option<Vec<u8>> =
-                        tok.chars().map(|c| c2b.get(&c).copied()).collect();
-                    if let Some(bytes) = bytes {
-                        w.insert(bytes, *id);
-                    }
-                }
-            } else {
-                for (tok, id) in &vocab {
-                    w.insert(tok.as_bytes().to_vec(), *id);
-                }
-            }
-            Some(w)
-        } else {
-            None
-        };
+        let scan = scan_merges(merge_list, &vocab, run_rep, seg_rep)?;
+        let whole = (m.ignore_merges == Some(true)).then(|| whole_words(&vocab, byte_level));
         // A newline symbol that no merge touches and that never becomes an unk (which
         // `fuse_unk` could fuse with its neighbours): character-level alphabets only.
         let newline_barrier = !byte_level
-            && !newline_merges
+            && !scan.newline_merges
             && (vocab.contains_key("\n")
                 || (matches!(
                     &alphabet,
@@ -561,39 +648,15 @@ impl Bpe {
                         ..
                     }
                 ) && vocab.contains_key("<0x0A>")));
-        // The proof reads token strings through ids: ids must name one string each, and no
-        // initial symbol other than `rep`'s own may contain `rep` (unk, `<0xNN>`).
-        let run_rep = run_rep.filter(|&rep| {
-            let mut ids: Vec<u32> = vocab.values().copied().collect();
-            ids.sort_unstable();
-            ids.dedup();
-            let Alphabet::Chars {
-                ascii,
-                other,
-                fallback,
-                ..
-            } = &alphabet
-            else {
-                return false;
-            };
-            let has_id = if (rep as u32) < 128 {
-                ascii[rep as usize] != NONE
-            } else {
-                other.contains_key(&rep)
-            };
-            run_ok
-                && has_id
-                && ids.len() == vocab.len()
-                && !m.unk_token.as_deref().is_some_and(|u| u.contains(rep))
-                && !(fallback.is_some() && "<0x>0123456789ABCDEF".contains(rep))
-        });
+        let run_rep =
+            run_rep.filter(|&rep| scan.run_ok && run_proof_holds(m, &vocab, &alphabet, rep));
         let mut bpe = Bpe {
             alphabet,
-            merges,
+            merges: scan.merges,
             whole,
             newline_barrier,
             run_split: None,
-            seg_left: seg_rep.map(|_| seg_left),
+            seg_left: seg_rep.map(|_| scan.seg_left),
             vocab_len: vocab.len(),
             vocab: vocab
                 .iter()
@@ -616,7 +679,7 @@ impl Bpe {
                 .collect();
             bpe.run_split = Some(RunSplit {
                 rep,
-                threshold,
+                threshold: scan.threshold,
                 runs,
             });
         }
@@ -781,20 +844,32 @@ impl Bpe {
             }
         }
         let start = out.ids.len();
-        if whole {
+        let cacheable = key.len() <= MAX_CACHED_WORD_LEN;
+        let mut hit = None;
+        let shared = self.shared();
+        // With `whole` (byte-level ignore_merges, whose words all come this way) the shared
+        // table holds final results, vocabulary words' single ids included, so it is read
+        // before the whole-word map: a hit there costs one probe instead of the map's
+        // pointer chase to its boxed key plus the probe.
+        if cacheable && whole {
+            hit = shared.get(key, h, &mut out.ids);
+        }
+        if whole && hit.is_none() {
             if let Some(id) = self.whole_word(key) {
                 out.ids.push(id);
                 if let Some((i, k)) = slot {
                     c.l1[i].fill(k, &[id], false);
                 }
+                if cacheable {
+                    shared.insert(key, h, &[id], false);
+                }
                 return false;
             }
         }
-        let cacheable = key.len() <= MAX_CACHED_WORD_LEN;
-        let mut hit = None;
-        let shared = self.shared();
         if cacheable {
-            hit = shared.get(key, h, &mut out.ids);
+            if !whole {
+                hit = shared.get(key, h, &mut out.ids);
+            }
             if hit.is_none() && shared.is_full() {
                 if let Some((ids, lead)) = c.words.get(key, h) {
                     out.ids.extend_from_slice(ids);

@@ -20,6 +20,7 @@ use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
+use super::gpt4_split::SplitMatcher;
 use super::json::{ModelJson, TokJson};
 use super::regex::{self, Regex};
 use super::unicode::ClassTable;
@@ -47,7 +48,7 @@ enum PreTok {
     Gpt2 { add_prefix_space: bool },
     /// `Split`s (Isolated) then `ByteLevel(use_regex=false, add_prefix_space=false)`.
     Splits {
-        regexes: Vec<Regex>,
+        regexes: Vec<SplitMatcher>,
         table: ClassTable,
     },
     Metaspace {
@@ -244,6 +245,142 @@ fn replan(trie: Option<&Trie>, s: &str, pieces: &mut Vec<Piece>) {
     }
 }
 
+/// The normalizer steps as the path description names them.
+fn norm_desc(norm: &[NormStep]) -> String {
+    let names: Vec<&str> = norm
+        .iter()
+        .map(|n| match n {
+            NormStep::Nfc => "NFC",
+            NormStep::Prepend(_) => "Prepend",
+            NormStep::Replace(..) => "Replace",
+        })
+        .collect();
+    format!("normalizer {names:?}")
+}
+
+/// The pre-tokenizer `pt` (None: absent) and whether it is byte-level, or why it is refused;
+/// its description goes to `desc`.
+fn parse_pre(pt: Option<&serde_json::Value>, desc: &mut Vec<String>) -> Result<(PreTok, bool)> {
+    let list: Vec<&serde_json::Value> = match pt {
+        None => vec![],
+        Some(p) if ty(p) == "Sequence" => p
+            .get("pretokenizers")
+            .and_then(|x| x.as_array())
+            .context("pre_tokenizer Sequence")?
+            .iter()
+            .collect(),
+        Some(p) => vec![p],
+    };
+    Ok(match list.as_slice() {
+        [] => (PreTok::None, false),
+        [b] if ty(b) == "ByteLevel"
+            && b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) =>
+        {
+            let aps = b
+                .get("add_prefix_space")
+                .and_then(|x| x.as_bool())
+                .unwrap_or(true);
+            desc.push("ByteLevel regex (GPT-2)".into());
+            (
+                PreTok::Gpt2 {
+                    add_prefix_space: aps,
+                },
+                true,
+            )
+        }
+        [splits @ .., b] if !splits.is_empty() && ty(b) == "ByteLevel" => {
+            let pre = parse_splits(splits, b)?;
+            desc.push(format!("{} Split regex + ByteLevel", splits.len()));
+            (pre, true)
+        }
+        [ms] if ty(ms) == "Metaspace" => {
+            let pre = parse_metaspace(ms)?;
+            if let PreTok::Metaspace { prepend, split, .. } = &pre {
+                desc.push(format!("Metaspace(prepend {prepend:?}, split {split})"));
+            }
+            (pre, false)
+        }
+        _ => bail!("pre-tokenizer shape not supported"),
+    })
+}
+
+/// `Split`s (Isolated, not inverted) followed by `ByteLevel(use_regex=false,
+/// add_prefix_space=false)`.
+fn parse_splits(splits: &[&serde_json::Value], b: &serde_json::Value) -> Result<PreTok> {
+    if b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) {
+        bail!("Split followed by ByteLevel with its own regex");
+    }
+    if b.get("add_prefix_space")
+        .and_then(|x| x.as_bool())
+        .unwrap_or(true)
+    {
+        bail!("ByteLevel add_prefix_space after Split");
+    }
+    let mut atoms = Vec::new();
+    let mut parsed = Vec::new();
+    for s in splits {
+        if ty(s) != "Split" {
+            bail!("pre-tokenizer {} before ByteLevel", ty(s));
+        }
+        if s.get("behavior").and_then(|x| x.as_str()) != Some("Isolated") {
+            bail!("Split behavior other than Isolated");
+        }
+        if s.get("invert").and_then(|x| x.as_bool()) == Some(true) {
+            bail!("inverted Split");
+        }
+        let pat = s.get("pattern").context("Split pattern")?;
+        let re = if let Some(r) = pat.get("Regex").and_then(|x| x.as_str()) {
+            r.to_string()
+        } else if let Some(st) = pat.get("String").and_then(|x| x.as_str()) {
+            st.chars()
+                .map(|c| {
+                    if c.is_ascii_punctuation() {
+                        format!("\\{c}")
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        } else {
+            bail!("Split pattern");
+        };
+        parsed.push(regex::parse(&re, &mut atoms).with_context(|| format!("Split regex {re:?}"))?);
+    }
+    let table = ClassTable::new(&atoms)?;
+    let regexes = parsed
+        .into_iter()
+        .map(|p| SplitMatcher::new(Regex::compile(p, &table), &table))
+        .collect();
+    Ok(PreTok::Splits { regexes, table })
+}
+
+/// A `Metaspace` pre-tokenizer.
+fn parse_metaspace(ms: &serde_json::Value) -> Result<PreTok> {
+    let rep = ms
+        .get("replacement")
+        .and_then(|x| x.as_str())
+        .and_then(|s| {
+            let mut c = s.chars();
+            c.next().filter(|_| c.next().is_none())
+        })
+        .context("Metaspace replacement")?;
+    let mut prepend = match ms.get("prepend_scheme").and_then(|x| x.as_str()) {
+        None | Some("always") => PrependScheme::Always,
+        Some("first") => PrependScheme::First,
+        Some("never") => PrependScheme::Never,
+        Some(o) => bail!("prepend_scheme {o}"),
+    };
+    if ms.get("add_prefix_space").and_then(|x| x.as_bool()) == Some(false) {
+        prepend = PrependScheme::Never;
+    }
+    let split = ms.get("split").and_then(|x| x.as_bool()).unwrap_or(true);
+    Ok(PreTok::Metaspace {
+        rep,
+        prepend,
+        split,
+    })
+}
+
 impl FastTokenizer {
     /// The fast tokenizer of a tokenizer.json's text, or why its shape is not taken (the
     /// caller then loads the crate). Added tokens get their ids and normalized forms from the
@@ -259,118 +396,8 @@ impl FastTokenizer {
         if m.ty.is_none() && m.merges.is_none() {
             bail!("model is not BPE");
         }
-        // Pre-tokenizer.
         let pt_v = TokJson::value(j.pre_tokenizer)?;
-        let pt = Some(&pt_v).filter(|v| !v.is_null());
-        let list: Vec<&serde_json::Value> = match pt {
-            None => vec![],
-            Some(p) if ty(p) == "Sequence" => p
-                .get("pretokenizers")
-                .and_then(|x| x.as_array())
-                .context("pre_tokenizer Sequence")?
-                .iter()
-                .collect(),
-            Some(p) => vec![p],
-        };
-        let (pre, byte_level) = match list.as_slice() {
-            [] => (PreTok::None, false),
-            [b] if ty(b) == "ByteLevel"
-                && b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) =>
-            {
-                let aps = b
-                    .get("add_prefix_space")
-                    .and_then(|x| x.as_bool())
-                    .unwrap_or(true);
-                desc.push("ByteLevel regex (GPT-2)".into());
-                (
-                    PreTok::Gpt2 {
-                        add_prefix_space: aps,
-                    },
-                    true,
-                )
-            }
-            [splits @ .., b] if !splits.is_empty() && ty(b) == "ByteLevel" => {
-                if b.get("use_regex").and_then(|x| x.as_bool()) != Some(false) {
-                    bail!("Split followed by ByteLevel with its own regex");
-                }
-                if b.get("add_prefix_space")
-                    .and_then(|x| x.as_bool())
-                    .unwrap_or(true)
-                {
-                    bail!("ByteLevel add_prefix_space after Split");
-                }
-                let mut atoms = Vec::new();
-                let mut parsed = Vec::new();
-                for s in splits {
-                    if ty(s) != "Split" {
-                        bail!("pre-tokenizer {} before ByteLevel", ty(s));
-                    }
-                    if s.get("behavior").and_then(|x| x.as_str()) != Some("Isolated") {
-                        bail!("Split behavior other than Isolated");
-                    }
-                    if s.get("invert").and_then(|x| x.as_bool()) == Some(true) {
-                        bail!("inverted Split");
-                    }
-                    let pat = s.get("pattern").context("Split pattern")?;
-                    let re = if let Some(r) = pat.get("Regex").and_then(|x| x.as_str()) {
-                        r.to_string()
-                    } else if let Some(st) = pat.get("String").and_then(|x| x.as_str()) {
-                        st.chars()
-                            .map(|c| {
-                                if c.is_ascii_punctuation() {
-                                    format!("\\{c}")
-                                } else {
-                                    c.to_string()
-                                }
-                            })
-                            .collect()
-                    } else {
-                        bail!("Split pattern");
-                    };
-                    parsed.push(
-                        regex::parse(&re, &mut atoms)
-                            .with_context(|| format!("Split regex {re:?}"))?,
-                    );
-                }
-                let table = ClassTable::new(&atoms)?;
-                let regexes = parsed
-                    .into_iter()
-                    .map(|p| Regex::compile(p, &table))
-                    .collect();
-                desc.push(format!("{} Split regex + ByteLevel", splits.len()));
-                (PreTok::Splits { regexes, table }, true)
-            }
-            [ms] if ty(ms) == "Metaspace" => {
-                let rep = ms
-                    .get("replacement")
-                    .and_then(|x| x.as_str())
-                    .and_then(|s| {
-                        let mut c = s.chars();
-                        c.next().filter(|_| c.next().is_none())
-                    })
-                    .context("Metaspace replacement")?;
-                let mut prepend = match ms.get("prepend_scheme").and_then(|x| x.as_str()) {
-                    None | Some("always") => PrependScheme::Always,
-                    Some("first") => PrependScheme::First,
-                    Some("never") => PrependScheme::Never,
-                    Some(o) => bail!("prepend_scheme {o}"),
-                };
-                if ms.get("add_prefix_space").and_then(|x| x.as_bool()) == Some(false) {
-                    prepend = PrependScheme::Never;
-                }
-                let split = ms.get("split").and_then(|x| x.as_bool()).unwrap_or(true);
-                desc.push(format!("Metaspace(prepend {prepend:?}, split {split})"));
-                (
-                    PreTok::Metaspace {
-                        rep,
-                        prepend,
-                        split,
-                    },
-                    false,
-                )
-            }
-            _ => bail!("pre-tokenizer shape not supported"),
-        };
+        let (pre, byte_level) = parse_pre(Some(&pt_v).filter(|v| !v.is_null()), &mut desc)?;
         if byte_level && !norm.iter().all(|n| matches!(n, NormStep::Nfc)) {
             bail!("byte-level BPE with a non-NFC normalizer");
         }
@@ -395,19 +422,7 @@ impl FastTokenizer {
             .filter(|rep| bpe.char_id(*rep).is_some())
             .and_then(|rep| bpe.seg_left.take().map(|left| (rep, left)));
         if !norm.is_empty() {
-            desc.insert(
-                0,
-                format!(
-                    "normalizer {:?}",
-                    norm.iter()
-                        .map(|n| match n {
-                            NormStep::Nfc => "NFC",
-                            NormStep::Prepend(_) => "Prepend",
-                            NormStep::Replace(..) => "Replace",
-                        })
-                        .collect::<Vec<_>>()
-                ),
-            );
+            desc.insert(0, norm_desc(&norm));
         }
         let gpt2 = if matches!(pre, PreTok::Gpt2 { .. }) {
             Some(gpt2::Gpt2Classes::new()?)
@@ -665,7 +680,7 @@ impl FastTokenizer {
         }
     }
 
-    fn split_rec(&self, regexes: &[Regex], table: &ClassTable, s: &str, out: &mut Sink<'_>) {
+    fn split_rec(&self, regexes: &[SplitMatcher], table: &ClassTable, s: &str, out: &mut Sink<'_>) {
         let Some((re, rest)) = regexes.split_first() else {
             self.bpe.encode_word(s, out);
             return;

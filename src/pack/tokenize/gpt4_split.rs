@@ -16,13 +16,39 @@
 //! bits (Oniguruma's) the generic matcher reads, and the tests compare both matchers piece by
 //! piece on generated text.
 
-use super::regex::decode;
-use super::unicode::ClassTable;
+use super::regex::Regex;
+use super::unicode::{decode, ClassTable};
 
 /// The Llama-3 / cl100k pattern.
 pub const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's: the same with single digits.
 pub const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The matcher of one `Split` pattern: this module's scanner for the two patterns above, the
+/// generic matcher for any other (same pieces either way).
+pub enum SplitMatcher {
+    Scanner(Gpt4Split),
+    Generic(Regex),
+}
+
+impl SplitMatcher {
+    /// The scanner when `re`'s pattern is one it knows, else `re` itself.
+    pub fn new(re: Regex, table: &ClassTable) -> SplitMatcher {
+        match Gpt4Split::for_pattern(re.source(), table) {
+            Some(g) => SplitMatcher::Scanner(g),
+            None => SplitMatcher::Generic(re),
+        }
+    }
+
+    /// Calls `emit(start, end)` for the pieces of an Isolated `Split` of `s`, in order.
+    #[inline]
+    pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
+        match self {
+            SplitMatcher::Scanner(g) => g.split(s, table, emit),
+            SplitMatcher::Generic(r) => r.split(s, table, emit),
+        }
+    }
+}
 
 /// A char's class bits for this pattern.
 const L: u8 = 1;
@@ -70,21 +96,36 @@ impl Gpt4Split {
             | (if bits & self.s != 0 { S } else { 0 })
     }
 
-    /// Class bits and byte length of the char at `p`.
-    #[inline]
+    /// Class bits and byte length of the char at `p`: an ASCII byte from the table inline (a
+    /// call per char was a tenth of a Llama-3-shaped pack on code), anything else out of line.
+    #[inline(always)]
     fn at(&self, b: &[u8], p: usize, table: &ClassTable) -> (u8, usize) {
         if b[p] < 0x80 {
             return (self.ascii[b[p] as usize], 1);
         }
+        self.at_wide(b, p, table)
+    }
+
+    #[inline(never)]
+    fn at_wide(&self, b: &[u8], p: usize, table: &ClassTable) -> (u8, usize) {
         let (c, l) = decode(b, p);
         (self.class_of(c, table), l)
     }
 
-    /// End of the run of chars from `p` whose class satisfies `keep`.
-    #[inline]
+    /// End of the run of chars from `p` whose class satisfies `keep` (ASCII bytes in a tight
+    /// loop).
+    #[inline(always)]
     fn run(&self, b: &[u8], mut p: usize, table: &ClassTable, keep: impl Fn(u8) -> bool) -> usize {
         while p < b.len() {
-            let (k, l) = self.at(b, p, table);
+            let x = b[p];
+            if x < 0x80 {
+                if !keep(self.ascii[x as usize]) {
+                    break;
+                }
+                p += 1;
+                continue;
+            }
+            let (k, l) = self.at_wide(b, p, table);
             if !keep(k) {
                 break;
             }
@@ -94,6 +135,7 @@ impl Gpt4Split {
     }
 
     /// Calls `emit(start, end)` for each piece of `s`, in order, covering it.
+    #[inline]
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
         let b = s.as_bytes();
         let mut p = 0;
@@ -106,6 +148,7 @@ impl Gpt4Split {
     }
 
     /// End of the leftmost-first match at `p` (every position has one).
+    #[inline(always)]
     fn match_at(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
         let (k0, l0) = self.at(b, p, t);
         if b[p] == b'\'' {
@@ -256,7 +299,7 @@ mod tests {
             let mut atoms = Vec::new();
             let parsed = regex::parse(pattern, &mut atoms).unwrap();
             let table = ClassTable::new(&atoms).unwrap();
-            let generic = Regex::compile_generic(parsed, &table);
+            let generic = Regex::compile(parsed, &table);
             let fast = Gpt4Split::for_pattern(pattern, &table).expect("recognised");
             let mut bad = Vec::new();
             for t in texts() {

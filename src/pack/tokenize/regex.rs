@@ -17,7 +17,7 @@
 
 use anyhow::{bail, Result};
 
-use super::unicode::ClassTable;
+use super::unicode::{decode, ClassTable};
 
 /// One character set: literal chars, ranges and class atoms, optionally negated.
 #[derive(Clone, Debug, Default)]
@@ -96,8 +96,8 @@ pub struct Regex {
     /// Per top-level alternative: the ASCII chars that can start it (no alternative is
     /// nullable: such patterns are refused), so `match_at` skips those that cannot match.
     alt_first_ascii: Vec<u128>,
-    /// The Llama-3 / Qwen2 pattern: matched by its own scanner (same pieces).
-    gpt4: Option<super::gpt4_split::Gpt4Split>,
+    /// The pattern's text (scanners recognise their pattern by it).
+    source: String,
 }
 
 /// Continuation of a match: what must follow the current sequence.
@@ -489,18 +489,8 @@ fn first_sets(seq: &[Node], out: &mut Vec<usize>) {
 }
 
 impl Regex {
-    /// Compile a parsed pattern against the table that holds its atoms (the Llama-3 / Qwen2
-    /// pattern gets its own scanner, [`super::gpt4_split`]).
+    /// Compile a parsed pattern against the table that holds its atoms.
     pub fn compile(p: Parsed, table: &ClassTable) -> Regex {
-        let gpt4 = super::gpt4_split::Gpt4Split::for_pattern(&p.source, table);
-        Regex {
-            gpt4,
-            ..Self::compile_generic(p, table)
-        }
-    }
-
-    /// [`Self::compile`] without the Llama-3 scanner (the tests compare the two).
-    pub fn compile_generic(p: Parsed, table: &ClassTable) -> Regex {
         let mut sets = p.sets;
         for s in &mut sets {
             s.compile(table);
@@ -527,16 +517,18 @@ impl Regex {
             first_ascii,
             first_sets: first,
             alt_first_ascii,
-            gpt4: None,
+            source: p.source,
         }
+    }
+
+    /// The pattern's text.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Calls `emit(start, end)` for the pieces of a `Split(…, behavior = Isolated)`: every match
     /// and every non-empty gap between matches, in order, covering `s`.
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
-        if let Some(g) = &self.gpt4 {
-            return g.split(s, table, emit);
-        }
         let b = s.as_bytes();
         let mut gap = 0;
         let mut p = 0;
@@ -647,31 +639,8 @@ impl Regex {
     }
 }
 
-/// The char at byte `p` of valid UTF-8 and its length.
-#[inline]
-pub fn decode(b: &[u8], p: usize) -> (char, usize) {
-    let x = b[p];
-    if x < 0x80 {
-        return (x as char, 1);
-    }
-    let (l, init) = if x < 0xE0 {
-        (2, (x & 0x1F) as u32)
-    } else if x < 0xF0 {
-        (3, (x & 0x0F) as u32)
-    } else {
-        (4, (x & 0x07) as u32)
-    };
-    let mut u = init;
-    for i in 1..l {
-        u = u << 6 | (b[p + i] & 0x3F) as u32;
-    }
-    // SAFETY-free: valid UTF-8 input yields a valid scalar value.
-    (char::from_u32(u).unwrap_or('\u{FFFD}'), l)
-}
-
 #[cfg(test)]
 pub(super) mod tests {
-    use super::super::gpt4_split::LLAMA3;
     use super::*;
     use tokenizers::utils::SysRegex;
 
@@ -693,6 +662,9 @@ pub(super) mod tests {
         }
         out
     }
+
+    /// The Llama-3 / cl100k split pattern (as in `gpt4_split`, which has its own scanner).
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
     fn pieces_onig(re: &str, s: &str) -> Vec<String> {
         onig_spans(re, s)

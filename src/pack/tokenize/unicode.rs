@@ -85,6 +85,28 @@ impl ClassTable {
     }
 }
 
+/// The char at byte `p` of valid UTF-8 and its length.
+#[inline]
+pub fn decode(b: &[u8], p: usize) -> (char, usize) {
+    let x = b[p];
+    if x < 0x80 {
+        return (x as char, 1);
+    }
+    let (l, init) = if x < 0xE0 {
+        (2, (x & 0x1F) as u32)
+    } else if x < 0xF0 {
+        (3, (x & 0x0F) as u32)
+    } else {
+        (4, (x & 0x07) as u32)
+    };
+    let mut u = init;
+    for i in 1..l {
+        u = u << 6 | (b[p + i] & 0x3F) as u32;
+    }
+    // SAFETY-free: valid UTF-8 input yields a valid scalar value.
+    (char::from_u32(u).unwrap_or('\u{FFFD}'), l)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
