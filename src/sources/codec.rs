@@ -112,7 +112,6 @@ pub fn plain_file<'a>(path: &'a Path, name: &str) -> Result<PlainFile<'a>> {
     })
 }
 
-
 /// The most bytes a temporary decompressed copy may hold (`pack --max-decompressed-bytes`;
 /// 16 GiB for the other commands): a small `.parquet.zst` bomb cannot fill the disk.
 static TEMP_MAX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(16 << 30);
