@@ -14,7 +14,7 @@ use dlm_data::hub::emulator::{Emulator, Options};
 mod fixture_dirs;
 use fixture_dirs::{
     changed as diff, copy_dir, copy_manifests, expect, files_under, fixtures, hub_cmd,
-    readme_pipeline, sha_and_mtime,
+    readme_pipeline, sha_and_mtime, statuses,
 };
 
 fn bin() -> Command {
@@ -638,7 +638,7 @@ fn a_bad_pipeline_file_of_any_kind_exits_2() {
 #[test]
 fn sigterm_during_the_readme_pipelines_distill_keeps_last_nights_outputs() {
     let w = work();
-    w.write(README_PIPELINE);
+    w.write(&readme_pipeline("tok"));
     let (code, _, e) = w.night(From::Here, &[]);
     assert_eq!(code, 0, "{e}");
     // The Hub cache aside (fetch's, untouched by these nights; save/restore copies its
