@@ -60,6 +60,9 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
     if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
         claim = claim.remove(["prompts.jsonl"]);
     }
+    if super::card::is_card(&super::card::card_path(out)) {
+        claim = claim.keep([crate::shards::card::CARD_FILE]);
+    }
     claim.apply(out)?;
     let sft_dir = out.join("sft");
     if parts.sft {
@@ -81,6 +84,8 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
         let rows = rows_in_order(&dirs, &merged, &owner)?;
         summary["sft"] = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
     }
+    // The output's card, as a whole run writes it (the same bytes: a function of the records).
+    super::card::write(out, &merged)?;
     std::fs::remove_dir_all(&parts_root)
         .with_context(|| format!("removing {}", parts_root.display()))?;
     let secs = t0.elapsed().as_secs_f64();
