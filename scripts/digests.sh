@@ -9,6 +9,10 @@
 # timing field (`"…seconds": 0.02`, `"…_per_s": 156.6`, decontam's report) `<T>`.
 # Files that differ between two runs of one commit (clocks, timings,
 # process ids) are listed in VOLATILE below with why, and not hashed.
+# Record and check in the same checkout path: index.json embeds the output's absolute path, so
+# the sha256 fields that digest it (decontam.json `scanned.sha256`, lineage.json) change with
+# the path even though every normalised file is equal (seen 2026-12-06: golden recorded in
+# another worktree; re-recorded on main, /work/main, with the mcq card as the one new file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:---check}
