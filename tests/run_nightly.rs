@@ -6,16 +6,18 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use dlm_data::hub::emulator::{Emulator, Options};
 
 mod fixture_dirs;
+mod pause_support;
 use fixture_dirs::{
     changed as diff, copy_dir, copy_manifests, expect, files_under, fixtures, hub_cmd,
     readme_pipeline, sha_and_mtime, statuses,
 };
+use pause_support::{signal, spawn_paused_within};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dlm-data"))
@@ -452,35 +454,17 @@ fn a_night_stopped_at_any_moment_resumes_to_the_uninterrupted_bytes() {
     for (point, sig) in points {
         restore(w.root(), bak.path());
         w.edit("seq_len = 64", "seq_len = 32");
-        let pause = w.root().join("pause");
-        let mut child = w
-            .cmd(From::Here)
-            .args(["run", "pipeline.toml", "--json"])
-            .env("DLM_TEST_PAUSE", point)
-            .env("DLM_TEST_PAUSE_FILE", &pause)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !pause.exists() {
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "{point}: the night ended before the stop point"
-            );
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "{point}: never paused"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let mut cmd = w.cmd(From::Here);
+        cmd.args(["run", "pipeline.toml", "--json"]);
+        let (mut child, pause) =
+            spawn_paused_within(cmd, point, w.root(), Duration::from_secs(120));
         // The old output is readable while the new one is being built.
         assert_eq!(
             std::fs::read(w.root().join("shards/own/index.json")).unwrap(),
             old_index,
             "{point}: the old output is not in place"
         );
-        unsafe { libc::kill(child.id() as i32, sig) };
+        signal(&child, sig);
         let t1 = Instant::now();
         let status = child.wait().unwrap();
         let took = t1.elapsed();
@@ -662,29 +646,11 @@ fn sigterm_during_the_readme_pipelines_distill_keeps_last_nights_outputs() {
     for point in ["distill-forward:1", "distill-batch:1"] {
         restore(w.root(), bak.path());
         std::fs::write(&notes, "evaluated 2026-12-05\n").unwrap();
-        let pause = w.root().join("pause");
-        let mut child = w
-            .cmd(From::Here)
-            .args(["run", "pipeline.toml", "--json"])
-            .env("DLM_TEST_PAUSE", point)
-            .env("DLM_TEST_PAUSE_FILE", &pause)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !pause.exists() {
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "{point}: the night ended before the stop point"
-            );
-            assert!(
-                t0.elapsed() < Duration::from_secs(300),
-                "{point}: never paused"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let mut cmd = w.cmd(From::Here);
+        cmd.args(["run", "pipeline.toml", "--json"]);
+        let (mut child, pause) =
+            spawn_paused_within(cmd, point, w.root(), Duration::from_secs(300));
+        signal(&child, libc::SIGTERM);
         let t1 = Instant::now();
         let status = child.wait().unwrap();
         let took = t1.elapsed();

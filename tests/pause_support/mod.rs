@@ -10,7 +10,17 @@ use std::time::{Duration, Instant};
 
 /// Start `cmd` (warnings only, output piped) paused at `point` (`NAME` or `NAME:K`); returns
 /// once it is there, with the pause file to remove to let it go on.
-pub fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
+pub fn spawn_paused(cmd: Command, point: &str, dir: &Path) -> (Child, PathBuf) {
+    spawn_paused_within(cmd, point, dir, Duration::from_secs(120))
+}
+
+/// [`spawn_paused`] for a point that may take up to `limit` to reach (a whole night's steps).
+pub fn spawn_paused_within(
+    mut cmd: Command,
+    point: &str,
+    dir: &Path,
+    limit: Duration,
+) -> (Child, PathBuf) {
     let file = dir.join(format!("pause-{}", point.replace(':', "-")));
     let _ = std::fs::remove_file(&file);
     cmd.env("DLM_TEST_PAUSE", point)
@@ -28,10 +38,7 @@ pub fn spawn_paused(mut cmd: Command, point: &str, dir: &Path) -> (Child, PathBu
                 String::from_utf8_lossy(&o.stderr)
             );
         }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "never reached {point}"
-        );
+        assert!(t0.elapsed() < limit, "never reached {point}");
         std::thread::sleep(Duration::from_millis(5));
     }
     (child, file)
