@@ -9,16 +9,19 @@
 # timing field (`"…seconds": 0.02`, `"…_per_s": 156.6`, decontam's report) `<T>`.
 # Files that differ between two runs of one commit (clocks, timings,
 # process ids) are listed in VOLATILE below with why, and not hashed.
-# Record and check in the same checkout path: index.json embeds the output's absolute path, so
-# the sha256 fields that digest it (decontam.json `scanned.sha256`, lineage.json) change with
-# the path even though every normalised file is equal (seen 2026-12-06: golden recorded in
-# another worktree; re-recorded on main, /work/main, with the mcq card as the one new file).
+# The outputs are written under one fixed absolute path (default /tmp/dlm-data-digests, one run
+# at a time: flock): index.json embeds the output's absolute path and the sha256 fields that
+# digest it (decontam.json `scanned.sha256`, lineage.json) would otherwise change with the
+# checkout's path, so golden digests recorded in one worktree would not hold in another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:---check}
 GOLDEN=tests/golden/output-digests.txt
 BIN=${BIN:-target/debug/dlm-data}
-OUT=${DIGEST_OUT:-target/digests}
+OUT=${DIGEST_OUT:-/tmp/dlm-data-digests}
+mkdir -p "$(dirname "$OUT")"
+exec 9> "$OUT.lock"
+flock 9
 # DIGEST_REUSE_DEMO=1: keep a finished demo-out from an earlier run of the same binary.
 if [ "${DIGEST_REUSE_DEMO:-0}" = 1 ] && [ -f "$OUT/demo-out/distilled.json" ]; then
   rm -rf "$OUT/distill" "$OUT/distill.log"

@@ -7,7 +7,9 @@ set -uo pipefail
 export DLM_KERNEL_CACHE=/tmp/dlm-kernels
 cd "$(dirname "$0")"
 for b in dlm-data dlm-gpu; do [ -x $b ] || { xz -dk $b.xz && chmod +x $b; }; done
-./dlm-gpu tiny --out /tmp/tiny >/dev/null && ./dlm-gpu parity-tiny --teacher /tmp/tiny 2>&1 | tail -n 4
+# The whole parity-tiny log is kept (/tmp/parity-tiny.log); its verdict lines are printed.
+./dlm-gpu tiny --out /tmp/tiny >/dev/null && ./dlm-gpu parity-tiny --teacher /tmp/tiny > /tmp/parity-tiny.log 2>&1
+echo "parity-tiny exit $? ($(wc -l < /tmp/parity-tiny.log) lines)"; grep -Ei "identical|rows|parity|max" /tmp/parity-tiny.log | tail -n 12
 ./dlm-gpu teacher-fixture --out /tmp/fx >/dev/null
 python3 - <<'PY'
 import json
