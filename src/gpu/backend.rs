@@ -111,7 +111,7 @@ impl TeacherBackend for GpuBackend {
     fn generate_rows(&mut self, job: &GenJob, sched: &RowSchedule) -> GenRows {
         let mut ep = engine_params(job.p, job.pad_id, job.logits_shift);
         ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
-        ep.free_rows = ep.cache == KvCache::None;
+        ep.free_rows = ep.gen.cache == KvCache::None;
         let rows = (self.engine).generate_rows(&owned(job), job.keys, &ep, sched.slots, sched.fits);
         Some(rows)
     }
