@@ -3,7 +3,11 @@
 //! flattened into every command that shards: fetch, pack, mcq, decontam, distill), else the
 //! Slurm array or a Kubernetes Indexed Job environment, else the whole job (0/1) — where a
 //! worker writes (`OUT/parts/IIIII-of-NNNNN`, [`WorkerSlice::out_dir`], [`parts_root`]), and
-//! whether a set of parts is complete ([`check_worker_set`]); `crate::merge` dispatches the join.
+//! whether a set of parts is complete ([`check_worker_set`]). A directory output's parts are
+//! one [`PartSet`]: listed, checked, told apart (pack or mcq, [`PartsKind`], which
+//! `crate::merge` dispatches on), refused by name when a part is incomplete, and removed once
+//! merged — the pack and mcq merges read the parts through it and nothing else touches
+//! `parts/`.
 //!
 //! Slices are deterministic and disjoint: item `k` of an ordered work list belongs to worker
 //! `k % N`. Every long command takes the same [`WorkerSlice`].
@@ -151,9 +155,79 @@ impl FromStr for WorkerSlice {
     }
 }
 
+/// The name of the folder of workers' parts inside a shared directory output.
+pub const PARTS_DIR: &str = "parts";
+
 /// The folder of workers' parts inside a shared directory output (`OUT/parts/`).
 pub fn parts_root(out: &Path) -> PathBuf {
-    out.join("parts")
+    out.join(PARTS_DIR)
+}
+
+/// Which command's workers wrote a [`PartSet`] (what `merge` joins them with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartsKind {
+    /// Some part holds a prompts.jsonl.
+    Mcq,
+    Pack,
+}
+
+/// The workers' parts of a shared directory output: `OUT/parts/IIIII-of-NNNNN/`, checked to
+/// be one complete worker set (all of `0..N` of one `N`).
+#[derive(Debug, Clone)]
+pub struct PartSet {
+    /// `OUT/parts/`.
+    pub root: PathBuf,
+    /// The part directories' names, sorted (worker order).
+    pub names: Vec<String>,
+    /// `N`.
+    pub workers: usize,
+}
+
+impl PartSet {
+    /// List and check `out`'s parts.
+    pub fn open(out: &Path) -> Result<PartSet> {
+        let root = parts_root(out);
+        let names = part_dirs(&root)?;
+        let workers = check_worker_set(&root, &names)?;
+        Ok(PartSet {
+            root,
+            names,
+            workers,
+        })
+    }
+
+    /// Each part's directory, in worker order.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.names.iter().map(|n| self.root.join(n)).collect()
+    }
+
+    pub fn kind(&self) -> PartsKind {
+        if self.dirs().iter().any(|d| d.join("prompts.jsonl").exists()) {
+            PartsKind::Mcq
+        } else {
+            PartsKind::Pack
+        }
+    }
+
+    /// Refused (nothing merged) when any part is incomplete, naming each (`incomplete`: "NAME
+    /// (why)" lines); `what` is the parts' kind in the message ("" or "mcq ").
+    pub fn refuse_incomplete(&self, what: &str, incomplete: &[String]) -> Result<()> {
+        if incomplete.is_empty() {
+            return Ok(());
+        }
+        Err(crate::error::refused(format!(
+            "{}: incomplete {what}worker parts: {}; nothing merged",
+            self.root.display(),
+            incomplete.join(", ")
+        )))
+    }
+
+    /// Remove `parts/` once its merge is complete.
+    pub fn remove(&self) -> Result<()> {
+        use anyhow::Context;
+        std::fs::remove_dir_all(&self.root)
+            .with_context(|| format!("removing {}", self.root.display()))
+    }
 }
 
 /// The sub-directories of `parts_root` (workers' part directories), names sorted.
