@@ -343,4 +343,39 @@ mod tests {
             assert_eq!(owners.len(), 1);
         }
     }
+
+    #[test]
+    fn a_part_set_is_listed_checked_told_apart_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path();
+        assert!(PartSet::open(out).is_err(), "no parts/");
+        for n in ["00001-of-00002", "00000-of-00002"] {
+            std::fs::create_dir_all(parts_root(out).join(n)).unwrap();
+        }
+        std::fs::write(parts_root(out).join("stray-file"), "").unwrap();
+        let set = PartSet::open(out).unwrap();
+        assert_eq!(set.names, ["00000-of-00002", "00001-of-00002"]);
+        assert_eq!(set.workers, 2);
+        assert_eq!(set.dirs()[1], out.join("parts/00001-of-00002"));
+        assert_eq!(set.kind(), PartsKind::Pack);
+        std::fs::write(set.dirs()[0].join("prompts.jsonl"), "").unwrap();
+        assert_eq!(set.kind(), PartsKind::Mcq);
+        set.refuse_incomplete("mcq ", &[]).unwrap();
+        let e = set
+            .refuse_incomplete("mcq ", &["00001-of-00002 (no prompts.jsonl)".into()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "refused: {}: incomplete mcq worker parts: 00001-of-00002 (no prompts.jsonl); nothing merged",
+                parts_root(out).display()
+            )
+        );
+        std::fs::create_dir_all(parts_root(out).join("00002-of-00003")).unwrap();
+        let e = PartSet::open(out).unwrap_err().to_string();
+        assert!(e.contains("different worker counts"), "{e}");
+        set.remove().unwrap();
+        assert!(!parts_root(out).exists());
+    }
 }
