@@ -38,10 +38,8 @@ pub fn splits(ctx: &Ctx, uses: &[Use]) -> Check {
             seen += 1;
             if let Some(k) = crate::policy::eval_keyword(&f.path) {
                 c.fail(format!(
-                    "{}: training source {:?} locks {} (evaluation keyword {k:?})",
-                    s.lock_path.display(),
-                    ls.name,
-                    f.path
+                    "{} (evaluation keyword {k:?})",
+                    train_lock(s, ls, f)
                 ));
             }
         }
@@ -65,6 +63,21 @@ pub fn splits(ctx: &Ctx, uses: &[Use]) -> Check {
     c
 }
 
+/// A training source's locked file, as both checks name it: `LOCK: training source NAME
+/// locks PATH`.
+fn train_lock(
+    s: &super::context::ManifestSet,
+    ls: &crate::manifest::LockedSource,
+    f: &crate::manifest::LockedFile,
+) -> String {
+    format!(
+        "{}: training source {:?} locks {}",
+        s.lock_path.display(),
+        ls.name,
+        f.path
+    )
+}
+
 /// `eval-reference-isolation`
 pub fn eval_isolation(ctx: &Ctx, uses: &[Use]) -> Check {
     let mut c = Check::new("eval-reference-isolation");
@@ -73,10 +86,8 @@ pub fn eval_isolation(ctx: &Ctx, uses: &[Use]) -> Check {
             let key = (ls.repo.clone(), ls.commit.clone(), f.path.clone());
             if ctx.eval_files.contains(&key) {
                 c.fail(format!(
-                    "{}: training source {:?} locks {} which is an eval-reference file",
-                    s.lock_path.display(),
-                    ls.name,
-                    f.path
+                    "{} which is an eval-reference file",
+                    train_lock(s, ls, f)
                 ));
             }
         }

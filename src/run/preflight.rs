@@ -59,27 +59,23 @@ pub fn check(
         }
     }
     let writes = writes(p, pipeline, state);
+    // Each write against every read, then against every later write: one overlap rule, two
+    // messages.
     for (i, w) in writes.iter().enumerate() {
-        for r in &reads {
-            if overlap(&w.path, &r.path) {
-                problems.push(format!(
-                    "{} {} (written) collides with {} {} (read): the run would overwrite its own input",
-                    w.who,
-                    w.path.display(),
-                    r.who,
-                    r.path.display()
-                ));
-            }
-        }
-        for o in &writes[i + 1..] {
+        let against_reads = reads.iter().map(|r| {
+            (
+                r,
+                " (written) collides with ",
+                " (read): the run would overwrite its own input",
+            )
+        });
+        let against_writes = writes[i + 1..]
+            .iter()
+            .map(|o| (o, " and ", " are written to the same place"));
+        for (o, mid, end) in against_reads.chain(against_writes) {
             if overlap(&w.path, &o.path) {
-                problems.push(format!(
-                    "{} {} and {} {} are written to the same place",
-                    w.who,
-                    w.path.display(),
-                    o.who,
-                    o.path.display()
-                ));
+                let (a, b) = (w.path.display(), o.path.display());
+                problems.push(format!("{} {a}{mid}{} {b}{end}", w.who, o.who));
             }
         }
     }
