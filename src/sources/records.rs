@@ -88,10 +88,22 @@ pub fn for_each(
     start_row: u64,
     f: &mut OnRecord,
 ) -> Result<()> {
+    let at = Scan {
+        name,
+        bound,
+        start_row,
+    };
     match layout {
-        Layout::Lines => lines(input, name, bound, start_row, f),
-        Layout::Array => array(input, name, bound, start_row, f),
+        Layout::Lines => lines(input, at, f),
+        Layout::Array => array(input, at, f),
     }
+}
+
+/// What both layouts' readers are told: the name in errors, the record bound, the first row.
+struct Scan<'a> {
+    name: &'a str,
+    bound: Bound,
+    start_row: u64,
 }
 
 /// [`for_each`], each record rendered by `tpl` into `sink`: pack's JSON array and JSON lines
@@ -110,13 +122,8 @@ pub fn rendered(
     })
 }
 
-fn lines(
-    input: impl Read,
-    name: &str,
-    bound: Bound,
-    start_row: u64,
-    f: &mut OnRecord,
-) -> Result<()> {
+fn lines(input: impl Read, at: Scan, f: &mut OnRecord) -> Result<()> {
+    let (name, bound, start_row) = (at.name, at.bound, at.start_row);
     let mut r = BufReader::with_capacity(1 << 20, input);
     let mut line = Vec::new();
     let mut row = 0u64;
@@ -214,13 +221,8 @@ pub(crate) fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn array(
-    input: impl Read,
-    name: &str,
-    bound: Bound,
-    start_row: u64,
-    f: &mut OnRecord,
-) -> Result<()> {
+fn array(input: impl Read, at: Scan, f: &mut OnRecord) -> Result<()> {
+    let (name, bound, start_row) = (at.name, at.bound, at.start_row);
     let capped = Capped::new(BufReader::with_capacity(1 << 20, input), bound, "");
     let (count, over) = (capped.counter(), capped.over_flag());
     let mut de = serde_json::Deserializer::from_reader(capped);
