@@ -13,7 +13,7 @@ use dlm_data::distill::host_loop::{generate_row, num_transfer_tokens, step_row, 
 use dlm_data::sampling::early_exit::finished_at;
 use dlm_data::sampling::schedule::{self, Layout, RowDevice, RowState, RunParams, StepKind};
 use dlm_data::sampling::{rng, GenParams, KvCache, Remasking};
-use dlm_data::teacher::{Teacher, TeacherBackend, TeacherOptions};
+use dlm_data::teacher::{Batch, Teacher, TeacherBackend, TeacherOptions};
 
 /// The kernels' per-row rules on the CPU (kernels/sampler.cu: sample_block, commit_topk,
 /// advance).
@@ -86,7 +86,9 @@ impl RowDevice for KernelModel<'_> {
             let row = self.l.x[r * s + pad..(r + 1) * s].to_vec();
             let s0 = lp - pad + st.block as usize * bl;
             let keep = vec![true; row.len()];
-            let logits = self.be.logits(&row, &keep, 1, row.len(), s0..s0 + bl)?;
+            let logits = self
+                .be
+                .logits(&Batch::new(&row, &keep, 1, row.len()), s0..s0 + bl)?;
             let ctx = RowCtx {
                 prompt_key: self.l.keys[r],
                 global_step: st.step as u64,
