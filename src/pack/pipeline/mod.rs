@@ -97,7 +97,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     let stream_rows =
         s.part_format == ShardFormat::Parquet && s.worker.is_whole() && rs.shuffle_seed.is_none();
     let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
-    let reader = spawn_reader(&mut s, &cursor, rs.row_max, &exhausted, rtx)?;
+    let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
         let (format, dtype) = (s.part_format, s.dtype);
@@ -160,7 +160,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
-    row_max: crate::bounded::Bound,
+    bounds: crate::bounded::ReadBounds,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {
@@ -175,7 +175,7 @@ fn spawn_reader(
                 &units,
                 start_unit,
                 start_row,
-                row_max,
+                bounds,
                 &exhausted,
                 streaming.as_deref(),
                 &tx,

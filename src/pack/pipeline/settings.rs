@@ -1,5 +1,5 @@
 //! Why the pack steps never read the clap struct: every flag a step after setup needs is
-//! resolved once here ([`RunSettings::resolve`]: the worker slice, the row bound's default,
+//! resolved once here ([`RunSettings::resolve`]: the worker slice, the read bounds' defaults,
 //! the rule between `--tokens` and `--shard`) and passed down typed. Setup builds the recorded
 //! half from it — `index.json`'s `args` ([`crate::shards::settings::PackSettings`], the resume
 //! fingerprint) — so a default or a bound decided here cannot disagree with itself.
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::bounded::Bound;
+use crate::bounded::{Bound, ReadBounds};
 use crate::pack::{MissingText, Oversize, PackArgs};
 use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
@@ -30,8 +30,9 @@ pub(super) struct RunSettings {
     pub tokens: Option<u64>,
     pub strict_mixture: bool,
     pub shard_bytes: u64,
-    /// One input row's bound while it is read (`--max-row-bytes`, else the default).
-    pub row_max: Bound,
+    /// One input row's bound while it is read (`--max-row-bytes`, else the default), and a
+    /// compressed parquet input's decompressed copy's (`--max-decompressed-bytes`).
+    pub read_bounds: ReadBounds,
     pub max_doc_bytes: u64,
     pub max_word_bytes: u64,
     pub on_oversize: Oversize,
@@ -74,7 +75,10 @@ impl RunSettings {
             tokens: a.tokens,
             strict_mixture: a.strict_mixture,
             shard_bytes: a.shard_bytes,
-            row_max: Bound::new(row_limit, "--max-row-bytes"),
+            read_bounds: ReadBounds {
+                row: Bound::new(row_limit, "--max-row-bytes"),
+                decompressed: Bound::new(a.max_decompressed_bytes, "--max-decompressed-bytes"),
+            },
             max_doc_bytes: a.max_doc_bytes,
             max_word_bytes: a.max_word_bytes,
             on_oversize: a.on_oversize,
