@@ -304,8 +304,7 @@ mod tests {
 
     #[test]
     fn special_files_are_refused_and_caps_hold() {
-        let d = tempfile::tempdir().unwrap();
-        let fifo = d.path().join("p.jsonl");
+        let (d, fifo) = crate::testkit::temp_path("p.jsonl");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // No writer: the open must not block, and it is refused.

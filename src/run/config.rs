@@ -324,8 +324,7 @@ mod tests {
 
     #[test]
     fn pack_needs_exactly_one_of_manifest_and_inputs() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("p.toml");
+        let (_d, f) = crate::testkit::temp_path("p.toml");
         std::fs::write(&f, "tokenizer = \"t\"\n[pack]\nout = \"o\"\n").unwrap();
         let e = Pipeline::load(&f).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);

@@ -148,8 +148,7 @@ mod tests {
         assert_eq!(Codec::of(Path::new("a.json.zst")), Codec::Zstd);
         assert_eq!(Codec::of(Path::new("a.parquet")), Codec::Plain);
         assert_eq!(Codec::strip(Path::new("d/a.jsonl.gz")), "d/a.jsonl");
-        let d = tempfile::tempdir().unwrap();
-        let gz = d.path().join("a.jsonl.gz");
+        let (d, gz) = crate::testkit::temp_path("a.jsonl.gz");
         let mut e = flate2::write::GzEncoder::new(
             File::create(&gz).unwrap(),
             flate2::Compression::default(),
