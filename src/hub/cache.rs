@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::manifest::Role;
 
@@ -162,6 +162,21 @@ impl Cache {
         let p = self.snapshot_link(role, repo, commit, path)?;
         self.check_resolved(role, repo, &p)?;
         Ok(p)
+    }
+
+    /// `path` ([`Cache::locked_file`]'s answer) holds the bytes the lock pins (`sha256`): `Err`
+    /// naming `what` (`source "x": locked file F`) when it is not in the cache, naming the
+    /// file when its bytes differ (a corrupt cache).
+    pub fn verify_locked(path: &Path, sha256: &str, what: &str) -> Result<()> {
+        let sha = crate::util::sha256_file(path)
+            .with_context(|| format!("{what} is not in the cache; run fetch"))?;
+        if sha != sha256 {
+            bail!(
+                "{}: sha256 {sha} does not match the lock ({sha256}); the cache is corrupt, re-run fetch",
+                path.display()
+            );
+        }
+        Ok(())
     }
 
     /// The one symlink rule of the cache, shared by every command that writes or reads it
