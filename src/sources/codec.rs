@@ -185,4 +185,21 @@ mod tests {
         let e = open(&zs, "a").unwrap().read_to_string(&mut s).unwrap_err();
         assert!(e.to_string().contains("zstd"), "{e}");
     }
+
+    /// The bound is the caller's: past it the copy is refused naming the file, the limit and
+    /// the flag; under it the whole file comes out.
+    #[test]
+    fn a_copy_holds_the_bound_it_is_given() {
+        let (_d, p) = crate::testkit::temp_path("a.parquet.zst");
+        std::fs::write(&p, zstd::encode_all(&vec![7u8; 3 << 20][..], 3).unwrap()).unwrap();
+        let small = Bound::new(1 << 20, "--max-decompressed-bytes");
+        let e = decompress_to_temp(&p, "a", small).err().unwrap();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("a decompressed is over 1MiB (raise it with --max-decompressed-bytes)"),
+            "{msg}"
+        );
+        let copy = decompress_to_temp(&p, "a", TEMP_MAX).unwrap();
+        assert_eq!(std::fs::read(&copy.path).unwrap(), vec![7u8; 3 << 20]);
+    }
 }
