@@ -637,8 +637,7 @@ mod tests {
 
     #[test]
     fn unknown_key_is_usage_error() {
-        let (_dir, p) = crate::testkit::temp_path("m.toml");
-        std::fs::write(&p, "[[source]]\nname='a'\nrepo='o/n'\nrevision='main'\nsplit='train'\nformat='parquet'\nbogus=1\n").unwrap();
+        let (_dir, p) = crate::testkit::temp_file("m.toml", "[[source]]\nname='a'\nrepo='o/n'\nrevision='main'\nsplit='train'\nformat='parquet'\nbogus=1\n");
         let e = Manifest::load(&p).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("m.toml"), "{e}");

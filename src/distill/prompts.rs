@@ -152,8 +152,7 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> Result<Vec<PromptItem>> {
-        let (_d, p) = crate::testkit::temp_path("prompts.jsonl");
-        std::fs::write(&p, text).unwrap();
+        let (_d, p) = crate::testkit::temp_file("prompts.jsonl", text);
         read_prompts(&p)
     }
 

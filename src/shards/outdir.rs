@@ -332,8 +332,7 @@ mod tests {
 
     #[test]
     fn force_clears_own_formats_only_and_never_an_input() {
-        let (d, input) = crate::testkit::temp_path("part-00000.parquet");
-        std::fs::write(&input, b"x").unwrap();
+        let (d, input) = crate::testkit::temp_file("part-00000.parquet", b"x");
         std::fs::write(d.path().join("part-00001.parquet"), b"x").unwrap();
         let e = Claim::new("pack", true)
             .inputs([input.as_path()])

@@ -190,8 +190,10 @@ mod tests {
     /// the flag; under it the whole file comes out.
     #[test]
     fn a_copy_holds_the_bound_it_is_given() {
-        let (_d, p) = crate::testkit::temp_path("a.parquet.zst");
-        std::fs::write(&p, zstd::encode_all(&vec![7u8; 3 << 20][..], 3).unwrap()).unwrap();
+        let (_d, p) = crate::testkit::temp_file(
+            "a.parquet.zst",
+            zstd::encode_all(&vec![7u8; 3 << 20][..], 3).unwrap(),
+        );
         let small = Bound::new(1 << 20, "--max-decompressed-bytes");
         let e = decompress_to_temp(&p, "a", small).err().unwrap();
         let msg = format!("{e:#}");
