@@ -235,9 +235,10 @@ impl Cache {
         Ok(p)
     }
 
-    /// Default download log: `<cache>/download.log`.
-    pub fn default_log(&self) -> PathBuf {
-        self.root.join("download.log")
+    /// The download log: `--log` when given, else `<cache>/download.log` (fetch, pack
+    /// `--stream`, audit and merge decide it here).
+    pub fn log_path(&self, given: Option<&Path>) -> PathBuf {
+        given.map_or_else(|| self.root.join("download.log"), Path::to_path_buf)
     }
 }
 
