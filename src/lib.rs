@@ -25,7 +25,8 @@
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
-//! the rule that text from data never becomes an added (control or mask) token; [`cron`] the
+//! the rule that text from data never becomes an added (control or mask) token; [`digest`] the
+//! one digest rule (any case read, lowercase held); [`cron`] the
 //! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
 //! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
 //! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
@@ -38,6 +39,7 @@ pub mod bounded;
 pub mod cli;
 pub mod cron;
 pub mod decontam;
+pub mod digest;
 pub mod distill;
 pub mod doc_tokens;
 pub mod error;

@@ -8,6 +8,7 @@
 //! `[[model]]` entries (`name`, `repo`, a 40-hex `revision`, optional `files` globs, `license`)
 //! pin model repos: the base model the provenance chain starts at (docs/model-chain.md).
 
+use crate::digest::{self, HexDigest, SHA1_HEX, SHA256_HEX};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -138,6 +139,12 @@ impl ModelSource {
             None => DEFAULT_MODEL_FILES.iter().map(|s| s.to_string()).collect(),
         }
     }
+
+    /// `revision` read as the commit it pins (lowercase, whatever case the manifest wrote);
+    /// `None` for a revision that is not 40 hex digits (refused by [`Manifest::load`]).
+    pub fn commit(&self) -> Option<HexDigest> {
+        HexDigest::parse(&self.revision, SHA1_HEX)
+    }
 }
 
 /// A manifest file: a list of sources and models.
@@ -207,7 +214,7 @@ impl Manifest {
             if !repo_id_ok(&m.repo) {
                 return Err(bad(format!("repo {:?} is not owner/name", m.repo)));
             }
-            if !(m.revision.len() == 40 && m.revision.bytes().all(|b| b.is_ascii_hexdigit())) {
+            if HexDigest::parse(&m.revision, SHA1_HEX).is_none() {
                 return Err(bad(format!(
                     "revision {:?} is not a 40-hex commit (a model is pinned exactly)",
                     m.revision
@@ -443,6 +450,19 @@ fn check_lock_version(path: &Path, version: u32) -> Result<()> {
     Ok(())
 }
 
+/// A lock entry's digests as read: a commit, sha256 or git oid in any case held lowercase from
+/// here on (the one rule of [`crate::digest`]); anything else stays as written for the
+/// lock's checks to refuse by name.
+fn read_digests(commit: &mut String, files: &mut [LockedFile]) {
+    digest::normalise(commit, SHA1_HEX);
+    for f in files {
+        digest::normalise(&mut f.sha256, SHA256_HEX);
+        if let Some(o) = &mut f.git_oid {
+            digest::normalise(o, SHA1_HEX);
+        }
+    }
+}
+
 /// A lock file: every source's commit and every file's size and sha256.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Lock {
@@ -454,9 +474,12 @@ pub struct Lock {
 impl Lock {
     pub fn load(path: &Path) -> Result<Lock> {
         let text = read_lock_text(path)?;
-        let lock: Lock =
+        let mut lock: Lock =
             toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))?;
         check_lock_version(path, lock.version)?;
+        for s in &mut lock.sources {
+            read_digests(&mut s.commit, &mut s.files);
+        }
         Ok(lock)
     }
 
@@ -500,9 +523,12 @@ impl ModelLock {
         }
         // One read and one parse (the version check and the models together).
         let text = read_lock_text(path)?;
-        let v: Versioned =
+        let mut v: Versioned =
             toml::from_str(&text).with_context(|| format!("parsing lock {}", path.display()))?;
         check_lock_version(path, v.version)?;
+        for m in &mut v.models.models {
+            read_digests(&mut m.commit, &mut m.files);
+        }
         Ok(v.models)
     }
 

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::distill::{output, OutFormat};
-use crate::worker::check_worker_set;
+use crate::worker::{check_worker_set, PartSet, PartsKind};
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
@@ -75,13 +75,11 @@ pub fn run(args: MergeArgs) -> Result<()> {
 
 /// `OUT/parts/*`: mcq parts (each with a prompts.jsonl) or pack parts.
 fn merge_parts_dir(out: &Path, force: bool) -> Result<serde_json::Value> {
-    let parts_root = crate::worker::parts_root(out);
-    let names = crate::worker::part_dirs(&parts_root)?;
-    if crate::mcq::merge::is_mcq_parts(&parts_root, &names) {
-        let workers = check_worker_set(&parts_root, &names)?;
-        return crate::mcq::merge::merge_dir(out, &names, workers, force);
+    let set = PartSet::open(out)?;
+    match set.kind() {
+        PartsKind::Mcq => crate::mcq::merge::merge_dir(out, &set, force),
+        PartsKind::Pack => crate::pack::merge::merge_dir(out, &set, force),
     }
-    crate::pack::merge::merge_dir(out, force)
 }
 
 /// The locks a merge holds ([`crate::lock`]): pack — `OUT` and each `OUT/parts/*` worker
@@ -99,15 +97,8 @@ fn take_locks(
             return Ok(locks);
         }
         locks.push(OutputLock::dir(out, "merge")?);
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&parts)
-            .with_context(|| format!("listing {}", parts.display()))?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
-        dirs.sort();
-        for d in dirs {
-            locks.push(OutputLock::dir(&d, "worker")?);
+        for name in crate::worker::part_dirs(&parts)? {
+            locks.push(OutputLock::dir(&parts.join(name), "worker")?);
         }
     } else if output::parts_dir(out).is_dir() {
         locks.push(OutputLock::beside(out, "merge")?);

@@ -3,7 +3,11 @@
 //! flattened into every command that shards: fetch, pack, mcq, decontam, distill), else the
 //! Slurm array or a Kubernetes Indexed Job environment, else the whole job (0/1) — where a
 //! worker writes (`OUT/parts/IIIII-of-NNNNN`, [`WorkerSlice::out_dir`], [`parts_root`]), and
-//! whether a set of parts is complete ([`check_worker_set`]); `crate::merge` dispatches the join.
+//! whether a set of parts is complete ([`check_worker_set`]). A directory output's parts are
+//! one [`PartSet`]: listed, checked, told apart (pack or mcq, [`PartsKind`], which
+//! `crate::merge` dispatches on), refused by name when a part is incomplete, and removed once
+//! merged — the pack and mcq merges read the parts through it and nothing else touches
+//! `parts/`.
 //!
 //! Slices are deterministic and disjoint: item `k` of an ordered work list belongs to worker
 //! `k % N`. Every long command takes the same [`WorkerSlice`].
@@ -151,9 +155,79 @@ impl FromStr for WorkerSlice {
     }
 }
 
+/// The name of the folder of workers' parts inside a shared directory output.
+pub const PARTS_DIR: &str = "parts";
+
 /// The folder of workers' parts inside a shared directory output (`OUT/parts/`).
 pub fn parts_root(out: &Path) -> PathBuf {
-    out.join("parts")
+    out.join(PARTS_DIR)
+}
+
+/// Which command's workers wrote a [`PartSet`] (what `merge` joins them with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartsKind {
+    /// Some part holds a prompts.jsonl.
+    Mcq,
+    Pack,
+}
+
+/// The workers' parts of a shared directory output: `OUT/parts/IIIII-of-NNNNN/`, checked to
+/// be one complete worker set (all of `0..N` of one `N`).
+#[derive(Debug, Clone)]
+pub struct PartSet {
+    /// `OUT/parts/`.
+    pub root: PathBuf,
+    /// The part directories' names, sorted (worker order).
+    pub names: Vec<String>,
+    /// `N`.
+    pub workers: usize,
+}
+
+impl PartSet {
+    /// List and check `out`'s parts.
+    pub fn open(out: &Path) -> Result<PartSet> {
+        let root = parts_root(out);
+        let names = part_dirs(&root)?;
+        let workers = check_worker_set(&root, &names)?;
+        Ok(PartSet {
+            root,
+            names,
+            workers,
+        })
+    }
+
+    /// Each part's directory, in worker order.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.names.iter().map(|n| self.root.join(n)).collect()
+    }
+
+    pub fn kind(&self) -> PartsKind {
+        if self.dirs().iter().any(|d| d.join("prompts.jsonl").exists()) {
+            PartsKind::Mcq
+        } else {
+            PartsKind::Pack
+        }
+    }
+
+    /// Refused (nothing merged) when any part is incomplete, naming each (`incomplete`: "NAME
+    /// (why)" lines); `what` is the parts' kind in the message ("" or "mcq ").
+    pub fn refuse_incomplete(&self, what: &str, incomplete: &[String]) -> Result<()> {
+        if incomplete.is_empty() {
+            return Ok(());
+        }
+        Err(crate::error::refused(format!(
+            "{}: incomplete {what}worker parts: {}; nothing merged",
+            self.root.display(),
+            incomplete.join(", ")
+        )))
+    }
+
+    /// Remove `parts/` once its merge is complete.
+    pub fn remove(&self) -> Result<()> {
+        use anyhow::Context;
+        std::fs::remove_dir_all(&self.root)
+            .with_context(|| format!("removing {}", self.root.display()))
+    }
 }
 
 /// The sub-directories of `parts_root` (workers' part directories), names sorted.
@@ -268,5 +342,40 @@ mod tests {
                 .collect();
             assert_eq!(owners.len(), 1);
         }
+    }
+
+    #[test]
+    fn a_part_set_is_listed_checked_told_apart_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path();
+        assert!(PartSet::open(out).is_err(), "no parts/");
+        for n in ["00001-of-00002", "00000-of-00002"] {
+            std::fs::create_dir_all(parts_root(out).join(n)).unwrap();
+        }
+        std::fs::write(parts_root(out).join("stray-file"), "").unwrap();
+        let set = PartSet::open(out).unwrap();
+        assert_eq!(set.names, ["00000-of-00002", "00001-of-00002"]);
+        assert_eq!(set.workers, 2);
+        assert_eq!(set.dirs()[1], out.join("parts/00001-of-00002"));
+        assert_eq!(set.kind(), PartsKind::Pack);
+        std::fs::write(set.dirs()[0].join("prompts.jsonl"), "").unwrap();
+        assert_eq!(set.kind(), PartsKind::Mcq);
+        set.refuse_incomplete("mcq ", &[]).unwrap();
+        let e = set
+            .refuse_incomplete("mcq ", &["00001-of-00002 (no prompts.jsonl)".into()])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "refused: {}: incomplete mcq worker parts: 00001-of-00002 (no prompts.jsonl); nothing merged",
+                parts_root(out).display()
+            )
+        );
+        std::fs::create_dir_all(parts_root(out).join("00002-of-00003")).unwrap();
+        let e = PartSet::open(out).unwrap_err().to_string();
+        assert!(e.contains("different worker counts"), "{e}");
+        set.remove().unwrap();
+        assert!(!parts_root(out).exists());
     }
 }

@@ -12,7 +12,7 @@ use dlm_data::distill::host_loop::generate;
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams;
 use dlm_data::sampling::Remasking;
-use dlm_data::teacher::{Teacher, TeacherBackend, TeacherOptions};
+use dlm_data::teacher::{Batch, Teacher, TeacherBackend, TeacherOptions};
 use teacher_support::llada_ref::llada_reference;
 
 const MASK: u32 = 31;
@@ -27,18 +27,11 @@ impl TeacherBackend for Mock {
     fn vocab_size(&self) -> usize {
         V
     }
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> anyhow::Result<Vec<f32>> {
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
         let mut out = Vec::new();
-        for r in 0..b {
-            let row = &tokens[r * l..(r + 1) * l];
-            let first = keep[r * l..(r + 1) * l].iter().position(|&k| k).unwrap();
+        for r in 0..batch.b {
+            let (row, keep) = batch.row(r);
+            let first = keep.iter().position(|&k| k).unwrap();
             let mut h = 0x1234u64;
             for &t in &row[first..] {
                 h = rng::mix64(h ^ t as u64);
@@ -172,22 +165,11 @@ impl TeacherBackend for PaddedMock {
     fn pad_multiple(&self) -> usize {
         self.0
     }
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> anyhow::Result<Vec<f32>> {
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
         let gen = 8;
-        assert_eq!(
-            (l - gen) % self.0,
-            0,
-            "prompt length {} not padded",
-            l - gen
-        );
-        Mock.logits(tokens, keep, b, l, rows)
+        let lp = batch.l - gen;
+        assert_eq!(lp % self.0, 0, "prompt length {lp} not padded");
+        Mock.logits(batch, rows)
     }
 }
 
@@ -230,16 +212,9 @@ impl TeacherBackend for Counting<'_> {
     fn vocab_size(&self) -> usize {
         self.0.vocab_size()
     }
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> anyhow::Result<Vec<f32>> {
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> anyhow::Result<Vec<f32>> {
         self.1 += 1;
-        self.0.logits(tokens, keep, b, l, rows)
+        self.0.logits(batch, rows)
     }
 }
 
@@ -275,7 +250,7 @@ fn threshold_reference(
                 .flat_map(|(r, p)| (0..r.len()).map(move |i| i >= lp - p.len()))
                 .collect();
             let logits = Mock
-                .logits(&tokens, &keep, x.len(), l, s0..s0 + blk)
+                .logits(&Batch::new(&tokens, &keep, x.len(), l), s0..s0 + blk)
                 .unwrap();
             for (r, row) in x.iter_mut().enumerate() {
                 let mut conf = vec![f64::NEG_INFINITY; blk];

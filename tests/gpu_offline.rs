@@ -83,7 +83,7 @@ fn linear_schedule_gives_the_remainder_to_the_earliest_steps() {
     assert!(params(256, 30, 256).validate().is_err());
     assert!(params(256, 32, 100).validate().is_err());
     let mut p = params(64, 32, 64);
-    p.pad_id = p.mask_id;
+    p.pad_id = p.gen.mask_id;
     assert!(p.validate().unwrap_err().to_string().contains("pad id"));
 }
 
@@ -211,7 +211,7 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
     };
     let e = engine_params(&p, 0, 0);
     assert!(e.ban_choice().is_empty() && e.ban_conf().is_empty());
-    assert_eq!(e.cache, KvCache::None);
+    assert_eq!(e.gen.cache, KvCache::None);
     p.logits_eos_inf = true;
     let e = engine_params(&p, 0, 0);
     assert_eq!(e.ban_choice(), vec![2, 5]);
@@ -225,23 +225,23 @@ fn engine_params_carry_the_cpu_sampler_exclusions() {
     let e = engine_params(&p, 1, 0);
     assert_eq!((e.ban_choice(), e.ban_conf()), (vec![], vec![2, 5, 7]));
     assert_eq!(
-        (e.threshold, e.cache, e.pad_id),
+        (e.gen.threshold, e.gen.cache, e.pad_id),
         (Some(0.9), KvCache::Dual, 1)
     );
     e.validate().unwrap();
     // --cache-refresh K: full passes at a block's steps 0, K, 2K, ...; none between.
-    assert_eq!(e.cache_refresh, None);
-    assert!(e.full_pass_at(0) && !(1..300).any(|i| e.full_pass_at(i)));
+    assert_eq!(e.gen.cache_refresh, None);
+    assert!(e.gen.full_pass_at(0) && !(1..300).any(|i| e.gen.full_pass_at(i)));
     p.cache_refresh = Some(4);
     let e = engine_params(&p, 1, 0);
     e.validate().unwrap();
-    let full: Vec<usize> = (0..13).filter(|&i| e.full_pass_at(i)).collect();
+    let full: Vec<usize> = (0..13).filter(|&i| e.gen.full_pass_at(i)).collect();
     assert_eq!(full, vec![0, 4, 8, 12]);
     p.cache_refresh = Some(0);
     assert!(engine_params(&p, 1, 0).validate().is_err());
     p.cache_refresh = None;
     p.cache = KvCache::None;
-    assert!((0..9).all(|i| engine_params(&p, 1, 0).full_pass_at(i)));
+    assert!((0..9).all(|i| engine_params(&p, 1, 0).gen.full_pass_at(i)));
     p.cache = KvCache::Dual;
     // Cache modes need logits shift 0; threshold needs low-confidence remasking.
     assert!(engine_params(&p, 1, 1).validate().is_err());

@@ -302,3 +302,72 @@ fn model_revisions_must_be_exact_commits() {
     let o = env.fetch(&data, &["--local-dir", "x"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
+
+#[test]
+fn an_uppercase_sha_in_the_manifest_and_lock_names_the_same_cache_paths() {
+    let env = Env::new(Options::default());
+    let m = env.manifest();
+    let o = env.fetch(&m, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let snaps = env.cache().join("models--openbmb--MiniCPM5-2B/snapshots");
+    let blobs = env.cache().join("models--openbmb--MiniCPM5-2B/blobs");
+    let listing = |d: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let (snaps_before, blobs_before) = (listing(&snaps), listing(&blobs));
+    // The user spells the pinned commit and every digest in capitals, in both files.
+    let upper = BASE_COMMIT.to_ascii_uppercase();
+    let text = std::fs::read_to_string(&m).unwrap();
+    assert!(text.contains(BASE_COMMIT));
+    std::fs::write(&m, text.replace(BASE_COMMIT, &upper)).unwrap();
+    let lock_path = m.with_extension("lock");
+    let lock = ModelLock::load(&lock_path).unwrap();
+    let mut text = std::fs::read_to_string(&lock_path)
+        .unwrap()
+        .replace(BASE_COMMIT, &upper);
+    for f in &lock.models[0].files {
+        text = text.replace(&f.sha256, &f.sha256.to_ascii_uppercase());
+        if let Some(o) = &f.git_oid {
+            text = text.replace(o, &o.to_ascii_uppercase());
+        }
+    }
+    std::fs::write(&lock_path, &text).unwrap();
+    // Read once, held lowercase: the same lock values as before.
+    assert_eq!(
+        ModelLock::load(&lock_path).unwrap().models[0].commit,
+        BASE_COMMIT
+    );
+    assert_eq!(
+        ModelLock::load(&lock_path).unwrap().models[0].files,
+        lock.models[0].files
+    );
+
+    env.emu.reset_counters();
+    let o = env.fetch(&m, &["--locked"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        env.emu.file_bytes_served(),
+        0,
+        "the same blobs: nothing fetched again"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+        .args(["fetch", "--manifest", m.to_str().unwrap(), "--cache"])
+        .arg(env.cache())
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_ENDPOINT", env.emu.endpoint())
+        .env("DLM_NO_PROGRESS", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "offline: {}", stderr(&o));
+    assert_eq!(
+        listing(&snaps),
+        snaps_before,
+        "one snapshot directory, lowercase"
+    );
+    assert_eq!(listing(&blobs), blobs_before, "the same blob names");
+}

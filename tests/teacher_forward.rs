@@ -7,7 +7,7 @@ mod teacher_support;
 use std::collections::HashMap;
 
 use dlm_data::fixtures::teacher::{write_teacher, TinyDtype, TinyTeacher};
-use dlm_data::teacher::{Teacher, TeacherBackend, TeacherOptions};
+use dlm_data::teacher::{Batch, Teacher, TeacherBackend, TeacherOptions};
 use safetensors::tensor::{Dtype, SafeTensors};
 
 /// All tensors of a safetensors file (or shard set) as f64.
@@ -188,7 +188,7 @@ fn check(dir: &std::path::Path) {
     let mut keep = vec![false; 3];
     keep.extend([true; 5]);
     keep.extend([true; 8]);
-    let got = m.logits(&tokens, &keep, 2, l, 0..l).unwrap();
+    let got = m.logits(&Batch::new(&tokens, &keep, 2, l), 0..l).unwrap();
     let want0 = r.forward(&row0);
     let want1 = r.forward(&row1);
     let mut worst: f64 = 0.0;
@@ -211,7 +211,7 @@ fn check(dir: &std::path::Path) {
     );
 
     // A window of rows gives the same numbers as the full pass.
-    let win = m.logits(&tokens, &keep, 2, l, 5..7).unwrap();
+    let win = m.logits(&Batch::new(&tokens, &keep, 2, l), 5..7).unwrap();
     for r in 0..2 {
         for j in 0..2 {
             let a = &win[(r * 2 + j) * v..(r * 2 + j + 1) * v];
@@ -251,8 +251,12 @@ fn attention_is_bidirectional_and_padding_invisible() {
     let t = Teacher::open(teacher_support::teacher_dir(), &TeacherOptions::default()).unwrap();
     let mut m = t.cpu().unwrap();
     let v = t.config.vocab_size;
-    let a = m.logits(&[10, 11, 12, 13], &[true; 4], 1, 4, 0..1).unwrap();
-    let b = m.logits(&[10, 11, 12, 99], &[true; 4], 1, 4, 0..1).unwrap();
+    let a = m
+        .logits(&Batch::new(&[10, 11, 12, 13], &[true; 4], 1, 4), 0..1)
+        .unwrap();
+    let b = m
+        .logits(&Batch::new(&[10, 11, 12, 99], &[true; 4], 1, 4), 0..1)
+        .unwrap();
     assert!(
         max_abs_diff(&a, &b.iter().map(|x| *x as f64).collect::<Vec<_>>()) > 1e-3,
         "position 0 must see a later token"
@@ -260,10 +264,12 @@ fn attention_is_bidirectional_and_padding_invisible() {
     // Padding keys (whatever their ids) change nothing.
     let p = m
         .logits(
-            &[t.pad_id, 77, 10, 11, 12, 13],
-            &[false, false, true, true, true, true],
-            1,
-            6,
+            &Batch::new(
+                &[t.pad_id, 77, 10, 11, 12, 13],
+                &[false, false, true, true, true, true],
+                1,
+                6,
+            ),
             2..3,
         )
         .unwrap();
@@ -306,4 +312,27 @@ fn chat_template_letters_and_ids_from_the_checkpoint() {
     )
     .unwrap();
     assert_eq!((o.mask_id, o.logits_shift), (5, 1));
+}
+
+#[test]
+fn a_batch_of_the_wrong_shape_is_refused_naming_expected_and_got() {
+    let t = Teacher::open(teacher_support::teacher_dir(), &TeacherOptions::default()).unwrap();
+    let mut m = t.cpu().unwrap();
+    let e = m
+        .logits(&Batch::new(&[10, 11, 12], &[true; 4], 1, 4), 0..1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("expected 1×4 = 4") && e.contains("got 3 tokens, 4 key flags"),
+        "{e}"
+    );
+    let e = m
+        .logits(&Batch::new(&[10, 11, 12, 13], &[true; 4], 1, 4), 2..5)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rows 2..5"), "{e}");
+    let e = m
+        .logits(&Batch::new(&[10; 4], &[true; 4], 1, 4), 2..2)
+        .unwrap_err();
+    assert!(e.to_string().contains("non-empty"), "{e}");
 }

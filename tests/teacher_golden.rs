@@ -4,7 +4,7 @@
 
 mod teacher_support;
 
-use dlm_data::teacher::{Teacher, TeacherBackend, TeacherOptions};
+use dlm_data::teacher::{Batch, Teacher, TeacherBackend, TeacherOptions};
 use serde_json::Value;
 
 #[test]
@@ -42,7 +42,9 @@ fn candle_matches_transformers_golden_logits() {
         tokens.extend(&ids);
         let mut keep = vec![false; 3];
         keep.extend(vec![true; l]);
-        let got = m.logits(&tokens, &keep, 1, l + 3, 3..l + 3).unwrap();
+        let got = m
+            .logits(&Batch::new(&tokens, &keep, 1, l + 3), 3..l + 3)
+            .unwrap();
         for (j, row) in want.as_array().unwrap().iter().enumerate() {
             let row = row.as_array().unwrap();
             assert_eq!(row.len(), v);

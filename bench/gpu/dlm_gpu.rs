@@ -491,7 +491,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     let refs: Vec<&[u32]> = ps.iter().map(|q| q.as_slice()).collect();
     let mut be = GpuBackend::from_engine(gpu);
     // EOS/EoT: the tokens the exact T=0 run generates most, so the exclusions bite.
-    let first = be.generate(&base, &refs, &keys, 0, 0).unwrap()?;
+    let first = be.generate(&job(&base, &refs, &keys)).unwrap()?;
     let mut freq = std::collections::HashMap::new();
     for t in first.iter().flatten() {
         *freq.entry(*t).or_insert(0usize) += 1;
@@ -555,7 +555,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     let mut sampler_ok = true;
     let mut rows_report = serde_json::Map::new();
     for (name, p) in &settings {
-        let dev = be.generate(p, &refs, &keys, 0, 0).unwrap()?;
+        let dev = be.generate(&job(p, &refs, &keys)).unwrap()?;
         let mut trace = vec![];
         let host = host_loop::generate(&mut be, p, &refs, &keys, 0, 0, Some(&mut trace))?;
         let (same, total, rows) = agreement(&dev, &host);
@@ -574,7 +574,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
             temperature: t,
             ..base.clone()
         };
-        let dev = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
+        let dev = be.generate(&job(&p, &refs, &keys)).unwrap()?;
         let host = host_loop::generate(&mut cpu, &p, &refs, &keys, 0, 0, None)?;
         let (same, total, rows) = agreement(&dev, &host);
         println!("GPU vs CPU reference forward (same sampler), T={t}: {same}/{total} tokens equal, {rows}/{} rows identical", ps.len());
@@ -596,7 +596,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
     report.insert("window_dual_rel_err".into(), dual_err.into());
     report.insert("window_prefix_rel_err".into(), prefix_err.into());
     // 6. The approximate modes on the tiny teacher: agreement with the exact sampler.
-    let exact = be.generate(&base, &refs, &keys, 0, 0).unwrap()?;
+    let exact = be.generate(&job(&base, &refs, &keys)).unwrap()?;
     for (name, p) in [
         (
             "dual",
@@ -620,7 +620,7 @@ fn parity_tiny(teacher: &Path, out: Option<&Path>) -> Result<()> {
             },
         ),
     ] {
-        let a = be.generate(&p, &refs, &keys, 0, 0).unwrap()?;
+        let a = be.generate(&job(&p, &refs, &keys)).unwrap()?;
         let (same, total, _) = agreement(&a, &exact);
         println!("approximate {name} vs exact (tiny, T=0): {same}/{total} tokens agree");
         report.insert(
@@ -688,7 +688,7 @@ fn bench(
         .collect::<Result<Vec<_>, _>>()?
     {
         let p = params(&e, g)?;
-        let ps = prompts(b, prompt_len, c.vocab_size as u32, p.mask_id, 11, false);
+        let ps = prompts(b, prompt_len, c.vocab_size as u32, p.gen.mask_id, 11, false);
         let keys: Vec<u64> = (0..b)
             .map(|i| rng::prompt_key(&format!("bench-{i}")))
             .collect();
@@ -698,16 +698,20 @@ fn bench(
         let (toks, steps_run) = e.generate_counted(&ps, &keys, &p)?;
         let secs = t.elapsed().as_secs_f64();
         let (free, total) = e.gpu.mem_info()?;
-        let left = toks.iter().flatten().filter(|&&t| t == p.mask_id).count();
-        let s = (prompt_len + p.gen_length) as f64;
+        let left = toks
+            .iter()
+            .flatten()
+            .filter(|&&t| t == p.gen.mask_id)
+            .count();
+        let s = (prompt_len + p.gen.gen_length) as f64;
         let bf = b as f64;
         let tokf = step_tokens(&p, prompt_len, steps_run);
         let flops = 2.0 * body_params * bf * tokf
             + 4.0 * bf * tokf * s * h * l
-            + 2.0 * h * v * bf * (p.block_length * steps_run) as f64;
+            + 2.0 * h * v * bf * (p.gen.block_length * steps_run) as f64;
         let r = serde_json::json!({
             "mode": mode_name(&p), "batch": b, "seconds": secs, "steps": steps_run,
-            "gen_tok_per_s": (b * p.gen_length) as f64 / secs,
+            "gen_tok_per_s": (b * p.gen.gen_length) as f64 / secs,
             "tflops": flops / secs / 1e12, "masks_left": left,
             "peak_mem_gib": (total - free) as f64 / (1u64 << 30) as f64,
         });
@@ -720,13 +724,13 @@ fn bench(
 /// The bench row's label: dlm-gpu, plus the approximate settings.
 fn mode_name(p: &DeviceRun) -> String {
     let mut m = "dlm-gpu".to_string();
-    if p.cache != KvCache::None {
-        m += &format!(" {}", p.cache.as_str());
+    if p.gen.cache != KvCache::None {
+        m += &format!(" {}", p.gen.cache.as_str());
     }
-    if let Some(k) = p.cache_refresh {
+    if let Some(k) = p.gen.cache_refresh {
         m += &format!(" refresh {k}");
     }
-    if let Some(t) = p.threshold {
+    if let Some(t) = p.gen.threshold {
         m += &format!(" threshold {t}");
     }
     m
@@ -738,18 +742,18 @@ fn mode_name(p: &DeviceRun) -> String {
 /// (torch_sampler_ref.py's count for dual). Under `--threshold` the full passes are counted
 /// over the scheduled steps (an estimate).
 fn step_tokens(p: &DeviceRun, prompt_len: usize, steps_run: usize) -> f64 {
-    let s = (prompt_len + p.gen_length) as f64;
-    let nb = p.gen_length / p.block_length;
-    let per_block = (0..p.steps_per_block())
-        .filter(|&i| p.full_pass_at(i))
+    let s = (prompt_len + p.gen.gen_length) as f64;
+    let nb = p.gen.gen_length / p.gen.block_length;
+    let per_block = (0..p.gen.steps_per_block())
+        .filter(|&i| p.gen.full_pass_at(i))
         .count();
     let full = (nb * per_block).min(steps_run);
     let windows = steps_run.saturating_sub(full) as f64;
-    match p.cache {
+    match p.gen.cache {
         KvCache::None => steps_run as f64 * s,
-        KvCache::Dual => full as f64 * s + windows * p.block_length as f64,
+        KvCache::Dual => full as f64 * s + windows * p.gen.block_length as f64,
         KvCache::Prefix => {
-            let avg = p.gen_length as f64 - (nb as f64 - 1.0) * p.block_length as f64 / 2.0;
+            let avg = p.gen.gen_length as f64 - (nb as f64 - 1.0) * p.gen.block_length as f64 / 2.0;
             full as f64 * s + windows * avg
         }
     }
@@ -763,7 +767,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
         b,
         prompt_len,
         e.cfg.vocab_size as u32,
-        base.mask_id,
+        base.gen.mask_id,
         13,
         false,
     );
@@ -783,8 +787,8 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
     ];
     for (threshold, cache) in modes {
         let mut p = base.clone();
-        p.threshold = threshold;
-        p.cache = cache;
+        p.gen.threshold = threshold;
+        p.gen.cache = cache;
         // Warm-up for this mode's graphs (one block), then the measured run.
         warm_up(&mut e, &ps, &keys, &p)?;
         let t = Instant::now();
@@ -802,7 +806,7 @@ fn approx(teacher: &Path, b: usize, prompt_len: usize, out: Option<&Path>, g: &G
         };
         let r = serde_json::json!({
             "mode": mode_name(&p), "batch": b, "seconds": secs, "steps": steps,
-            "gen_tok_per_s": (b * p.gen_length) as f64 / secs,
+            "gen_tok_per_s": (b * p.gen.gen_length) as f64 / secs,
             "speedup_vs_exact": speedup, "token_agreement_vs_exact": agree,
         });
         println!("{r}");
@@ -853,8 +857,8 @@ fn write_runs(out: Option<&Path>, e: &Engine, runs: Vec<serde_json::Value>) -> R
 /// One block of `p` (kernel load, cuBLAS heuristics, graph capture path) before timing.
 fn warm_up(e: &mut Engine, ps: &[Vec<u32>], keys: &[u64], p: &DeviceRun) -> Result<()> {
     let mut w = p.clone();
-    w.gen_length = p.block_length;
-    w.steps = p.steps_per_block();
+    w.gen.gen_length = p.gen.block_length;
+    w.gen.steps = p.gen.steps_per_block();
     e.generate(ps, keys, &w).map(|_| ())
 }
 
@@ -875,7 +879,7 @@ fn bench_rows(
     let mut e = engine(teacher, g.device, prompt_len + g.gen_length)?;
     let p = params(&e, g)?;
     let c = e.cfg.clone();
-    let ps = prompts(n, prompt_len, c.vocab_size as u32, p.mask_id, 11, true);
+    let ps = prompts(n, prompt_len, c.vocab_size as u32, p.gen.mask_id, 11, true);
     let keys: Vec<u64> = (0..n)
         .map(|i| rng::prompt_key(&format!("bench-{i}")))
         .collect();
@@ -888,7 +892,7 @@ fn bench_rows(
     }
     let fixed = t.elapsed().as_secs_f64();
     let mut pc = p.clone();
-    pc.free_rows = p.cache == KvCache::None;
+    pc.free_rows = p.gen.cache == KvCache::None;
     let t = Instant::now();
     let (rows, steps) = e.generate_rows_forced(
         &ps,
@@ -909,7 +913,7 @@ fn bench_rows(
         let r = serde_json::json!({
             "mode": mode_name(&p), "schedule": name, "prompts": n, "batch": batch,
             "seconds": secs, "batch_steps": st, "prompts_per_s": pps,
-            "gen_tok_per_s": pps * p.gen_length as f64,
+            "gen_tok_per_s": pps * p.gen.gen_length as f64,
             "projected_hours": project as f64 / pps / 3600.0, "project_prompts": project,
         });
         println!("{r}");
@@ -922,4 +926,19 @@ fn bench_rows(
     println!("{r}");
     runs.push(r);
     write_runs(out, &e, runs)
+}
+
+/// A sampler job of `p` over `prompts` (pad id 0, no logits shift), as the benches run it.
+fn job<'a>(
+    p: &'a dlm_data::sampling::GenParams,
+    prompts: &'a [&'a [u32]],
+    keys: &'a [u64],
+) -> dlm_data::teacher::GenJob<'a> {
+    dlm_data::teacher::GenJob {
+        p,
+        prompts,
+        keys,
+        pad_id: 0,
+        logits_shift: 0,
+    }
 }

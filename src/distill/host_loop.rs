@@ -37,7 +37,7 @@ use super::rng;
 use super::Remasking;
 use crate::sampling::early_exit::{finished_at, RowOut};
 use crate::sampling::GenParams;
-use crate::teacher::TeacherBackend;
+use crate::teacher::{Batch, GenJob, TeacherBackend};
 
 pub use crate::sampling::num_transfer_tokens;
 
@@ -184,6 +184,13 @@ pub struct Layout {
     pub keep: Vec<bool>,
 }
 
+impl Layout {
+    /// The batch as a backend reads it.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch::new(&self.tokens, &self.keep, self.b, self.l)
+    }
+}
+
 /// Left-pad `prompts` to a common length and append `gen_length` masks.
 pub fn layout(
     prompts: &[&[u32]],
@@ -233,7 +240,14 @@ pub fn generate(
         "--logits-shift 1 needs a non-empty prompt"
     );
     if trace.is_none() {
-        if let Some(out) = backend.generate(p, prompts, keys, pad_id, logits_shift) {
+        let job = GenJob {
+            p,
+            prompts,
+            keys,
+            pad_id,
+            logits_shift,
+        };
+        if let Some(out) = backend.generate(&job) {
             return out;
         }
     }
@@ -376,7 +390,10 @@ pub fn generate_row(
             if k == 0 {
                 continue;
             }
-            let logits = backend.logits(&tokens, &keep, 1, l, s0 - shift..s0 + bl - shift)?;
+            let logits = backend.logits(
+                &Batch::new(&tokens, &keep, 1, l),
+                s0 - shift..s0 + bl - shift,
+            )?;
             crate::sampling::finite::check_logits(&logits, bl, vocab, Some(global_step), nb * bl)?;
             let ctx = RowCtx {
                 prompt_key: key,
@@ -424,7 +441,7 @@ fn step_batch(
     let (b, l, bl) = (lay.b, lay.l, p.block_length);
     let s0 = lay.lp + nb * bl;
     let vocab = backend.vocab_size();
-    let logits = backend.logits(&lay.tokens, &lay.keep, b, l, s0 - shift..s0 + bl - shift)?;
+    let logits = backend.logits(&lay.batch(), s0 - shift..s0 + bl - shift)?;
     crate::sampling::finite::check_logits(&logits, bl, vocab, Some(global_step), nb * bl)?;
     for r in 0..b {
         let ctx = RowCtx {

@@ -83,7 +83,7 @@ pub fn answer_batch(
     // Left-padded contexts followed by one mask: the slot is the last position of every row.
     let lay = layout(&refs, 1, mask_id, pad_id, 1);
     let at = lay.l - 1 - logits_shift as usize;
-    let logits = backend.logits(&lay.tokens, &lay.keep, lay.b, lay.l, at..at + 1)?;
+    let logits = backend.logits(&lay.batch(), at..at + 1)?;
     let v = backend.vocab_size();
     crate::sampling::finite::check_logits(&logits, 1, v, None, 0)?;
     Ok((0..lay.b)

@@ -22,7 +22,7 @@ use super::{plan, rng, DistillArgs};
 use crate::sampling::early_exit::{ExitStats, RowOut, RowSchedule};
 use crate::sampling::finite::NonFiniteLogit;
 use crate::sampling::GenParams;
-use crate::teacher::{Teacher, TeacherBackend};
+use crate::teacher::{GenJob, Teacher, TeacherBackend};
 
 /// The backend for the resolved device; `residual` is the GPU residual stream's precision.
 pub fn backend(
@@ -273,7 +273,14 @@ fn decode_unit(
         fits: &fits,
         stop_ids: stop,
     };
-    if let Some(r) = be.generate_rows(p, &prompts, &keys, t.pad_id, t.logits_shift, &sched) {
+    let job = GenJob {
+        p,
+        prompts: &prompts,
+        keys: &keys,
+        pad_id: t.pad_id,
+        logits_shift: t.logits_shift,
+    };
+    if let Some(r) = be.generate_rows(&job, &sched) {
         return r.map_err(named);
     }
     let mut rows = Vec::with_capacity(unit.len());

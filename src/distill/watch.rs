@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::progress::hms;
-use crate::teacher::TeacherBackend;
+use crate::sampling::early_exit::RowSchedule;
+use crate::teacher::{Batch, GenJob, GenRows, TeacherBackend};
 
 /// What the log says about a distill run between windows.
 pub struct ForwardProgress {
@@ -126,44 +127,21 @@ impl TeacherBackend for Watched<'_> {
         self.inner.pad_multiple()
     }
 
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> Result<Vec<f32>> {
         // The deterministic hook for signal tests, then the stop: the window is abandoned.
         crate::signals::pause_point("distill-forward");
         crate::signals::check()?;
-        let r = self.inner.logits(tokens, keep, b, l, rows);
+        let r = self.inner.logits(batch, rows);
         self.progress.forward();
         r
     }
 
-    fn generate(
-        &mut self,
-        p: &crate::sampling::GenParams,
-        prompts: &[&[u32]],
-        keys: &[u64],
-        pad_id: u32,
-        logits_shift: u8,
-    ) -> Option<Result<Vec<Vec<u32>>>> {
-        self.inner.generate(p, prompts, keys, pad_id, logits_shift)
+    fn generate(&mut self, job: &GenJob) -> Option<Result<Vec<Vec<u32>>>> {
+        self.inner.generate(job)
     }
 
-    fn generate_rows(
-        &mut self,
-        p: &crate::sampling::GenParams,
-        prompts: &[&[u32]],
-        keys: &[u64],
-        pad_id: u32,
-        logits_shift: u8,
-        sched: &crate::sampling::early_exit::RowSchedule,
-    ) -> Option<Result<(Vec<crate::sampling::early_exit::RowOut>, usize)>> {
-        self.inner
-            .generate_rows(p, prompts, keys, pad_id, logits_shift, sched)
+    fn generate_rows(&mut self, job: &GenJob, sched: &RowSchedule) -> GenRows {
+        self.inner.generate_rows(job, sched)
     }
 }
 

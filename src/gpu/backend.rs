@@ -13,8 +13,13 @@ use anyhow::{bail, Context, Result};
 
 use super::engine::{DeviceRun, Engine, KvCache, Residual};
 use crate::sampling;
-use crate::sampling::early_exit::{RowOut, RowSchedule};
-use crate::teacher::{Teacher, TeacherBackend};
+use crate::sampling::early_exit::RowSchedule;
+use crate::teacher::{check_batch_shape, Batch, GenJob, GenRows, Teacher, TeacherBackend};
+
+/// The job's prompts as the engine takes them (owned rows).
+fn owned(job: &GenJob) -> Vec<Vec<u32>> {
+    job.prompts.iter().map(|q| q.to_vec()).collect()
+}
 
 /// The engine's run of the distill sampler's settings (the same struct; the device adds the
 /// padding id and the logits shift).
@@ -79,63 +84,35 @@ impl TeacherBackend for GpuBackend {
         super::engine::pad_multiple()
     }
 
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        if tokens.len() != b * l || keep.len() != b * l || rows.end > l {
-            bail!("GPU backend: batch shape mismatch ({b} x {l}, rows {rows:?})");
-        }
-        let mut seqs = Vec::with_capacity(b);
-        let mut pads = Vec::with_capacity(b);
-        for r in 0..b {
-            let k = &keep[r * l..(r + 1) * l];
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> Result<Vec<f32>> {
+        check_batch_shape(batch, &rows)?;
+        let mut seqs = Vec::with_capacity(batch.b);
+        let mut pads = Vec::with_capacity(batch.b);
+        for r in 0..batch.b {
+            let (t, k) = batch.row(r);
             let pad = k.iter().take_while(|&&x| !x).count();
             if k[pad..].iter().any(|&x| !x) {
                 bail!("GPU backend: row {r} is not left-padded (a padded key after a real token)");
             }
             pads.push(pad);
-            seqs.push(tokens[r * l..(r + 1) * l].to_vec());
+            seqs.push(t.to_vec());
         }
-        let at: Vec<(usize, usize)> = (0..b)
+        let at: Vec<(usize, usize)> = (0..batch.b)
             .flat_map(|r| rows.clone().map(move |p| (r, p)))
             .collect();
         self.engine.logits_at(&seqs, &pads, &at)
     }
 
-    fn generate(
-        &mut self,
-        p: &sampling::GenParams,
-        prompts: &[&[u32]],
-        keys: &[u64],
-        pad_id: u32,
-        logits_shift: u8,
-    ) -> Option<Result<Vec<Vec<u32>>>> {
-        let ep = engine_params(p, pad_id, logits_shift);
-        let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
-        Some(self.engine.generate(&owned, keys, &ep))
+    fn generate(&mut self, job: &GenJob) -> Option<Result<Vec<Vec<u32>>>> {
+        let ep = engine_params(job.p, job.pad_id, job.logits_shift);
+        Some(self.engine.generate(&owned(job), job.keys, &ep))
     }
 
-    fn generate_rows(
-        &mut self,
-        p: &sampling::GenParams,
-        prompts: &[&[u32]],
-        keys: &[u64],
-        pad_id: u32,
-        logits_shift: u8,
-        sched: &RowSchedule,
-    ) -> Option<Result<(Vec<RowOut>, usize)>> {
-        let mut ep = engine_params(p, pad_id, logits_shift);
+    fn generate_rows(&mut self, job: &GenJob, sched: &RowSchedule) -> GenRows {
+        let mut ep = engine_params(job.p, job.pad_id, job.logits_shift);
         ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
-        ep.free_rows = ep.cache == KvCache::None;
-        let owned: Vec<Vec<u32>> = prompts.iter().map(|q| q.to_vec()).collect();
-        Some(
-            self.engine
-                .generate_rows(&owned, keys, &ep, sched.slots, sched.fits),
-        )
+        ep.free_rows = ep.gen.cache == KvCache::None;
+        let rows = (self.engine).generate_rows(&owned(job), job.keys, &ep, sched.slots, sched.fits);
+        Some(rows)
     }
 }

@@ -217,18 +217,16 @@ impl crate::teacher::TeacherBackend for CpuModel {
 
     fn logits(
         &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
+        batch: &crate::teacher::Batch,
         rows: std::ops::Range<usize>,
     ) -> Result<Vec<f32>> {
-        anyhow::ensure!(tokens.len() == b * l && keep.len() == b * l, "batch shape");
+        crate::teacher::check_batch_shape(batch, &rows)?;
         let pos: Vec<usize> = rows.collect();
-        let mut out = Vec::with_capacity(b * pos.len() * self.cfg.vocab_size);
-        for r in 0..b {
-            let pad = keep[r * l..(r + 1) * l].iter().take_while(|&&k| !k).count();
-            for row in CpuModel::logits(self, &tokens[r * l..(r + 1) * l], pad, &pos) {
+        let mut out = Vec::with_capacity(batch.b * pos.len() * self.cfg.vocab_size);
+        for r in 0..batch.b {
+            let (tokens, keep) = batch.row(r);
+            let pad = keep.iter().take_while(|&&k| !k).count();
+            for row in CpuModel::logits(self, tokens, pad, &pos) {
                 out.extend(row);
             }
         }

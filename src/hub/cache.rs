@@ -15,29 +15,34 @@ use anyhow::{bail, Context, Result};
 
 use crate::manifest::Role;
 
-pub use super::names::is_hex_digest;
-use super::names::{check_repo_path, is_lower_hex_digest, shown, RepoKind};
+use super::names::{check_repo_path, shown, RepoKind};
+use crate::digest::{HexDigest, SHA1_HEX};
 
-/// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, lowercase.
-pub fn check_blob_name(name: &str) -> Result<()> {
-    if !(is_lower_hex_digest(name, 64) || is_lower_hex_digest(name, 40)) {
-        bail!(
+/// A blob or lock name: a sha256 (64 hex) or git sha1 (40 hex) digest, named lowercase
+/// whatever case it was given in ([`crate::digest`]).
+pub fn check_blob_name(name: &str) -> Result<HexDigest> {
+    HexDigest::parse_sha256_or_sha1(name).ok_or_else(|| {
+        anyhow::anyhow!(
             "refusing the blob name {}: not a sha256 or git sha1 hex digest",
             shown(name)
-        );
-    }
-    Ok(())
+        )
+    })
 }
 
-/// A commit as a snapshot directory name: 40 hex digits.
-pub fn check_commit(commit: &str) -> Result<()> {
-    if !is_hex_digest(commit, 40) {
-        bail!(
+/// A commit as a snapshot directory name: 40 hex digits, named lowercase.
+pub fn check_commit(commit: &str) -> Result<HexDigest> {
+    HexDigest::parse(commit, SHA1_HEX).ok_or_else(|| {
+        anyhow::anyhow!(
             "refusing the commit {}: not a 40-hex git commit",
             shown(commit)
-        );
-    }
-    Ok(())
+        )
+    })
+}
+
+/// A commit's snapshot directory name: its lowercase digest (anything else as given, for
+/// the unchecked readers of [`Cache::snapshot_path`]).
+fn commit_dir(commit: &str) -> String {
+    HexDigest::parse(commit, SHA1_HEX).map_or_else(|| commit.to_string(), HexDigest::into_string)
 }
 
 /// Where a repo lives in the cache: its kind's folder prefix, and (datasets) its role's root.
@@ -119,8 +124,8 @@ impl Cache {
     /// `blobs/<etag>`; refused unless `etag` is a digest and the path stays in the cache.
     pub fn blob_path(&self, area: impl Into<Area>, repo: &str, etag: &str) -> Result<PathBuf> {
         let a = area.into();
-        check_blob_name(etag)?;
-        let p = self.repo_dir(a, repo).join("blobs").join(etag);
+        let etag = check_blob_name(etag)?;
+        let p = self.repo_dir(a, repo).join("blobs").join(etag.as_str());
         crate::util::path_within(&self.role_root(a.role), &p)?;
         Ok(p)
     }
@@ -129,7 +134,7 @@ impl Cache {
     /// [`Cache::blob_path`].
     pub fn lock_path(&self, area: impl Into<Area>, repo: &str, etag: &str) -> Result<PathBuf> {
         let a = area.into();
-        check_blob_name(etag)?;
+        let etag = check_blob_name(etag)?;
         let root = self.role_root(a.role);
         let p = root
             .join(".locks")
@@ -150,7 +155,7 @@ impl Cache {
     ) -> PathBuf {
         self.repo_dir(area, repo)
             .join("snapshots")
-            .join(commit)
+            .join(commit_dir(commit))
             .join(path)
     }
 
@@ -214,10 +219,14 @@ impl Cache {
         path: &str,
     ) -> Result<PathBuf> {
         let a = area.into();
-        check_commit(commit)?;
+        let commit = check_commit(commit)?;
         check_repo_path(path)?;
-        let p = self.snapshot_path(a, repo, commit, path);
-        crate::util::path_within(&self.repo_dir(a, repo).join("snapshots").join(commit), &p)?;
+        let p = self.snapshot_path(a, repo, commit.as_str(), path);
+        let dir = self
+            .repo_dir(a, repo)
+            .join("snapshots")
+            .join(commit.as_str());
+        crate::util::path_within(&dir, &p)?;
         Ok(p)
     }
 
@@ -290,7 +299,7 @@ mod tests {
             "../../../victim",
             "/etc/passwd",
             "",
-            "AB".repeat(32).as_str(),
+            "AG".repeat(32).as_str(),
             &format!("{sha}/x"),
             &format!("../{}", "a".repeat(61)),
         ] {
@@ -319,5 +328,15 @@ mod tests {
             c.snapshot_path(Area::MODEL, "o/n", &oid, "config.json"),
             PathBuf::from(format!("/c/models--o--n/snapshots/{oid}/config.json"))
         );
+        // Any case in, the lowercase name out: one blob, one lock, one snapshot per digest.
+        let (ab, upper) = ("ab".repeat(32), "AB".repeat(32));
+        let blob = |d: &str| c.blob_path(Role::Train, "o/n", d).unwrap();
+        assert_eq!(blob(&upper), blob(&ab));
+        let lock = |d: &str| c.lock_path(Role::Train, "o/n", d).unwrap();
+        assert_eq!(lock(&upper), lock(&ab));
+        let snap = |d: &str| c.snapshot_link(Role::Train, "o/n", d, "x").unwrap();
+        assert_eq!(snap(&oid.to_ascii_uppercase()), snap(&oid));
+        let read = |d: &str| c.snapshot_path(Role::Train, "o/n", d, "x");
+        assert_eq!(read(&oid.to_ascii_uppercase()), read(&oid));
     }
 }

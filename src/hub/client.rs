@@ -26,12 +26,13 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, LOCATION, RANGE};
 use reqwest::{Response, StatusCode};
 use serde::Deserialize;
 
-use super::names::{check_repo_path, clip, is_lower_hex_digest, shown, RepoKind};
+use super::names::{check_repo_path, clip, shown, RepoKind};
 use super::retry::{
     as_transient, net_error, retryable_status, server_wait, transient, wait_header, RetryPolicy,
     Transient,
 };
 use super::stall::{RateGuard, StallPolicy};
+use crate::digest::{HexDigest, SHA1_HEX, SHA256_HEX};
 
 /// Largest JSON/API answer read into memory (a revision's siblings, one tree page).
 pub const MAX_API_BODY: usize = 64 << 20;
@@ -163,32 +164,35 @@ pub fn parse_revision(what: &str, body: &[u8]) -> Result<String> {
     let sha = v["sha"]
         .as_str()
         .ok_or_else(|| anyhow!("{what}: answer has no `sha`"))?;
-    if sha.len() != 40 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("{what}: `sha` {} is not a 40-hex commit", shown(sha));
+    match HexDigest::parse(sha, SHA1_HEX) {
+        Some(d) => Ok(d.into_string()),
+        None => bail!("{what}: `sha` {} is not a 40-hex commit", shown(sha)),
     }
-    Ok(sha.to_ascii_lowercase())
 }
 
-/// A listed file's digests: `oid` a git sha1 (40 hex), `lfs.oid` a sha256 (64 hex). These
-/// become blob and lock file names, so nothing else is accepted.
-pub fn check_entry_digests(e: &TreeEntry) -> Result<()> {
-    // Lowercase, as the Hub writes them: these name blobs and locks in the cache, whose
-    // names are lowercase digests only (`check_blob_name`).
-    if !is_lower_hex_digest(&e.oid, 40) {
-        bail!(
-            "file {}: field `oid` {} is not a git sha1 (40 lowercase hex digits): refusing the listing",
-            shown(&e.path),
-            shown(&e.oid)
-        );
-    }
-    if let Some(l) = &e.lfs {
-        if !is_lower_hex_digest(&l.oid, 64) {
-            bail!(
-                "file {}: field `lfs.oid` {} is not a sha256 (64 lowercase hex digits): refusing the listing",
+/// A listed file's digests, read by the one digest rule: `oid` a git sha1 (40 hex), `lfs.oid`
+/// a sha256 (64 hex), any case, held lowercase from here on (they name blobs and locks in the
+/// cache). Anything else refuses the listing.
+pub fn read_entry_digests(e: &mut TreeEntry) -> Result<()> {
+    e.oid = HexDigest::parse(&e.oid, SHA1_HEX)
+        .ok_or_else(|| {
+            anyhow!(
+                "file {}: field `oid` {} is not a git sha1 (40 hex digits): refusing the listing",
                 shown(&e.path),
-                shown(&l.oid)
-            );
-        }
+                shown(&e.oid)
+            )
+        })?
+        .into_string();
+    if let Some(l) = &mut e.lfs {
+        l.oid = HexDigest::parse(&l.oid, SHA256_HEX)
+            .ok_or_else(|| {
+                anyhow!(
+                    "file {}: field `lfs.oid` {} is not a sha256 (64 hex digits): refusing the listing",
+                    shown(&e.path),
+                    shown(&l.oid)
+                )
+            })?
+            .into_string();
     }
     Ok(())
 }
@@ -418,13 +422,13 @@ impl HubClient {
             }
             let page: Vec<TreeEntry> =
                 serde_json::from_slice(&body).map_err(|e| anyhow!("{what}: bad tree page: {e}"))?;
-            for e in page {
+            for mut e in page {
                 check_repo_path(&e.path).with_context(|| what.clone())?;
                 if crate::secret::contains_secret(&e.path) {
                     bail!("{what}: a listed path contains the Hub token (the server echoes secrets): refusing the listing");
                 }
                 if e.kind == "file" {
-                    check_entry_digests(&e).with_context(|| what.clone())?;
+                    read_entry_digests(&mut e).with_context(|| what.clone())?;
                     out.push(e);
                 }
             }

@@ -666,7 +666,7 @@ fn verify_existing(t: &FileTask, blob: &Path) -> Result<Option<String>> {
 /// atomically.
 pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
     let snap = cache.snapshot_link(t.area(), &t.repo, &t.commit, &t.path)?;
-    super::cache::check_blob_name(t.etag())?;
+    let etag = super::cache::check_blob_name(t.etag())?;
     let dir = snap.parent().unwrap();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // A directory of snapshots/ replaced by a link out of the cache is refused, by the rule
@@ -674,7 +674,7 @@ pub fn link_snapshot(cache: &Cache, t: &FileTask, blob: &Path) -> Result<()> {
     cache.check_resolved(t.area(), &t.repo, dir)?;
     unlink_if_link(&crate::util::temp_path(&snap))?;
     let ups = t.path.split('/').count() + 1;
-    let target = format!("{}blobs/{}", "../".repeat(ups), t.etag());
+    let target = format!("{}blobs/{etag}", "../".repeat(ups));
     if std::fs::read_link(&snap).ok().as_deref() == Some(Path::new(&target)) {
         return Ok(());
     }

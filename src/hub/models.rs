@@ -40,7 +40,10 @@ fn proto(m: &ModelSource, commit: &str) -> FileTask {
 
 /// The locked model must be the manifest's (same repo, revision = commit).
 pub fn check_lock_matches(m: &ModelSource, l: &LockedModel, lock_path: &str) -> Result<()> {
-    if l.repo != m.repo || l.revision != m.revision || !l.commit.eq_ignore_ascii_case(&m.revision) {
+    if l.repo != m.repo
+        || l.revision != m.revision
+        || m.commit().is_none_or(|c| c.as_str() != l.commit)
+    {
         bail!(
             "lock {lock_path} is stale for model {:?}: it pins {}@{} (commit {}), the manifest asks for {}@{} (run `dlm-data fetch` without --locked to update it)",
             m.name, l.repo, l.revision, l.commit, m.repo, m.revision
@@ -67,11 +70,15 @@ pub async fn plan_model(
 ) -> Result<ModelPlan> {
     debug_assert_eq!(client.kind(), RepoKind::Model);
     let ctx = || format!("model {:?} ({}@{})", m.name, m.repo, m.revision);
+    // The pinned commit as read (lowercase): what the Hub is asked for and compared with.
+    let pinned = m
+        .commit()
+        .ok_or_else(|| anyhow::anyhow!("{}: revision is not a 40-hex commit", ctx()))?;
     let commit = client
-        .commit_of(&m.repo, &m.revision)
+        .commit_of(&m.repo, pinned.as_str())
         .await
         .with_context(ctx)?;
-    if !commit.eq_ignore_ascii_case(&m.revision) {
+    if commit != pinned.as_str() {
         bail!(
             "{}: the Hub resolves the revision to commit {commit}: a model must be pinned to its exact commit",
             ctx()
@@ -104,8 +111,8 @@ pub async fn plan_model(
             files.push(FileTask {
                 path: e.path.clone(),
                 size: e.lfs.as_ref().map(|l| l.size).unwrap_or(e.size),
-                lfs_sha256: e.lfs.as_ref().map(|l| l.oid.to_ascii_lowercase()),
-                git_oid: e.oid.to_ascii_lowercase(),
+                lfs_sha256: e.lfs.as_ref().map(|l| l.oid.clone()),
+                git_oid: e.oid.clone(),
                 ..proto(m, &commit)
             });
         }

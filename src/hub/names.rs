@@ -1,5 +1,5 @@
 //! The small, dependency-free vocabulary of the Hub client and the cache: repo kinds
-//! (`datasets` / `models`), digest and repo-path checks, and how a server-supplied string is
+//! (`datasets` / `models`), repo-path checks (digests: [`crate::digest`]), and how a server-supplied string is
 //! shown in an error. A leaf module, so `cache`, `client` and `retry` import it and not each
 //! other.
 
@@ -40,16 +40,6 @@ impl RepoKind {
     pub fn is_dataset(&self) -> bool {
         *self == RepoKind::Dataset
     }
-}
-
-/// `s` is exactly `len` hex digits.
-pub fn is_hex_digest(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// `s` is exactly `len` lowercase hex digits (a digest as the Hub and the cache spell it).
-pub fn is_lower_hex_digest(s: &str, len: usize) -> bool {
-    s.len() == len && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// Reject listed paths that could escape the cache.

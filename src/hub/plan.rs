@@ -9,8 +9,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use super::client::{HubClient, TreeEntry};
 use super::configs;
 use super::download::FileTask;
-use super::names::{check_repo_path, is_hex_digest, shown, RepoKind};
+use super::names::{check_repo_path, shown, RepoKind};
 use super::retry::{as_transient, transient};
+use crate::digest::{HexDigest, SHA1_HEX, SHA256_HEX};
 use crate::manifest::{LockedFile, LockedSource, Role, Source};
 
 /// A source resolved to a commit and its files.
@@ -51,8 +52,8 @@ fn task_of(s: &Source, commit: &str, e: &TreeEntry) -> FileTask {
         commit: commit.to_string(),
         path: e.path.clone(),
         size: e.lfs.as_ref().map(|l| l.size).unwrap_or(e.size),
-        lfs_sha256: e.lfs.as_ref().map(|l| l.oid.to_ascii_lowercase()),
-        git_oid: e.oid.to_ascii_lowercase(),
+        lfs_sha256: e.lfs.as_ref().map(|l| l.oid.clone()),
+        git_oid: e.oid.clone(),
     }
 }
 
@@ -85,26 +86,28 @@ pub fn locked_tasks(proto: &FileTask, files: &[LockedFile], what: &str) -> Resul
         .map(|f| {
             let ctx = || format!("{what}: file {:?}", f.path);
             check_repo_path(&f.path).with_context(ctx)?;
-            let sha256 = f.sha256.to_ascii_lowercase();
-            if !is_hex_digest(&sha256, 64) {
+            let Some(sha256) = HexDigest::parse(&f.sha256, SHA256_HEX) else {
                 bail!(
                     "{}: field `sha256` {} is not 64 hex digits",
                     ctx(),
                     shown(&f.sha256)
                 );
-            }
-            let git_oid = f.git_oid.as_deref().map(str::to_ascii_lowercase);
-            if let Some(o) = git_oid.as_deref().filter(|o| !is_hex_digest(o, 40)) {
-                bail!(
-                    "{}: field `git_oid` {} is not 40 hex digits",
-                    ctx(),
-                    shown(o)
-                );
-            }
+            };
+            let git_oid = match f.git_oid.as_deref() {
+                None => None,
+                Some(o) => match HexDigest::parse(o, SHA1_HEX) {
+                    Some(d) => Some(d.into_string()),
+                    None => bail!(
+                        "{}: field `git_oid` {} is not 40 hex digits",
+                        ctx(),
+                        shown(o)
+                    ),
+                },
+            };
             Ok(FileTask {
                 path: f.path.clone(),
                 size: f.size,
-                lfs_sha256: git_oid.is_none().then(|| sha256.clone()),
+                lfs_sha256: git_oid.is_none().then(|| sha256.into_string()),
                 git_oid: git_oid.unwrap_or_default(),
                 ..proto.clone()
             })
@@ -114,7 +117,7 @@ pub fn locked_tasks(proto: &FileTask, files: &[LockedFile], what: &str) -> Resul
 
 /// The lock entry must describe the same source as the manifest, at a 40-hex commit.
 pub fn check_lock_matches(s: &Source, l: &LockedSource, lock_path: &str) -> Result<()> {
-    if !is_hex_digest(&l.commit, 40) {
+    if HexDigest::parse(&l.commit, SHA1_HEX).is_none() {
         bail!(
             "lock {lock_path}: source {:?}: field `commit` {} is not a 40-hex git commit",
             s.name,
@@ -301,8 +304,8 @@ pub fn compare_with_lock(
             Some(t) => {
                 let same = t.size == f.size
                     && match (&t.lfs_sha256, &f.git_oid) {
-                        (Some(sha), _) => sha.eq_ignore_ascii_case(&f.sha256),
-                        (None, Some(oid)) => oid.eq_ignore_ascii_case(&t.git_oid),
+                        (Some(sha), _) => *sha == f.sha256,
+                        (None, Some(oid)) => *oid == t.git_oid,
                         (None, None) => false,
                     };
                 if !same {

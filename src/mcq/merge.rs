@@ -19,13 +19,7 @@ use super::sft::SftRow;
 use super::{sft_shards, sft_write, PART_ROWS_PER_SHARD};
 use crate::shards::index::{self, Index, ProvenanceRange};
 use crate::shards::outdir::Claim;
-
-/// Does `parts_root` hold mcq worker parts (each with a prompts.jsonl)?
-pub fn is_mcq_parts(parts_root: &Path, names: &[String]) -> bool {
-    names
-        .iter()
-        .any(|n| parts_root.join(n).join("prompts.jsonl").exists())
-}
+use crate::worker::{PartSet, PARTS_DIR};
 
 /// The part's SFT index with what differs between workers of one run blanked, for comparing.
 fn identity(idx: &Index) -> Index {
@@ -44,19 +38,19 @@ fn identity(idx: &Index) -> Index {
     i
 }
 
-/// Merge the mcq parts `names` (already checked to be one complete worker set) under
-/// `out/parts/` into `out`, then remove `parts/`.
-pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> Result<Value> {
+/// Merge the mcq parts `set` (one complete worker set under `out/parts/`) into `out`, then
+/// remove `parts/`.
+pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
     let t0 = std::time::Instant::now();
-    let parts_root = out.join("parts");
-    let dirs: Vec<PathBuf> = names.iter().map(|n| parts_root.join(n)).collect();
-    let parts = read_parts(&parts_root, names, &dirs)?;
+    let workers = set.workers;
+    let dirs = set.dirs();
+    let parts = read_parts(set, &dirs)?;
     let (merged, owner) = interleave(&parts.recs, &dirs, workers)?;
     let total = merged.len();
 
     // Only this tool's files in OUT: parts/, and what an earlier mcq or merge wrote.
     let prompts_path = out.join("prompts.jsonl");
-    let mut claim = Claim::new("merge", force).keep(["parts", "sft"]);
+    let mut claim = Claim::new("merge", force).keep([PARTS_DIR, "sft"]);
     if prompts_path.is_file() && prompts::is_own_file(&prompts_path) {
         claim = claim.remove(["prompts.jsonl"]);
     }
@@ -86,8 +80,7 @@ pub fn merge_dir(out: &Path, names: &[String], workers: usize, force: bool) -> R
     }
     // The output's card, as a whole run writes it (the same bytes: a function of the records).
     super::card::write(out, &merged)?;
-    std::fs::remove_dir_all(&parts_root)
-        .with_context(|| format!("removing {}", parts_root.display()))?;
+    set.remove()?;
     let secs = t0.elapsed().as_secs_f64();
     crate::progress::note(&format!(
         "merge: {workers} mcq parts → {total} items in {}{} ({secs:.1} s)",
@@ -111,7 +104,8 @@ struct Parts {
 
 /// Every part's prompts and SFT index; refused (nothing merged) naming every part that lacks
 /// one or was interrupted.
-fn read_parts(parts_root: &Path, names: &[String], dirs: &[PathBuf]) -> Result<Parts> {
+fn read_parts(set: &PartSet, dirs: &[PathBuf]) -> Result<Parts> {
+    let names = &set.names;
     let mut recs: Vec<Vec<PromptRecord>> = Vec::new();
     let mut missing = Vec::new();
     for (n, d) in names.iter().zip(dirs) {
@@ -135,13 +129,7 @@ fn read_parts(parts_root: &Path, names: &[String], dirs: &[PathBuf]) -> Result<P
             }
         }
     }
-    if !missing.is_empty() {
-        return Err(crate::error::refused(format!(
-            "{}: incomplete mcq worker parts: {}; nothing merged",
-            parts_root.display(),
-            missing.join(", ")
-        )));
-    }
+    set.refuse_incomplete("mcq ", &missing)?;
     Ok(Parts { recs, idxs, sft })
 }
 

@@ -111,7 +111,13 @@ pub fn read_file(path: &Path, ctx: &FileCtx, out: &mut Vec<McqItem>) -> Result<R
                 l
             }
         };
-        read_batch(&batch, l, path, ctx, &mut stats, out)?;
+        let mut to = Items {
+            path,
+            ctx,
+            stats: &mut stats,
+            out,
+        };
+        read_batch(&batch, l, &mut to)?;
     }
     Ok(stats)
 }
@@ -123,18 +129,19 @@ fn col<'b>(batch: &'b RecordBatch, name: &str, path: &Path) -> Result<&'b dyn Ar
         .ok_or_else(|| anyhow!("{}: missing column {name:?}", path.display()))
 }
 
+/// Where a file's rows go: the items, the counts and skipped rows, and what names them.
+struct Items<'a, 'c> {
+    path: &'a Path,
+    ctx: &'a FileCtx<'c>,
+    stats: &'a mut ReadStats,
+    out: &'a mut Vec<McqItem>,
+}
+
 /// One record batch of `layout` into items (rows counted, skipped rows named).
-fn read_batch(
-    batch: &RecordBatch,
-    layout: Layout,
-    path: &Path,
-    ctx: &FileCtx,
-    stats: &mut ReadStats,
-    out: &mut Vec<McqItem>,
-) -> Result<()> {
+fn read_batch(batch: &RecordBatch, layout: Layout, to: &mut Items) -> Result<()> {
     match layout {
-        Layout::Sciq => read_sciq(batch, path, ctx, stats, out),
-        Layout::MmluStruct | Layout::MmluFlat => read_mmlu(batch, layout, path, ctx, stats, out),
+        Layout::Sciq => read_sciq(batch, to),
+        Layout::MmluStruct | Layout::MmluFlat => read_mmlu(batch, layout, to),
     }
 }
 
@@ -172,13 +179,8 @@ fn blank_reason(
     }
 }
 /// sciq rows: question, correct_answer, distractor1–3 (blank distractors left out).
-fn read_sciq(
-    batch: &RecordBatch,
-    path: &Path,
-    ctx: &FileCtx,
-    stats: &mut ReadStats,
-    out: &mut Vec<McqItem>,
-) -> Result<()> {
+fn read_sciq(batch: &RecordBatch, to: &mut Items) -> Result<()> {
+    let (path, ctx) = (to.path, to.ctx);
     let n = batch.num_rows();
     let req = |c: &dyn Array, i: usize, name: &str, row: u64| required(c, i, name, row, path);
     let q = col(batch, "question", path)?;
@@ -188,8 +190,8 @@ fn read_sciq(
         .map(|name| col(batch, name, path))
         .collect::<Result<_>>()?;
     for i in 0..n {
-        let row = stats.rows;
-        stats.rows += 1;
+        let row = to.stats.rows;
+        to.stats.rows += 1;
         let question = req(q, i, "question", row)?;
         let correct = req(c, i, "correct_answer", row)?;
         let mut distractors = Vec::with_capacity(3);
@@ -212,29 +214,21 @@ fn read_sciq(
             &blank,
         );
         if let Some(reason) = why {
-            skip(stats, ctx, row, reason, false);
+            skip(to, row, reason, false);
             continue;
         }
         let id = item_id(ctx, row);
         let (options, gold) =
             shuffle_options(ctx.seed, &id, correct.trim().to_string(), distractors);
-        push(
-            out, stats, ctx, path, row, id, question, options, gold, blank,
-        )?;
+        push(to, row, id, question, options, gold, blank)?;
     }
     Ok(())
 }
 
 /// mmlu rows, flat or under the `train` struct: question, choices, answer (blank choices left
 /// out, the gold index following its option).
-fn read_mmlu(
-    batch: &RecordBatch,
-    layout: Layout,
-    path: &Path,
-    ctx: &FileCtx,
-    stats: &mut ReadStats,
-    out: &mut Vec<McqItem>,
-) -> Result<()> {
+fn read_mmlu(batch: &RecordBatch, layout: Layout, to: &mut Items) -> Result<()> {
+    let (path, ctx) = (to.path, to.ctx);
     let n = batch.num_rows();
     let req = |c: &dyn Array, i: usize, name: &str, row: u64| required(c, i, name, row, path);
     let (q, ch, a): (&dyn Array, &dyn Array, &dyn Array) = if layout == Layout::MmluStruct {
@@ -257,8 +251,8 @@ fn read_mmlu(
     };
     let train_col = batch.column_by_name("train");
     for i in 0..n {
-        let row = stats.rows;
-        stats.rows += 1;
+        let row = to.stats.rows;
+        to.stats.rows += 1;
         if let Some(t) = train_col {
             if t.is_null(i) {
                 bail!("{} row {row}: train is null", path.display());
@@ -303,7 +297,7 @@ fn read_mmlu(
         let correct_name = || format!("the correct choice (choices[{gold}])");
         let why = blank_reason(&question, &options[gold], correct_name, kept.len(), &blank);
         if let Some(reason) = why {
-            skip(stats, ctx, row, reason, false);
+            skip(to, row, reason, false);
             continue;
         }
         let gold = gold
@@ -312,7 +306,7 @@ fn read_mmlu(
                 .filter(|o| o.trim().is_empty())
                 .count();
         let id = item_id(ctx, row);
-        push(out, stats, ctx, path, row, id, question, kept, gold, blank)?;
+        push(to, row, id, question, kept, gold, blank)?;
     }
     Ok(())
 }
@@ -322,14 +316,15 @@ fn item_id(ctx: &FileCtx, row: u64) -> String {
 }
 
 /// Count and name a row that gives no item.
-fn skip(stats: &mut ReadStats, ctx: &FileCtx, row: u64, reason: String, oversize: bool) {
+fn skip(to: &mut Items, row: u64, reason: String, oversize: bool) {
+    let stats = &mut *to.stats;
     if oversize {
         stats.skipped_oversize += 1;
     } else {
         stats.skipped_empty += 1;
     }
     stats.skipped.push(Skipped {
-        file: ctx.prov.file.clone(),
+        file: to.ctx.prov.file.clone(),
         row,
         reason,
     });
@@ -337,12 +332,8 @@ fn skip(stats: &mut ReadStats, ctx: &FileCtx, row: u64, reason: String, oversize
 
 /// Add an item: text trimmed exactly as the template renders it (so prompts.jsonl's `options`
 /// agree with the prompt), oversized items skipped and named.
-#[allow(clippy::too_many_arguments)]
 fn push(
-    out: &mut Vec<McqItem>,
-    stats: &mut ReadStats,
-    ctx: &FileCtx,
-    path: &Path,
+    to: &mut Items,
     row: u64,
     id: String,
     question: String,
@@ -350,6 +341,7 @@ fn push(
     gold: usize,
     blank_options: Vec<String>,
 ) -> Result<()> {
+    let (ctx, path) = (to.ctx, to.path);
     let question = question.trim().to_string();
     let options: Vec<String> = options.iter().map(|o| o.trim().to_string()).collect();
     let bytes = question.len() as u64 + options.iter().map(|o| o.len() as u64).sum::<u64>();
@@ -358,7 +350,7 @@ fn push(
             "question and options are {bytes} bytes, over --max-item-bytes {}",
             ctx.max_item_bytes
         );
-        skip(stats, ctx, row, reason, true);
+        skip(to, row, reason, true);
         return Ok(());
     }
     let mut prov = ctx.prov.clone();
@@ -366,10 +358,10 @@ fn push(
     let what = format!("{} row {row}", path.display());
     let mut item = McqItem::new(id, prov, question, options, gold, &what)?;
     if !blank_options.is_empty() {
-        stats.kept_without_blank += 1;
+        to.stats.kept_without_blank += 1;
     }
     item.blank_options = blank_options;
-    out.push(item);
-    stats.items += 1;
+    to.out.push(item);
+    to.stats.items += 1;
     Ok(())
 }

@@ -17,6 +17,7 @@ use crate::shards::index::{self, Index, ProvenanceRange};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::settings::PackSettings;
 use crate::shards::RowBatch;
+use crate::worker::{PartSet, PARTS_DIR};
 
 /// One row of a part: ids and its `doc_offsets`.
 type Row = (Vec<u32>, Vec<u32>);
@@ -71,15 +72,13 @@ impl PartRows {
 /// different runs; journals each shard in an incomplete index, marks it complete last, then
 /// removes `parts/`. `OUT` may hold only `parts/` and what an earlier merge's journal lists
 /// (`force`: also dlm-data's own files); anything else is refused before a byte is written.
-pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
+pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
     let t0 = std::time::Instant::now();
-    let parts_root = out.join("parts");
-    let names = crate::worker::part_dirs(&parts_root)?;
-    let workers = crate::worker::check_worker_set(&parts_root, &names)?;
-    let mut parts = open_parts(&parts_root, &names)?;
+    let workers = set.workers;
+    let mut parts = open_parts(set)?;
     let run = Run::of(&parts)?;
 
-    let mut claim = Claim::new("merge", force).keep(["parts"]);
+    let mut claim = Claim::new("merge", force).keep([PARTS_DIR]);
     if let Some(old) = outdir::own_index(out) {
         claim = claim
             .remove(outdir::journal_files(&old))
@@ -119,8 +118,7 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
         &merged,
         (run.args.format == ShardFormat::Mds).then_some(&mds[..]),
     )?;
-    std::fs::remove_dir_all(&parts_root)
-        .with_context(|| format!("removing {}", parts_root.display()))?;
+    set.remove()?;
     let secs = t0.elapsed().as_secs_f64();
     crate::progress::note(&format!(
         "merge: {workers} pack parts → {} shards, {} rows, {} tokens in {} ({secs:.1} s)",
@@ -144,11 +142,10 @@ pub fn merge_dir(out: &Path, force: bool) -> Result<Value> {
 
 /// Every part with its index; refused (nothing merged) naming each part without one or
 /// interrupted.
-fn open_parts(parts_root: &Path, names: &[String]) -> Result<Vec<PartRows>> {
+fn open_parts(set: &PartSet) -> Result<Vec<PartRows>> {
     let mut parts = Vec::new();
     let mut incomplete = Vec::new();
-    for n in names {
-        let dir = parts_root.join(n);
+    for (n, dir) in set.names.iter().zip(set.dirs()) {
         let idx = match index::load(&dir) {
             Ok(i) => i,
             Err(_) => {
@@ -166,13 +163,7 @@ fn open_parts(parts_root: &Path, names: &[String]) -> Result<Vec<PartRows>> {
             next_prov: 0,
         });
     }
-    if !incomplete.is_empty() {
-        return Err(crate::error::refused(format!(
-            "{}: incomplete worker parts: {}; nothing merged",
-            parts_root.display(),
-            incomplete.join(", ")
-        )));
-    }
+    set.refuse_incomplete("", &incomplete)?;
     Ok(parts)
 }
 

@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor, D};
 
 use super::config::LlamaConfig;
 use super::weights::Weights;
-use super::TeacherBackend;
+use super::{check_batch_shape, Batch, TeacherBackend};
 
 struct Layer {
     ln1: Tensor,
@@ -195,30 +195,15 @@ impl TeacherBackend for CpuTeacher {
         self.cfg.vocab_size
     }
 
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        anyhow::ensure!(
-            tokens.len() == b * l && keep.len() == b * l,
-            "batch of {b}×{l} with {} tokens",
-            tokens.len()
-        );
-        anyhow::ensure!(
-            rows.end <= l && rows.start < rows.end,
-            "rows {rows:?} of {l}"
-        );
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> Result<Vec<f32>> {
+        check_batch_shape(batch, &rows)?;
         // One row at a time, its left padding stripped: a row's logits are then bit-for-bit
         // those of the row alone, whatever its batch peers and their lengths (GEMM blocking
         // and softmax reductions depend on the padded shape; see docs/commands/distill.md).
         let n = rows.end - rows.start;
-        let mut out = Vec::with_capacity(b * n * self.cfg.vocab_size);
-        for r in 0..b {
-            let (t, k) = (&tokens[r * l..(r + 1) * l], &keep[r * l..(r + 1) * l]);
+        let mut out = Vec::with_capacity(batch.b * n * self.cfg.vocab_size);
+        for r in 0..batch.b {
+            let (t, k) = batch.row(r);
             let pad = k.iter().take_while(|&&x| !x).count();
             let (t, k, at) = if rows.start >= pad && k[pad..].iter().all(|&x| x) {
                 (&t[pad..], &k[pad..], rows.start - pad..rows.end - pad)

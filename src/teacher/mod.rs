@@ -17,16 +17,71 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use crate::sampling::early_exit::{RowOut, RowSchedule};
+use crate::sampling::GenParams;
+
 pub use config::LlamaConfig;
 pub use tokenizer::TeacherTokenizer;
 pub use weights::Weights;
 
-/// A forward pass over a left-padded batch, returning logits for a window of positions only.
+/// A left-padded batch as a backend reads it: `tokens` and `keep` are `[b, l]` row-major;
+/// `keep[i]` is false for padding (a key no query may attend to).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub tokens: &'a [u32],
+    pub keep: &'a [bool],
+    pub b: usize,
+    pub l: usize,
+}
+
+impl<'a> Batch<'a> {
+    pub fn new(tokens: &'a [u32], keep: &'a [bool], b: usize, l: usize) -> Self {
+        Batch { tokens, keep, b, l }
+    }
+
+    /// Row `r`'s tokens and key mask.
+    pub fn row(&self, r: usize) -> (&'a [u32], &'a [bool]) {
+        let at = r * self.l..(r + 1) * self.l;
+        (&self.tokens[at.clone()], &self.keep[at])
+    }
+}
+
+/// The one shape check every backend runs before a forward: `b × l` tokens and key flags, and
+/// a non-empty window `rows` inside `0..l`.
+pub fn check_batch_shape(batch: &Batch, rows: &Range<usize>) -> Result<()> {
+    let (b, l) = (batch.b, batch.l);
+    anyhow::ensure!(
+        batch.tokens.len() == b * l
+            && batch.keep.len() == b * l
+            && rows.start < rows.end
+            && rows.end <= l,
+        "batch shape mismatch: expected {b}×{l} = {} tokens and key flags and a non-empty \
+         window of rows inside 0..{l}; got {} tokens, {} key flags, rows {rows:?}",
+        b * l,
+        batch.tokens.len(),
+        batch.keep.len()
+    );
+    Ok(())
+}
+
+/// One run of the whole sampler a backend may do itself: `prompts` unpadded, `keys` their RNG
+/// keys (`distill::host_loop::generate`'s contract).
+#[derive(Clone, Copy)]
+pub struct GenJob<'a> {
+    pub p: &'a GenParams,
+    pub prompts: &'a [&'a [u32]],
+    pub keys: &'a [u64],
+    pub pad_id: u32,
+    pub logits_shift: u8,
+}
+
+/// A forward pass over a left-padded [`Batch`], returning logits for a window of positions
+/// only.
 ///
-/// `tokens` and `keep` are `[b, l]` row-major; `keep[i]` is false for padding (a key no query
-/// may attend to). Position ids are each token's index among its row's kept tokens. Returns
+/// Position ids are each token's index among its row's kept tokens. Returns
 /// `[b, rows.len(), vocab]` row-major f32 logits for positions `rows` (the current block, so
-/// the LM head runs over a fraction of the sequence).
+/// the LM head runs over a fraction of the sequence). Every implementation starts with
+/// [`check_batch_shape`].
 pub trait TeacherBackend {
     fn vocab_size(&self) -> usize;
 
@@ -36,27 +91,12 @@ pub trait TeacherBackend {
     fn pad_multiple(&self) -> usize {
         1
     }
-    fn logits(
-        &mut self,
-        tokens: &[u32],
-        keep: &[bool],
-        b: usize,
-        l: usize,
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>>;
+    fn logits(&mut self, batch: &Batch, rows: Range<usize>) -> Result<Vec<f32>>;
 
-    /// Run the whole sampler (`distill::host_loop::generate`'s contract: prompts unpadded,
-    /// `keys` their RNG keys; returns each row's generated span) where the backend can do it
-    /// better than the host loop over [`Self::logits`] — the GPU keeps every step on the
+    /// Run the whole sampler where the backend can do it better than the host loop over
+    /// [`Self::logits`] (returns each row's generated span) — the GPU keeps every step on the
     /// device. `None`: use the host loop.
-    fn generate(
-        &mut self,
-        _p: &crate::sampling::GenParams,
-        _prompts: &[&[u32]],
-        _keys: &[u64],
-        _pad_id: u32,
-        _logits_shift: u8,
-    ) -> Option<Result<Vec<Vec<u32>>>> {
+    fn generate(&mut self, _job: &GenJob) -> Option<Result<Vec<Vec<u32>>>> {
         None
     }
 
@@ -66,20 +106,13 @@ pub trait TeacherBackend {
     /// the batch forward passes run. `None`: the host runs each row with
     /// `distill::host_loop::generate_row` (the CPU computes a row's logits independently of its
     /// peers, so no batch is needed for its records).
-    ///
-    /// [`RowOut`]: crate::sampling::early_exit::RowOut
-    fn generate_rows(
-        &mut self,
-        _p: &crate::sampling::GenParams,
-        _prompts: &[&[u32]],
-        _keys: &[u64],
-        _pad_id: u32,
-        _logits_shift: u8,
-        _sched: &crate::sampling::early_exit::RowSchedule,
-    ) -> Option<Result<(Vec<crate::sampling::early_exit::RowOut>, usize)>> {
+    fn generate_rows(&mut self, _job: &GenJob, _sched: &RowSchedule) -> GenRows {
         None
     }
 }
+
+/// What [`TeacherBackend::generate_rows`] returns: each prompt's row and the passes run.
+pub type GenRows = Option<Result<(Vec<RowOut>, usize)>>;
 
 /// What identifies the teacher in every distilled record.
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -6,7 +6,7 @@ use dlm_data::distill::host_loop::Commit;
 use dlm_data::sampling::rng;
 use dlm_data::sampling::GenParams;
 use dlm_data::sampling::Remasking;
-use dlm_data::teacher::TeacherBackend;
+use dlm_data::teacher::{Batch, TeacherBackend};
 
 /// LLaDA's loop, written out literally over full-sequence logits.
 pub fn llada_reference(
@@ -50,7 +50,7 @@ pub fn llada_reference(
         for i in 0..spb {
             let step = (nb * spb + i) as u64;
             let mask_index: Vec<bool> = x.iter().map(|&t| t == p.mask_id).collect();
-            let raw = be.logits(&x, &keep, b, l, 0..l).unwrap();
+            let raw = be.logits(&Batch::new(&x, &keep, b, l), 0..l).unwrap();
             let mut logits = vec![0f64; b * l * v];
             for r in 0..b {
                 for q in 0..l {

@@ -134,11 +134,11 @@ impl Engine {
         let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
         self.ensure_workspace(
             rows,
-            lp_max + p.gen_length,
-            longest + p.gen_length,
-            rows * p.block_length,
+            lp_max + p.gen.gen_length,
+            longest + p.gen.gen_length,
+            rows * p.gen.block_length,
         )?;
-        if p.cache != KvCache::None {
+        if p.gen.cache != KvCache::None {
             self.ensure_kv_cache()?;
         }
         self.write_settings(p)?;
@@ -178,7 +178,7 @@ impl Engine {
 
 impl Device<'_> {
     fn s(&self) -> usize {
-        self.lp + self.p.gen_length
+        self.lp + self.p.gen.gen_length
     }
 }
 
@@ -220,7 +220,7 @@ impl Device<'_> {
     }
 
     fn load_layout(&mut self, l: &Layout) -> Result<()> {
-        let s = l.lp + self.p.gen_length;
+        let s = l.lp + self.p.gen.gen_length;
         let ws = self.e.ws.as_ref().context("no workspace")?;
         if l.b > ws.b || s > ws.s {
             bail!(
@@ -259,10 +259,10 @@ impl Device<'_> {
             .is_none_or(|g| (g.b, g.s, g.lp) != (b, s, lp));
         if stale {
             drop(self.graphs.take()); // free the old executables first
-            let cached = p.cache != KvCache::None;
+            let cached = p.gen.cache != KvCache::None;
             let full = e.capture(|| e.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
-            let dual = if p.cache == KvCache::Dual {
-                let w = p.block_length;
+            let dual = if p.gen.cache == KvCache::Dual {
+                let w = p.gen.block_length;
                 Some(e.capture(|| e.enqueue_step(b, s, lp, p, Pass::Window { w }))?)
             } else {
                 None
@@ -273,7 +273,7 @@ impl Device<'_> {
                 lp,
                 full,
                 dual,
-                prefix: (0..p.num_blocks()).map(|_| None).collect(),
+                prefix: (0..p.gen.num_blocks()).map(|_| None).collect(),
             });
             self.prof.captures += 1;
         }
@@ -284,14 +284,14 @@ impl Device<'_> {
             StepKind::Dual => e.gpu.replay(g.dual.as_ref().context("no dual graph")?)?,
             StepKind::Prefix { block } => {
                 if g.prefix[block].is_none() {
-                    let w = s - (lp + block * p.block_length);
+                    let w = s - (lp + block * p.gen.block_length);
                     g.prefix[block] =
                         Some(e.capture(|| e.enqueue_step(b, s, lp, p, Pass::Window { w }))?);
                 }
                 e.gpu.replay(g.prefix[block].as_ref().expect("captured"))?;
             }
         }
-        let r = e.check_finite(p.block_length);
+        let r = e.check_finite(p.gen.block_length);
         if let (Some(t0), Some(t1)) = (t0, t1) {
             self.prof.capture += (t1 - t0).as_secs_f64();
             self.prof.step += t1.elapsed().as_secs_f64();

@@ -14,10 +14,11 @@ pub use crate::sampling::KvCache;
 /// Most excluded token ids the sampler kernel takes (mask included).
 pub(super) const MAX_BAN: usize = 32;
 
-/// One run of the device sampler: the sampler's one settings type
-/// ([`crate::sampling::GenParams`], validated there and reached through `Deref`) and what the
-/// device needs beside it (pad id, logit alignment, stop ids, row movement, padding). The excluded-token lists the kernels take are derived from the
-/// settings ([`Self::ban_choice`], [`Self::ban_conf`]), never set by hand.
+/// One run of the device sampler: the sampler's one resolved settings value (`gen`, the
+/// [`crate::sampling::GenParams`] that `distill::settings` validated, read as a plain field)
+/// and what the device needs beside it (pad id, logit alignment, stop ids, row movement,
+/// padding). The excluded-token lists the kernels take are derived from the settings
+/// ([`Self::ban_choice`], [`Self::ban_conf`]), never set by hand.
 #[derive(Debug, Clone)]
 pub struct DeviceRun {
     pub gen: crate::sampling::GenParams,
@@ -45,19 +46,6 @@ pub fn pad_multiple() -> usize {
         .and_then(|v| v.parse().ok())
         .filter(|&m: &usize| m > 0)
         .unwrap_or(PAD_MULTIPLE)
-}
-
-impl std::ops::Deref for DeviceRun {
-    type Target = crate::sampling::GenParams;
-    fn deref(&self) -> &Self::Target {
-        &self.gen
-    }
-}
-
-impl std::ops::DerefMut for DeviceRun {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.gen
-    }
 }
 
 fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {
@@ -117,13 +105,13 @@ impl DeviceRun {
     /// The sampler's own checks, then what only the device limits.
     pub fn validate(&self) -> Result<()> {
         self.gen.validate()?;
-        if self.block_length > crate::sampling::GPU_MAX_BLOCK_LENGTH {
+        if self.gen.block_length > crate::sampling::GPU_MAX_BLOCK_LENGTH {
             bail!(
                 "--block-length {} > 1024 is not supported on the GPU",
-                self.block_length
+                self.gen.block_length
             );
         }
-        if self.pad_id == self.mask_id {
+        if self.pad_id == self.gen.mask_id {
             bail!("pad id {} equals the mask id", self.pad_id);
         }
         if 1 + self.ban_choice().len() + self.ban_conf().len() > MAX_BAN {
@@ -132,11 +120,14 @@ impl DeviceRun {
         if self.stop_ids.len() > MAX_BAN {
             bail!("more than {MAX_BAN} EOS/EoT ids");
         }
-        if self.free_rows && self.cache != KvCache::None {
+        if self.free_rows && self.gen.cache != KvCache::None {
             bail!("rows move independently only without a KV cache");
         }
-        if self.cache != KvCache::None && self.logits_shift != 0 {
-            bail!("--kv-cache {} needs logits shift 0", self.cache.as_str());
+        if self.gen.cache != KvCache::None && self.logits_shift != 0 {
+            bail!(
+                "--kv-cache {} needs logits shift 0",
+                self.gen.cache.as_str()
+            );
         }
         Ok(())
     }
@@ -144,7 +135,8 @@ impl DeviceRun {
     /// LLaDA's `get_num_transfer_tokens` for a fully masked block: equal shares, the
     /// remainder to the earliest steps.
     pub fn num_transfer(&self) -> Vec<i32> {
-        self.block_transfer_counts()
+        self.gen
+            .block_transfer_counts()
             .into_iter()
             .map(|k| k as i32)
             .collect()
@@ -161,7 +153,7 @@ impl Engine {
         p: &DeviceRun,
         pass: Pass,
     ) -> Result<()> {
-        let blk = p.block_length;
+        let blk = p.gen.block_length;
         let (si, blki, gs, sh) = (
             s as i32,
             blk as i32,
@@ -250,7 +242,7 @@ impl Engine {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let v = self.cfg.vocab_size as i32;
         let rr = i32::from(p.remask_random());
-        let nblocks = (p.gen_length / p.block_length) as i32;
+        let nblocks = (p.gen.gen_length / p.gen.block_length) as i32;
         let n_choice = (1 + p.ban_choice().len()) as i32;
         let n_all = n_choice + p.ban_conf().len() as i32;
         self.gpu.launch(
@@ -266,10 +258,10 @@ impl Engine {
                 &blki,
                 &ws.state.ptr,
                 &gs,
-                &p.mask_id,
-                &p.temperature,
+                &p.gen.mask_id,
+                &p.gen.temperature,
                 &rr,
-                &p.seed,
+                &p.gen.seed,
                 &ws.keys.ptr,
                 &ws.x0.ptr,
                 &ws.conf.ptr,
@@ -286,10 +278,10 @@ impl Engine {
     /// Per row, commit this step's most confident masked positions (top-k, or by threshold).
     fn enqueue_commit(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
-        let blk = p.block_length;
-        let nblocks = (p.gen_length / blk) as i32;
+        let blk = p.gen.block_length;
+        let nblocks = (p.gen.gen_length / blk) as i32;
         let threads = blk.div_ceil(32) * 32;
-        let threshold = p.threshold.unwrap_or(-1.0);
+        let threshold = p.gen.threshold.unwrap_or(-1.0);
         self.gpu.launch(
             self.k.commit,
             (b as u32, 1, 1),
@@ -302,7 +294,7 @@ impl Engine {
                 &ws.state.ptr,
                 &gs,
                 &ws.ntrans.ptr,
-                &p.mask_id,
+                &p.gen.mask_id,
                 &ws.x0.ptr,
                 &ws.conf.ptr,
                 &threshold,
@@ -314,13 +306,13 @@ impl Engine {
     /// The device-side state moved on: step, block, finished rows (stop ids), phase.
     fn enqueue_advance(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, b: usize) -> Result<()> {
         let (si, blki, gs) = (at.si, at.blki, at.gs);
-        let nblocks = (p.gen_length / p.block_length) as i32;
-        let spb = p.steps_per_block() as i32;
+        let nblocks = (p.gen.gen_length / p.gen.block_length) as i32;
+        let spb = p.gen.steps_per_block() as i32;
         let bi = b as i32;
-        let adaptive = i32::from(p.threshold.is_some());
+        let adaptive = i32::from(p.gen.threshold.is_some());
         let aligned = i32::from(!p.free_rows);
         let n_stop = p.stop_ids.len() as i32;
-        let gen_len = p.gen_length as i32;
+        let gen_len = p.gen.gen_length as i32;
         self.gpu.launch(
             self.k.advance,
             (1, 1, 1),
@@ -334,7 +326,7 @@ impl Engine {
                 &bi,
                 &blki,
                 &gs,
-                &p.mask_id,
+                &p.gen.mask_id,
                 &adaptive,
                 &nblocks,
                 &aligned,
@@ -349,13 +341,13 @@ impl Engine {
     /// length). Position ids come from the pads (index among real tokens).
     pub fn left_pad(prompts: &[Vec<u32>], p: &DeviceRun) -> (Vec<Vec<u32>>, Vec<usize>, usize) {
         let lp = crate::sampling::padded_len(prompts.iter().map(Vec::len), p.pad_multiple);
-        let s = lp + p.gen_length;
+        let s = lp + p.gen.gen_length;
         let (rows, pads) = prompts
             .iter()
             .map(|q| {
                 let mut row = vec![p.pad_id; lp - q.len()];
                 row.extend_from_slice(q);
-                row.resize(s, p.mask_id);
+                row.resize(s, p.gen.mask_id);
                 (row, lp - q.len())
             })
             .unzip();
@@ -376,7 +368,7 @@ impl Engine {
             bail!("one RNG key per prompt");
         }
         let (seqs, pads, lp) = Self::left_pad(prompts, p);
-        let (b, s) = self.upload_batch(&seqs, &pads, keys, prompts.len() * p.block_length)?;
+        let (b, s) = self.upload_batch(&seqs, &pads, keys, prompts.len() * p.gen.block_length)?;
         if cache {
             self.ensure_kv_cache()?;
         }
@@ -391,7 +383,7 @@ impl Engine {
         let ws = self.ws.as_ref().context("no workspace")?;
         self.gpu.write(&ws.ntrans, 0, &p.num_transfer())?;
         self.gpu.write(&ws.nf_key, 0, &[u64::MAX])?;
-        let ban: Vec<u32> = std::iter::once(p.mask_id)
+        let ban: Vec<u32> = std::iter::once(p.gen.mask_id)
             .chain(p.ban_choice())
             .chain(p.ban_conf())
             .collect();
@@ -429,20 +421,20 @@ impl Engine {
         keys: &[u64],
         p: &DeviceRun,
     ) -> Result<(Vec<Vec<u32>>, usize)> {
-        let cached = p.cache != KvCache::None;
+        let cached = p.gen.cache != KvCache::None;
         let (b, s, lp) = self.prepare(prompts, keys, p, cached)?;
-        let blk = p.block_length;
+        let blk = p.gen.block_length;
         let full = self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Full { cache: cached }))?;
-        let dual = if p.cache == KvCache::Dual {
+        let dual = if p.gen.cache == KvCache::Dual {
             Some(self.capture(|| self.enqueue_step(b, s, lp, p, Pass::Window { w: blk }))?)
         } else {
             None
         };
-        let nblocks = p.gen_length / blk;
+        let nblocks = p.gen.gen_length / blk;
         let mut prefix: Vec<Option<crate::gpu::driver::Graph>> =
             (0..nblocks).map(|_| None).collect();
         let mut graph_for = |this: &Self, block: usize, step_in_block: usize| -> Result<()> {
-            if p.full_pass_at(step_in_block) {
+            if p.gen.full_pass_at(step_in_block) {
                 return this.gpu.replay(&full);
             }
             if let Some(d) = &dual {
@@ -456,8 +448,8 @@ impl Engine {
             this.gpu.replay(prefix[block].as_ref().unwrap())
         };
         let mut steps_run = 0usize;
-        if p.threshold.is_none() {
-            let spb = p.steps_per_block();
+        if p.gen.threshold.is_none() {
+            let spb = p.gen.steps_per_block();
             for block in 0..nblocks {
                 for i in 0..spb {
                     graph_for(self, block, i)?;
@@ -471,10 +463,10 @@ impl Engine {
                 if block >= nblocks {
                     break;
                 }
-                if steps_run > p.gen_length {
+                if steps_run > p.gen.gen_length {
                     bail!(
                         "threshold decoding did not finish in {} steps",
-                        p.gen_length
+                        p.gen.gen_length
                     );
                 }
                 graph_for(self, block, sib)?;

@@ -26,7 +26,9 @@ impl Engine {
         let keys = vec![1u64; b];
         let (b, s, _) = self.prepare(&prompts, &keys, p, window)?;
         let pass = if window {
-            Pass::Window { w: p.block_length }
+            Pass::Window {
+                w: p.gen.block_length,
+            }
         } else {
             Pass::Full { cache: false }
         };
@@ -72,7 +74,7 @@ impl Engine {
         p: &DeviceRun,
     ) -> Result<(f64, f64)> {
         let (b, s, lp) = self.prepare(prompts, keys, p, true)?;
-        let blk = p.block_length;
+        let blk = p.gen.block_length;
         // Nothing is committed: k = 0 at every step.
         self.gpu
             .write(&self.ws.as_ref().unwrap().ntrans, 0, &vec![0i32; 1024])?;

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::Result;
-use dlm_data::hub::client::{check_entry_digests, next_link, parse_revision, TreeEntry};
+use dlm_data::hub::client::{next_link, parse_revision, read_entry_digests, TreeEntry};
 use dlm_data::hub::configs::{files_for, infer_splits, parse_readme_configs};
 use dlm_data::hub::names::check_repo_path;
 use dlm_data::hub::retry::{server_wait, RetryPolicy};
@@ -199,7 +199,7 @@ impl Target for HubTree {
         let page: Vec<TreeEntry> = serde_json::from_slice(input)?;
         let cache = dlm_data::hub::cache::Cache::resolve(Some(Path::new("/cache-root")));
         let mut files = Vec::new();
-        for e in page {
+        for mut e in page {
             check_repo_path(&e.path)?;
             // A listed path that passed the check must stay inside the snapshot.
             let p = cache.snapshot_path(
@@ -218,8 +218,9 @@ impl Target for HubTree {
                 p.display()
             );
             if e.kind == "file" {
-                // Blob and lock names come only from validated digests, inside the cache.
-                if check_entry_digests(&e).is_ok() {
+                // Blob and lock names come only from digests read by the one rule (any case in,
+                // lowercase out), inside the cache.
+                if read_entry_digests(&mut e).is_ok() {
                     let etag = e.lfs.as_ref().map_or(e.oid.as_str(), |l| l.oid.as_str());
                     let refused = |e: anyhow::Error| -> std::path::PathBuf {
                         panic!("digest {etag:?} passed the listing check, refused later: {e:#}")
