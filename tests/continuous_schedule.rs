@@ -86,7 +86,10 @@ impl RowDevice for KernelModel<'_> {
             let row = self.l.x[r * s + pad..(r + 1) * s].to_vec();
             let s0 = lp - pad + st.block as usize * bl;
             let keep = vec![true; row.len()];
-            let logits = self.be.logits(&row, &keep, 1, row.len(), s0..s0 + bl)?;
+            let logits = self.be.logits(
+                &dlm_data::teacher::Batch::new(&row, &keep, 1, row.len()),
+                s0..s0 + bl,
+            )?;
             let ctx = RowCtx {
                 prompt_key: self.l.keys[r],
                 global_step: st.step as u64,
