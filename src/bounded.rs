@@ -44,6 +44,14 @@ impl Bound {
     }
 }
 
+/// The bounds one input read holds: a JSON row's bytes while it is read, and what a compressed
+/// parquet input (`.parquet.gz` / `.parquet.zst`) may decompress to in its temporary copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadBounds {
+    pub row: Bound,
+    pub decompressed: Bound,
+}
+
 /// `n` bytes as the flags spell sizes: `64MiB` when a whole number of MiB, else `N bytes`.
 pub fn human(n: u64) -> String {
     if n >= 1 << 20 && n % (1 << 20) == 0 {
@@ -296,8 +304,7 @@ mod tests {
 
     #[test]
     fn special_files_are_refused_and_caps_hold() {
-        let d = tempfile::tempdir().unwrap();
-        let fifo = d.path().join("p.jsonl");
+        let (d, fifo) = crate::testkit::temp_path("p.jsonl");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // No writer: the open must not block, and it is refused.

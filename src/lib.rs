@@ -65,5 +65,7 @@ pub mod signals;
 pub mod sizes;
 pub mod sources;
 pub mod teacher;
+#[cfg(test)]
+mod testkit;
 pub mod util;
 pub mod worker;

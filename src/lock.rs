@@ -297,8 +297,7 @@ mod tests {
 
     #[test]
     fn second_taker_is_busy_and_names_the_holder() {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("out");
+        let (_d, out) = crate::testkit::temp_path("out");
         let a = OutputLock::dir(&out, "pack").unwrap();
         let e = OutputLock::dir(&out, "pack").unwrap_err();
         assert_eq!(crate::error::exit_code(&e), crate::error::EXIT_BUSY);
@@ -318,9 +317,7 @@ mod tests {
 
     #[test]
     fn a_stale_lock_file_is_taken_over_and_a_symlink_is_not_followed() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.lock");
-        std::fs::write(&p, "{\"pid\": 1}\n").unwrap();
+        let (d, p) = crate::testkit::temp_file("x.lock", "{\"pid\": 1}\n");
         let l = OutputLock::file(&p, "distill", d.path()).unwrap();
         assert!(std::fs::read_to_string(&p)
             .unwrap()
@@ -335,9 +332,7 @@ mod tests {
 
     #[test]
     fn inputs_are_refused_through_symlinks_and_hard_links() {
-        let d = tempfile::tempdir().unwrap();
-        let input = d.path().join("prompts.jsonl");
-        std::fs::write(&input, "x").unwrap();
+        let (d, input) = crate::testkit::temp_file("prompts.jsonl", "x");
         let link = d.path().join("link.json");
         std::os::unix::fs::symlink(&input, &link).unwrap();
         let hard = d.path().join("hard.json");

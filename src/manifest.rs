@@ -584,8 +584,7 @@ mod tests {
             "12a3808a956f869c767195e9266b59c4d21d92e2"
         );
         assert!(m.models[0].globs().iter().any(|g| g == "*.safetensors"));
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.toml");
+        let (dir, p) = crate::testkit::temp_path("m.toml");
         for (body, needle) in [
             ("name='b'\nrepo='o/n'\nrevision='main'\n", "40-hex"),
             ("name='b'\nrepo='o'\nrevision='{c}'\n", "owner/name"),
@@ -630,8 +629,7 @@ mod tests {
 
     #[test]
     fn weights_must_mix_and_one_selection_has_one_name() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.toml");
+        let (_dir, p) = crate::testkit::temp_path("m.toml");
         let src = |name: &str, repo: &str, w: &str| {
             format!("[[source]]\nname='{name}'\nrepo='{repo}'\nrevision='main'\nsplit='train'\nformat='parquet'\n{w}\n")
         };
@@ -665,9 +663,7 @@ mod tests {
 
     #[test]
     fn unknown_key_is_usage_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("m.toml");
-        std::fs::write(&p, "[[source]]\nname='a'\nrepo='o/n'\nrevision='main'\nsplit='train'\nformat='parquet'\nbogus=1\n").unwrap();
+        let (_dir, p) = crate::testkit::temp_file("m.toml", "[[source]]\nname='a'\nrepo='o/n'\nrevision='main'\nsplit='train'\nformat='parquet'\nbogus=1\n");
         let e = Manifest::load(&p).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("m.toml"), "{e}");

@@ -110,10 +110,7 @@ fn take_locks(
             )?);
         }
     } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
-        let log: PathBuf = match log {
-            Some(l) => l.to_path_buf(),
-            None => crate::hub::cache::Cache::resolve(cache).default_log(),
-        };
+        let log = crate::hub::cache::Cache::resolve(cache).log_path(log);
         locks.push(OutputLock::beside(&log, "merge")?);
     }
     Ok(locks)
@@ -158,10 +155,7 @@ pub fn join_fetch_logs(
     log: Option<&Path>,
     cache: Option<&Path>,
 ) -> Result<serde_json::Value> {
-    let log: PathBuf = match log {
-        Some(l) => l.to_path_buf(),
-        None => crate::hub::cache::Cache::resolve(cache).default_log(),
-    };
+    let log = crate::hub::cache::Cache::resolve(cache).log_path(log);
     let dir = log.parent().unwrap_or(Path::new(".")).to_path_buf();
     let prefix = format!(
         "{}.part-",

@@ -326,8 +326,7 @@ mod tests {
     /// Same bytes: no write (mtime kept); other bytes: written.
     #[test]
     fn write_if_changed_keeps_an_unchanged_file() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f.json");
+        let (_d, p) = crate::testkit::temp_path("f.json");
         assert!(write_if_changed(&p, b"one").unwrap());
         let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
         File::options()
@@ -407,8 +406,7 @@ mod tests {
 
     #[test]
     fn atomic_write_replaces() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.json");
+        let (d, p) = crate::testkit::temp_path("x.json");
         atomic_write(&p, b"one").unwrap();
         atomic_write(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");

@@ -145,9 +145,7 @@ impl Ctx {
         log: Option<&Path>,
     ) -> anyhow::Result<Ctx> {
         let cache = Cache::resolve(cache);
-        let log_path = log
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| cache.default_log());
+        let log_path = cache.log_path(log);
         let mut sets = Vec::new();
         for m in manifests {
             let manifest = Manifest::load(m)?;

@@ -138,19 +138,8 @@ fn load_manifest(
         let mut n_items = 0;
         for (fi, f) in sorted.into_iter().enumerate() {
             let local = cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
-            let sha = crate::util::sha256_file(&local).with_context(|| {
-                format!(
-                    "eval-reference {:?}: {} is not in the cache; run fetch",
-                    s.name, f.path
-                )
-            })?;
-            if sha != f.sha256 {
-                anyhow::bail!(
-                    "{}: sha256 {sha} does not match the lock ({}); re-run fetch",
-                    local.display(),
-                    f.sha256
-                );
-            }
+            let what = format!("eval-reference {:?}: {}", s.name, f.path);
+            Cache::verify_locked(&local, &f.sha256, &what)?;
             let rows = rows::read_rows(&local)?;
             for (r, v) in rows.iter().enumerate() {
                 let text = rows::render(&s.text, v).with_context(|| {
@@ -166,7 +155,7 @@ fn load_manifest(
             n_items += rows.len() as u64;
             files.push(BenchFile {
                 path: f.path.clone(),
-                sha256: sha,
+                sha256: f.sha256.clone(),
                 rows: rows.len() as u64,
             });
         }

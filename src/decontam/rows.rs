@@ -8,11 +8,15 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use serde_json::Value;
 
-/// The bound on one benchmark row (a JSON line or array element) while it is read.
-const ROW_MAX: crate::bounded::Bound = crate::bounded::Bound::new(
-    crate::sources::ROW_BYTES,
-    "a benchmark row is at most that; no flag raises it",
-);
+/// The bounds on one benchmark row (a JSON line or array element) while it is read, and on
+/// a compressed parquet's decompressed copy.
+const BOUNDS: crate::bounded::ReadBounds = crate::bounded::ReadBounds {
+    row: crate::bounded::Bound::new(
+        crate::sources::ROW_BYTES,
+        "a benchmark row is at most that; no flag raises it",
+    ),
+    decompressed: crate::sources::codec::TEMP_MAX,
+};
 
 /// Every row of a parquet, JSONL or JSON-array file (chosen by extension, optionally `.gz` /
 /// `.zst`), through the one [`crate::sources::RowReader`]; a regular file only.
@@ -24,7 +28,7 @@ pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
         )));
     }
     let mut out = Vec::new();
-    crate::sources::read_values(path, ROW_MAX, &mut |_, v| {
+    crate::sources::read_values(path, BOUNDS, &mut |_, v| {
         out.push(v);
         Ok(())
     })?;

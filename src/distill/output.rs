@@ -595,8 +595,7 @@ mod tests {
 
     #[test]
     fn gemm_plans_sit_beside_each_workers_part_and_are_not_parts() {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("distilled.json");
+        let (_d, out) = crate::testkit::temp_path("distilled.json");
         let w = WorkerSlice::new(2, 4).unwrap();
         let p = gemm_plans_path(&out, w);
         assert_eq!(p.parent().unwrap(), parts_dir(&out));
@@ -617,8 +616,7 @@ mod tests {
 
     #[test]
     fn failed_finalize_leaves_no_temp_file() {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("distilled.json");
+        let (d, out) = crate::testkit::temp_path("distilled.json");
         let p = part_path(&out, WorkerSlice::WHOLE);
         let mut w = PartWriter::open(&p, &header(WorkerSlice::WHOLE, 1, 1, &Value::Null)).unwrap();
         w.append(0, &[0], &["{\"id\":\"a\"}".into()]).unwrap();
@@ -638,8 +636,7 @@ mod tests {
 
     #[test]
     fn torn_tail_is_dropped_and_resume_truncates() {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("distilled.json");
+        let (_d, out) = crate::testkit::temp_path("distilled.json");
         let p = part_path(&out, WorkerSlice::WHOLE);
         let mut w = PartWriter::open(&p, &hdr(WorkerSlice::WHOLE)).unwrap();
         w.append(
@@ -666,8 +663,7 @@ mod tests {
 
     #[test]
     fn finalize_orders_by_prompt_and_checks_coverage() {
-        let d = tempfile::tempdir().unwrap();
-        let out = d.path().join("distilled.json");
+        let (_d, out) = crate::testkit::temp_path("distilled.json");
         let s0 = WorkerSlice::new(0, 2).unwrap();
         let s1 = WorkerSlice::new(1, 2).unwrap();
         let mut a = PartWriter::open(&part_path(&out, s0), &hdr(s0)).unwrap();

@@ -152,9 +152,7 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> Result<Vec<PromptItem>> {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("prompts.jsonl");
-        std::fs::write(&p, text).unwrap();
+        let (_d, p) = crate::testkit::temp_file("prompts.jsonl", text);
         read_prompts(&p)
     }
 
@@ -187,8 +185,7 @@ mod tests {
 
     #[test]
     fn overlong_line_is_refused_by_number_before_reading_it_whole() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("prompts.jsonl");
+        let (_d, p) = crate::testkit::temp_path("prompts.jsonl");
         let long = format!("{{\"id\":\"b\",\"prompt\":\"{}\"}}", "x".repeat(200));
         std::fs::write(&p, format!("{{\"id\":\"a\",\"prompt\":\"p\"}}\r\n{long}\n")).unwrap();
         let e = read_prompts_bounded(&p, 100).unwrap_err();

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::manifest::Role;
 
@@ -169,6 +169,21 @@ impl Cache {
         Ok(p)
     }
 
+    /// `path` ([`Cache::locked_file`]'s answer) holds the bytes the lock pins (`sha256`): `Err`
+    /// naming `what` (`source "x": locked file F`) when it is not in the cache, naming the
+    /// file when its bytes differ (a corrupt cache).
+    pub fn verify_locked(path: &Path, sha256: &str, what: &str) -> Result<()> {
+        let sha = crate::util::sha256_file(path)
+            .with_context(|| format!("{what} is not in the cache; run fetch"))?;
+        if sha != sha256 {
+            bail!(
+                "{}: sha256 {sha} does not match the lock ({sha256}); the cache is corrupt, re-run fetch",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+
     /// The one symlink rule of the cache, shared by every command that writes or reads it
     /// (fetch, pack, mcq, decontam, audit): a path of a repo's cache entry must resolve,
     /// through every symlink, inside the repo's directory as resolved — or inside its
@@ -229,9 +244,10 @@ impl Cache {
         Ok(p)
     }
 
-    /// Default download log: `<cache>/download.log`.
-    pub fn default_log(&self) -> PathBuf {
-        self.root.join("download.log")
+    /// The download log: `--log` when given, else `<cache>/download.log` (fetch, pack
+    /// `--stream`, audit and merge decide it here).
+    pub fn log_path(&self, given: Option<&Path>) -> PathBuf {
+        given.map_or_else(|| self.root.join("download.log"), Path::to_path_buf)
     }
 }
 

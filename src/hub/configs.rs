@@ -384,26 +384,16 @@ mod tests {
             "data/__pycache__/z.parquet",
             "sample/10BT/000_00000.parquet",
         ]);
-        assert_eq!(
-            select(&listing, &l(&["data/*"])).unwrap(),
-            l(&["data/b.parquet"])
-        );
-        assert_eq!(
-            select(&listing, &l(&["data/*/*"])).unwrap(),
-            l(&["data/a/x.parquet"])
-        );
-        assert_eq!(
-            select(&listing, &l(&["data/**"])).unwrap(),
-            l(&["data/a/x.parquet", "data/b.parquet"])
-        );
-        assert_eq!(
-            select(&listing, &l(&["data/.hidden/*"])).unwrap(),
-            l(&["data/.hidden/y.parquet"])
-        );
-        assert_eq!(
-            select(&listing, &l(&["sample/10BT/*"])).unwrap(),
-            l(&["sample/10BT/000_00000.parquet"])
-        );
+        let cases: [(&str, &[&str]); 5] = [
+            ("data/*", &["data/b.parquet"]),
+            ("data/*/*", &["data/a/x.parquet"]),
+            ("data/**", &["data/a/x.parquet", "data/b.parquet"]),
+            ("data/.hidden/*", &["data/.hidden/y.parquet"]),
+            ("sample/10BT/*", &["sample/10BT/000_00000.parquet"]),
+        ];
+        for (glob, want) in cases {
+            assert_eq!(select(&listing, &l(&[glob])).unwrap(), l(want), "{glob}");
+        }
     }
 
     #[test]

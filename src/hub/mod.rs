@@ -127,7 +127,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     }
     let slice = args.worker.resolve()?;
     let cache = Cache::resolve(args.cache.as_deref());
-    let mut log_path = args.log.clone().unwrap_or_else(|| cache.default_log());
+    let mut log_path = cache.log_path(args.log.as_deref());
     if !slice.is_whole() {
         log_path = log::part_path(&log_path, slice.index, slice.count);
     }

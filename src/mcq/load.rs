@@ -187,19 +187,8 @@ fn verified_file(
     let path = cache
         .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
         .with_context(|| format!("lock {}: source {:?}", lock_path.display(), s.name))?;
-    let sha = crate::util::sha256_file(&path).with_context(|| {
-        format!(
-            "source {:?}: locked file {} not in the cache; run fetch",
-            s.name, f.path
-        )
-    })?;
-    if sha != f.sha256 {
-        anyhow::bail!(
-            "{}: sha256 {sha} does not match the lock ({}); the cache is corrupt, re-run fetch",
-            path.display(),
-            f.sha256
-        );
-    }
+    let what = format!("source {:?}: locked file {}", s.name, f.path);
+    Cache::verify_locked(&path, &f.sha256, &what)?;
     Ok(path)
 }
 

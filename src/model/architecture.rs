@@ -311,8 +311,7 @@ mod tests {
 
     #[test]
     fn header_offsets_are_checked() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("m.safetensors");
+        let (_d, p) = crate::testkit::temp_path("m.safetensors");
         let head = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
         let mut b = (head.len() as u64).to_le_bytes().to_vec();
         b.extend_from_slice(head);

@@ -212,7 +212,7 @@ impl Run {
                 crate::sizes::MAX_TOKENS
             );
         }
-        let pad = if args.pad_last {
+        let pad = if args.packing.pad_last {
             Some(first.extra.get("pad_id").and_then(Value::as_u64).context(
                 "part index lacks pad_id (written by an older dlm-data); rerun the workers",
             )? as u32)
@@ -277,7 +277,7 @@ impl<'a> Sink<'a> {
             out,
             format: run.args.format,
             dtype: first.dtype,
-            shuffle: run.args.shuffle_seed,
+            shuffle: run.args.packing.shuffle_seed,
             n: 0,
             mds: Vec::new(),
             rows: 0,

@@ -245,6 +245,5 @@ pub enum MissingText {
 }
 
 pub fn run(args: PackArgs) -> Result<()> {
-    crate::sources::codec::set_temp_max(args.max_decompressed_bytes);
     pipeline::run(args)
 }

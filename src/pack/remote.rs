@@ -47,7 +47,7 @@ impl Streaming {
             max: Duration::from_secs(60),
         })?);
         let cache = Cache::resolve(args.cache.as_deref());
-        let mut log_path = args.log.clone().unwrap_or_else(|| cache.default_log());
+        let mut log_path = cache.log_path(args.log.as_deref());
         if !worker.is_whole() {
             log_path = log::part_path(&log_path, worker.index, worker.count);
         }

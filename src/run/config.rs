@@ -324,9 +324,8 @@ mod tests {
 
     #[test]
     fn pack_needs_exactly_one_of_manifest_and_inputs() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("p.toml");
-        std::fs::write(&f, "tokenizer = \"t\"\n[pack]\nout = \"o\"\n").unwrap();
+        let (_d, f) =
+            crate::testkit::temp_file("p.toml", "tokenizer = \"t\"\n[pack]\nout = \"o\"\n");
         let e = Pipeline::load(&f).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(

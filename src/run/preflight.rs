@@ -197,8 +197,7 @@ mod tests {
 
     #[test]
     fn overlap_is_equal_or_nested_through_links() {
-        let d = tempfile::tempdir().unwrap();
-        let real = d.path().join("real");
+        let (d, real) = crate::testkit::temp_path("real");
         std::fs::create_dir_all(real.join("x")).unwrap();
         std::os::unix::fs::symlink(&real, d.path().join("link")).unwrap();
         assert!(overlap(&real, &d.path().join("link/x/new")));

@@ -227,9 +227,7 @@ mod tests {
 
     #[test]
     fn a_touched_file_is_unchanged_and_an_edited_one_is_re_read() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("a.txt");
-        std::fs::write(&f, "one").unwrap();
+        let (_d, f) = crate::testkit::temp_file("a.txt", "one");
         let first = sigs(&[f.clone()], &BTreeMap::new()).unwrap();
         // Same bytes, a new time: unchanged.
         std::fs::write(&f, "one").unwrap();

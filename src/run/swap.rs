@@ -105,8 +105,7 @@ mod tests {
 
     #[test]
     fn a_swap_killed_after_its_exchange_finishes_without_redoing_it() {
-        let d = tempfile::tempdir().unwrap();
-        let live = d.path().join("out");
+        let (_d, live) = crate::testkit::temp_path("out");
         std::fs::create_dir_all(&live).unwrap();
         std::fs::write(live.join("index.json"), "old").unwrap();
         let new = staged(&live);

@@ -104,9 +104,7 @@ mod tests {
 
     #[test]
     fn not_parquet_is_an_error_naming_the_file() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("x.parquet");
-        std::fs::write(&p, b"not parquet at all").unwrap();
+        let (_d, p) = crate::testkit::temp_file("x.parquet", b"not parquet at all");
         let e = format!("{:#}", open(&p).err().unwrap());
         assert!(
             e.contains("x.parquet") && e.contains("not a readable parquet"),

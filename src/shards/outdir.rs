@@ -298,8 +298,7 @@ mod tests {
 
     #[test]
     fn data_subdirectory_is_claimed_entry_by_entry() {
-        let d = tempfile::tempdir().unwrap();
-        let data = d.path().join(DATA_DIR);
+        let (d, data) = crate::testkit::temp_path(DATA_DIR);
         std::fs::create_dir(&data).unwrap();
         std::fs::write(data.join("part-00000.parquet"), b"x").unwrap();
         std::fs::write(data.join("part-00001.parquet"), b"x").unwrap();
@@ -333,9 +332,7 @@ mod tests {
 
     #[test]
     fn force_clears_own_formats_only_and_never_an_input() {
-        let d = tempfile::tempdir().unwrap();
-        let input = d.path().join("part-00000.parquet");
-        std::fs::write(&input, b"x").unwrap();
+        let (d, input) = crate::testkit::temp_file("part-00000.parquet", b"x");
         std::fs::write(d.path().join("part-00001.parquet"), b"x").unwrap();
         let e = Claim::new("pack", true)
             .inputs([input.as_path()])

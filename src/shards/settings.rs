@@ -34,14 +34,9 @@ pub struct PackSettings {
     /// `--format` (a worker's parts are parquet whatever this says; `merge` writes this).
     pub format: ShardFormat,
     pub dtype: Dtype,
-    pub shuffle_seed: Option<u64>,
-    pub pad_last: bool,
-    /// `--tokens` budget.
-    pub tokens: Option<u64>,
-    pub shard_bytes: u64,
-    pub max_doc_bytes: u64,
-    pub max_word_bytes: u64,
-    pub on_oversize: Oversize,
+    /// Flattened: its keys stand here, in its field order.
+    #[serde(flatten)]
+    pub packing: Packing,
     /// `[index, count]` of `--shard I/N` (`[0, 1]` for one process).
     pub worker: [usize; 2],
     /// `--text` template (with `--input`; absent when `--text-column` names the text).
@@ -51,6 +46,23 @@ pub struct PackSettings {
     /// pins the files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inputs: Option<Vec<InputFile>>,
+}
+
+/// How documents become rows and shards: the pack flags that change the output bytes beside
+/// `--seq-len` and `--format`. Declared once for the run's resolved settings and for
+/// `index.json`'s `args` (flattened there: the same keys in the same order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Packing {
+    /// `--shuffle-seed`: rows shuffled within each shard.
+    pub shuffle_seed: Option<u64>,
+    /// `--pad-last`: the last row padded to `--seq-len` instead of dropped.
+    pub pad_last: bool,
+    /// `--tokens` budget.
+    pub tokens: Option<u64>,
+    pub shard_bytes: u64,
+    pub max_doc_bytes: u64,
+    pub max_word_bytes: u64,
+    pub on_oversize: Oversize,
 }
 
 /// One `--input` file as read: absolute path, size and sha256 of its bytes on disk (the
@@ -66,7 +78,7 @@ impl PackSettings {
     /// Rows per shard: `--shard-bytes` of uint32 rows of `seq_len` tokens (at least one).
     /// Megatron shards, which hold whole documents, close at the same token count.
     pub fn rows_per_shard(&self) -> usize {
-        rows_per_shard(self.shard_bytes, self.seq_len)
+        rows_per_shard(self.packing.shard_bytes, self.seq_len)
     }
 
     /// The same run's settings as one process would have them (what every worker of one
@@ -100,13 +112,15 @@ mod tests {
             seq_len: 8,
             format: ShardFormat::Megatron,
             dtype: Dtype::U16,
-            shuffle_seed: None,
-            pad_last: false,
-            tokens: None,
-            shard_bytes: 64,
-            max_doc_bytes: 1,
-            max_word_bytes: 2,
-            on_oversize: Oversize::Skip,
+            packing: Packing {
+                shuffle_seed: None,
+                pad_last: false,
+                tokens: None,
+                shard_bytes: 64,
+                max_doc_bytes: 1,
+                max_word_bytes: 2,
+                on_oversize: Oversize::Skip,
+            },
             worker: [1, 2],
             text: None,
             inputs: None,

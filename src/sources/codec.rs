@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::bounded::Bound;
+
 /// How a file's bytes are compressed around the format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {
@@ -104,37 +106,31 @@ impl PlainFile<'_> {
     }
 }
 
-/// [`PlainFile`] of `path` (shown as `name` in errors).
-pub fn plain_file<'a>(path: &'a Path, name: &str) -> Result<PlainFile<'a>> {
+/// [`PlainFile`] of `path` (shown as `name` in errors), a copy bounded by `max`.
+pub fn plain_file<'a>(path: &'a Path, name: &str, max: Bound) -> Result<PlainFile<'a>> {
     Ok(match Codec::of(path) {
         Codec::Plain => PlainFile::Itself(path),
-        _ => PlainFile::Copy(decompress_to_temp(path, name)?),
+        _ => PlainFile::Copy(decompress_to_temp(path, name, max)?),
     })
 }
 
-/// The most bytes a temporary decompressed copy may hold (`pack --max-decompressed-bytes`;
-/// 16 GiB for the other commands): a small `.parquet.zst` bomb cannot fill the disk.
-static TEMP_MAX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(16 << 30);
-
-/// Set the bound on a temporary decompressed copy (`--max-decompressed-bytes`).
-pub fn set_temp_max(bytes: u64) {
-    TEMP_MAX.store(bytes, std::sync::atomic::Ordering::Relaxed);
-}
+/// The most bytes a temporary decompressed copy may hold for the commands without
+/// `pack --max-decompressed-bytes` (pack's own default is the same 16 GiB): a small
+/// `.parquet.zst` bomb cannot fill the disk.
+pub const TEMP_MAX: Bound = Bound::new(
+    16 << 30,
+    "a decompressed input is at most that; no flag raises it here",
+);
 
 /// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`), refused
-/// (naming the file, the limit and the flag) once it would hold more than the bound.
-pub fn decompress_to_temp(path: &Path, name: &str) -> Result<Decompressed> {
+/// (naming the file, the limit and the flag) once it would hold more than `max`.
+pub fn decompress_to_temp(path: &Path, name: &str, max: Bound) -> Result<Decompressed> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp =
         std::env::temp_dir().join(format!(".dlm-data-{}-{k}.parquet.tmp", std::process::id()));
     let out = Decompressed { path: tmp };
-    let bound = crate::bounded::Bound::new(
-        TEMP_MAX.load(std::sync::atomic::Ordering::Relaxed),
-        "--max-decompressed-bytes",
-    );
-    let mut r =
-        crate::bounded::Capped::new(open(path, name)?, bound, format!("{name} decompressed"));
+    let mut r = crate::bounded::Capped::new(open(path, name)?, max, format!("{name} decompressed"));
     let mut w = File::create(&out.path)
         .with_context(|| format!("{name}: creating {}", out.path.display()))?;
     std::io::copy(&mut r, &mut w).with_context(|| format!("{name}: decompressing"))?;
@@ -152,8 +148,7 @@ mod tests {
         assert_eq!(Codec::of(Path::new("a.json.zst")), Codec::Zstd);
         assert_eq!(Codec::of(Path::new("a.parquet")), Codec::Plain);
         assert_eq!(Codec::strip(Path::new("d/a.jsonl.gz")), "d/a.jsonl");
-        let d = tempfile::tempdir().unwrap();
-        let gz = d.path().join("a.jsonl.gz");
+        let (d, gz) = crate::testkit::temp_path("a.jsonl.gz");
         let mut e = flate2::write::GzEncoder::new(
             File::create(&gz).unwrap(),
             flate2::Compression::default(),
@@ -189,5 +184,24 @@ mod tests {
         let mut s = String::new();
         let e = open(&zs, "a").unwrap().read_to_string(&mut s).unwrap_err();
         assert!(e.to_string().contains("zstd"), "{e}");
+    }
+
+    /// The bound is the caller's: past it the copy is refused naming the file, the limit and
+    /// the flag; under it the whole file comes out.
+    #[test]
+    fn a_copy_holds_the_bound_it_is_given() {
+        let (_d, p) = crate::testkit::temp_file(
+            "a.parquet.zst",
+            zstd::encode_all(&vec![7u8; 3 << 20][..], 3).unwrap(),
+        );
+        let small = Bound::new(1 << 20, "--max-decompressed-bytes");
+        let e = decompress_to_temp(&p, "a", small).err().unwrap();
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("a decompressed is over 1MiB (raise it with --max-decompressed-bytes)"),
+            "{msg}"
+        );
+        let copy = decompress_to_temp(&p, "a", TEMP_MAX).unwrap();
+        assert_eq!(std::fs::read(&copy.path).unwrap(), vec![7u8; 3 << 20]);
     }
 }

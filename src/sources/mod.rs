@@ -28,7 +28,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-pub use crate::bounded::Bound;
+pub use crate::bounded::{Bound, ReadBounds};
 pub use template::{Outcome, Template};
 
 use crate::manifest::Format;
@@ -84,12 +84,13 @@ pub trait RowReader {
     }
 }
 
-/// The reader of `format`, each JSON row bounded by `row_max` while it is read.
-pub fn reader(format: Format, row_max: Bound) -> Box<dyn RowReader> {
+/// The reader of `format`, holding `bounds` (a JSON row while it is read, a compressed
+/// parquet's decompressed copy).
+pub fn reader(format: Format, bounds: ReadBounds) -> Box<dyn RowReader> {
     match format {
-        Format::Parquet => Box::new(parquet::Parquet),
-        Format::Json => Box::new(records::Json(records::Layout::Array, row_max)),
-        Format::Jsonl => Box::new(records::Json(records::Layout::Lines, row_max)),
+        Format::Parquet => Box::new(parquet::Parquet(bounds.decompressed)),
+        Format::Json => Box::new(records::Json(records::Layout::Array, bounds.row)),
+        Format::Jsonl => Box::new(records::Json(records::Layout::Lines, bounds.row)),
     }
 }
 
@@ -99,12 +100,12 @@ pub fn read_rows(
     path: &Path,
     name: &str,
     format: Format,
-    row_max: Bound,
+    bounds: ReadBounds,
     tpl: &Template,
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    match reader(format, row_max).rendered(path, name, tpl, start_row, sink) {
+    match reader(format, bounds).rendered(path, name, tpl, start_row, sink) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }
@@ -112,14 +113,14 @@ pub fn read_rows(
 
 /// Every row of `path` as a JSON object, in the format its name says; `Err` naming the file
 /// for an unknown format (exit 2).
-pub fn read_values(path: &Path, row_max: Bound, f: &mut records::OnRecord) -> Result<()> {
+pub fn read_values(path: &Path, bounds: ReadBounds, f: &mut records::OnRecord) -> Result<()> {
     let name = path.display().to_string();
     let format = files::format_of_name(path).ok_or_else(|| {
         crate::error::usage(format!(
             "{name}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)"
         ))
     })?;
-    match reader(format, row_max).values(path, &name, 0, f) {
+    match reader(format, bounds).values(path, &name, 0, f) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }

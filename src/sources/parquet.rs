@@ -13,8 +13,9 @@ use super::parquet_batch::{emit_batch, projection, read_serial, BATCH_ROWS};
 use super::{Sink, Template};
 
 /// The parquet [`super::RowReader`]: rendered straight from the Arrow columns (no JSON
-/// values) for pack; as JSON objects for the other readers.
-pub struct Parquet;
+/// values) for pack; as JSON objects for the other readers. A compressed file's temporary
+/// copy is bounded by the field.
+pub struct Parquet(pub super::Bound);
 
 impl super::RowReader for Parquet {
     fn values(
@@ -24,7 +25,7 @@ impl super::RowReader for Parquet {
         start_row: u64,
         f: &mut super::records::OnRecord,
     ) -> Result<()> {
-        let plain = super::codec::plain_file(path, name)?;
+        let plain = super::codec::plain_file(path, name, self.0)?;
         let mut row = 0u64;
         for b in crate::shards::guarded::open(plain.path())? {
             let b = b.with_context(|| format!("decoding {name}"))?;
@@ -49,7 +50,7 @@ impl super::RowReader for Parquet {
         sink: &mut Sink,
     ) -> Result<()> {
         // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
-        let plain = super::codec::plain_file(path, name)?;
+        let plain = super::codec::plain_file(path, name, self.0)?;
         let path = plain.path();
         crate::util::no_panic(name, || {
             // Several row groups (or one large one) from the cursor on: decoded on several

@@ -563,8 +563,7 @@ mod tests {
 
     #[test]
     fn oversized_config_file_is_refused_before_reading() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("config.json");
+        let (_d, p) = crate::testkit::temp_path("config.json");
         let f = std::fs::File::create(&p).unwrap();
         f.set_len(MAX_CONFIG_BYTES + 1).unwrap();
         let e = LlamaConfig::from_file(&p).unwrap_err();

@@ -178,14 +178,16 @@ fn screen<'i>(
     let mut keep: Vec<bool> = Vec::with_capacity(items.len());
     for (row, o) in items {
         let too_big = match o {
-            Outcome::Text(t) => {
-                crate::pack::oversize::reason(t, args.max_doc_bytes, args.max_word_bytes)
-            }
+            Outcome::Text(t) => crate::pack::oversize::reason(
+                t,
+                args.packing.max_doc_bytes,
+                args.packing.max_word_bytes,
+            ),
             _ => None,
         };
         match o {
             Outcome::Text(_) if too_big.is_some() => {
-                if args.on_oversize == Oversize::Fail {
+                if args.packing.on_oversize == Oversize::Fail {
                     return Err(anyhow!(
                         "{}: row {row}: {} (policy: fail; use --on-oversize skip to skip and count such documents)",
                         u.file,

@@ -192,7 +192,11 @@ fn base_index(
                 // What `merge` pads the final row with (`--pad-last`).
                 m.insert(
                     "pad_id".into(),
-                    json!(if args.pad_last { pad_id(tok) } else { None }),
+                    json!(if args.packing.pad_last {
+                        pad_id(tok)
+                    } else {
+                        None
+                    }),
                 );
             }
             m.insert("resume".into(), serde_json::to_value(cursor)?);

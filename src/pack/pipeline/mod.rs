@@ -70,12 +70,12 @@ pub fn run(args: PackArgs) -> Result<()> {
         Opened::Run(j) => j,
     };
 
-    let pad = if rs.pad_last {
+    let pad = if rs.packing.pad_last {
         setup::pad_id(&s.tok)
     } else {
         None
     };
-    if rs.pad_last && pad.is_none() {
+    if rs.packing.pad_last && pad.is_none() {
         return Err(crate::error::usage(
             "--pad-last: no pad token and no EOS to pad with",
         ));
@@ -94,16 +94,17 @@ pub fn run(args: PackArgs) -> Result<()> {
     // Parquet shards of a whole run, unshuffled, are encoded while they are packed: the
     // writer gets them a chunk of rows at a time (a queue of 16 chunks, ~8 MiB at seq-len
     // 2048); otherwise it gets whole shards, one queued at most.
-    let stream_rows =
-        s.part_format == ShardFormat::Parquet && s.worker.is_whole() && rs.shuffle_seed.is_none();
+    let stream_rows = s.part_format == ShardFormat::Parquet
+        && s.worker.is_whole()
+        && rs.packing.shuffle_seed.is_none();
     let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
-    let reader = spawn_reader(&mut s, &cursor, rs.row_max, &exhausted, rtx)?;
+    let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
         let (format, dtype) = (s.part_format, s.dtype);
         // Workers never shuffle: the merge does (see the `pack` module doc).
         let shuffle = if s.worker.is_whole() {
-            rs.shuffle_seed
+            rs.packing.shuffle_seed
         } else {
             None
         };
@@ -160,7 +161,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
-    row_max: crate::bounded::Bound,
+    bounds: crate::bounded::ReadBounds,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {
@@ -175,7 +176,7 @@ fn spawn_reader(
                 &units,
                 start_unit,
                 start_row,
-                row_max,
+                bounds,
                 &exhausted,
                 streaming.as_deref(),
                 &tx,

@@ -38,7 +38,7 @@ pub(super) fn read_units(
     units: &[Unit],
     start_unit: usize,
     start_row: u64,
-    row_max: crate::bounded::Bound,
+    bounds: crate::bounded::ReadBounds,
     exhausted: &[AtomicBool],
     streaming: Option<&Streaming>,
     tx: &SyncSender<ReadMsg>,
@@ -82,12 +82,12 @@ pub(super) fn read_units(
                 Ok(())
             };
             let r = match (&u.remote, streaming) {
-                (Some(spec), Some(st)) => st.read(u, spec, first, row_max, &mut sink),
+                (Some(spec), Some(st)) => st.read(u, spec, first, bounds.row, &mut sink),
                 _ => crate::sources::read_rows(
                     &u.path,
                     &u.file,
                     u.format,
-                    row_max,
+                    bounds,
                     &u.source.tpl,
                     first,
                     &mut sink,

@@ -1,5 +1,5 @@
 //! Why the pack steps never read the clap struct: every flag a step after setup needs is
-//! resolved once here ([`RunSettings::resolve`]: the worker slice, the row bound's default,
+//! resolved once here ([`RunSettings::resolve`]: the worker slice, the read bounds' defaults,
 //! the rule between `--tokens` and `--shard`) and passed down typed. Setup builds the recorded
 //! half from it — `index.json`'s `args` ([`crate::shards::settings::PackSettings`], the resume
 //! fingerprint) — so a default or a bound decided here cannot disagree with itself.
@@ -9,8 +9,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use crate::bounded::Bound;
-use crate::pack::{MissingText, Oversize, PackArgs};
+use crate::bounded::{Bound, ReadBounds};
+use crate::pack::{MissingText, PackArgs};
+use crate::shards::settings::Packing;
 use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
 
@@ -24,17 +25,12 @@ pub(super) struct RunSettings {
     pub seq_len: usize,
     /// `--format` of the output (a worker's parts are parquet whatever this says).
     pub format: ShardFormat,
-    pub shuffle_seed: Option<u64>,
-    pub pad_last: bool,
-    /// `--tokens` budget.
-    pub tokens: Option<u64>,
+    /// The flags recorded in `index.json`'s `args` as they are.
+    pub packing: Packing,
     pub strict_mixture: bool,
-    pub shard_bytes: u64,
-    /// One input row's bound while it is read (`--max-row-bytes`, else the default).
-    pub row_max: Bound,
-    pub max_doc_bytes: u64,
-    pub max_word_bytes: u64,
-    pub on_oversize: Oversize,
+    /// One input row's bound while it is read (`--max-row-bytes`, else the default), and a
+    /// compressed parquet input's decompressed copy's (`--max-decompressed-bytes`).
+    pub read_bounds: ReadBounds,
     pub on_missing_text: MissingText,
     pub tokenizer: PathBuf,
     /// `--input` files were given (not `--manifest`).
@@ -69,15 +65,20 @@ impl RunSettings {
             worker,
             seq_len: a.seq_len,
             format: a.format,
-            shuffle_seed: a.shuffle_seed,
-            pad_last: a.pad_last,
-            tokens: a.tokens,
+            packing: Packing {
+                shuffle_seed: a.shuffle_seed,
+                pad_last: a.pad_last,
+                tokens: a.tokens,
+                shard_bytes: a.shard_bytes,
+                max_doc_bytes: a.max_doc_bytes,
+                max_word_bytes: a.max_word_bytes,
+                on_oversize: a.on_oversize,
+            },
             strict_mixture: a.strict_mixture,
-            shard_bytes: a.shard_bytes,
-            row_max: Bound::new(row_limit, "--max-row-bytes"),
-            max_doc_bytes: a.max_doc_bytes,
-            max_word_bytes: a.max_word_bytes,
-            on_oversize: a.on_oversize,
+            read_bounds: ReadBounds {
+                row: Bound::new(row_limit, "--max-row-bytes"),
+                decompressed: Bound::new(a.max_decompressed_bytes, "--max-decompressed-bytes"),
+            },
             on_missing_text: a.on_missing_text,
             tokenizer: a.tokenizer.clone(),
             from_input,

@@ -106,7 +106,13 @@ impl Target for Parquet {
             rows += 1;
             Ok(())
         };
-        let _ = src_pq::Parquet.rendered(&self.path, "in.parquet", &tpl, 0, &mut sink);
+        let _ = src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX).rendered(
+            &self.path,
+            "in.parquet",
+            &tpl,
+            0,
+            &mut sink,
+        );
         Ok(())
     }
 }
@@ -114,7 +120,9 @@ impl Target for Parquet {
 fn has_text_column(p: &Path) -> bool {
     let tpl = Template::parse("{text}").unwrap();
     let mut sink = |_r: u64, _o: dlm_data::sources::Outcome| -> Result<()> { Ok(()) };
-    src_pq::Parquet.rendered(p, "x", &tpl, 0, &mut sink).is_ok()
+    src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX)
+        .rendered(p, "x", &tpl, 0, &mut sink)
+        .is_ok()
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
