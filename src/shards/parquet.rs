@@ -251,6 +251,27 @@ fn max_pending() -> usize {
     (2 * rayon::current_num_threads()).clamp(2, 64)
 }
 
+/// Whether row groups go to the rayon pool (else they are encoded on the calling thread, a
+/// shard's own thread in `pack`): only on a pool of more than
+/// [`ENCODE_INLINE_MAX_THREADS`] threads. On one or two, the pool is the tokenizer's and
+/// encoding there stalls it — a 1-thread pack spent ~20 % of its one worker on zstd and
+/// page encoding — while one thread of its own keeps pace with two tokenizing threads
+/// (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
+/// overrides the threshold (0: always on the pool).
+fn encode_on_pool() -> bool {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let max = *MAX.get_or_init(|| {
+        std::env::var("DLM_PACK_ENCODE_INLINE_MAX")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(ENCODE_INLINE_MAX_THREADS)
+    });
+    rayon::current_num_threads() > max
+}
+
+/// See [`encode_on_pool`].
+const ENCODE_INLINE_MAX_THREADS: usize = 2;
+
 /// Encode one row group's chunks through its column writers (what `ArrowWriter` does for a
 /// group, chunk by chunk).
 fn encode_group(
@@ -337,9 +358,9 @@ impl Streaming {
         let writers = self.factory.create_column_writers(self.groups)?;
         self.groups += 1;
         let (tx, rx) = sync_channel(1);
-        if rayon::current_thread_index().is_some() {
+        if rayon::current_thread_index().is_some() || !encode_on_pool() {
             // Already on the pool (a caller's parallel loop): blocking here on pool jobs
-            // could starve it; encode inline.
+            // could starve it; encode inline. A small pool: see [`encode_on_pool`].
             let _ = tx.send(encode_timed(&self.schema, writers, &chunks));
         } else {
             let schema = self.schema.clone();
