@@ -229,6 +229,8 @@ pub struct Streaming {
     waited: std::time::Duration,
     /// Time the row groups spliced so far took to encode (on the pool, summed).
     encoding: std::time::Duration,
+    /// Row groups go to the rayon pool ([`encode_on_pool`]), else are encoded here.
+    on_pool: bool,
 }
 
 /// One row group's encoded column chunks and the time its encoding took.
@@ -258,7 +260,7 @@ fn max_pending() -> usize {
 /// page encoding — while one thread of its own keeps pace with two tokenizing threads
 /// (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
 /// overrides the threshold (0: always on the pool).
-fn encode_on_pool() -> bool {
+pub fn encode_on_pool() -> bool {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let max = *MAX.get_or_init(|| {
         std::env::var("DLM_PACK_ENCODE_INLINE_MAX")
@@ -321,7 +323,15 @@ impl Streaming {
             tokens: 0,
             waited: std::time::Duration::ZERO,
             encoding: std::time::Duration::ZERO,
+            on_pool: encode_on_pool(),
         })
+    }
+
+    /// Tests: row groups on the pool or not, whatever the pool's size.
+    #[cfg(test)]
+    fn on_pool(mut self, on: bool) -> Streaming {
+        self.on_pool = on;
+        self
     }
 
     /// Append `batch`'s rows; every call but the shard's last must hold a multiple of
@@ -358,7 +368,7 @@ impl Streaming {
         let writers = self.factory.create_column_writers(self.groups)?;
         self.groups += 1;
         let (tx, rx) = sync_channel(1);
-        if rayon::current_thread_index().is_some() || !encode_on_pool() {
+        if rayon::current_thread_index().is_some() || !self.on_pool {
             // Already on the pool (a caller's parallel loop): blocking here on pool jobs
             // could starve it; encode inline. A small pool: see [`encode_on_pool`].
             let _ = tx.send(encode_timed(&self.schema, writers, &chunks));
@@ -525,6 +535,16 @@ mod tests {
             serial,
             "parallel encoding from a plain thread"
         );
+        // On the pool or on this thread (a small pool's way), whatever this machine's cores.
+        for on in [true, false] {
+            let mut s = Streaming::new(&batch).unwrap().on_pool(on);
+            s.write(&batch).unwrap();
+            assert_eq!(
+                s.finish().unwrap().0,
+                serial,
+                "row groups on the pool: {on}"
+            );
+        }
         // From inside the pool (encoded inline there).
         let inline = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
