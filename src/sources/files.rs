@@ -158,8 +158,8 @@ pub struct PendingHashes(std::thread::JoinHandle<Result<Vec<InputFile>>>);
 
 impl PendingHashes {
     /// Start hashing `files` on threads of their own (never the rayon pool, which is the
-    /// tokenizer's: on a pool of one thread, hashing a 200 MB input there held up
-    /// tokenization for the whole pass).
+    /// tokenizer's: on a pool of one thread, a many-file input's hashing held up
+    /// tokenization while it ran there).
     pub fn spawn(files: Vec<PathBuf>) -> Result<Self> {
         let threads = (rayon::current_num_threads() / 4).clamp(1, 8);
         let h = std::thread::Builder::new()
