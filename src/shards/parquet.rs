@@ -256,9 +256,9 @@ fn max_pending() -> usize {
 /// Whether row groups go to the rayon pool (else they are encoded on the calling thread, a
 /// shard's own thread in `pack`): only on a pool of more than
 /// [`ENCODE_INLINE_MAX_THREADS`] threads. On one or two, the pool is the tokenizer's and
-/// encoding there stalls it — a 1-thread pack spent ~30 % of its one worker's user time on zstd and
-/// page encoding — while one thread of its own keeps pace with two tokenizing threads
-/// (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
+/// encoding there stalls it — a 1-thread pack spent ~30 % of its one worker's user time on
+/// zstd and page encoding — while one thread of its own keeps pace with two tokenizing
+/// threads (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
 /// overrides the threshold (0: always on the pool).
 pub fn encode_on_pool() -> bool {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
