@@ -229,6 +229,8 @@ pub struct Streaming {
     waited: std::time::Duration,
     /// Time the row groups spliced so far took to encode (on the pool, summed).
     encoding: std::time::Duration,
+    /// Row groups go to the rayon pool ([`encode_on_pool`]), else are encoded here.
+    on_pool: bool,
 }
 
 /// One row group's encoded column chunks and the time its encoding took.
@@ -250,6 +252,27 @@ fn encode_timed(
 fn max_pending() -> usize {
     (2 * rayon::current_num_threads()).clamp(2, 64)
 }
+
+/// Whether row groups go to the rayon pool (else they are encoded on the calling thread, a
+/// shard's own thread in `pack`): only on a pool of more than
+/// [`ENCODE_INLINE_MAX_THREADS`] threads. On one or two, the pool is the tokenizer's and
+/// encoding there stalls it — a 1-thread pack spent ~30 % of its one worker's user time on
+/// zstd and page encoding — while one thread of its own keeps pace with two tokenizing
+/// threads (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
+/// overrides the threshold (0: always on the pool).
+pub fn encode_on_pool() -> bool {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let max = *MAX.get_or_init(|| {
+        std::env::var("DLM_PACK_ENCODE_INLINE_MAX")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(ENCODE_INLINE_MAX_THREADS)
+    });
+    rayon::current_num_threads() > max
+}
+
+/// See [`encode_on_pool`].
+const ENCODE_INLINE_MAX_THREADS: usize = 2;
 
 /// Encode one row group's chunks through its column writers (what `ArrowWriter` does for a
 /// group, chunk by chunk).
@@ -300,7 +323,15 @@ impl Streaming {
             tokens: 0,
             waited: std::time::Duration::ZERO,
             encoding: std::time::Duration::ZERO,
+            on_pool: encode_on_pool(),
         })
+    }
+
+    /// Tests: row groups on the pool or not, whatever the pool's size.
+    #[cfg(test)]
+    fn on_pool(mut self, on: bool) -> Streaming {
+        self.on_pool = on;
+        self
     }
 
     /// Append `batch`'s rows; every call but the shard's last must hold a multiple of
@@ -337,9 +368,9 @@ impl Streaming {
         let writers = self.factory.create_column_writers(self.groups)?;
         self.groups += 1;
         let (tx, rx) = sync_channel(1);
-        if rayon::current_thread_index().is_some() {
+        if rayon::current_thread_index().is_some() || !self.on_pool {
             // Already on the pool (a caller's parallel loop): blocking here on pool jobs
-            // could starve it; encode inline.
+            // could starve it; encode inline. A small pool: see [`encode_on_pool`].
             let _ = tx.send(encode_timed(&self.schema, writers, &chunks));
         } else {
             let schema = self.schema.clone();
@@ -504,6 +535,16 @@ mod tests {
             serial,
             "parallel encoding from a plain thread"
         );
+        // On the pool or on this thread (a small pool's way), whatever this machine's cores.
+        for on in [true, false] {
+            let mut s = Streaming::new(&batch).unwrap().on_pool(on);
+            s.write(&batch).unwrap();
+            assert_eq!(
+                s.finish().unwrap().0,
+                serial,
+                "row groups on the pool: {on}"
+            );
+        }
         // From inside the pool (encoded inline there).
         let inline = rayon::ThreadPoolBuilder::new()
             .num_threads(2)

@@ -9,7 +9,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use rayon::prelude::*;
 
 use super::codec::Codec;
 use crate::manifest::Format;
@@ -158,11 +157,14 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 pub struct PendingHashes(std::thread::JoinHandle<Result<Vec<InputFile>>>);
 
 impl PendingHashes {
-    /// Start hashing `files` (on the rayon pool, from a thread of its own).
+    /// Start hashing `files` on threads of their own (never the rayon pool, which is the
+    /// tokenizer's: on a pool of one thread, a many-file input's hashing held up
+    /// tokenization while it ran there).
     pub fn spawn(files: Vec<PathBuf>) -> Result<Self> {
+        let threads = (rayon::current_num_threads() / 4).clamp(1, 8);
         let h = std::thread::Builder::new()
             .name("input-sha256".into())
-            .spawn(move || hash_all(&files))
+            .spawn(move || hash_all(&files, threads))
             .context("starting the thread that hashes --input files")?;
         Ok(Self(h))
     }
@@ -175,19 +177,47 @@ impl PendingHashes {
     }
 }
 
-/// Each file's absolute path, size and sha256 (hashed in parallel), in `files` order.
-pub fn hash_all(files: &[PathBuf]) -> Result<Vec<InputFile>> {
-    files
-        .par_iter()
-        .map(|p| {
-            let bytes = std::fs::metadata(p)
-                .with_context(|| format!("--input {}", p.display()))?
-                .len();
-            Ok(InputFile {
-                path: crate::shards::index::abs_path(p),
-                bytes,
-                sha256: crate::util::sha256_file(p)?,
-            })
+/// One file's absolute path, size and sha256.
+fn hash_one(p: &Path) -> Result<InputFile> {
+    let bytes = std::fs::metadata(p)
+        .with_context(|| format!("--input {}", p.display()))?
+        .len();
+    Ok(InputFile {
+        path: crate::shards::index::abs_path(p),
+        bytes,
+        sha256: crate::util::sha256_file(p)?,
+    })
+}
+
+/// Each file's absolute path, size and sha256, in `files` order (the first error in that
+/// order), hashed on `threads` threads of this call's own (this one and `threads - 1` more),
+/// each taking the next file not yet taken.
+pub fn hash_all(files: &[PathBuf], threads: usize) -> Result<Vec<InputFile>> {
+    let threads = threads.min(files.len()).max(1);
+    if threads == 1 {
+        return files.iter().map(|p| hash_one(p)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Result<InputFile>>>> =
+        files.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(p) = files.get(i) else { return };
+        let r = hash_one(p);
+        *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+    };
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(work);
+        }
+        work();
+    });
+    slots
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Err(anyhow::anyhow!("a file was not hashed")))
         })
         .collect()
 }
@@ -236,5 +266,34 @@ mod tests {
         let e = expand(&[r.join("a/notes.txt")]).unwrap_err();
         assert!(format!("{e}").contains("unknown format"), "{e}");
         assert!(expand(&[r.join("missing.jsonl")]).is_err());
+    }
+
+    #[test]
+    fn hashes_in_file_order_on_any_thread_count() {
+        let d = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = (0..7)
+            .map(|i| {
+                let p = d.path().join(format!("{i}.jsonl"));
+                std::fs::write(&p, "x".repeat(i * 1000)).unwrap();
+                p
+            })
+            .collect();
+        let one = hash_all(&files, 1).unwrap();
+        assert_eq!(one.len(), 7);
+        assert_eq!(one[0].sha256, crate::util::sha256_hex(b""));
+        assert_eq!(one[3].bytes, 3000);
+        for t in [2, 3, 16] {
+            let many = hash_all(&files, t).unwrap();
+            let key = |v: &[InputFile]| -> Vec<(String, u64)> {
+                v.iter().map(|f| (f.sha256.clone(), f.bytes)).collect()
+            };
+            assert_eq!(key(&many), key(&one), "{t} threads");
+        }
+        // The first missing file in `files` order is the error, whatever thread met it.
+        let mut bad = files.clone();
+        bad.insert(2, d.path().join("gone-a.jsonl"));
+        bad.insert(5, d.path().join("gone-b.jsonl"));
+        let e = hash_all(&bad, 3).unwrap_err();
+        assert!(format!("{e:#}").contains("gone-a"), "{e:#}");
     }
 }

@@ -140,8 +140,10 @@ pub(super) fn report(wall: f64, tokens: u64) {
         0 => "-".to_string(),
         ns => format!("{:.2}", (ns - 1) as f64 / 1e9),
     };
+    // On a small pool, row groups are encoded on the shard threads (not pool work).
+    let on_pool = crate::shards::parquet::encode_on_pool();
     eprintln!(
-        "pack profile: timeline s: setup {}, first batch {}, last batch {}, packed {}, written {} | wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} s ({:.2} thread cpu-s) | row groups on the pool {pool_rg:.2} s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
+        "pack profile: timeline s: setup {}, first batch {}, last batch {}, packed {}, written {} | wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} s ({:.2} thread cpu-s) | row groups {rg_where} {pool_rg:.2} s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
         at(&p.at_setup),
         at(&p.at_first_batch),
         at(&p.at_last_batch),
@@ -162,7 +164,8 @@ pub(super) fn report(wall: f64, tokens: u64) {
         tokens as f64 / wall.max(1e-9) / 1e6,
         threads = rayon::current_num_threads(),
         pool_rg = s(&p.encode_pool),
-        busy = 100.0 * (s(&p.tokenize_cpu) + s(&p.encode_pool))
+        busy = 100.0 * (s(&p.tokenize_cpu) + if on_pool { s(&p.encode_pool) } else { 0.0 })
             / (wall.max(1e-9) * rayon::current_num_threads() as f64),
+        rg_where = if on_pool { "on the pool" } else { "on shard threads" },
     );
 }
