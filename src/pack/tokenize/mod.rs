@@ -22,6 +22,7 @@ pub use crate::added_text::ranged;
 pub mod regex;
 mod scan_classes;
 mod shared_words;
+mod split_matcher;
 pub mod unicode;
 
 use std::path::{Path, PathBuf};

@@ -18,8 +18,9 @@
 //! and alternative 2 from `q` is exactly the `U` run (the `W*` after it is empty, or
 //! alternative 1 would have matched). A letter at `p` cannot be `P`; a mark can be both `P` and
 //! in `U ∩ W`, so alternative 1 without `P` always matches there. The contraction suffix is
-//! greedy-optional at the very end, so it never makes the match fail. The tests compare the
-//! pieces with the generic matcher's and Oniguruma's on a mixed corpus and on random strings.
+//! greedy-optional at the very end, so it never makes the match fail. The tests (in
+//! [`super::split_matcher`]) compare the pieces with the generic matcher's and Oniguruma's on
+//! a mixed corpus and on random strings.
 
 use super::scan_classes::{contraction, ScanClasses, L, LO, N, S, UP};
 use super::unicode::ClassTable;
@@ -138,37 +139,7 @@ fn suffix(b: &[u8], e: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::gpt4_split::tests::{compare, random_texts};
     use super::*;
-
-    /// Code, prose, CJK, Arabic (with harakat), emoji, digits, apostrophes, `\r\n` runs,
-    /// combining marks, title case, modifier letters.
-    const CORPUS: &[&str] = &[
-        "fn main() {\r\n    let x = a/b // c\r\n\r\n    return HTTPServer::new(\"it's\");\n}\n",
-        "The CAT's toy; DON'T you SEE?  I'LL go.\tWe'Re here, they'VE gone, he'D say 'ſ.",
-        "def parse_URL(urlString):\n\tif x >= 1_000_000: return [1, 22, 333, 4444]\n# TODO///\n//\n",
-        "中文文本，包含标点。日本語のテキスト、カタカナ。한국어 문장입니다.",
-        "العربية: كَتَبَ الوَلَدُ الدَّرْسَ ١٢٣٤ مرة",
-        "emoji 😀😀👍🏽 family 👨\u{200d}👩\u{200d}👧 flags 🇫🇷 ok",
-        "café naïve e\u{301}te\u{301} A\u{301}BC \u{301}\u{301}x \u{301}AB \u{301}",
-        "ǅemal ǈ Ǌ ʰʰa ʰA Aʰ ABʰC Ǆǅǆ ΣΊΣΥΦΟΣ σίσυφος ÉCOLE école",
-        "  \r\n\r\n   \n\n\t \u{a0}\u{3000}x \u{2028}y \u{85}z   ",
-        "a/\r\n/b ;/\n/\n/ x//y ./// \\/",
-        "12345678 ١٢٣٤٥ ½¾ ⅫⅫⅫⅫ 3.14159 0x1F",
-        "''s 'S x'S X'LL 'll''ll y'Ve ſ'ſ K'K",
-    ];
-
-    /// Every class boundary the pattern has (upper, lower, title, modifier, other letters,
-    /// marks, numbers, spaces, the contraction letters, `/`).
-    const ALPHABET: &str = "'’sStTrReEvVmMlLdDſ\u{212A}xyZÉéǅʰ中ع\u{64E}\u{301}\u{903}  \t\r\n\u{a0}\u{3000}\u{85}\u{2028}09٣½Ⅻ.,;:()_-+=*/\\\"#@!?<>|~`$%^&😀\u{200d}";
-
-    #[test]
-    fn pieces_equal_the_generic_matchers_and_oniguruma() {
-        let mut texts: Vec<String> = CORPUS.iter().map(|s| s.to_string()).collect();
-        texts.push(CORPUS.concat());
-        texts.extend(random_texts(ALPHABET, 0x9e37_79b9_7f4a_7c15));
-        compare(O200K, &texts);
-    }
 
     #[test]
     fn only_the_o200k_pattern_gets_the_scanner() {
