@@ -16,7 +16,7 @@
 //! bits (Oniguruma's) the generic matcher reads, and the tests compare both matchers piece by
 //! piece on generated text.
 
-use super::scan_classes::{contraction, ScanClasses, L, N, S};
+use super::scan_classes::{contraction, cover, ScanClasses, L, N, S};
 use super::unicode::ClassTable;
 
 /// The Llama-3 / cl100k pattern.
@@ -50,13 +50,7 @@ impl Gpt4Split {
     #[inline]
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
         let b = s.as_bytes();
-        let mut p = 0;
-        while p < b.len() {
-            let e = self.match_at(b, p, table);
-            debug_assert!(e > p);
-            emit(p, e);
-            p = e;
-        }
+        cover(b.len(), |p| self.match_at(b, p, table), emit);
     }
 
     /// End of the leftmost-first match at `p` (every position has one).

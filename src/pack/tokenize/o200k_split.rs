@@ -22,7 +22,7 @@
 //! [`super::split_matcher`]) compare the pieces with the generic matcher's and Oniguruma's on
 //! a mixed corpus and on random strings.
 
-use super::scan_classes::{contraction, ScanClasses, L, LO, N, S, UP};
+use super::scan_classes::{contraction, cover, ScanClasses, L, LO, N, S, UP};
 use super::unicode::ClassTable;
 
 /// The o200k pattern, as in the tokenizer.json of GPT-4o-style tokenizers.
@@ -58,13 +58,7 @@ impl O200kSplit {
     #[inline]
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
         let b = s.as_bytes();
-        let mut p = 0;
-        while p < b.len() {
-            let e = self.match_at(b, p, table);
-            debug_assert!(e > p);
-            emit(p, e);
-            p = e;
-        }
+        cover(b.len(), |p| self.match_at(b, p, table), emit);
     }
 
     /// End of the leftmost-first match at `p` (every position has one).

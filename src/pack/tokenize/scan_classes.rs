@@ -164,6 +164,19 @@ impl ScanClasses {
     }
 }
 
+/// Calls `emit(start, end)` for each match of `match_at` over `0..n`, in order (every
+/// position starts one, so the matches cover the text).
+#[inline(always)]
+pub fn cover(n: usize, match_at: impl Fn(usize) -> usize, emit: &mut impl FnMut(usize, usize)) {
+    let mut p = 0;
+    while p < n {
+        let e = match_at(p);
+        debug_assert!(e > p);
+        emit(p, e);
+        p = e;
+    }
+}
+
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)` after the apostrophe at `p - 1`: the match end. Case
 /// insensitive as Oniguruma folds: the ASCII pair, and `ſ` (U+017F) for `s`.
 #[inline]
