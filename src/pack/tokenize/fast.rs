@@ -20,9 +20,9 @@ use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
 use super::gpt2;
-use super::gpt4_split::SplitMatcher;
 use super::json::{ModelJson, TokJson};
 use super::regex::{self, Regex};
+use super::split_matcher::SplitMatcher;
 use super::unicode::ClassTable;
 use crate::added_text::trie::{AddedTries, Piece, Trie};
 use crate::added_text::Hit;

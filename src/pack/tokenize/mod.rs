@@ -17,9 +17,12 @@ pub mod fast;
 pub mod gpt2;
 mod gpt4_split;
 pub mod json;
+mod o200k_split;
 pub use crate::added_text::ranged;
 pub mod regex;
+mod scan_classes;
 mod shared_words;
+mod split_matcher;
 pub mod unicode;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,192 @@
+//! What the hand-written `Split` scanners ([`super::gpt4_split`], [`super::o200k_split`])
+//! share: a char's class flags (ASCII from a 128-entry table inline, other chars through the
+//! pattern's own [`ClassTable`] out of line) and the alternatives both patterns end with —
+//! the punctuation run, digits, and the three whitespace alternatives.
+
+use super::unicode::{decode, ClassTable};
+
+/// `\p{L}`.
+pub const L: u8 = 1;
+/// `\p{N}`.
+pub const N: u8 = 2;
+/// `\s`.
+pub const S: u8 = 4;
+/// o200k's "upper" set `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`.
+pub const UP: u8 = 8;
+/// o200k's "lower" set `[\p{Ll}\p{Lm}\p{Lo}\p{M}]`.
+pub const LO: u8 = 16;
+
+/// Class flags per char for one pattern: flag `f` is set when the char is in any of its atoms.
+pub struct ScanClasses {
+    /// (atom bits in the table, flag).
+    masks: Vec<(u32, u8)>,
+    ascii: [u8; 128],
+}
+
+impl ScanClasses {
+    /// The flags of `flags` (each a flag and the atoms whose union it is), when the table holds
+    /// every atom and `\r`, `\n` and space are `\s` alone (as the scanners assume).
+    pub fn new(table: &ClassTable, flags: &[(u8, &[&str])]) -> Option<ScanClasses> {
+        let bit = |a: &str| table.atoms().iter().position(|x| x == a).map(|i| 1u32 << i);
+        let mut masks = Vec::new();
+        for &(f, atoms) in flags {
+            let mut m = 0;
+            for a in atoms {
+                m |= bit(a)?;
+            }
+            masks.push((m, f));
+        }
+        let mut c = ScanClasses {
+            masks,
+            ascii: [0; 128],
+        };
+        for b in 0..128u8 {
+            c.ascii[b as usize] = c.class_of(b as char, table);
+        }
+        let is_space = |x: u8| c.ascii[x as usize] == S;
+        (is_space(b'\r') && is_space(b'\n') && is_space(b' ')).then_some(c)
+    }
+
+    fn class_of(&self, c: char, table: &ClassTable) -> u8 {
+        let bits = table.bits(c);
+        self.masks
+            .iter()
+            .fold(0, |k, &(m, f)| if bits & m != 0 { k | f } else { k })
+    }
+
+    /// Class flags and byte length of the char at `p`: an ASCII byte from the table inline (a
+    /// call per char was a tenth of a Llama-3-shaped pack on code), anything else out of line.
+    #[inline(always)]
+    pub fn at(&self, b: &[u8], p: usize, table: &ClassTable) -> (u8, usize) {
+        if b[p] < 0x80 {
+            return (self.ascii[b[p] as usize], 1);
+        }
+        self.at_wide(b, p, table)
+    }
+
+    #[inline(never)]
+    fn at_wide(&self, b: &[u8], p: usize, table: &ClassTable) -> (u8, usize) {
+        let (c, l) = decode(b, p);
+        (self.class_of(c, table), l)
+    }
+
+    /// End of the run of chars from `p` whose flags satisfy `keep` (ASCII bytes in a tight
+    /// loop).
+    #[inline(always)]
+    pub fn run(&self, b: &[u8], mut p: usize, t: &ClassTable, keep: impl Fn(u8) -> bool) -> usize {
+        while p < b.len() {
+            let x = b[p];
+            if x < 0x80 {
+                if !keep(self.ascii[x as usize]) {
+                    break;
+                }
+                p += 1;
+                continue;
+            }
+            let (k, l) = self.at_wide(b, p, t);
+            if !keep(k) {
+                break;
+            }
+            p += l;
+        }
+        p
+    }
+
+    /// `\p{N}{1,max}` at `p` (a number char): its end.
+    #[inline(always)]
+    pub fn digits(&self, b: &[u8], p: usize, t: &ClassTable, max: u32) -> usize {
+        let mut q = p;
+        let mut n = 0;
+        while n < max && q < b.len() {
+            let (k, l) = self.at(b, q, t);
+            if k & N == 0 {
+                break;
+            }
+            q += l;
+            n += 1;
+        }
+        q
+    }
+
+    /// ` ?[^\s\p{L}\p{N}]+[\r\n]*` (with `slash`: `[\r\n/]*`) at `p`, whose char has flags
+    /// `k0`: its end, if it matches.
+    #[inline(always)]
+    pub fn punct(&self, b: &[u8], p: usize, k0: u8, t: &ClassTable, slash: bool) -> Option<usize> {
+        let other = |k: u8| k & (L | N | S) == 0;
+        let q = if b[p] == b' ' && p + 1 < b.len() && other(self.at(b, p + 1, t).0) {
+            p + 1
+        } else if other(k0) {
+            p
+        } else {
+            return None;
+        };
+        let mut e = self.run(b, q, t, other);
+        while e < b.len() && (b[e] == b'\r' || b[e] == b'\n' || (slash && b[e] == b'/')) {
+            e += 1;
+        }
+        Some(e)
+    }
+
+    /// `\s*[\r\n]+|\s+(?!\S)|\s+` at `p`, a `\s` char: the end of the first that matches. With
+    /// `W` the maximal `\s` run there: `W` up to and including its last `\r`/`\n`; `W` at the
+    /// end of the text, else `W` less its last char when that leaves one; `W`.
+    #[inline(always)]
+    pub fn spaces(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
+        let mut q = p;
+        let mut last_nl_end = None;
+        let mut last_start = p;
+        let mut chars = 0;
+        while q < b.len() {
+            let (k, l) = self.at(b, q, t);
+            if k & S == 0 {
+                break;
+            }
+            if b[q] == b'\r' || b[q] == b'\n' {
+                last_nl_end = Some(q + 1);
+            }
+            last_start = q;
+            q += l;
+            chars += 1;
+        }
+        // \s*[\r\n]+
+        if let Some(e) = last_nl_end {
+            return e;
+        }
+        // \s+(?!\S)
+        if q == b.len() {
+            return q;
+        }
+        if chars >= 2 {
+            return last_start;
+        }
+        // \s+
+        q
+    }
+}
+
+/// Calls `emit(start, end)` for each match of `match_at` over `0..n`, in order (every
+/// position starts one, so the matches cover the text).
+#[inline(always)]
+pub fn cover(n: usize, match_at: impl Fn(usize) -> usize, emit: &mut impl FnMut(usize, usize)) {
+    let mut p = 0;
+    while p < n {
+        let e = match_at(p);
+        debug_assert!(e > p);
+        emit(p, e);
+        p = e;
+    }
+}
+
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)` after the apostrophe at `p - 1`: the match end. Case
+/// insensitive as Oniguruma folds: the ASCII pair, and `ſ` (U+017F) for `s`.
+#[inline]
+pub fn contraction(b: &[u8], p: usize) -> Option<usize> {
+    let lower = |i: usize| b.get(i).map(|c| c.to_ascii_lowercase());
+    match lower(p)? {
+        b's' | b't' | b'm' | b'd' => Some(p + 1),
+        b'r' | b'v' if lower(p + 1) == Some(b'e') => Some(p + 2),
+        b'l' if lower(p + 1) == Some(b'l') => Some(p + 2),
+        0xC5 if b.get(p + 1) == Some(&0xBF) => Some(p + 2),
+        _ => None,
+    }
+}

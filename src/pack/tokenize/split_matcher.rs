@@ -1,0 +1,173 @@
+//! The matcher of one `Split` pattern: a hand-written scanner for the patterns that have one
+//! (Llama-3 / Qwen2: [`super::gpt4_split`]; o200k: [`super::o200k_split`]), the generic
+//! backtracking matcher ([`super::regex`]) for any other — the same pieces either way.
+
+use super::gpt4_split::Gpt4Split;
+use super::o200k_split::O200kSplit;
+use super::regex::Regex;
+use super::unicode::ClassTable;
+
+/// See the module doc.
+pub enum SplitMatcher {
+    Scanner(Gpt4Split),
+    O200k(O200kSplit),
+    Generic(Regex),
+}
+
+impl SplitMatcher {
+    /// The scanner when `re`'s pattern is one it knows, else `re` itself.
+    pub fn new(re: Regex, table: &ClassTable) -> SplitMatcher {
+        if let Some(g) = Gpt4Split::for_pattern(re.source(), table) {
+            return SplitMatcher::Scanner(g);
+        }
+        match O200kSplit::for_pattern(re.source(), table) {
+            Some(o) => SplitMatcher::O200k(o),
+            None => SplitMatcher::Generic(re),
+        }
+    }
+
+    /// Calls `emit(start, end)` for the pieces of an Isolated `Split` of `s`, in order.
+    #[inline]
+    pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
+        match self {
+            SplitMatcher::Scanner(g) => g.split(s, table, emit),
+            SplitMatcher::O200k(o) => o.split(s, table, emit),
+            SplitMatcher::Generic(r) => r.split(s, table, emit),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gpt4_split::{LLAMA3, QWEN2};
+    use super::super::o200k_split::O200K;
+    use super::super::regex;
+    use super::super::regex::tests::onig_spans;
+    use super::*;
+
+    fn pieces(s: &str, f: impl Fn(&str, &mut dyn FnMut(usize, usize))) -> Vec<(usize, usize)> {
+        let mut v = Vec::new();
+        f(s, &mut |a, e| v.push((a, e)));
+        v
+    }
+
+    /// 400 random strings from `alphabet` at each of several lengths (xorshift from `seed`).
+    fn random_texts(alphabet: &str, seed: u64) -> Vec<String> {
+        let alphabet: Vec<char> = alphabet.chars().collect();
+        let mut out = Vec::new();
+        let mut x = seed;
+        for len in [1usize, 2, 3, 5, 8, 13, 40, 200] {
+            for _ in 0..400 {
+                let mut s = String::new();
+                for _ in 0..len {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    s.push(alphabet[(x % alphabet.len() as u64) as usize]);
+                }
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// `pattern` gets a scanner from [`SplitMatcher::new`], and its pieces of every text equal
+    /// the generic matcher's, which equal Oniguruma's.
+    fn compare(pattern: &str, texts: &[String]) {
+        let mut atoms = Vec::new();
+        let generic = regex::parse(pattern, &mut atoms).unwrap();
+        let table = ClassTable::new(&atoms).unwrap();
+        let generic = Regex::compile(generic, &table);
+        let fast = SplitMatcher::new(
+            Regex::compile(regex::parse(pattern, &mut atoms).unwrap(), &table),
+            &table,
+        );
+        assert!(
+            !matches!(fast, SplitMatcher::Generic(_)),
+            "no scanner for {pattern}"
+        );
+        let mut bad = Vec::new();
+        for t in texts {
+            let want = pieces(t, |s, f| generic.split(s, &table, &mut |a, e| f(a, e)));
+            let got = pieces(t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e)));
+            assert_eq!(
+                want,
+                onig_spans(pattern, t),
+                "generic matcher vs Oniguruma: {t:?}"
+            );
+            if got != want && bad.len() < 5 {
+                let show = |v: &[(usize, usize)]| -> Vec<String> {
+                    v.iter().map(|&(a, e)| t[a..e].to_string()).collect()
+                };
+                bad.push(format!(
+                    "{t:?}:\n  want {:?}\n  got  {:?}",
+                    show(&want),
+                    show(&got)
+                ));
+            }
+        }
+        assert!(bad.is_empty(), "{pattern}:\n{}", bad.join("\n"));
+    }
+
+    /// Text from an alphabet of every class boundary the pattern has: apostrophes and the
+    /// contraction letters in both cases (and `ſ`, U+212A), spaces, tabs, `\r`, `\n`, other
+    /// Unicode spaces, ASCII and non-ASCII letters and numbers, combining marks, punctuation,
+    /// symbols, emoji.
+    fn texts() -> Vec<String> {
+        let mut out: Vec<String> = [
+            "Hello world, it's   here.\n\n  def f(x):\n\treturn x*2  \n",
+            "I'LL say 'Re 'vE 'ſ 'd'm't\r\n\r\n   \n  x",
+            "1234567 12 a1b2 ½½½½ ٣٣٣٣ x  \u{3000}\u{3000}y  ",
+            "   ",
+            " ",
+            "\n",
+            "' ",
+            "''s",
+            " 'll",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        out.extend(random_texts(
+            "'’sStTrReEvVmMlLdDſ\u{212A}xyZ  \t\r\n\u{a0}\u{3000}\u{85}\u{2028}09٣½Ⅻé中\u{301}.,;:()[]{}_-+=*/\\\"#@!?<>|~`$%^&😀🙂",
+            0x2545_f491_4f6c_dd1d,
+        ));
+        out
+    }
+
+    #[test]
+    fn llama3_qwen2_pieces_equal_the_generic_matchers_and_oniguruma() {
+        let texts = texts();
+        compare(LLAMA3, &texts);
+        compare(QWEN2, &texts);
+    }
+
+    /// o200k texts: code, prose, CJK, Arabic (with harakat), emoji, digits, apostrophes, `\r\n` runs,
+    /// combining marks, title case, modifier letters.
+    const CORPUS: &[&str] = &[
+        "fn main() {\r\n    let x = a/b // c\r\n\r\n    return HTTPServer::new(\"it's\");\n}\n",
+        "The CAT's toy; DON'T you SEE?  I'LL go.\tWe'Re here, they'VE gone, he'D say 'ſ.",
+        "def parse_URL(urlString):\n\tif x >= 1_000_000: return [1, 22, 333, 4444]\n# TODO///\n//\n",
+        "中文文本，包含标点。日本語のテキスト、カタカナ。한국어 문장입니다.",
+        "العربية: كَتَبَ الوَلَدُ الدَّرْسَ ١٢٣٤ مرة",
+        "emoji 😀😀👍🏽 family 👨\u{200d}👩\u{200d}👧 flags 🇫🇷 ok",
+        "café naïve e\u{301}te\u{301} A\u{301}BC \u{301}\u{301}x \u{301}AB \u{301}",
+        "ǅemal ǈ Ǌ ʰʰa ʰA Aʰ ABʰC Ǆǅǆ ΣΊΣΥΦΟΣ σίσυφος ÉCOLE école",
+        "  \r\n\r\n   \n\n\t \u{a0}\u{3000}x \u{2028}y \u{85}z   ",
+        "a/\r\n/b ;/\n/\n/ x//y ./// \\/",
+        "12345678 ١٢٣٤٥ ½¾ ⅫⅫⅫⅫ 3.14159 0x1F",
+        "''s 'S x'S X'LL 'll''ll y'Ve ſ'ſ K'K",
+    ];
+
+    /// Every class boundary o200k's pattern has (upper, lower, title, modifier, other letters,
+    /// marks, numbers, spaces, the contraction letters, `/`).
+    const ALPHABET: &str = "'’sStTrReEvVmMlLdDſ\u{212A}xyZÉéǅʰ中ع\u{64E}\u{301}\u{903}  \t\r\n\u{a0}\u{3000}\u{85}\u{2028}09٣½Ⅻ.,;:()_-+=*/\\\"#@!?<>|~`$%^&😀\u{200d}";
+
+    #[test]
+    fn o200k_pieces_equal_the_generic_matchers_and_oniguruma() {
+        let mut texts: Vec<String> = CORPUS.iter().map(|s| s.to_string()).collect();
+        texts.push(CORPUS.concat());
+        texts.extend(random_texts(ALPHABET, 0x9e37_79b9_7f4a_7c15));
+        compare(O200K, &texts);
+    }
+}
