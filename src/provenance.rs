@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The origin of one document or item.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Provenance {
     /// Manifest source name.
     pub source: String,

@@ -894,12 +894,13 @@ fn bench_rows(
     let mut pc = p.clone();
     pc.free_rows = p.gen.cache == KvCache::None;
     let t = Instant::now();
-    let (rows, steps) = e.generate_rows_forced(
+    let (rows, steps) = e.generate_rows(
         &ps,
         &keys,
         &pc,
         std::num::NonZeroUsize::new(batch).context("batch 0")?,
-        &forced,
+        &|_, _| true,
+        Some(&forced),
     )?;
     let cont = t.elapsed().as_secs_f64();
     let row_steps: usize = rows.iter().map(|r| r.steps).sum();

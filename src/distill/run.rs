@@ -31,35 +31,23 @@ pub fn backend(
     residual: GpuResidual,
     gemm_plans: Option<&Path>,
 ) -> Result<Box<dyn TeacherBackend>> {
-    match device {
-        Device::Cpu => Ok(Box::new(teacher.cpu()?)),
-        Device::Cuda(_) => cuda_backend(device, teacher, residual, gemm_plans),
+    if device == Device::Cpu {
+        return Ok(Box::new(teacher.cpu()?));
     }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_backend(
-    device: Device,
-    _teacher: &Teacher,
-    _residual: GpuResidual,
-    _gemm_plans: Option<&Path>,
-) -> Result<Box<dyn TeacherBackend>> {
-    Err(crate::error::usage(format!(
-        "--device {device}: this binary was built without the `cuda` feature \
-         (cargo build --release --features cuda), or use --device cpu"
-    )))
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_backend(
-    device: Device,
-    teacher: &Teacher,
-    residual: GpuResidual,
-    gemm_plans: Option<&Path>,
-) -> Result<Box<dyn TeacherBackend>> {
-    let r = crate::gpu::engine::Residual::parse(residual.as_str())
-        .map_err(|e| crate::error::usage(e.to_string()))?;
-    crate::gpu::backend::open(device.ordinal(), teacher, r, gemm_plans)
+    #[cfg(feature = "cuda")]
+    {
+        let r = crate::gpu::engine::Residual::parse(residual.as_str())
+            .map_err(|e| crate::error::usage(e.to_string()))?;
+        crate::gpu::backend::open(device.ordinal(), teacher, r, gemm_plans)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (residual, gemm_plans);
+        Err(crate::error::usage(format!(
+            "--device {device}: this binary was built without the `cuda` feature \
+             (cargo build --release --features cuda), or use --device cpu"
+        )))
+    }
 }
 
 /// A bar on a terminal (hidden otherwise: [`crate::progress::Ticker`] writes the log lines).

@@ -112,7 +112,9 @@ impl TeacherBackend for GpuBackend {
         let mut ep = engine_params(job.p, job.pad_id, job.logits_shift);
         ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
         ep.free_rows = ep.gen.cache == KvCache::None;
-        let rows = (self.engine).generate_rows(&owned(job), job.keys, &ep, sched.slots, sched.fits);
-        Some(rows)
+        Some(
+            self.engine
+                .generate_rows(&owned(job), job.keys, &ep, sched.slots, sched.fits, None),
+        )
     }
 }

@@ -44,6 +44,19 @@ pub struct DevBuf {
     pub bytes: usize,
 }
 
+impl DevBuf {
+    /// Refuse a copy (`what`: read or write) of `n` bytes at `byte_off` past the buffer's end.
+    fn check_span(&self, what: &str, byte_off: usize, n: usize) -> Result<()> {
+        if byte_off + n > self.bytes {
+            bail!(
+                "device {what} of {n} bytes at {byte_off} overflows a {}-byte buffer",
+                self.bytes
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Drop for DevBuf {
     fn drop(&mut self) {
         if self.ptr != 0 {
@@ -143,12 +156,7 @@ impl Gpu {
     /// work is done (the copy is synchronous and not ordered with our non-blocking stream).
     pub fn write<T: Copy>(&self, dst: &DevBuf, byte_off: usize, host: &[T]) -> Result<()> {
         let n = std::mem::size_of_val(host);
-        if byte_off + n > dst.bytes {
-            bail!(
-                "device write of {n} bytes at {byte_off} overflows a {}-byte buffer",
-                dst.bytes
-            );
-        }
+        dst.check_span("write", byte_off, n)?;
         self.sync()?;
         if n > 0 {
             unsafe { dr::memcpy_htod_sync(dst.ptr + byte_off as u64, host) }
@@ -160,12 +168,7 @@ impl Gpu {
     /// Wait for the stream, then copy `host.len()` elements from `src` (+ byte offset).
     pub fn read<T: Copy>(&self, src: &DevBuf, byte_off: usize, host: &mut [T]) -> Result<()> {
         let n = std::mem::size_of_val(host);
-        if byte_off + n > src.bytes {
-            bail!(
-                "device read of {n} bytes at {byte_off} overflows a {}-byte buffer",
-                src.bytes
-            );
-        }
+        src.check_span("read", byte_off, n)?;
         self.sync()?;
         if n > 0 {
             unsafe { dr::memcpy_dtoh_sync(host, src.ptr + byte_off as u64) }

@@ -174,27 +174,23 @@ pub fn parse_revision(what: &str, body: &[u8]) -> Result<String> {
 /// a sha256 (64 hex), any case, held lowercase from here on (they name blobs and locks in the
 /// cache). Anything else refuses the listing.
 pub fn read_entry_digests(e: &mut TreeEntry) -> Result<()> {
-    e.oid = HexDigest::parse(&e.oid, SHA1_HEX)
-        .ok_or_else(|| {
-            anyhow!(
-                "file {}: field `oid` {} is not a git sha1 (40 hex digits): refusing the listing",
-                shown(&e.path),
-                shown(&e.oid)
-            )
-        })?
-        .into_string();
+    e.oid = listed_digest(&e.path, "oid", &e.oid, SHA1_HEX, "a git sha1")?;
     if let Some(l) = &mut e.lfs {
-        l.oid = HexDigest::parse(&l.oid, SHA256_HEX)
-            .ok_or_else(|| {
-                anyhow!(
-                    "file {}: field `lfs.oid` {} is not a sha256 (64 hex digits): refusing the listing",
-                    shown(&e.path),
-                    shown(&l.oid)
-                )
-            })?
-            .into_string();
+        l.oid = listed_digest(&e.path, "lfs.oid", &l.oid, SHA256_HEX, "a sha256")?;
     }
     Ok(())
+}
+
+/// `value` (field `field` of file `path`'s listing entry) as `len` hex digits, lowercased.
+fn listed_digest(path: &str, field: &str, value: &str, len: usize, kind: &str) -> Result<String> {
+    match HexDigest::parse(value, len) {
+        Some(d) => Ok(d.into_string()),
+        None => bail!(
+            "file {}: field `{field}` {} is not {kind} ({len} hex digits): refusing the listing",
+            shown(path),
+            shown(value)
+        ),
+    }
 }
 
 /// Up to `limit` bytes of a body; `None` when it is longer (reading stops there).

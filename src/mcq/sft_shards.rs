@@ -152,13 +152,7 @@ fn megatron_rows(b: &RowBatch, bin: &Path) -> Result<Vec<SftRow>> {
         );
         out.push(SftRow {
             id: String::new(),
-            prov: crate::provenance::Provenance {
-                source: String::new(),
-                repo: String::new(),
-                commit: String::new(),
-                file: String::new(),
-                row: 0,
-            },
+            prov: crate::provenance::Provenance::default(),
             input_ids: ids.clone(),
             prompt_len: o[1],
         });

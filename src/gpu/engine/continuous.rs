@@ -76,33 +76,11 @@ impl Engine {
     /// row stopping when finished by `p.stop_ids` (none: every block) and its slot refilled
     /// with the next prompt while `fits(rows, longest prompt)` allows. Returns each prompt's
     /// [`RowOut`] in order and the batch steps (forward passes) run.
+    ///
+    /// `forced` is for timing only (`dlm-gpu bench-rows`): prompt `i`'s row also finishes once
+    /// its first `forced[i] + 1` positions are committed — as if it had committed an EOS at
+    /// `forced[i]` (a random-weight teacher never does); the tokens are read back every step.
     pub fn generate_rows(
-        &mut self,
-        prompts: &[Vec<u32>],
-        keys: &[u64],
-        p: &DeviceRun,
-        slots: NonZeroUsize,
-        fits: &dyn Fn(usize, usize) -> bool,
-    ) -> Result<(Vec<RowOut>, usize)> {
-        self.generate_rows_inner(prompts, keys, p, slots, fits, None)
-    }
-
-    /// Timing only (`dlm-gpu bench-rows`): [`Self::generate_rows`], where prompt `i`'s row
-    /// also finishes once its first `forced[i] + 1` positions are committed — as if it had
-    /// committed an EOS at `forced[i]` (a random-weight teacher never does). Reads the tokens
-    /// back every step.
-    pub fn generate_rows_forced(
-        &mut self,
-        prompts: &[Vec<u32>],
-        keys: &[u64],
-        p: &DeviceRun,
-        slots: NonZeroUsize,
-        forced: &[usize],
-    ) -> Result<(Vec<RowOut>, usize)> {
-        self.generate_rows_inner(prompts, keys, p, slots, &|_, _| true, Some(forced))
-    }
-
-    fn generate_rows_inner(
         &mut self,
         prompts: &[Vec<u32>],
         keys: &[u64],
