@@ -27,6 +27,8 @@ trap pack EXIT
 export DLM_KERNEL_CACHE=/tmp/dlm-kernels PYTHONUNBUFFERED=1
 CKPT=${CKPT:-/tmp/teacher-ckpt}
 cd "$here"
+# The device tool carries the binaries xz-compressed (gpu_sanity.sh unpacks them too).
+for b in dlm-data dlm-gpu; do [ -x $b ] || { [ -f $b.xz ] && xz -dk $b.xz && chmod +x $b; }; done
 echo "commit $(cat COMMIT) dirty=$(wc -l < DIRTY) $(date -u +%H:%M:%S)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
