@@ -7,10 +7,12 @@ use std::collections::HashMap;
 
 use super::context::{Ctx, LogLine};
 use super::report::Check;
+use crate::digest::{HexDigest, SHA1_HEX};
 use crate::manifest::{LockedFile, Role};
 
+/// A locked commit passes the one digest rule (40 hex digits, any case).
 fn is_commit(s: &str) -> bool {
-    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    HexDigest::parse(s, SHA1_HEX).is_some()
 }
 
 /// `manifest-pinned`
