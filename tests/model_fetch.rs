@@ -61,6 +61,17 @@ impl Env {
             .output()
             .unwrap()
     }
+    /// `fetch` with HF_HUB_OFFLINE=1 (the emulator still listening, to count requests).
+    fn fetch_offline(&self, manifest: &Path) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_dlm-data"))
+            .args(["fetch", "--manifest", manifest.to_str().unwrap(), "--cache"])
+            .arg(self.cache())
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HF_ENDPOINT", self.emu.endpoint())
+            .env("DLM_NO_PROGRESS", "1")
+            .output()
+            .unwrap()
+    }
     fn log(&self) -> Vec<LogRecord> {
         std::fs::read_to_string(self.cache().join("download.log"))
             .unwrap_or_default()
@@ -187,14 +198,7 @@ fn base_model_fetches_locks_logs_and_describes_itself() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(env.emu.file_bytes_served(), 0, "everything was cached");
     let before = env.emu.request_count();
-    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
-        .args(["fetch", "--manifest", m.to_str().unwrap(), "--cache"])
-        .arg(env.cache())
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_ENDPOINT", env.emu.endpoint())
-        .env("DLM_NO_PROGRESS", "1")
-        .output()
-        .unwrap();
+    let o = env.fetch_offline(&m);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(env.emu.request_count(), before, "offline: no request");
 }
@@ -355,14 +359,7 @@ fn an_uppercase_sha_in_the_manifest_and_lock_names_the_same_cache_paths() {
         0,
         "the same blobs: nothing fetched again"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_dlm-data"))
-        .args(["fetch", "--manifest", m.to_str().unwrap(), "--cache"])
-        .arg(env.cache())
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_ENDPOINT", env.emu.endpoint())
-        .env("DLM_NO_PROGRESS", "1")
-        .output()
-        .unwrap();
+    let o = env.fetch_offline(&m);
     assert!(o.status.success(), "offline: {}", stderr(&o));
     assert_eq!(
         listing(&snaps),
