@@ -29,13 +29,11 @@ pub struct MergeArgs {
     /// distill only: the output format (default: jsonl when OUT ends in .jsonl, else json).
     #[arg(long, value_enum)]
     pub format: Option<OutFormat>,
-    /// fetch only: the download log given to the workers (default: <cache>/download.log, as
-    /// `fetch` uses).
-    #[arg(long)]
-    pub log: Option<PathBuf>,
-    /// fetch only: the cache root given to the workers (default as `fetch`).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
+    // fetch only: the download log and the cache root given to the workers.
+    #[command(flatten)]
+    pub log: crate::hub::cache::LogArg,
+    #[command(flatten)]
+    pub cache: crate::hub::cache::CacheArg,
     /// pack / mcq only: replace dlm-data's own files in OUT (index.json, shards, prompts.jsonl)
     /// that no earlier merge's journal lists, instead of refusing; never `parts/`, never any
     /// other file.
@@ -47,7 +45,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
     let out = &args.out;
     crate::lock::require_utf8("merge OUT", out)?;
     // One writer: OUT, and every worker part read (a worker still running holds its part).
-    let _locks = take_locks(out, args.log.as_deref(), args.cache.as_deref())?;
+    let _locks = take_locks(out, args.log.file.as_deref(), args.cache.dir.as_deref())?;
     let summary = if out.is_dir() {
         if !crate::worker::parts_root(out).is_dir() {
             return Err(crate::error::usage(format!(
@@ -59,7 +57,7 @@ pub fn run(args: MergeArgs) -> Result<()> {
     } else if output::parts_dir(out).is_dir() {
         merge_distill(out, args.format)?
     } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
-        join_fetch_logs(out, args.log.as_deref(), args.cache.as_deref())?
+        join_fetch_logs(out, args.log.file.as_deref(), args.cache.dir.as_deref())?
     } else {
         return Err(crate::error::usage(format!(
             "{}: not a pack output with parts/, a distill output with {} beside it, or a manifest",

@@ -37,6 +37,15 @@ pub fn eval_keyword(name: &str) -> Option<&'static str> {
     None
 }
 
+/// Refused (exit 2) when `name` holds an evaluation keyword; `why(keyword)` is the message,
+/// naming the manifest or lock and the source.
+pub fn refuse_eval(name: &str, why: impl FnOnce(&str) -> String) -> anyhow::Result<()> {
+    match eval_keyword(name) {
+        Some(k) => Err(crate::error::refused(why(k))),
+        None => Ok(()),
+    }
+}
+
 /// True when `name` (a split name or a repo-relative file path) names an evaluation split.
 pub fn is_eval_name(name: &str) -> bool {
     eval_keyword(name).is_some()

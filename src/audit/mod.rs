@@ -38,12 +38,10 @@ pub struct AuditArgs {
     /// output was packed from local `--input` files).
     #[arg(long, num_args = 1..)]
     pub manifest: Vec<PathBuf>,
-    /// Cache root (default as in `fetch`).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-    /// Download log (default: <cache>/download.log).
-    #[arg(long)]
-    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: crate::hub::cache::CacheArg,
+    #[command(flatten)]
+    pub log: crate::hub::cache::LogArg,
     /// Shard directories (index.json) to audit (repeatable).
     #[arg(long)]
     pub shards: Vec<PathBuf>,
@@ -91,7 +89,11 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
             "--distilled needs --prompts (records are traced through their prompts)",
         ));
     }
-    let ctx = context::Ctx::load(&args.manifest, args.cache.as_deref(), args.log.as_deref())?;
+    let ctx = context::Ctx::load(
+        &args.manifest,
+        args.cache.dir.as_deref(),
+        args.log.file.as_deref(),
+    )?;
     let base = model::find_base(&ctx, args.base.as_deref())?;
     // The model chain is reported when a model is in scope: a declared base, or a model flag.
     let models_in_scope = base.is_some()

@@ -28,8 +28,6 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use crate::hub::cache::Cache;
-
 #[derive(Args, Debug, Clone)]
 pub struct DecontamArgs {
     /// Benchmark eval sets: local parquet/jsonl files or manifests with role = "eval-reference".
@@ -55,9 +53,9 @@ pub struct DecontamArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Cache root holding `eval-reference/` (default as in `fetch`).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
+    // The cache root holds `eval-reference/`.
+    #[command(flatten)]
+    pub cache: crate::hub::cache::CacheArg,
     /// Tokenizer to decode shards with, when the path in index.json is not reachable here.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
@@ -94,7 +92,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         )?),
         None => None,
     };
-    let cache = Cache::resolve(args.cache.as_deref());
+    let cache = args.cache.resolve();
     let (benches, items) = reference::load(&args.against, &cache)?;
     let idx = index::NgramIndex::build(args.ngram, items);
     tracing::info!(

@@ -70,6 +70,32 @@ impl From<Role> for Area {
     }
 }
 
+/// `--cache DIR` of every command that reads the Hub cache (fetch, pack, mcq, decontam,
+/// audit): one flag, one help text, one default rule ([`Cache::resolve`]).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CacheArg {
+    /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else
+    /// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub).
+    #[arg(id = "cache", long = "cache", value_name = "CACHE")]
+    pub dir: Option<PathBuf>,
+}
+
+impl CacheArg {
+    /// The cache root this flag (or the environment) names.
+    pub fn resolve(&self) -> Cache {
+        Cache::resolve(self.dir.as_deref())
+    }
+}
+
+/// `--log FILE`: the download log `fetch` appends to, as fetch, audit and the merge of fetch
+/// parts read it (pack `--stream` keeps its own flag: it needs `--stream`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LogArg {
+    /// JSON-lines download log (default: <cache>/download.log).
+    #[arg(id = "log", long = "log", value_name = "LOG")]
+    pub file: Option<PathBuf>,
+}
+
 /// A cache root.
 #[derive(Debug, Clone)]
 pub struct Cache {

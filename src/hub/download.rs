@@ -337,14 +337,12 @@ impl Downloader {
         let what = format!("{}/{}", t.repo, t.path);
         let mut guard = RateGuard::new(self.client.stall, &format!("{what}: body"));
         loop {
-            let chunk = match guard.next(&mut stream).await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    w.flush()?;
-                    return Err(e);
-                }
-            };
+            // A failed body keeps what arrived (flushed) for the resume.
+            let next = guard.next(&mut stream).await;
+            if next.is_err() {
+                w.flush()?;
+            }
+            let Some(chunk) = next? else { break };
             if pos + chunk.len() as u64 > t.size {
                 w.flush()?;
                 w.get_ref().set_len(0)?;
@@ -482,14 +480,12 @@ impl ChunkRun<'_> {
         let mut stream = resp.bytes_stream();
         let mut guard = RateGuard::new(self.client.stall, &format!("{}: chunk {i}", t.path));
         loop {
-            let c = match guard.next(&mut stream).await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    self.save()?;
-                    return Err(e);
-                }
-            };
+            // A failed chunk keeps its progress (saved) for the resume.
+            let next = guard.next(&mut stream).await;
+            if next.is_err() {
+                self.save()?;
+            }
+            let Some(c) = next? else { break };
             if pos + c.len() as u64 > end {
                 return Err(transient(format!("{}: chunk {i}: too many bytes", t.path)));
             }

@@ -52,12 +52,10 @@ pub struct FetchArgs {
     /// Manifest of declared sources (e.g. manifests/stage1.toml).
     #[arg(long)]
     pub manifest: PathBuf,
-    /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
-    /// JSON-lines download log (default: <cache>/download.log).
-    #[arg(long)]
-    pub log: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: cache::CacheArg,
+    #[command(flatten)]
+    pub log: cache::LogArg,
     /// Parallel downloads (files and ranged chunks).
     #[arg(long, default_value_t = 4, value_parser = crate::sizes::usize_in(1, crate::sizes::MAX_JOBS))]
     pub jobs: usize,
@@ -114,8 +112,8 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     }
     let paths = [
         ("--manifest", Some(args.manifest.as_path())),
-        ("--cache", args.cache.as_deref()),
-        ("--log", args.log.as_deref()),
+        ("--cache", args.cache.dir.as_deref()),
+        ("--log", args.log.file.as_deref()),
     ];
     crate::lock::require_utf8_all(paths.iter().filter_map(|(f, p)| p.map(|p| (*f, p))))?;
     let manifest = Manifest::load(&args.manifest)?;
@@ -126,8 +124,8 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
         )));
     }
     let slice = args.worker.resolve()?;
-    let cache = Cache::resolve(args.cache.as_deref());
-    let mut log_path = cache.log_path(args.log.as_deref());
+    let cache = args.cache.resolve();
+    let mut log_path = cache.log_path(args.log.file.as_deref());
     if !slice.is_whole() {
         log_path = log::part_path(&log_path, slice.index, slice.count);
     }

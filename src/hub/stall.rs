@@ -116,12 +116,17 @@ mod tests {
         }))
     }
 
+    /// A window of `secs` seconds and a floor of `min` bytes a second.
+    fn policy(secs: u64, min: u64) -> StallPolicy {
+        StallPolicy {
+            window: Duration::from_secs(secs),
+            min_bytes_per_sec: min,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_trickle_is_a_stall_and_a_steady_body_is_not() {
-        let p = StallPolicy {
-            window: Duration::from_secs(30),
-            min_bytes_per_sec: 1024,
-        };
+        let p = policy(30, 1024);
         // One byte a second: the first window ends with 30 bytes, far under 30 KiB.
         let mut g = RateGuard::new(p, "o/n/data.bin");
         let mut body = trickle(Duration::from_secs(1), 10_000);
@@ -145,10 +150,7 @@ mod tests {
         let mut body = trickle(Duration::from_secs(3600), 1);
         assert!(g.next(&mut body).await.is_err());
         // Fast enough: 1 byte every 0.5 ms for a lenient policy passes through to the end.
-        let lenient = StallPolicy {
-            window: Duration::from_secs(1),
-            min_bytes_per_sec: 100,
-        };
+        let lenient = policy(1, 100);
         let mut g = RateGuard::new(lenient, "f");
         let mut body = trickle(Duration::from_micros(500), 5000);
         let mut n = 0;

@@ -38,13 +38,13 @@ pub(super) fn check_policy(m: &Manifest) -> Result<()> {
             )));
         }
         for name in [&s.split, &s.config] {
-            if let Some(k) = crate::policy::eval_keyword(name) {
-                return Err(crate::error::refused(format!(
+            crate::policy::refuse_eval(name, |k| {
+                format!(
                     "manifest {}: source {:?}: {name:?} is an evaluation split (keyword {k:?})",
                     m.path.display(),
                     s.name
-                )));
-            }
+                )
+            })?;
         }
     }
     Ok(())
@@ -176,14 +176,14 @@ fn verified_file(
     f: &LockedFile,
 ) -> Result<PathBuf> {
     let lock_path = m.lock_path();
-    if let Some(k) = crate::policy::eval_keyword(&f.path) {
-        return Err(crate::error::refused(format!(
+    crate::policy::refuse_eval(&f.path, |k| {
+        format!(
             "lock {}: source {:?} file {:?} is an evaluation file (keyword {k:?})",
             lock_path.display(),
             s.name,
             f.path
-        )));
-    }
+        )
+    })?;
     let path = cache
         .locked_file(Role::Train, &ls.repo, &ls.commit, &f.path)
         .with_context(|| format!("lock {}: source {:?}", lock_path.display(), s.name))?;

@@ -46,9 +46,8 @@ pub struct McqArgs {
     /// Output directory: prompts.jsonl, and sft/ when --tokenizer is given.
     #[arg(long)]
     pub out: PathBuf,
-    /// Cache root (default as in `fetch`).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: crate::hub::cache::CacheArg,
     /// tokenizer.json or its directory: also write the stage-2 SFT shards into OUT/sft/.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,

@@ -37,7 +37,7 @@ pub(super) fn open(args: &McqArgs, slice: WorkerSlice) -> Result<Opened> {
         ("--manifest", Some(args.manifest.as_path())),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--template", args.template.as_deref()),
-        ("--cache", args.cache.as_deref()),
+        ("--cache", args.cache.dir.as_deref()),
     ]
     .into_iter()
     .filter_map(|(f, p)| p.map(|p| (f, p)))
@@ -58,7 +58,7 @@ pub(super) fn open(args: &McqArgs, slice: WorkerSlice) -> Result<Opened> {
             m.path.display()
         )
     })?;
-    let cache = Cache::resolve(args.cache.as_deref());
+    let cache = args.cache.resolve();
     let tok = match &args.tokenizer {
         Some(p) => Some(tokenizer::load(
             p,

@@ -151,9 +151,8 @@ pub struct PackArgs {
     pub shuffle_seed: Option<u64>,
     #[command(flatten)]
     pub worker: crate::worker::WorkerArgs,
-    /// Cache root (default: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).
-    #[arg(long)]
-    pub cache: Option<PathBuf>,
+    #[command(flatten)]
+    pub cache: crate::hub::cache::CacheArg,
     /// Read straight from the Hub by HTTP Range instead of the cache (manifest parquet/JSON
     /// sources; the lock beside the manifest is used when present).
     #[arg(long, requires = "manifest", conflicts_with = "input")]

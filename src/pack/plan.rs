@@ -204,14 +204,14 @@ fn refuse_eval_sources(m: &Manifest, mpath: &Path) -> Result<()> {
                 s.name
             )));
         }
-        if let Some(k) = crate::policy::eval_keyword(&s.split) {
-            return Err(crate::error::refused(format!(
+        crate::policy::refuse_eval(&s.split, |k| {
+            format!(
                 "manifest {}: source {:?}: split {:?} is an evaluation split ({k:?})",
                 mpath.display(),
                 s.name,
                 s.split
-            )));
-        }
+            )
+        })?;
     }
     Ok(())
 }
@@ -313,14 +313,14 @@ impl<'a> SourceAt<'a> {
     /// Locked file `f` as a unit: refused when its name is an evaluation file; a local
     /// source's own file, a Hub range reader (`--stream`), or the cached copy.
     fn unit(&self, f: &crate::manifest::LockedFile, inputs: Inputs) -> Result<Unit> {
-        if let Some(k) = crate::policy::eval_keyword(&f.path) {
-            return Err(crate::error::refused(format!(
+        crate::policy::refuse_eval(&f.path, |k| {
+            format!(
                 "{}: source {:?}: file {} looks like an evaluation file ({k:?})",
                 self.lock_path.display(),
                 self.s.name,
                 f.path
-            )));
-        }
+            )
+        })?;
         if self.s.is_local() {
             return self.local_unit(f);
         }

@@ -10,7 +10,6 @@ use anyhow::{Context, Result};
 
 use super::plan::Unit;
 use super::PackArgs;
-use crate::hub::cache::Cache;
 use crate::hub::client::HubClient;
 use crate::hub::log::{self, DownloadLog};
 use crate::hub::plan as hplan;
@@ -46,7 +45,7 @@ impl Streaming {
             base: Duration::from_millis(args.retry_base_ms.max(1)),
             max: Duration::from_secs(60),
         })?);
-        let cache = Cache::resolve(args.cache.as_deref());
+        let cache = args.cache.resolve();
         let mut log_path = cache.log_path(args.log.as_deref());
         if !worker.is_whole() {
             log_path = log::part_path(&log_path, worker.index, worker.count);

@@ -260,23 +260,28 @@ mod tests {
 
     #[test]
     fn names() {
-        assert!(is_own_temp(".part-00000.parquet.tmp"));
-        assert!(is_own_temp(".index.json.tmp-1234"));
-        assert!(!is_own_temp(".tmp"));
-        assert!(!is_own_temp("x.tmp"));
-        assert!(!is_own_temp(".notes.tmp-abc"));
-        assert!(
-            !is_own_temp(".notes.txt.tmp"),
-            "only temps of our own output names"
-        );
-        assert!(is_own_temp(".prompts.jsonl.tmp-9"));
-        assert!(is_own_format("part-00003.parquet"));
-        assert!(is_own_format("part-00003.rows.jsonl"));
-        assert!(is_own_format("shard.00001.mds.zstd"));
-        assert!(is_own_format("index.json"));
-        assert!(!is_own_format("part-x.parquet"));
-        assert!(!is_own_format("data.parquet"));
-        assert!(!is_own_format("part-1.parquet"));
+        // Only temps of our own output names are ours.
+        for t in [
+            ".part-00000.parquet.tmp",
+            ".index.json.tmp-1234",
+            ".prompts.jsonl.tmp-9",
+        ] {
+            assert!(is_own_temp(t), "{t}");
+        }
+        for t in [".tmp", "x.tmp", ".notes.tmp-abc", ".notes.txt.tmp"] {
+            assert!(!is_own_temp(t), "{t}");
+        }
+        let ours = [
+            "part-00003.parquet",
+            "part-00003.rows.jsonl",
+            "shard.00001.mds.zstd",
+        ];
+        for f in ours.into_iter().chain(["index.json"]) {
+            assert!(is_own_format(f), "{f}");
+        }
+        for f in ["part-x.parquet", "data.parquet", "part-1.parquet"] {
+            assert!(!is_own_format(f), "{f}");
+        }
     }
 
     #[test]

@@ -61,27 +61,21 @@ pub const ROW_BYTES: u64 = 64 << 20;
 /// (parquet row, JSON array element, JSONL line); errors name the file (`name`) and the row.
 pub trait RowReader {
     /// Each row as a JSON object.
-    fn values(
-        &self,
-        path: &Path,
-        name: &str,
-        start_row: u64,
-        f: &mut records::OnRecord,
-    ) -> Result<()>;
+    fn values(&self, at: RowsOf, f: &mut records::OnRecord) -> Result<()>;
 
     /// Each row rendered by `tpl` (a format may render without building JSON values).
-    fn rendered(
-        &self,
-        path: &Path,
-        name: &str,
-        tpl: &Template,
-        start_row: u64,
-        sink: &mut Sink,
-    ) -> Result<()> {
-        self.values(path, name, start_row, &mut |row, v| {
-            render_row(name, tpl, sink, row, &v)
-        })
+    fn rendered(&self, at: RowsOf, tpl: &Template, sink: &mut Sink) -> Result<()> {
+        self.values(at, &mut |row, v| render_row(at.name, tpl, sink, row, &v))
     }
+}
+
+/// Which rows a reader gives: those of the file `path` from `start_row` on; `name` is the
+/// file as errors show it.
+#[derive(Clone, Copy)]
+pub struct RowsOf<'a> {
+    pub path: &'a Path,
+    pub name: &'a str,
+    pub start_row: u64,
 }
 
 /// The reader of `format`, holding `bounds` (a JSON row while it is read, a compressed
@@ -94,18 +88,16 @@ pub fn reader(format: Format, bounds: ReadBounds) -> Box<dyn RowReader> {
     }
 }
 
-/// Read `path` (shown as `name` in errors) in `format`, calling `sink` for every row from
-/// `start_row` on. Returns normally at end of file or when the sink returned [`Stop`].
+/// Read the rows `at` names in `format`, calling `sink` for each. Returns normally at end of
+/// file or when the sink returned [`Stop`].
 pub fn read_rows(
-    path: &Path,
-    name: &str,
+    at: RowsOf,
     format: Format,
     bounds: ReadBounds,
     tpl: &Template,
-    start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    match reader(format, bounds).rendered(path, name, tpl, start_row, sink) {
+    match reader(format, bounds).rendered(at, tpl, sink) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }
@@ -120,7 +112,12 @@ pub fn read_values(path: &Path, bounds: ReadBounds, f: &mut records::OnRecord) -
             "{name}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)"
         ))
     })?;
-    match reader(format, bounds).values(path, &name, 0, f) {
+    let at = RowsOf {
+        path,
+        name: &name,
+        start_row: 0,
+    };
+    match reader(format, bounds).values(at, f) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 
 use super::parquet_batch::{emit_batch, projection, read_serial, BATCH_ROWS};
-use super::{Sink, Template};
+use super::{RowsOf, Sink, Template};
 
 /// The parquet [`super::RowReader`]: rendered straight from the Arrow columns (no JSON
 /// values) for pack; as JSON objects for the other readers. A compressed file's temporary
@@ -18,14 +18,9 @@ use super::{Sink, Template};
 pub struct Parquet(pub super::Bound);
 
 impl super::RowReader for Parquet {
-    fn values(
-        &self,
-        path: &Path,
-        name: &str,
-        start_row: u64,
-        f: &mut super::records::OnRecord,
-    ) -> Result<()> {
-        let plain = super::codec::plain_file(path, name, self.0)?;
+    fn values(&self, at: RowsOf, f: &mut super::records::OnRecord) -> Result<()> {
+        let (name, start_row) = (at.name, at.start_row);
+        let plain = super::codec::plain_file(at.path, name, self.0)?;
         let mut row = 0u64;
         for b in crate::shards::guarded::open(plain.path())? {
             let b = b.with_context(|| format!("decoding {name}"))?;
@@ -41,24 +36,20 @@ impl super::RowReader for Parquet {
         Ok(())
     }
 
-    fn rendered(
-        &self,
-        path: &Path,
-        name: &str,
-        tpl: &Template,
-        start_row: u64,
-        sink: &mut Sink,
-    ) -> Result<()> {
+    fn rendered(&self, at: RowsOf, tpl: &Template, sink: &mut Sink) -> Result<()> {
         // A `.parquet.gz` / `.parquet.zst` is read from a decompressed temporary copy.
-        let plain = super::codec::plain_file(path, name, self.0)?;
-        let path = plain.path();
-        crate::util::no_panic(name, || {
+        let plain = super::codec::plain_file(at.path, at.name, self.0)?;
+        let at = RowsOf {
+            path: plain.path(),
+            ..at
+        };
+        crate::util::no_panic(at.name, || {
             // Several row groups (or one large one) from the cursor on: decoded on several
             // threads.
-            if let Some(r) = super::parquet_par::try_read(path, name, tpl, start_row, sink) {
+            if let Some(r) = super::parquet_par::try_read(at, tpl, sink) {
                 return r;
             }
-            read_serial(path, name, tpl, start_row, sink)
+            read_serial(at, tpl, sink)
         })
     }
 }

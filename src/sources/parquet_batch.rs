@@ -293,13 +293,12 @@ pub(super) fn locate_error(
 }
 
 /// The rows from `start_row` on, decoded on this thread.
-pub(super) fn read_serial(
-    path: &Path,
-    name: &str,
-    tpl: &Template,
-    start_row: u64,
-    sink: &mut Sink,
-) -> Result<()> {
+pub(super) fn read_serial(at: super::RowsOf, tpl: &Template, sink: &mut Sink) -> Result<()> {
+    let super::RowsOf {
+        path,
+        name,
+        start_row,
+    } = at;
     let mut row = start_row;
     for b in open(path, name, tpl, start_row, BATCH_ROWS)? {
         let batch = match b {

@@ -27,7 +27,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
 
 use super::parquet_batch::{emit_batch, locate_error, projection, BATCH_ROWS};
-use super::{Outcome, Sink, Template};
+use super::{Outcome, RowsOf, Sink, Template};
 
 /// Uncompressed bytes of the template's columns per piece, merging small row groups (a piece
 /// is decoded whole by one thread, and `threads + 1` pieces at most are decoded ahead of the
@@ -150,13 +150,12 @@ fn groups(meta: &ParquetMetaData, roots: &[String]) -> Vec<(u64, u64)> {
 
 /// Read `path` on several threads when it has more than one piece from `start_row` and more
 /// than one decoding thread is allowed; `None`: read it serially.
-pub(super) fn try_read(
-    path: &Path,
-    name: &str,
-    tpl: &Template,
-    start_row: u64,
-    sink: &mut Sink,
-) -> Option<Result<()>> {
+pub(super) fn try_read(at: RowsOf, tpl: &Template, sink: &mut Sink) -> Option<Result<()>> {
+    let RowsOf {
+        path,
+        name,
+        start_row,
+    } = at;
     let threads = decode_threads();
     if threads < 2 {
         return None;
@@ -410,7 +409,14 @@ mod tests {
         stop_after: Option<usize>,
     ) -> (Rows, Result<()>) {
         collect(
-            |sink| super::super::parquet_batch::read_serial(p, "rows.parquet", tpl, start, sink),
+            |sink| {
+                let at = RowsOf {
+                    path: p,
+                    name: "rows.parquet",
+                    start_row: start,
+                };
+                super::super::parquet_batch::read_serial(at, tpl, sink)
+            },
             stop_after,
         )
     }

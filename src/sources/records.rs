@@ -34,8 +34,9 @@ pub enum Layout {
 pub struct Json(pub Layout, pub Bound);
 
 impl super::RowReader for Json {
-    fn values(&self, path: &Path, name: &str, start_row: u64, f: &mut OnRecord) -> Result<()> {
-        for_each(open(path, name)?, name, self.0, self.1, start_row, f)
+    fn values(&self, at: super::RowsOf, f: &mut OnRecord) -> Result<()> {
+        let input = open(at.path, at.name)?;
+        for_each(input, at.name, self.0, self.1, at.start_row, f)
     }
 }
 

@@ -83,15 +83,14 @@ pub(super) fn read_units(
             };
             let r = match (&u.remote, streaming) {
                 (Some(spec), Some(st)) => st.read(u, spec, first, bounds.row, &mut sink),
-                _ => crate::sources::read_rows(
-                    &u.path,
-                    &u.file,
-                    u.format,
-                    bounds,
-                    &u.source.tpl,
-                    first,
-                    &mut sink,
-                ),
+                _ => {
+                    let at = crate::sources::RowsOf {
+                        path: &u.path,
+                        name: &u.file,
+                        start_row: first,
+                    };
+                    crate::sources::read_rows(at, u.format, bounds, &u.source.tpl, &mut sink)
+                }
             };
             if let Err(e) = r {
                 let _ = tx.send(ReadMsg::Failed(

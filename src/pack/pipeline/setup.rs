@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Result;
 
 use super::settings::RunSettings;
-use crate::hub::cache::Cache;
 use crate::manifest::Manifest;
 use crate::pack::plan::{Plan, Unit};
 use crate::pack::remote::Streaming;
@@ -125,7 +124,7 @@ fn claim_output(args: &PackArgs, out_dir: &Path) -> Result<Option<crate::lock::O
         ("--out", Some(args.out.as_path())),
         ("--manifest", args.manifest.as_deref()),
         ("--tokenizer", Some(args.tokenizer.as_path())),
-        ("--cache", args.cache.as_deref()),
+        ("--cache", args.cache.dir.as_deref()),
         ("--log", args.log.as_deref()),
     ]
     .into_iter()
@@ -160,9 +159,7 @@ fn plan_units(
         (Some(m), true) => Ok((
             match streaming {
                 Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
-                None => {
-                    Plan::from_manifest(m, &Cache::resolve(args.cache.as_deref()), args.tokens)?
-                }
+                None => Plan::from_manifest(m, &args.cache.resolve(), args.tokens)?,
             },
             None,
         )),

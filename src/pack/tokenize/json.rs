@@ -18,19 +18,19 @@ use serde_json::value::RawValue;
 /// The top level of tokenizer.json.
 #[derive(Deserialize)]
 pub struct TokJson<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub normalizer: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub pre_tokenizer: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub post_processor: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub decoder: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub truncation: Option<&'a RawValue>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub padding: Option<&'a RawValue>,
     #[serde(default)]
     pub added_tokens: Vec<AddedJson>,
@@ -48,28 +48,25 @@ pub struct AddedJson {
     pub token: tokenizers::AddedToken,
 }
 
-/// The `model` object, as far as a BPE needs it.
+/// The `model` object, as far as a BPE needs it (a missing key reads as `None`: serde's rule
+/// for `Option` fields).
 #[derive(Deserialize)]
 pub struct ModelJson<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(rename = "type", borrow)]
     pub ty: Option<Cow<'a, str>>,
-    #[serde(default)]
     pub dropout: Option<f64>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub unk_token: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub continuing_subword_prefix: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub end_of_word_suffix: Option<Cow<'a, str>>,
-    #[serde(default)]
     pub fuse_unk: Option<bool>,
-    #[serde(default)]
     pub byte_fallback: Option<bool>,
-    #[serde(default)]
     pub ignore_merges: Option<bool>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub vocab: Option<Vocab<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow)]
     pub merges: Option<Merges<'a>>,
 }
 
@@ -204,7 +201,7 @@ impl<'a> ModelJson<'a> {
     pub fn parse(raw: &'a RawValue) -> Result<ModelJson<'a>> {
         #[derive(Deserialize)]
         struct Ty<'a> {
-            #[serde(rename = "type", borrow, default)]
+            #[serde(rename = "type", borrow)]
             ty: Option<Cow<'a, str>>,
         }
         let t: Ty<'a> = serde_json::from_str(raw.get()).context("tokenizer.json model")?;
