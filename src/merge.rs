@@ -41,6 +41,33 @@ pub struct MergeArgs {
     pub force: bool,
 }
 
+/// `merge --json`'s line for a directory or a distill output: the kind merged, where, from
+/// how many workers, then the kind's own counts (flattened: their keys follow, in order).
+#[derive(serde::Serialize)]
+pub struct Summary<T: serde::Serialize> {
+    pub kind: &'static str,
+    pub out: String,
+    pub workers: usize,
+    #[serde(flatten)]
+    pub counts: T,
+}
+
+impl<T: serde::Serialize> Summary<T> {
+    /// The line as a JSON value (keys in field order).
+    pub fn value(self) -> Result<serde_json::Value> {
+        Ok(serde_json::to_value(self)?)
+    }
+}
+
+/// The counts of a distill merge.
+#[derive(serde::Serialize)]
+struct DistillCounts {
+    parts: usize,
+    records: usize,
+    batches: usize,
+    sha256: String,
+}
+
 pub fn run(args: MergeArgs) -> Result<()> {
     let out = &args.out;
     crate::lock::require_utf8("merge OUT", out)?;
@@ -134,15 +161,18 @@ fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Va
         f.parts,
         out.display()
     ));
-    Ok(serde_json::json!({
-        "kind": "distill",
-        "out": out.display().to_string(),
-        "workers": workers,
-        "parts": f.parts,
-        "records": f.records,
-        "batches": f.batches,
-        "sha256": crate::util::sha256_file(out)?,
-    }))
+    Summary {
+        kind: "distill",
+        out: out.display().to_string(),
+        workers,
+        counts: DistillCounts {
+            parts: f.parts,
+            records: f.records,
+            batches: f.batches,
+            sha256: crate::util::sha256_file(out)?,
+        },
+    }
+    .value()
 }
 
 /// fetch workers append to `<log>.part-0000I-of-0000N`; join them in worker order into the

@@ -33,6 +33,12 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `merge --json`'s keys, in the order printed (the line's contract: kind, out, workers, then
+/// the kind's counts).
+fn keys(v: &serde_json::Value) -> Vec<&str> {
+    v.as_object().unwrap().keys().map(|k| k.as_str()).collect()
+}
+
 fn fails(o: &Output, code: i32, needle: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{err}");
@@ -110,6 +116,10 @@ fn distill_workers_merge_to_the_single_process_bytes() {
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["records"], 9);
         assert_eq!(v["workers"], 3);
+        let want = [
+            "kind", "out", "workers", "parts", "records", "batches", "sha256",
+        ];
+        assert_eq!(keys(&v), want);
         assert_eq!(
             std::fs::read(&sharded).unwrap(),
             std::fs::read(&single).unwrap(),
@@ -258,6 +268,18 @@ fn pack_workers_merge_to_the_single_process_bytes_in_every_format() {
         );
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["workers"], workers);
+        let want = [
+            "kind",
+            "out",
+            "workers",
+            "format",
+            "shards",
+            "rows",
+            "tokens",
+            "documents",
+            "seconds",
+        ];
+        assert_eq!(keys(&v), want);
         let (a, b) = (pack_common::tree(&single), pack_common::tree(&merged));
         assert_eq!(
             a.keys().collect::<Vec<_>>(),
@@ -433,6 +455,12 @@ fn mcq_workers_merge_to_the_single_process_bytes() {
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["kind"], "mcq");
         assert_eq!(v["workers"], *workers);
+        let k = keys(&v);
+        assert_eq!(
+            k[..5],
+            ["kind", "out", "workers", "items", "prompts_sha256"]
+        );
+        assert!(k[5..] == [] as [&str; 0] || k[5..] == ["sft"], "{k:?}");
         assert!(
             !merged.join("parts").exists(),
             "parts removed after the merge"

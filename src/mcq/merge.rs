@@ -65,19 +65,24 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
     crate::signals::check()?;
     prompts::write(&prompts_path, &merged)?;
 
-    let mut summary = serde_json::json!({
-        "kind": "mcq",
-        "out": out.display().to_string(),
-        "workers": workers,
-        "items": total,
-        "prompts_sha256": crate::util::sha256_file(&prompts_path)?,
-    });
+    let mut counts = McqCounts {
+        items: total,
+        prompts_sha256: crate::util::sha256_file(&prompts_path)?,
+        sft: None,
+    };
     if parts.sft {
         check_one_run(&dirs, &parts.idxs)?;
         let rows_per_shard = rows_per_shard(&parts.idxs[0], &dirs[0])?;
         let rows = rows_in_order(&dirs, &merged, &owner)?;
-        summary["sft"] = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
+        let sft = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
+        counts.sft = Some(sft);
     }
+    let summary = crate::merge::Summary {
+        kind: "mcq",
+        out: out.display().to_string(),
+        workers,
+        counts,
+    };
     // The output's card, as a whole run writes it (the same bytes: a function of the records).
     super::card::write(out, &merged)?;
     set.remove()?;
@@ -91,7 +96,25 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
             String::new()
         }
     ));
-    Ok(summary)
+    summary.value()
+}
+
+/// The counts of an mcq merge (`merge --json`); `sft` when the workers wrote SFT shards.
+#[derive(serde::Serialize)]
+struct McqCounts {
+    items: usize,
+    prompts_sha256: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sft: Option<SftCounts>,
+}
+
+/// The merged SFT shards.
+#[derive(serde::Serialize)]
+struct SftCounts {
+    dir: String,
+    rows: u64,
+    tokens: u64,
+    shards: usize,
 }
 
 /// What the parts hold: each one's prompts, and each one's complete SFT index when the
@@ -264,7 +287,7 @@ fn write_sft(
     rows_per_shard: usize,
     sft_dir: &Path,
     prompts_path: &Path,
-) -> Result<Value> {
+) -> Result<SftCounts> {
     let first = &idxs[0];
     let (counts, provenance) = summed_counts(idxs)?;
     let mut index = Index {
@@ -288,10 +311,10 @@ fn write_sft(
     index.totals = sft_write::totals(&kept, &index, &counts)?;
     index.provenance = provenance;
     sft_write::save_complete(sft_dir, &mut index, &mds)?;
-    Ok(serde_json::json!({
-        "dir": sft_dir.display().to_string(),
-        "rows": index.totals.rows,
-        "tokens": index.totals.tokens,
-        "shards": index.shards.len(),
-    }))
+    Ok(SftCounts {
+        dir: sft_dir.display().to_string(),
+        rows: index.totals.rows,
+        tokens: index.totals.tokens,
+        shards: index.shards.len(),
+    })
 }

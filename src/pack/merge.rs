@@ -127,17 +127,31 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
         merged.totals.tokens,
         out.display()
     ));
-    Ok(serde_json::json!({
-        "kind": "pack",
-        "out": out.display().to_string(),
-        "workers": workers,
-        "format": merged.format,
-        "shards": merged.shards.len(),
-        "rows": merged.totals.rows,
-        "tokens": merged.totals.tokens,
-        "documents": merged.totals.documents,
-        "seconds": (secs * 1000.0).round() / 1000.0,
-    }))
+    crate::merge::Summary {
+        kind: "pack",
+        out: out.display().to_string(),
+        workers,
+        counts: PackCounts {
+            format: merged.format,
+            shards: merged.shards.len(),
+            rows: merged.totals.rows,
+            tokens: merged.totals.tokens,
+            documents: merged.totals.documents,
+            seconds: (secs * 1000.0).round() / 1000.0,
+        },
+    }
+    .value()
+}
+
+/// The counts of a pack merge (`merge --json`).
+#[derive(serde::Serialize)]
+struct PackCounts {
+    format: ShardFormat,
+    shards: usize,
+    rows: u64,
+    tokens: u64,
+    documents: u64,
+    seconds: f64,
 }
 
 /// Every part with its index; refused (nothing merged) naming each part without one or
