@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::distill::{output, OutFormat};
-use crate::worker::{check_worker_set, PartSet, PartsKind};
+use crate::worker::{check_worker_set, MergeSummary, PartSet, PartsKind};
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
@@ -39,24 +39,6 @@ pub struct MergeArgs {
     /// other file.
     #[arg(long)]
     pub force: bool,
-}
-
-/// `merge --json`'s line for a directory or a distill output: the kind merged, where, from
-/// how many workers, then the kind's own counts (flattened: their keys follow, in order).
-#[derive(serde::Serialize)]
-pub struct Summary<T: serde::Serialize> {
-    pub kind: &'static str,
-    pub out: String,
-    pub workers: usize,
-    #[serde(flatten)]
-    pub counts: T,
-}
-
-impl<T: serde::Serialize> Summary<T> {
-    /// The line as a JSON value (keys in field order).
-    pub fn value(self) -> Result<serde_json::Value> {
-        Ok(serde_json::to_value(self)?)
-    }
 }
 
 /// The counts of a distill merge.
@@ -161,7 +143,7 @@ fn merge_distill(out: &Path, format: Option<OutFormat>) -> Result<serde_json::Va
         f.parts,
         out.display()
     ));
-    Summary {
+    MergeSummary {
         kind: "distill",
         out: out.display().to_string(),
         workers,

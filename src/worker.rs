@@ -287,6 +287,24 @@ pub fn check_worker_set(what: &Path, stems: &[String]) -> Result<usize> {
     Ok(n)
 }
 
+/// `merge --json`'s line for a directory or a distill output: the kind merged, where, from
+/// how many workers, then the kind's own counts (flattened: their keys follow, in order).
+#[derive(serde::Serialize)]
+pub struct MergeSummary<T: serde::Serialize> {
+    pub kind: &'static str,
+    pub out: String,
+    pub workers: usize,
+    #[serde(flatten)]
+    pub counts: T,
+}
+
+impl<T: serde::Serialize> MergeSummary<T> {
+    /// The line as a JSON value (keys in field order).
+    pub fn value(self) -> Result<serde_json::Value> {
+        Ok(serde_json::to_value(self)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,7 +77,7 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
         let sft = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
         counts.sft = Some(sft);
     }
-    let summary = crate::merge::Summary {
+    let summary = crate::worker::MergeSummary {
         kind: "mcq",
         out: out.display().to_string(),
         workers,

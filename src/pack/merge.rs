@@ -127,7 +127,7 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
         merged.totals.tokens,
         out.display()
     ));
-    crate::merge::Summary {
+    crate::worker::MergeSummary {
         kind: "pack",
         out: out.display().to_string(),
         workers,
