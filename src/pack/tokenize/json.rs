@@ -160,25 +160,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for MergeEntry<'a> {
 
 impl<'de: 'a, 'a> Deserialize<'de> for Merges<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Merges<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a list of merges")
+        let entries = Vec::<MergeEntry<'a>>::deserialize(d)?;
+        let pairs = entries.into_iter().map(|e| match e {
+            MergeEntry::Pair(a, b) => Ok((a, b)),
+            MergeEntry::Joined(j) => {
+                split_joined(j).map_err(|j| de::Error::custom(format!("merge {j:?}")))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Merges<'a>, A::Error> {
-                let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0));
-                while let Some(e) = s.next_element::<MergeEntry<'a>>()? {
-                    out.push(match e {
-                        MergeEntry::Pair(a, b) => (a, b),
-                        MergeEntry::Joined(j) => split_joined(j)
-                            .map_err(|j| de::Error::custom(format!("merge {j:?}")))?,
-                    });
-                }
-                Ok(Merges(out))
-            }
-        }
-        d.deserialize_seq(V(std::marker::PhantomData))
+        });
+        pairs.collect::<Result<_, _>>().map(Merges)
     }
 }
 
