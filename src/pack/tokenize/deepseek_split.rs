@@ -32,12 +32,13 @@
 use super::scan_classes::{ScanClasses, L, N, S};
 use super::unicode::ClassTable;
 
-/// DeepSeek-V3's three `Split` regexes, in order, as in its tokenizer.json.
+/// DeepSeek-V3's three `Split` regexes, in order, as in its tokenizer.json (which escapes the
+/// `"`; the same without that `\` is taken too).
 pub const DEEPSEEK3: [&str; 3] = [
     r"\p{N}{1,3}",
     "[一-龥぀-ゟ゠-ヿ]+",
     concat!(
-        r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"##,
+        r##"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+"##,
         r"| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
     ),
 ];
@@ -58,7 +59,9 @@ pub struct DeepSeekSplit {
 impl DeepSeekSplit {
     /// The scanner when `patterns` are [`DEEPSEEK3`] and the table holds their atoms.
     pub fn for_patterns(patterns: &[&str], table: &ClassTable) -> Option<DeepSeekSplit> {
-        if patterns != DEEPSEEK3 {
+        let unescaped = DEEPSEEK3[2].replacen(r#"\""#, "\"", 1);
+        let same = |i: usize| patterns[i] == DEEPSEEK3[i] || (i == 2 && patterns[i] == unescaped);
+        if patterns.len() != 3 || !(0..3).all(same) {
             return None;
         }
         let flags: [(u8, &[&str]); 6] = [

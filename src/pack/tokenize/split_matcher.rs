@@ -255,10 +255,22 @@ mod tests {
             matches!(fast.as_slice(), [SplitMatcher::DeepSeek(_)]),
             "no scanner for DeepSeek-V3's splits"
         );
-        // One pattern changed: three generic matchers.
-        let mut other: Vec<Regex> = compile();
-        other.swap(0, 1);
-        assert_eq!(SplitMatcher::sequence(other, &table).len(), 3);
+        // As DeepSeek-V3's tokenizer.json spells them, and with its `\"` unescaped: the scanner;
+        // two patterns swapped: three generic matchers.
+        let json = r##"["\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", "[!\\\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"]"##;
+        let spelled: Vec<String> = serde_json::from_str(json).unwrap();
+        let unescaped: Vec<String> = spelled.iter().map(|p| p.replace("\\\"", "\"")).collect();
+        let mut swapped = spelled.clone();
+        swapped.swap(0, 1);
+        for (pats, fused) in [(spelled, true), (unescaped, true), (swapped, false)] {
+            let mut a = atoms.clone();
+            let res = pats
+                .iter()
+                .map(|p| Regex::compile(regex::parse(p, &mut a).unwrap(), &table))
+                .collect();
+            let n = SplitMatcher::sequence(res, &table).len();
+            assert_eq!(n, if fused { 1 } else { 3 }, "{pats:?}");
+        }
 
         let gen =
             |i: usize, s: &str| pieces(s, |s, f| generic[i].split(s, &table, &mut |a, e| f(a, e)));
