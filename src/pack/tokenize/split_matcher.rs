@@ -104,15 +104,30 @@ mod tests {
             !matches!(fast, SplitMatcher::Generic(_)),
             "no scanner for {pattern}"
         );
+        check(
+            pattern,
+            texts,
+            |t| pieces(t, |s, f| generic.split(s, &table, &mut |a, e| f(a, e))),
+            |t| onig_spans(pattern, t),
+            |t| pieces(t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e))),
+        );
+    }
+
+    type Spans = Vec<(usize, usize)>;
+
+    /// For every text: the generic matchers' pieces (`want`) equal Oniguruma's, and the
+    /// scanner's (`got`) equal them (the first five differences are shown).
+    fn check(
+        name: &str,
+        texts: &[String],
+        want: impl Fn(&str) -> Spans,
+        onig: impl Fn(&str) -> Spans,
+        got: impl Fn(&str) -> Spans,
+    ) {
         let mut bad = Vec::new();
         for t in texts {
-            let want = pieces(t, |s, f| generic.split(s, &table, &mut |a, e| f(a, e)));
-            let got = pieces(t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e)));
-            assert_eq!(
-                want,
-                onig_spans(pattern, t),
-                "generic matcher vs Oniguruma: {t:?}"
-            );
+            let (want, got) = (want(t), got(t));
+            assert_eq!(want, onig(t), "generic matcher vs Oniguruma: {t:?}");
             if got != want && bad.len() < 5 {
                 let show = |v: &[(usize, usize)]| -> Vec<String> {
                     v.iter().map(|&(a, e)| t[a..e].to_string()).collect()
@@ -124,7 +139,7 @@ mod tests {
                 ));
             }
         }
-        assert!(bad.is_empty(), "{pattern}:\n{}", bad.join("\n"));
+        assert!(bad.is_empty(), "{name}:\n{}", bad.join("\n"));
     }
 
     /// Text from an alphabet of every class boundary the pattern has: apostrophes and the
@@ -282,26 +297,12 @@ mod tests {
             "ab  \n\r\t1中.,(_é\u{301}\u{200b}",
             0x9e37_79b9_7f4a_7c15,
         ));
-        let mut bad = Vec::new();
-        for t in &texts {
-            let want = chained(t, 0, 0, 3, &gen);
-            assert_eq!(
-                want,
-                chained(t, 0, 0, 3, &onig),
-                "generic matchers vs Oniguruma: {t:?}"
-            );
-            let got = pieces(t, |s, f| fast[0].split(s, &table, &mut |a, e| f(a, e)));
-            if got != want && bad.len() < 5 {
-                let show = |v: &[(usize, usize)]| -> Vec<String> {
-                    v.iter().map(|&(a, e)| t[a..e].to_string()).collect()
-                };
-                bad.push(format!(
-                    "{t:?}:\n  want {:?}\n  got  {:?}",
-                    show(&want),
-                    show(&got)
-                ));
-            }
-        }
-        assert!(bad.is_empty(), "DeepSeek-V3:\n{}", bad.join("\n"));
+        check(
+            "DeepSeek-V3",
+            &texts,
+            |t| chained(t, 0, 0, 3, &gen),
+            |t| chained(t, 0, 0, 3, &onig),
+            |t| pieces(t, |s, f| fast[0].split(s, &table, &mut |a, e| f(a, e))),
+        );
     }
 }
