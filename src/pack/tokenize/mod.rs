@@ -13,6 +13,7 @@
 
 pub use crate::added_text::trie as added;
 pub mod bpe;
+mod deepseek_split;
 pub mod fast;
 pub mod gpt2;
 mod gpt4_split;

@@ -1,7 +1,9 @@
 //! The matcher of one `Split` pattern: a hand-written scanner for the patterns that have one
-//! (Llama-3 / Qwen2: [`super::gpt4_split`]; o200k: [`super::o200k_split`]), the generic
-//! backtracking matcher ([`super::regex`]) for any other — the same pieces either way.
+//! (Llama-3 / Qwen2: [`super::gpt4_split`]; o200k: [`super::o200k_split`]; DeepSeek-V3's
+//! sequence of three, as one: [`super::deepseek_split`]), the generic backtracking matcher
+//! ([`super::regex`]) for any other — the same pieces either way.
 
+use super::deepseek_split::DeepSeekSplit;
 use super::gpt4_split::Gpt4Split;
 use super::o200k_split::O200kSplit;
 use super::regex::Regex;
@@ -11,6 +13,8 @@ use super::unicode::ClassTable;
 pub enum SplitMatcher {
     Scanner(Gpt4Split),
     O200k(O200kSplit),
+    /// The three `Split`s of DeepSeek-V3, in sequence.
+    DeepSeek(DeepSeekSplit),
     Generic(Regex),
 }
 
@@ -26,12 +30,25 @@ impl SplitMatcher {
         }
     }
 
+    /// The matchers of a `Sequence` of `Split`s (each piece of one is split by the next): one
+    /// scanner for DeepSeek-V3's three, else [`Self::new`] of each.
+    pub fn sequence(res: Vec<Regex>, table: &ClassTable) -> Vec<SplitMatcher> {
+        let sources: Vec<&str> = res.iter().map(|r| r.source()).collect();
+        if let Some(d) = DeepSeekSplit::for_patterns(&sources, table) {
+            return vec![SplitMatcher::DeepSeek(d)];
+        }
+        res.into_iter()
+            .map(|r| SplitMatcher::new(r, table))
+            .collect()
+    }
+
     /// Calls `emit(start, end)` for the pieces of an Isolated `Split` of `s`, in order.
     #[inline]
     pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
         match self {
             SplitMatcher::Scanner(g) => g.split(s, table, emit),
             SplitMatcher::O200k(o) => o.split(s, table, emit),
+            SplitMatcher::DeepSeek(d) => d.split(s, table, emit),
             SplitMatcher::Generic(r) => r.split(s, table, emit),
         }
     }
@@ -39,6 +56,7 @@ impl SplitMatcher {
 
 #[cfg(test)]
 mod tests {
+    use super::super::deepseek_split::DEEPSEEK3;
     use super::super::gpt4_split::{LLAMA3, QWEN2};
     use super::super::o200k_split::O200K;
     use super::super::regex;
@@ -86,15 +104,30 @@ mod tests {
             !matches!(fast, SplitMatcher::Generic(_)),
             "no scanner for {pattern}"
         );
+        check(
+            pattern,
+            texts,
+            |t| pieces(t, |s, f| generic.split(s, &table, &mut |a, e| f(a, e))),
+            |t| onig_spans(pattern, t),
+            |t| pieces(t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e))),
+        );
+    }
+
+    type Spans = Vec<(usize, usize)>;
+
+    /// For every text: the generic matchers' pieces (`want`) equal Oniguruma's, and the
+    /// scanner's (`got`) equal them (the first five differences are shown).
+    fn check(
+        name: &str,
+        texts: &[String],
+        want: impl Fn(&str) -> Spans,
+        onig: impl Fn(&str) -> Spans,
+        got: impl Fn(&str) -> Spans,
+    ) {
         let mut bad = Vec::new();
         for t in texts {
-            let want = pieces(t, |s, f| generic.split(s, &table, &mut |a, e| f(a, e)));
-            let got = pieces(t, |s, f| fast.split(s, &table, &mut |a, e| f(a, e)));
-            assert_eq!(
-                want,
-                onig_spans(pattern, t),
-                "generic matcher vs Oniguruma: {t:?}"
-            );
+            let (want, got) = (want(t), got(t));
+            assert_eq!(want, onig(t), "generic matcher vs Oniguruma: {t:?}");
             if got != want && bad.len() < 5 {
                 let show = |v: &[(usize, usize)]| -> Vec<String> {
                     v.iter().map(|&(a, e)| t[a..e].to_string()).collect()
@@ -106,7 +139,7 @@ mod tests {
                 ));
             }
         }
-        assert!(bad.is_empty(), "{pattern}:\n{}", bad.join("\n"));
+        assert!(bad.is_empty(), "{name}:\n{}", bad.join("\n"));
     }
 
     /// Text from an alphabet of every class boundary the pattern has: apostrophes and the
@@ -169,5 +202,107 @@ mod tests {
         texts.push(CORPUS.concat());
         texts.extend(random_texts(ALPHABET, 0x9e37_79b9_7f4a_7c15));
         compare(O200K, &texts);
+    }
+
+    /// The pieces of `n` splits applied in sequence (`split(i, piece)`: the spans of split `i`
+    /// of a piece; each piece of one split by the next), as spans of `s` (at `from`).
+    fn chained(
+        s: &str,
+        from: usize,
+        i: usize,
+        n: usize,
+        split: &dyn Fn(usize, &str) -> Vec<(usize, usize)>,
+    ) -> Vec<(usize, usize)> {
+        if i == n {
+            return vec![(from, from + s.len())];
+        }
+        split(i, s)
+            .into_iter()
+            .flat_map(|(a, e)| chained(&s[a..e], from + a, i + 1, n, split))
+            .collect()
+    }
+
+    /// DeepSeek-V3 texts: code, prose, CJK and kana runs (with their marks, `・`, `゠`, `゛`,
+    /// `ー` and unassigned U+3040) beside numbers, Latin and spaces, Arabic with harakat, emoji,
+    /// long digit runs, punctuation runs with `\r\n`, combining marks, control and format chars.
+    const DS_CORPUS: &[&str] = &[
+        "fn main() {\r\n    let x = a/b // c;\r\n\r\n    return HTTPServer::new(\"it's\", 0x1F);\n}\n",
+        "#include <stdio.h>\nint main(void){printf(\"%d\\n\",12345678);}\t// _private .method\n",
+        "The CAT's toy; DON'T you SEE?  I'LL go.\tWe're here -- (really) [sic] {x}... ok!!\r\n",
+        "中文文本123包含标点。日本語のテキスト、カタカナ・テスト゠ゝゞーア\u{3099}か\u{309a}゛゜x",
+        "abc中文def 12中34 ab  中  1  x  \u{3000}中\u{3040}ひ1ひ 、。「」《》 한국어 문장입니다.",
+        "العربية: كَتَبَ الوَلَدُ الدَّرْسَ ١٢٣٤٥ مرة",
+        "emoji 😀😀👍🏽 family 👨\u{200d}👩\u{200d}👧 flags 🇫🇷 ok \u{200b}\u{200b}x \u{200b} \u{feff}a",
+        "café naïve e\u{301}te\u{301} A\u{301}BC \u{301}\u{301}x \u{301}AB \u{301} 1\u{301} -\u{301}",
+        "1234567890123 ١٢٣٤٥ ½¾ ⅫⅫⅫⅫ 3.14159 10,000,000 a1b22c333d4444",
+        "!!!\r\n\r\n;;; \n...\n\n+++ --> ==>\r\n  $$ ^^ `` ~~ |x| @y #z %w &v *u",
+        "  \r\n\r\n   \n\n\t \u{a0}\u{3000}x \u{2028}y \u{85}z   \x01\x02a\x7f \u{e000}b",
+        "x  1  y\t\t2\n 3 中  中\u{3000}\u{3000}中 ー  ・  \u{301}  ",
+    ];
+
+    /// Every class boundary of DeepSeek-V3's three patterns: numbers (ASCII, Arabic-Indic,
+    /// ½, Ⅻ), CJK and kana (letters, marks, `・`, `゠`, `゛`, unassigned U+3040), letters in
+    /// and out of ASCII, marks, ASCII punctuation and symbols, other punctuation and symbols,
+    /// spaces and newlines, control, format and private-use chars, emoji.
+    const DS_ALPHABET: &str = "aZzé中ひカ・゠゛\u{3099}ー\u{3040}一龥ʰع\u{64e}\u{301}19٣½Ⅻ'.,;:-_()$+<^`~!#/\\、。«»€  \t\r\n\u{a0}\u{3000}\u{85}\u{2028}\u{200b}\u{200d}\u{feff}\u{e000}\x01😀";
+
+    #[test]
+    fn deepseek3_pieces_equal_the_generic_matchers_chained_and_oniguruma() {
+        let mut atoms = Vec::new();
+        let parsed: Vec<_> = DEEPSEEK3
+            .iter()
+            .map(|p| regex::parse(p, &mut atoms).unwrap())
+            .collect();
+        let table = ClassTable::new(&atoms).unwrap();
+        let generic: Vec<Regex> = parsed
+            .into_iter()
+            .map(|p| Regex::compile(p, &table))
+            .collect();
+        let compile = || {
+            let mut a = atoms.clone();
+            DEEPSEEK3
+                .iter()
+                .map(|p| Regex::compile(regex::parse(p, &mut a).unwrap(), &table))
+                .collect()
+        };
+        let fast = SplitMatcher::sequence(compile(), &table);
+        assert!(
+            matches!(fast.as_slice(), [SplitMatcher::DeepSeek(_)]),
+            "no scanner for DeepSeek-V3's splits"
+        );
+        // As DeepSeek-V3's tokenizer.json spells them, and with its `\"` unescaped: the scanner;
+        // two patterns swapped: three generic matchers.
+        let json = r##"["\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", "[!\\\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"]"##;
+        let spelled: Vec<String> = serde_json::from_str(json).unwrap();
+        let unescaped: Vec<String> = spelled.iter().map(|p| p.replace("\\\"", "\"")).collect();
+        let mut swapped = spelled.clone();
+        swapped.swap(0, 1);
+        for (pats, fused) in [(spelled, true), (unescaped, true), (swapped, false)] {
+            let mut a = atoms.clone();
+            let res = pats
+                .iter()
+                .map(|p| Regex::compile(regex::parse(p, &mut a).unwrap(), &table))
+                .collect();
+            let n = SplitMatcher::sequence(res, &table).len();
+            assert_eq!(n, if fused { 1 } else { 3 }, "{pats:?}");
+        }
+
+        let gen =
+            |i: usize, s: &str| pieces(s, |s, f| generic[i].split(s, &table, &mut |a, e| f(a, e)));
+        let onig = |i: usize, s: &str| onig_spans(DEEPSEEK3[i], s);
+        let mut texts: Vec<String> = DS_CORPUS.iter().map(|s| s.to_string()).collect();
+        texts.push(DS_CORPUS.concat());
+        texts.extend(random_texts(DS_ALPHABET, 0x2545_f491_4f6c_dd1d));
+        texts.extend(random_texts(
+            "ab  \n\r\t1中.,(_é\u{301}\u{200b}",
+            0x9e37_79b9_7f4a_7c15,
+        ));
+        check(
+            "DeepSeek-V3",
+            &texts,
+            |t| chained(t, 0, 0, 3, &gen),
+            |t| chained(t, 0, 0, 3, &onig),
+            |t| pieces(t, |s, f| fast[0].split(s, &table, &mut |a, e| f(a, e))),
+        );
     }
 }
