@@ -16,7 +16,7 @@
 //! bits (Oniguruma's) the generic matcher reads, and the tests compare both matchers piece by
 //! piece on generated text.
 
-use super::scan_classes::{contraction, cover, ScanClasses, L, N, S};
+use super::scan_classes::{contraction, ScanClasses, Scanner, L, N, S};
 use super::unicode::ClassTable;
 
 /// The Llama-3 / cl100k pattern.
@@ -45,15 +45,9 @@ impl Gpt4Split {
             digits,
         })
     }
+}
 
-    /// Calls `emit(start, end)` for each piece of `s`, in order, covering it.
-    #[inline]
-    pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
-        let b = s.as_bytes();
-        cover(b.len(), |p| self.match_at(b, p, table), emit);
-    }
-
-    /// End of the leftmost-first match at `p` (every position has one).
+impl Scanner for Gpt4Split {
     #[inline(always)]
     fn match_at(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
         let c = &self.cls;

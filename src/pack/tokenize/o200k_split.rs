@@ -22,7 +22,7 @@
 //! [`super::split_matcher`]) compare the pieces with the generic matcher's and Oniguruma's on
 //! a mixed corpus and on random strings.
 
-use super::scan_classes::{contraction, cover, ScanClasses, L, LO, N, S, UP};
+use super::scan_classes::{contraction, ScanClasses, Scanner, L, LO, N, S, UP};
 use super::unicode::ClassTable;
 
 /// The o200k pattern, as in the tokenizer.json of GPT-4o-style tokenizers.
@@ -53,15 +53,9 @@ impl O200kSplit {
             cls: ScanClasses::new(table, &flags)?,
         })
     }
+}
 
-    /// Calls `emit(start, end)` for each piece of `s`, in order, covering it.
-    #[inline]
-    pub fn split(&self, s: &str, table: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
-        let b = s.as_bytes();
-        cover(b.len(), |p| self.match_at(b, p, table), emit);
-    }
-
-    /// End of the leftmost-first match at `p` (every position has one).
+impl Scanner for O200kSplit {
     #[inline(always)]
     fn match_at(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
         let c = &self.cls;
@@ -96,7 +90,9 @@ impl O200kSplit {
         debug_assert!(k0 & S != 0);
         c.spaces(b, p, t)
     }
+}
 
+impl O200kSplit {
     /// `U*W+` from `q` (before the contraction): `Ok(end)`, or `Err(end of the U run)` when it
     /// does not match.
     #[inline(always)]

@@ -164,16 +164,23 @@ impl ScanClasses {
     }
 }
 
-/// Calls `emit(start, end)` for each match of `match_at` over `0..n`, in order (every
-/// position starts one, so the matches cover the text).
-#[inline(always)]
-pub fn cover(n: usize, match_at: impl Fn(usize) -> usize, emit: &mut impl FnMut(usize, usize)) {
-    let mut p = 0;
-    while p < n {
-        let e = match_at(p);
-        debug_assert!(e > p);
-        emit(p, e);
-        p = e;
+/// A hand-written scanner of one `Split` pattern whose alternatives match at every position
+/// (the Llama-3 / Qwen2 and o200k patterns): the pieces are its matches, one after another.
+pub trait Scanner {
+    /// End of the leftmost-first match at `p` (every position has one, never empty).
+    fn match_at(&self, b: &[u8], p: usize, t: &ClassTable) -> usize;
+
+    /// Calls `emit(start, end)` for each piece of `s`, in order, covering it.
+    #[inline(always)]
+    fn split(&self, s: &str, t: &ClassTable, emit: &mut impl FnMut(usize, usize)) {
+        let b = s.as_bytes();
+        let mut p = 0;
+        while p < b.len() {
+            let e = self.match_at(b, p, t);
+            debug_assert!(e > p);
+            emit(p, e);
+            p = e;
+        }
     }
 }
 

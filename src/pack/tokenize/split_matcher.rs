@@ -7,6 +7,7 @@ use super::deepseek_split::DeepSeekSplit;
 use super::gpt4_split::Gpt4Split;
 use super::o200k_split::O200kSplit;
 use super::regex::Regex;
+use super::scan_classes::Scanner;
 use super::unicode::ClassTable;
 
 /// See the module doc.
