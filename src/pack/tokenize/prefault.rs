@@ -11,12 +11,10 @@
 //! and where the kernel lacks it (before Linux 5.14) an atomic `fetch_or(0)` per page does the
 //! same, race-free beside the inserts. `DLM_PACK_PREFAULT=0` turns it off.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use super::shared_words::{Padded, Zeroed};
 
 /// Arena bytes kept faulted in ahead of the inserts (a few ms of the fastest fill seen).
 const AHEAD: usize = 16 << 20;
@@ -41,8 +39,7 @@ struct Region {
 }
 
 impl Region {
-    fn of(z: &Zeroed) -> Region {
-        let s: &[AtomicU64] = z;
+    fn of(s: &[AtomicU64]) -> Region {
         Region {
             addr: s.as_ptr() as usize,
             bytes: std::mem::size_of_val(s),
@@ -71,12 +68,13 @@ impl Region {
 }
 
 impl Prefaulter {
-    /// Start faulting in `slots` whole and `arena` ahead of `next` (arena words handed out);
-    /// `None` when `DLM_PACK_PREFAULT=0` or the thread cannot start.
+    /// Start faulting in `slots` whole and `arena` ahead of `used()` (arena words handed out);
+    /// `None` when `DLM_PACK_PREFAULT=0` or the thread cannot start. The caller keeps both
+    /// mappings alive until it has dropped the returned value.
     pub(super) fn start(
-        slots: &Zeroed,
-        arena: &Zeroed,
-        next: Arc<Padded<AtomicUsize>>,
+        slots: &[AtomicU64],
+        arena: &[AtomicU64],
+        used: impl Fn() -> usize + Send + 'static,
     ) -> Option<Prefaulter> {
         if std::env::var("DLM_PACK_PREFAULT").is_ok_and(|v| v.trim() == "0") {
             return None;
@@ -86,7 +84,7 @@ impl Prefaulter {
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("pack-prefault".into())
-            .spawn(move || run(slots, arena, &next.0, &flag))
+            .spawn(move || run(slots, arena, &used, &flag))
             .ok()?;
         Some(Prefaulter {
             stop,
@@ -96,7 +94,7 @@ impl Prefaulter {
 }
 
 /// The thread: all slots, then the arena up to [`AHEAD`] bytes past the inserts.
-fn run(slots: Region, arena: Region, next: &AtomicUsize, stop: &AtomicBool) {
+fn run(slots: Region, arena: Region, used: &dyn Fn() -> usize, stop: &AtomicBool) {
     let mut done = 0;
     while done < slots.bytes && !stop.load(Ordering::Relaxed) {
         slots.populate(done, done + STEP);
@@ -104,8 +102,10 @@ fn run(slots: Region, arena: Region, next: &AtomicUsize, stop: &AtomicBool) {
     }
     let mut done = 0;
     while done < arena.bytes && !stop.load(Ordering::Relaxed) {
-        let used = next.load(Ordering::Relaxed).saturating_mul(8);
-        let target = used.saturating_add(AHEAD).min(arena.bytes);
+        let target = used()
+            .saturating_mul(8)
+            .saturating_add(AHEAD)
+            .min(arena.bytes);
         if done < target {
             arena.populate(done, done + STEP);
             done += STEP;

@@ -53,12 +53,12 @@ impl Drop for SharedWords {
 
 /// Keeps the two counters written by inserts off the cache lines readers use.
 #[repr(align(128))]
-pub(super) struct Padded<T>(pub(super) T);
+struct Padded<T>(T);
 
 /// `n` zeroed atomics in an anonymous mapping: the OS hands the pages over untouched (a table
 /// costs memory only as it fills), and asks for huge pages — lookups land at random over tens
 /// of MiB, where 4 KiB pages cost a TLB miss each.
-pub(super) struct Zeroed {
+struct Zeroed {
     ptr: *mut AtomicU64,
     len: usize,
 }
@@ -200,7 +200,10 @@ impl SharedWords {
     /// first-touch zeroing (8–16 % of a one-thread run's worker, see [`super::prefault`]).
     pub fn prefault(&mut self) {
         if self.prefaulter.is_none() && !self.is_full() {
-            self.prefaulter = Prefaulter::start(&self.slots, &self.arena, self.next.clone());
+            let next = self.next.clone();
+            self.prefaulter = Prefaulter::start(&self.slots, &self.arena, move || {
+                next.0.load(Ordering::Relaxed)
+            });
         }
     }
 
