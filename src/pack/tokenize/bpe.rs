@@ -130,7 +130,7 @@ pub struct Bpe {
     /// Cache generation: thread-local caches never mix tokenizers.
     id: u64,
     /// The word cache every thread shares (the per-thread map takes over when it is full),
-    /// made at the first insert with [`Self::size_shared_cache`]'s size.
+    /// made by [`Self::size_shared_cache`], else at the first insert.
     shared: std::sync::OnceLock<SharedWords>,
     shared_words: std::sync::atomic::AtomicUsize,
 }
@@ -722,11 +722,17 @@ impl Bpe {
         self.whole.as_ref().and_then(|w| w.get(word).copied())
     }
 
-    /// Size the shared word cache for `words` words (before the first document; later calls
-    /// change nothing).
+    /// Make the shared word cache for `words` words now (before the first document; later
+    /// calls change nothing) and start faulting its pages in on a thread of its own, so the
+    /// tokenizing threads do not (see [`super::prefault`]).
     pub fn size_shared_cache(&self, words: usize) {
         self.shared_words
             .store(words, std::sync::atomic::Ordering::Relaxed);
+        self.shared.get_or_init(|| {
+            let mut t = SharedWords::new(words);
+            t.prefault();
+            t
+        });
     }
 
     fn shared(&self) -> &SharedWords {

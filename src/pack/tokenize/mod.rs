@@ -19,6 +19,7 @@ pub mod gpt2;
 mod gpt4_split;
 pub mod json;
 mod o200k_split;
+mod prefault;
 pub use crate::added_text::ranged;
 pub mod regex;
 mod scan_classes;
