@@ -11,7 +11,7 @@ use dlm_data::provenance::Provenance;
 use dlm_data::shards::megatron::read_idx as megatron_idx;
 use dlm_data::shards::ShardFormat;
 use dlm_data::shards::{index, mds, mds_read, megatron, parquet as pq, Dtype, RowBatch};
-use dlm_data::sources::{parquet as src_pq, RowReader, Template};
+use dlm_data::sources::{parquet as src_pq, RowReader, RowsOf, Template};
 
 use crate::driver::Target;
 use crate::mutate::{self, Rng, Text};
@@ -106,13 +106,12 @@ impl Target for Parquet {
             rows += 1;
             Ok(())
         };
-        let _ = src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX).rendered(
-            &self.path,
-            "in.parquet",
-            &tpl,
-            0,
-            &mut sink,
-        );
+        let at = RowsOf {
+            path: &self.path,
+            name: "in.parquet",
+            start_row: 0,
+        };
+        let _ = src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX).rendered(at, &tpl, &mut sink);
         Ok(())
     }
 }
@@ -121,7 +120,15 @@ fn has_text_column(p: &Path) -> bool {
     let tpl = Template::parse("{text}").unwrap();
     let mut sink = |_r: u64, _o: dlm_data::sources::Outcome| -> Result<()> { Ok(()) };
     src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX)
-        .rendered(p, "x", &tpl, 0, &mut sink)
+        .rendered(
+            RowsOf {
+                path: p,
+                name: "x",
+                start_row: 0,
+            },
+            &tpl,
+            &mut sink,
+        )
         .is_ok()
 }
 
