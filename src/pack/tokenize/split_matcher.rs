@@ -70,20 +70,17 @@ mod tests {
         v
     }
 
-    /// 400 random strings from `alphabet` at each of several lengths (xorshift from `seed`).
+    /// 400 random strings from `alphabet` at each of several lengths (the crate's seeded
+    /// [`crate::util::SplitMix`] from `seed`).
     fn random_texts(alphabet: &str, seed: u64) -> Vec<String> {
         let alphabet: Vec<char> = alphabet.chars().collect();
+        let mut rng = crate::util::SplitMix(seed);
         let mut out = Vec::new();
-        let mut x = seed;
         for len in [1usize, 2, 3, 5, 8, 13, 40, 200] {
             for _ in 0..400 {
-                let mut s = String::new();
-                for _ in 0..len {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    s.push(alphabet[(x % alphabet.len() as u64) as usize]);
-                }
+                let s = (0..len)
+                    .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+                    .collect();
                 out.push(s);
             }
         }
