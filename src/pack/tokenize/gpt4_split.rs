@@ -59,12 +59,12 @@ impl Scanner for Gpt4Split {
         }
         // [^\r\n\p{L}\p{N}]?\p{L}+
         if k0 & L != 0 {
-            return c.run(b, p, t, |k| k & L != 0);
+            return c.letters(b, p, t);
         }
         if k0 & (L | N) == 0 && b[p] != b'\r' && b[p] != b'\n' && p + l0 < b.len() {
             let (k1, _) = c.at(b, p + l0, t);
             if k1 & L != 0 {
-                return c.run(b, p + l0, t, |k| k & L != 0);
+                return c.letters(b, p + l0, t);
             }
         }
         // \p{N}{1,digits}

@@ -105,7 +105,7 @@ impl O200kSplit {
             let (f, l) = c.at(b, k, t);
             if f & UP == 0 {
                 if f & LO != 0 {
-                    return Ok(c.run(b, k + l, t, |f| f & LO != 0));
+                    return Ok(c.lowers(b, k + l, t));
                 }
                 break;
             }

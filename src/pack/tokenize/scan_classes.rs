@@ -21,6 +21,10 @@ pub struct ScanClasses {
     /// (atom bits in the table, flag).
     masks: Vec<(u32, u8)>,
     ascii: [u8; 128],
+    /// The ASCII chars with flag [`L`] are exactly `A-Za-z` (`\p{L}`), those with [`LO`]
+    /// exactly `a-z`: [`Self::letters`] / [`Self::lowers`] may test 16 bytes at once.
+    ascii_l_alpha: bool,
+    ascii_lo_lower: bool,
 }
 
 impl ScanClasses {
@@ -39,10 +43,14 @@ impl ScanClasses {
         let mut c = ScanClasses {
             masks,
             ascii: [0; 128],
+            ascii_l_alpha: false,
+            ascii_lo_lower: false,
         };
         for b in 0..128u8 {
             c.ascii[b as usize] = c.class_of(b as char, table);
         }
+        c.ascii_l_alpha =
+            (0..128u8).all(|b| (c.ascii[b as usize] & L != 0) == b.is_ascii_alphabetic());
         let is_space = |x: u8| c.ascii[x as usize] == S;
         (is_space(b'\r') && is_space(b'\n') && is_space(b' ')).then_some(c)
     }
@@ -90,6 +98,45 @@ impl ScanClasses {
             p += l;
         }
         p
+    }
+
+    /// End of the run of `\p{L}` chars from `p`: [`Self::run`], with ASCII letters tested 16
+    /// bytes at a time first when the pattern's letters are `A-Za-z` in ASCII (a byte loop's
+    /// exit is a mispredicted branch per word; the vector test's stop is a bit scan).
+    #[inline(always)]
+    pub fn letters(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
+        if self.ascii_l_alpha {
+            return self.vector_run(b, p, t, true, L);
+        }
+        self.run(b, p, t, |k| k & L != 0)
+    }
+
+    /// End of the run of [`LO`] chars from `p`, as [`Self::letters`] (when the ASCII ones are
+    /// `a-z`).
+    #[inline(always)]
+    pub fn lowers(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
+        if self.ascii_lo_lower {
+            return self.vector_run(b, p, t, false, LO);
+        }
+        self.run(b, p, t, |k| k & LO != 0)
+    }
+
+    /// The run of chars with `flag` from `p`, whose ASCII members are the letters
+    /// ([`ascii_letters_prefix`] with `fold`): 16 bytes at a time while they are ASCII, then
+    /// [`Self::run`] from the first non-ASCII char.
+    #[inline(always)]
+    fn vector_run(&self, b: &[u8], mut p: usize, t: &ClassTable, fold: bool, flag: u8) -> usize {
+        while let Some(chunk) = b.get(p..p + 16) {
+            let stop = ascii_letters_prefix(chunk.try_into().expect("16 bytes"), fold);
+            p += stop;
+            if stop < 16 {
+                if b[p] < 0x80 {
+                    return p;
+                }
+                break;
+            }
+        }
+        self.run(b, p, t, |k| k & flag != 0)
     }
 
     /// `\p{N}{1,max}` at `p` (a number char): its end.
@@ -164,6 +211,37 @@ impl ScanClasses {
     }
 }
 
+/// How many of the leading bytes of `w` are ASCII letters: `A-Za-z` with `fold`, else `a-z`.
+#[inline(always)]
+pub fn ascii_letters_prefix(w: &[u8; 16], fold: bool) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86_64; the load is unaligned and reads exactly `w`.
+        unsafe {
+            let mut v = _mm_loadu_si128(w.as_ptr() as *const __m128i);
+            if fold {
+                // Upper case folds to lower; nothing else lands in a-z (bytes >= 0x80 stay).
+                v = _mm_or_si128(v, _mm_set1_epi8(0x20));
+            }
+            // x - 'a' < 26, unsigned.
+            let d = _mm_sub_epi8(v, _mm_set1_epi8(b'a' as i8));
+            let is = _mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(25)), d);
+            let m = _mm_movemask_epi8(is) as u32;
+            (!m).trailing_zeros() as usize
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let set = if fold {
+            u8::is_ascii_alphabetic
+        } else {
+            u8::is_ascii_lowercase
+        };
+        w.iter().take_while(|c| set(c)).count()
+    }
+}
+
 /// A hand-written scanner of one `Split` pattern whose alternatives match at every position
 /// (the Llama-3 / Qwen2 and o200k patterns): the pieces are its matches, one after another.
 pub trait Scanner {
@@ -195,5 +273,36 @@ pub fn contraction(b: &[u8], p: usize) -> Option<usize> {
         b'l' if lower(p + 1) == Some(b'l') => Some(p + 2),
         0xC5 if b.get(p + 1) == Some(&0xBF) => Some(p + 2),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every byte value at every position after a letter prefix, folded and not: the vector
+    /// count equals the byte loop's.
+    #[test]
+    fn ascii_letters_prefix_counts_as_the_byte_loop() {
+        for fold in [true, false] {
+            let set = if fold {
+                u8::is_ascii_alphabetic
+            } else {
+                u8::is_ascii_lowercase
+            };
+            for stop in 0..16 {
+                for x in 0..=255u8 {
+                    let mut w = [b'q'; 16];
+                    w[stop] = x;
+                    for (i, c) in w.iter_mut().enumerate().skip(stop + 1) {
+                        *c = [b'A', b'z', 0xC3, b'0', b' '][i % 5];
+                    }
+                    let want = w.iter().take_while(|c| set(c)).count();
+                    let got = ascii_letters_prefix(&w, fold);
+                    assert_eq!(got, want, "fold {fold}, stop {stop}, byte {x:#x}");
+                }
+            }
+            assert_eq!(ascii_letters_prefix(b"abcdefghijklmnop", fold), 16);
+        }
     }
 }
