@@ -244,5 +244,22 @@ pub enum MissingText {
 }
 
 pub fn run(args: PackArgs) -> Result<()> {
+    keep_freed_memory();
     pipeline::run(args)
+}
+
+/// glibc's malloc, told to keep what `pack` frees: the row-group and shard buffers (megabytes,
+/// made and dropped per group) are otherwise mmapped fresh and unmapped each time, and the
+/// kernel zeroes every page again (page faults were ~7 % of a 2-thread pack's CPU on a 2-core
+/// box, sys time −0.1 s of 3.4 CPU-s, 200 MB prose). Peak memory is unchanged: only what was
+/// already freed stays mapped, for the next allocation.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters; called before the pipeline's threads.
+    unsafe {
+        // Allocations below this come from the heap, not their own mapping (glibc's ceiling).
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        // Free memory at the top of the heap is returned to the kernel above this.
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
 }
