@@ -86,6 +86,18 @@ mod tests {
     use super::super::regex;
     use super::*;
 
+    /// Llama-3's and Qwen2's letters in ASCII are A-Za-z: letter runs take the 16-byte path.
+    #[test]
+    fn ascii_letter_runs_take_the_vector_path() {
+        for p in [LLAMA3, QWEN2] {
+            let mut atoms = Vec::new();
+            regex::parse(p, &mut atoms).unwrap();
+            let table = ClassTable::new(&atoms).unwrap();
+            let g = Gpt4Split::for_pattern(p, &table).unwrap();
+            assert!(g.cls.vector_runs().0, "{p}");
+        }
+    }
+
     #[test]
     fn other_patterns_keep_the_generic_matcher() {
         for p in [

@@ -140,4 +140,15 @@ mod tests {
         assert!(O200kSplit::for_pattern(&other, &table).is_none());
         assert!(O200kSplit::for_pattern(O200K, &table).is_some());
     }
+
+    /// The pattern's letters in ASCII are A-Za-z and its lower set a-z: both runs take the
+    /// 16-byte path (a table that said otherwise would silently fall back to the byte loop).
+    #[test]
+    fn ascii_letter_runs_take_the_vector_path() {
+        let mut atoms = Vec::new();
+        super::super::regex::parse(O200K, &mut atoms).unwrap();
+        let table = ClassTable::new(&atoms).unwrap();
+        let o = O200kSplit::for_pattern(O200K, &table).unwrap();
+        assert_eq!(o.cls.vector_runs(), (true, true));
+    }
 }

@@ -49,8 +49,11 @@ impl ScanClasses {
         for b in 0..128u8 {
             c.ascii[b as usize] = c.class_of(b as char, table);
         }
-        c.ascii_l_alpha =
-            (0..128u8).all(|b| (c.ascii[b as usize] & L != 0) == b.is_ascii_alphabetic());
+        let ascii_is = |f: u8, set: fn(&u8) -> bool| {
+            (0..128u8).all(|b| (c.ascii[b as usize] & f != 0) == set(&b))
+        };
+        c.ascii_l_alpha = ascii_is(L, u8::is_ascii_alphabetic);
+        c.ascii_lo_lower = ascii_is(LO, u8::is_ascii_lowercase);
         let is_space = |x: u8| c.ascii[x as usize] == S;
         (is_space(b'\r') && is_space(b'\n') && is_space(b' ')).then_some(c)
     }
@@ -98,6 +101,11 @@ impl ScanClasses {
             p += l;
         }
         p
+    }
+
+    /// Whether [`Self::letters`] and [`Self::lowers`] take their vector paths.
+    pub fn vector_runs(&self) -> (bool, bool) {
+        (self.ascii_l_alpha, self.ascii_lo_lower)
     }
 
     /// End of the run of `\p{L}` chars from `p`: [`Self::run`], with ASCII letters tested 16
