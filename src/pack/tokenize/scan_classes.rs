@@ -104,6 +104,7 @@ impl ScanClasses {
     }
 
     /// Whether [`Self::letters`] and [`Self::lowers`] take their vector paths.
+    #[cfg(test)]
     pub fn vector_runs(&self) -> (bool, bool) {
         (self.ascii_l_alpha, self.ascii_lo_lower)
     }
