@@ -871,45 +871,44 @@ impl Bpe {
         if key.len() > SLOT_KEY {
             return self.encode_missed(word, out, whole, word_hash(key), None);
         }
-        let k = short_key(key);
-        let h = short_hash(&k, key.len());
+        self.encode_keyed(word, short_key(key), out, whole)
+    }
+
+    /// [`Self::encode_word`] of a byte-level word (`whole` = [`Self::has_whole`]) whose next 32
+    /// bytes of text, when readable, are `ahead`: the first-level key is then those bytes as
+    /// four whole words masked to the word's length (the word-by-word zero-padded loads were
+    /// 6 % of the instructions on code).
+    #[inline(always)]
+    pub fn encode_piece(
+        &self,
+        word: &str,
+        ahead: Option<&[u8; 32]>,
+        whole: bool,
+        out: &mut Sink<'_>,
+    ) {
+        let n = word.len();
+        if n > SLOT_KEY {
+            self.encode_missed(word, out, whole, word_hash(word.as_bytes()), None);
+            return;
+        }
+        let k = match ahead {
+            Some(w) => masked_key(w, n),
+            None => short_key(word.as_bytes()),
+        };
+        self.encode_keyed(word, k, out, whole);
+    }
+
+    /// The first-level probe of `word`, whose [`short_key`] is `k`: a hit appends the cached
+    /// ids, a miss goes to [`Self::encode_missed`]. Returns the lead flag.
+    #[inline(always)]
+    fn encode_keyed(&self, word: &str, k: [u64; 4], out: &mut Sink<'_>, whole: bool) -> bool {
+        let h = short_hash(&k, word.len());
         let i = (h >> (64 - L1_BITS)) as usize;
         let sl = &out.cache.l1[i];
         if sl.holds(&k) {
             return sl.append_to(&mut out.ids);
         }
         self.encode_missed(word, out, whole, h, Some((i, k)))
-    }
-
-    /// [`Self::encode_word`] of the byte-level word `s[p..e]` (`p`, `e` char boundaries; what
-    /// a Split scanner reports), `whole` = [`Self::has_whole`]. The first-level key is loaded
-    /// from `s` as four whole words and masked to the word's length when 32 bytes are readable
-    /// from `p` (the word-by-word zero-padded loads were 6 % of the instructions on code).
-    #[inline(always)]
-    pub fn encode_piece(&self, s: &str, p: usize, e: usize, whole: bool, out: &mut Sink<'_>) {
-        let b = s.as_bytes();
-        let n = e - p;
-        let word = || {
-            debug_assert!(s.is_char_boundary(p) && s.is_char_boundary(e));
-            // SAFETY: p <= e <= s.len(), both char boundaries (the caller's contract).
-            unsafe { s.get_unchecked(p..e) }
-        };
-        if n > SLOT_KEY {
-            self.encode_missed(word(), out, whole, word_hash(word().as_bytes()), None);
-            return;
-        }
-        let k = match b.get(p..p + 32) {
-            Some(w) => masked_key(w.try_into().expect("32 bytes"), n),
-            None => short_key(&b[p..e]),
-        };
-        let h = short_hash(&k, n);
-        let i = (h >> (64 - L1_BITS)) as usize;
-        let sl = &out.cache.l1[i];
-        if sl.holds(&k) {
-            sl.append_to(&mut out.ids);
-            return;
-        }
-        self.encode_missed(word(), out, whole, h, Some((i, k)));
     }
 
     /// [`Self::encode_cached`] after a first-level miss: `h` is the word's cache hash, `slot`

@@ -716,7 +716,8 @@ impl FastTokenizer {
         while p < b.len() {
             let e = sc.match_at(b, p, table);
             debug_assert!(e > p);
-            self.bpe.encode_piece(s, p, e, whole, out);
+            let ahead = b.get(p..p + 32).map(|w| w.try_into().expect("32 bytes"));
+            self.bpe.encode_piece(piece(s, p, e), ahead, whole, out);
             p = e;
         }
     }
