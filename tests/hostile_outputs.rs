@@ -314,7 +314,11 @@ fn assert_deep_catches(w: &World, dir: &Path, what: &str, needle: &str) {
 fn rewrite_parquet(path: &Path, f: impl FnOnce(&mut dlm_data::shards::RowBatch)) {
     let mut b = dlm_data::shards::parquet::read(path).unwrap();
     f(&mut b);
-    std::fs::write(path, dlm_data::shards::parquet::encode(&b).unwrap()).unwrap();
+    std::fs::write(
+        path,
+        dlm_data::shards::parquet::encode(&b, dlm_data::shards::parquet::ZSTD_LEVEL).unwrap(),
+    )
+    .unwrap();
 }
 
 #[test]

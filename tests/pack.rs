@@ -177,6 +177,59 @@ fn byte_identical_whatever_the_thread_count() {
     }
 }
 
+/// `--zstd-level`: the same rows at any level, the level recorded in `args` (the default
+/// included), a rerun at another level into a complete output refused as changed settings,
+/// and a level parquet cannot take, or a format without it, refused before any work.
+#[test]
+fn zstd_level_changes_only_the_compression_and_is_recorded() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 300);
+    let args = ["--seq-len", "64", "--shard-bytes", "8KiB"];
+    let default = d.path().join("default");
+    pack(&input, &tok, &default, &args, &[]);
+    let l19 = d.path().join("l19");
+    pack(
+        &input,
+        &tok,
+        &l19,
+        &[&args[..], &["--zstd-level", "19"]].concat(),
+        &[],
+    );
+    assert_eq!(index(&default)["args"]["zstd_level"], 1);
+    assert_eq!(index(&l19)["args"]["zstd_level"], 19);
+    assert_eq!(parquet_rows(&default), parquet_rows(&l19));
+    let (a, b) = (tree(&default), tree(&l19));
+    let shard = a.keys().find(|k| k.ends_with(".parquet")).unwrap();
+    assert_ne!(a[shard], b[shard], "level 19 wrote level 1's bytes");
+
+    // Into the complete level-1 output at level 3: different settings, refused, untouched.
+    let o = run_pack(
+        &input,
+        &tok,
+        &default,
+        &[&args[..], &["--zstd-level", "3"]].concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(tree(&default), a);
+
+    for (extra, needle) in [
+        (&["--zstd-level", "0"][..], "--zstd-level"),
+        (&["--zstd-level", "23"][..], "--zstd-level"),
+        (
+            &["--zstd-level", "3", "--format", "megatron"][..],
+            "--format megatron",
+        ),
+    ] {
+        let out = d.path().join("refused");
+        let o = run_pack(&input, &tok, &out, &[&args[..], extra].concat(), &[]);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
+        assert!(!out.join("index.json").exists(), "{extra:?} left an index");
+    }
+}
+
 #[test]
 fn shuffle_permutes_rows_within_shards() {
     let d = tempfile::tempdir().unwrap();

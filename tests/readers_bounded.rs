@@ -397,7 +397,7 @@ fn large_output(
                 ("source".into(), Column::Str(vec!["small".into(); rows])),
             ],
         };
-        let w = write_shard(format, &out, k, &batch, Dtype::U32).unwrap();
+        let w = write_shard(format, &out, k, &batch, Dtype::U32, 1).unwrap();
         tokens += w.entry.tokens;
         entries.push(serde_json::to_value(&w.entry).unwrap());
     }

@@ -43,7 +43,14 @@ pub fn write_shards(
     for (k, chunk) in kept.chunks(rows_per_shard.max(1)).enumerate() {
         crate::signals::check()?;
         let batch = sft_shards::to_batch(chunk, format)?;
-        let mut w = crate::shards::write_shard(format, dir, k, &batch, index.dtype)?;
+        let mut w = crate::shards::write_shard(
+            format,
+            dir,
+            k,
+            &batch,
+            index.dtype,
+            crate::shards::parquet::LEGACY_ZSTD_LEVEL,
+        )?;
         if format == ShardFormat::Megatron {
             let (name, sha) = sft_shards::write_sidecar(dir, &w.entry.file, chunk)?;
             w.entry.extra_files.insert(name, sha);

@@ -255,6 +255,8 @@ struct Sink<'a> {
     out: &'a Path,
     format: ShardFormat,
     dtype: crate::shards::Dtype,
+    /// The parts' `--zstd-level` (parquet output).
+    zstd_level: u8,
     shuffle: Option<u64>,
     /// Shards written.
     n: usize,
@@ -291,6 +293,7 @@ impl<'a> Sink<'a> {
             out,
             format: run.args.format,
             dtype: first.dtype,
+            zstd_level: run.args.packing.zstd(),
             shuffle: run.args.packing.shuffle_seed,
             n: 0,
             mds: Vec::new(),
@@ -307,8 +310,9 @@ impl<'a> Sink<'a> {
         }
         self.rows += batch.rows() as u64;
         self.tokens += batch.tokens();
-        let w = crate::shards::write_shard(self.format, out, n, &batch, self.dtype)
-            .with_context(|| format!("writing shard {n} in {}", out.display()))?;
+        let w =
+            crate::shards::write_shard(self.format, out, n, &batch, self.dtype, self.zstd_level)
+                .with_context(|| format!("writing shard {n} in {}", out.display()))?;
         self.n += 1;
         self.merged.shards.push(w.entry);
         if let Some(m) = w.mds {

@@ -194,6 +194,10 @@ pub struct PackArgs {
     /// Token width for mds/megatron shards.
     #[arg(long, value_enum, default_value = "uint32")]
     pub dtype: DtypeArg,
+    /// zstd level of parquet shards' pages, 1 (fastest, the default) to 22 (smallest). Level 3,
+    /// the default before, made shards ~5 % smaller for ~10 % more pack CPU.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=22))]
+    pub zstd_level: Option<u8>,
     /// Documents larger than this (UTF-8 bytes) are oversized.
     #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
     pub max_doc_bytes: u64,

@@ -232,10 +232,11 @@ pub trait ShardReader: Send + Sync {
 }
 
 impl ShardFormat {
-    /// The writer of this format, ids stored as `dtype` (parquet: always uint32).
-    pub fn writer(self, dtype: Dtype) -> Box<dyn ShardWriter> {
+    /// The writer of this format, ids stored as `dtype` (parquet: always uint32, its pages
+    /// zstd-compressed at `zstd_level`; the other formats ignore it).
+    pub fn writer(self, dtype: Dtype, zstd_level: u8) -> Box<dyn ShardWriter> {
         match self {
-            ShardFormat::Parquet => Box::new(parquet::Parquet),
+            ShardFormat::Parquet => Box::new(parquet::Parquet { zstd_level }),
             ShardFormat::Mds => Box::new(mds::Mds { dtype }),
             ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
         }
@@ -243,7 +244,9 @@ impl ShardFormat {
     /// The reader of this format, ids stored as `dtype`.
     pub fn reader(self, dtype: Dtype) -> Box<dyn ShardReader> {
         match self {
-            ShardFormat::Parquet => Box::new(parquet::Parquet),
+            ShardFormat::Parquet => Box::new(parquet::Parquet {
+                zstd_level: parquet::ZSTD_LEVEL,
+            }),
             ShardFormat::Mds => Box::new(mds::Mds { dtype }),
             ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
         }
@@ -257,7 +260,8 @@ pub fn write_shard(
     n: usize,
     batch: &RowBatch,
     dtype: Dtype,
+    zstd_level: u8,
 ) -> Result<WrittenShard> {
     batch.check()?;
-    format.writer(dtype).write(dir, n, batch)
+    format.writer(dtype, zstd_level).write(dir, n, batch)
 }

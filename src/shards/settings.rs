@@ -63,6 +63,18 @@ pub struct Packing {
     pub max_doc_bytes: u64,
     pub max_word_bytes: u64,
     pub on_oversize: Oversize,
+    /// `--zstd-level` of parquet shards (absent for MDS and Megatron output, which it does not
+    /// set, and in indexes written before it existed, whose shards are zstd-3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zstd_level: Option<u8>,
+}
+
+impl Packing {
+    /// The zstd level parquet shards of these settings are (or were) written at.
+    pub fn zstd(&self) -> u8 {
+        self.zstd_level
+            .unwrap_or(crate::shards::parquet::LEGACY_ZSTD_LEVEL)
+    }
 }
 
 /// One `--input` file as read: absolute path, size and sha256 of its bytes on disk (the
@@ -120,6 +132,7 @@ mod tests {
                 max_doc_bytes: 1,
                 max_word_bytes: 2,
                 on_oversize: Oversize::Skip,
+                zstd_level: None,
             },
             worker: [1, 2],
             text: None,
@@ -131,6 +144,14 @@ mod tests {
             r#"{"units":[["web","a.parquet",10]],"lock_sha256":null,"text_column":"text","tokenizer_sha256":"ab","eos":2,"bos":null,"seq_len":8,"format":"megatron","dtype":"uint16","shuffle_seed":null,"pad_last":false,"tokens":null,"shard_bytes":64,"max_doc_bytes":1,"max_word_bytes":2,"on_oversize":"Skip","worker":[1,2]}"#
         );
         assert_eq!(serde_json::from_str::<PackSettings>(&v).unwrap(), s);
+        // An index written before `zstd_level`: its parquet shards were level 3.
+        assert_eq!(s.packing.zstd(), 3);
+        let mut z = s.clone();
+        z.packing.zstd_level = Some(1);
+        let zv = serde_json::to_string(&z).unwrap();
+        assert!(zv.contains(r#""on_oversize":"Skip","zstd_level":1,"worker""#), "{zv}");
+        assert_eq!(serde_json::from_str::<PackSettings>(&zv).unwrap(), z);
+        assert_eq!(z.packing.zstd(), 1);
         assert_eq!(s.rows_per_shard(), 2);
         assert_eq!(s.as_one_process().worker, [0, 1]);
     }

@@ -101,7 +101,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
-        let (format, dtype) = (s.part_format, s.dtype);
+        let (format, dtype, zstd_level) = (s.part_format, s.dtype, rs.packing.zstd());
         // Workers never shuffle: the merge does (see the `pack` module doc).
         let shuffle = if s.worker.is_whole() {
             rs.packing.shuffle_seed
@@ -117,6 +117,7 @@ pub fn run(args: PackArgs) -> Result<()> {
                     &dir,
                     format,
                     dtype,
+                    zstd_level,
                     shuffle,
                     base,
                     prior_mds,

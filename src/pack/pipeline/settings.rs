@@ -57,6 +57,16 @@ impl RunSettings {
             ));
         }
         let from_input = !a.input.is_empty();
+        // Parquet pages take the level: a whole run's parquet output, or any worker's parts.
+        let parquet = a.format == ShardFormat::Parquet || !worker.is_whole();
+        if a.zstd_level.is_some() && a.format != ShardFormat::Parquet {
+            return Err(crate::error::usage(format!(
+                "--zstd-level sets parquet shards' compression; --format {} does not take it",
+                a.format.name()
+            )));
+        }
+        let zstd_level =
+            parquet.then(|| a.zstd_level.unwrap_or(crate::shards::parquet::ZSTD_LEVEL));
         let row_limit = a
             .max_row_bytes
             .unwrap_or_else(|| crate::sources::ROW_BYTES.max(a.max_doc_bytes.saturating_mul(2)));
@@ -73,6 +83,7 @@ impl RunSettings {
                 max_doc_bytes: a.max_doc_bytes,
                 max_word_bytes: a.max_word_bytes,
                 on_oversize: a.on_oversize,
+                zstd_level,
             },
             strict_mixture: a.strict_mixture,
             read_bounds: ReadBounds {

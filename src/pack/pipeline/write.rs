@@ -92,6 +92,7 @@ pub(super) fn write_shards(
     dir: &Path,
     format: ShardFormat,
     dtype: Dtype,
+    zstd_level: u8,
     shuffle: Option<u64>,
     idx: Index,
     mds: Vec<serde_json::Value>,
@@ -110,7 +111,15 @@ pub(super) fn write_shards(
             .name("pack-commit".into())
             .spawn(move || commit_shards(&dir, is_mds, idx, mds, n, hashes, crx))?
     };
-    let routed = route(dir, format, dtype, shuffle, n, rx, ctx, &committer);
+    let routed = route(
+        dir,
+        (format, dtype, zstd_level),
+        shuffle,
+        n,
+        rx,
+        ctx,
+        &committer,
+    );
     let committed = committer
         .join()
         .map_err(|_| anyhow!("shard committer panicked"))?;
@@ -128,8 +137,7 @@ pub(super) fn write_shards(
 #[allow(clippy::too_many_arguments)]
 fn route(
     dir: &Path,
-    format: ShardFormat,
-    dtype: Dtype,
+    (format, dtype, zstd_level): (ShardFormat, Dtype, u8),
     shuffle: Option<u64>,
     mut n: usize,
     rx: Receiver<WriteMsg>,
@@ -137,7 +145,7 @@ fn route(
     committer: &JoinHandle<Result<Option<Index>>>,
 ) -> Result<()> {
     let mut open: Option<OpenShard> = None;
-    let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype));
+    let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype, zstd_level));
     // The committer is gone: its own error, naming the file, is the one reported.
     let stopped = || anyhow::Error::new(WriterStopped);
     for msg in rx {
@@ -155,7 +163,7 @@ fn route(
                 );
                 let o = match &mut open {
                     Some(o) => o,
-                    None => open.insert(open_streamed(n)?),
+                    None => open.insert(open_streamed(n, zstd_level)?),
                 };
                 if o.tx.send(batch).is_err() {
                     // The encoder stopped: report its error.
@@ -208,7 +216,7 @@ fn route(
 }
 
 /// A parquet shard encoded on its own thread from the rows streamed to it.
-fn open_streamed(k: usize) -> Result<OpenShard> {
+fn open_streamed(k: usize, zstd_level: u8) -> Result<OpenShard> {
     let (tx, brx) = sync_channel::<RowBatch>(16);
     let handle = spawn_encoder(k, move || {
         let mut s: Option<parquet::Streaming> = None;
@@ -217,7 +225,7 @@ fn open_streamed(k: usize) -> Result<OpenShard> {
             let mut c = Clock::start();
             let st = match &mut s {
                 Some(st) => st,
-                None => s.insert(parquet::Streaming::new(&b)?),
+                None => s.insert(parquet::Streaming::new(&b, zstd_level)?),
             };
             st.write(&b)?;
             c.lap(|p| &p.encode_cpu);
