@@ -149,7 +149,10 @@ mod tests {
         let mut z = s.clone();
         z.packing.zstd_level = Some(1);
         let zv = serde_json::to_string(&z).unwrap();
-        assert!(zv.contains(r#""on_oversize":"Skip","zstd_level":1,"worker""#), "{zv}");
+        assert!(
+            zv.contains(r#""on_oversize":"Skip","zstd_level":1,"worker""#),
+            "{zv}"
+        );
         assert_eq!(serde_json::from_str::<PackSettings>(&zv).unwrap(), z);
         assert_eq!(z.packing.zstd(), 1);
         assert_eq!(s.rows_per_shard(), 2);

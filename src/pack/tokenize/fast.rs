@@ -642,7 +642,7 @@ impl FastTokenizer {
                     s
                 };
                 let cls = self.gpt2.as_ref().expect("gpt2 classes");
-                cls.pieces(s, &mut |w| self.bpe.encode_word(w, out));
+                self.gpt2_words(cls, s, out);
             }
             PreTok::Splits { regexes, table } => self.split_rec(regexes, table, s, out),
             PreTok::None => self.sp_word(s, out),
@@ -715,6 +715,22 @@ impl FastTokenizer {
         let mut p = 0;
         while p < b.len() {
             let e = sc.match_at(b, p, table);
+            debug_assert!(e > p);
+            let ahead = b.get(p..p + 32).map(|w| w.try_into().expect("32 bytes"));
+            self.bpe.encode_piece(piece(s, p, e), ahead, whole, out);
+            p = e;
+        }
+    }
+
+    /// [`Self::scan_words`] for the GPT-2 pre-tokenizer (`ByteLevel(use_regex=true)`): its
+    /// byte scanner's match and the word cache's first-level hit in one loop (before, a
+    /// char-by-char scanner called a closure per word).
+    fn gpt2_words(&self, cls: &gpt2::Gpt2Classes, s: &str, out: &mut Sink<'_>) {
+        let b = s.as_bytes();
+        let whole = self.bpe.has_whole();
+        let mut p = 0;
+        while p < b.len() {
+            let e = cls.match_at(s, p);
             debug_assert!(e > p);
             let ahead = b.get(p..p + 32).map(|w| w.try_into().expect("32 bytes"));
             self.bpe.encode_piece(piece(s, p, e), ahead, whole, out);

@@ -6,6 +6,7 @@
 
 use anyhow::Result;
 
+use super::scan_classes::ascii_letters_prefix;
 use super::unicode::ClassTable;
 
 /// ASCII classes of the GPT-2 regex (checked against Oniguruma in the tests).
@@ -40,13 +41,6 @@ impl Gpt2Classes {
         })
     }
 
-    fn class(&self, c: char) -> Class {
-        if c.is_ascii() {
-            return ascii_class(c as u8);
-        }
-        self.table_class(c)
-    }
-
     /// The class from the Unicode table alone (the ASCII fast path's reference).
     fn table_class(&self, c: char) -> Class {
         let b = self.table.bits(c);
@@ -64,75 +58,105 @@ impl Gpt2Classes {
     /// Calls `emit` with each regex match of `s`, in order (the matches cover `s`).
     pub fn pieces(&self, s: &str, emit: &mut impl FnMut(&str)) {
         let mut pos = 0;
-        let mut cls = |c: char| self.class(c);
         while pos < s.len() {
-            let end = next_piece(s, pos, &mut cls);
+            let end = self.match_at(s, pos);
             emit(&s[pos..end]);
             pos = end;
         }
     }
-}
 
-/// End (byte offset) of the GPT-2 regex match starting at `pos` (leftmost-first alternation).
-fn next_piece(text: &str, pos: usize, class_of: &mut impl FnMut(char) -> Class) -> usize {
-    let s = &text[pos..];
-    let b = s.as_bytes();
-    // 's|'t|'re|'ve|'m|'ll|'d
-    if b[0] == b'\'' && b.len() >= 2 {
-        match b[1] {
-            b's' | b't' | b'm' | b'd' => return pos + 2,
-            b'r' | b'v' if b.len() >= 3 && b[2] == b'e' => return pos + 3,
-            b'l' if b.len() >= 3 && b[2] == b'l' => return pos + 3,
-            _ => {}
+    /// The class of the char at byte `p` of `s` (a char boundary) and its length in bytes.
+    #[inline(always)]
+    fn class_at(&self, s: &str, p: usize) -> (Class, usize) {
+        let c = s.as_bytes()[p];
+        if c < 0x80 {
+            return (ascii_class(c), 1);
         }
+        let ch = s[p..].chars().next().expect("a char at a boundary");
+        (self.table_class(ch), ch.len_utf8())
     }
-    let mut it = s.char_indices();
-    let (_, c0) = it.next().expect("non-empty");
-    let cl0 = class_of(c0);
-    // ` ?X+` for X in letters, numbers, others.
-    let (start_class, body_from) = if c0 == ' ' {
-        match s[1..].chars().next() {
-            Some(c1) => {
-                let cl1 = class_of(c1);
-                if cl1 == Class::Space {
-                    (Class::Space, 0)
-                } else {
-                    (cl1, 1)
+
+    /// End of the run of `class` chars from byte `p` (ASCII letters 16 bytes at a time).
+    #[inline(always)]
+    fn run(&self, s: &str, mut p: usize, class: Class) -> usize {
+        let b = s.as_bytes();
+        loop {
+            if class == Class::Letter {
+                while let Some(w) = b.get(p..p + 16) {
+                    let n = ascii_letters_prefix(w.try_into().expect("16 bytes"), true);
+                    p += n;
+                    if n < 16 {
+                        break;
+                    }
                 }
             }
-            None => (Class::Space, 0),
-        }
-    } else {
-        (cl0, 0)
-    };
-    if start_class != Class::Space {
-        let mut end = body_from;
-        for (i, c) in s[body_from..].char_indices() {
-            if class_of(c) != start_class {
-                return pos + body_from + i;
+            let Some(&c) = b.get(p) else { return p };
+            if c < 0x80 {
+                if ascii_class(c) != class {
+                    return p;
+                }
+                p += 1;
+            } else {
+                let (cl, len) = self.class_at(s, p);
+                if cl != class {
+                    return p;
+                }
+                p += len;
             }
-            end = body_from + i + c.len_utf8();
         }
-        return pos + end;
     }
-    // Whitespace: \s+(?!\S) then \s+.
-    let mut end = 0;
-    let mut last_len = 0;
-    for (i, c) in s.char_indices() {
-        if class_of(c) != Class::Space {
-            break;
+
+    /// End (byte offset) of the GPT-2 regex match starting at `pos`, a char boundary before the
+    /// end of `s` (leftmost-first alternation). Bytes, not chars: ASCII is classified by table
+    /// and letter runs tested 16 bytes at a time; other chars through the Unicode table.
+    #[inline(always)]
+    pub fn match_at(&self, s: &str, pos: usize) -> usize {
+        let b = s.as_bytes();
+        let c0 = b[pos];
+        // 's|'t|'re|'ve|'m|'ll|'d (case-sensitive in GPT-2's pattern)
+        if c0 == b'\'' {
+            match b.get(pos + 1) {
+                Some(b's' | b't' | b'm' | b'd') => return pos + 2,
+                Some(b'r' | b'v') if b.get(pos + 2) == Some(&b'e') => return pos + 3,
+                Some(b'l') if b.get(pos + 2) == Some(&b'l') => return pos + 3,
+                _ => {}
+            }
         }
-        end = i + c.len_utf8();
-        last_len = c.len_utf8();
-    }
-    if end == s.len() {
-        return pos + end;
-    }
-    // Followed by \S: give back the last whitespace char if something remains.
-    if end - last_len > 0 {
-        pos + end - last_len
-    } else {
-        pos + end
+        // ` ?X+` for X in letters, numbers, others.
+        if c0 == b' ' {
+            if pos + 1 == b.len() {
+                return pos + 1;
+            }
+            let (cl1, len1) = self.class_at(s, pos + 1);
+            if cl1 != Class::Space {
+                return self.run(s, pos + 1 + len1, cl1);
+            }
+        } else {
+            let (cl0, len0) = self.class_at(s, pos);
+            if cl0 != Class::Space {
+                return self.run(s, pos + len0, cl0);
+            }
+        }
+        // Whitespace: \s+(?!\S), else \s+.
+        let mut p = pos;
+        let mut last = 0;
+        while p < b.len() {
+            let (cl, len) = self.class_at(s, p);
+            if cl != Class::Space {
+                break;
+            }
+            last = len;
+            p += len;
+        }
+        if p == b.len() {
+            return p;
+        }
+        // Followed by \S: give back the last whitespace char if something remains.
+        if p - last > pos {
+            p - last
+        } else {
+            p
+        }
     }
 }
 
@@ -168,6 +192,70 @@ mod tests {
             let want: Vec<String> = re.find_iter(t).map(|(a, b)| t[a..b].to_string()).collect();
             let mut got = Vec::new();
             cls.pieces(t, &mut |w| got.push(w.to_string()));
+            assert_eq!(got, want, "{t:?}");
+        }
+    }
+
+    /// Random texts over the alphabet where the pattern's branches meet (contractions, a space
+    /// before each class, runs longer than 16 bytes, non-ASCII letters / digits / spaces
+    /// inside ASCII runs, lone and trailing whitespace): the byte scanner equals Oniguruma.
+    #[test]
+    fn random_texts_follow_the_gpt2_regex() {
+        let re = SysRegex::new(
+            r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+",
+        )
+        .unwrap();
+        let cls = Gpt2Classes::new().unwrap();
+        let alphabet = [
+            "a",
+            "Z",
+            "q",
+            "é",
+            "ß",
+            "数",
+            "١",
+            "7",
+            "Ⅻ",
+            "½",
+            " ",
+            " ",
+            "  ",
+            "\n",
+            "\t",
+            "\r\n",
+            "\u{a0}",
+            "\u{2003}",
+            "\u{85}",
+            "'",
+            "'s",
+            "'ll",
+            "'re",
+            "'R",
+            "'v",
+            ",",
+            "(",
+            "😀",
+            "_",
+            "-",
+            "abcdefghijklmnopqrstuvwxyz",
+            "ABCDEFGHIJKLMNOPQRSTU",
+            "0123456789",
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..3000 {
+            let mut t = String::new();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for _ in 0..(x % 24) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                t.push_str(alphabet[(x % alphabet.len() as u64) as usize]);
+            }
+            let want: Vec<String> = re.find_iter(&t).map(|(a, b)| t[a..b].to_string()).collect();
+            let mut got = Vec::new();
+            cls.pieces(&t, &mut |w| got.push(w.to_string()));
             assert_eq!(got, want, "{t:?}");
         }
     }
