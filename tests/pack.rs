@@ -203,6 +203,32 @@ fn zstd_level_changes_only_the_compression_and_is_recorded() {
     let shard = a.keys().find(|k| k.ends_with(".parquet")).unwrap();
     assert_ne!(a[shard], b[shard], "level 19 wrote level 1's bytes");
 
+    // Rerun without the flag: each output continues at the level it records (here: complete).
+    for out in [&default, &l19] {
+        let o = pack(&input, &tok, out, &args, &[]);
+        assert!(stderr(&o).contains("already complete"), "{}", stderr(&o));
+    }
+    assert_eq!(tree(&l19), b);
+    // An index from before the flag (no `zstd_level`: its shards are level 3) is found
+    // complete too, not refused as a different command.
+    let l3 = d.path().join("l3");
+    pack(
+        &input,
+        &tok,
+        &l3,
+        &[&args[..], &["--zstd-level", "3"]].concat(),
+        &[],
+    );
+    let mut v = index(&l3);
+    v["args"].as_object_mut().unwrap().remove("zstd_level");
+    std::fs::write(
+        l3.join("index.json"),
+        serde_json::to_vec_pretty(&v).unwrap(),
+    )
+    .unwrap();
+    let o = pack(&input, &tok, &l3, &args, &[]);
+    assert!(stderr(&o).contains("already complete"), "{}", stderr(&o));
+
     // Into the complete level-1 output at level 3: different settings, refused, untouched.
     let o = run_pack(
         &input,

@@ -50,6 +50,29 @@ pub enum Found {
     Resume(Box<Index>, Cursor),
 }
 
+/// The zstd level a rerun without `--zstd-level` continues at: the recorded run's, when its
+/// settings differ from `args` in nothing else. An output begun at another level — or before
+/// the flag existed (no `zstd_level`: level 3) — is then resumed to the bytes its own level
+/// gives, or found complete, instead of refused as a different command.
+pub fn adopt_recorded_zstd_level(dir: &Path, args: &mut PackSettings) {
+    if !crate::shards::index::index_path(dir).exists() {
+        return;
+    }
+    let Some(prev) = crate::shards::index::load(dir).ok().and_then(|i| i.args) else {
+        return;
+    };
+    let mut probe = args.clone();
+    probe.packing.zstd_level = prev.packing.zstd_level;
+    if probe == prev && prev.packing.zstd_level != args.packing.zstd_level {
+        tracing::info!(
+            "{}: continuing at the zstd level it was written with ({}); --zstd-level sets another",
+            dir.display(),
+            prev.packing.zstd()
+        );
+        args.packing.zstd_level = prev.packing.zstd_level;
+    }
+}
+
 /// Inspect `dir` for a previous run with fingerprint `args`.
 pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
     let p = crate::shards::index::index_path(dir);

@@ -47,6 +47,9 @@ pub fn run(args: PackArgs) -> Result<()> {
     profile::start();
     let rs = settings::RunSettings::resolve(&args)?;
     let mut s = setup::prepare(&args, &rs)?;
+    if !rs.zstd_level_given {
+        crate::pack::resume::adopt_recorded_zstd_level(&s.out_dir, &mut s.settings);
+    }
     let Journal {
         cursor,
         base,
@@ -101,7 +104,7 @@ pub fn run(args: PackArgs) -> Result<()> {
     let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
-        let (format, dtype, zstd_level) = (s.part_format, s.dtype, rs.packing.zstd());
+        let (format, dtype, zstd_level) = (s.part_format, s.dtype, s.settings.packing.zstd());
         // Workers never shuffle: the merge does (see the `pack` module doc).
         let shuffle = if s.worker.is_whole() {
             rs.packing.shuffle_seed

@@ -27,6 +27,8 @@ pub(super) struct RunSettings {
     pub format: ShardFormat,
     /// The flags recorded in `index.json`'s `args` as they are.
     pub packing: Packing,
+    /// `--zstd-level` was given (else a rerun continues at the level its output records).
+    pub zstd_level_given: bool,
     pub strict_mixture: bool,
     /// One input row's bound while it is read (`--max-row-bytes`, else the default), and a
     /// compressed parquet input's decompressed copy's (`--max-decompressed-bytes`).
@@ -85,6 +87,7 @@ impl RunSettings {
                 on_oversize: a.on_oversize,
                 zstd_level,
             },
+            zstd_level_given: a.zstd_level.is_some(),
             strict_mixture: a.strict_mixture,
             read_bounds: ReadBounds {
                 row: Bound::new(row_limit, "--max-row-bytes"),
