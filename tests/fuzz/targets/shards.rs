@@ -46,7 +46,10 @@ pub struct Parquet {
 
 impl Target for Parquet {
     fn setup(work: &Path) -> Result<Self> {
-        let mut seeds = vec![pq::encode(&sft_batch(ShardFormat::Parquet)?)?];
+        let mut seeds = vec![pq::encode(
+            &sft_batch(ShardFormat::Parquet)?,
+            pq::ZSTD_LEVEL,
+        )?];
         // A text dataset in the fixture repos' layout (fineweb-edu, `text` column).
         let root = work.join("hub");
         std::fs::create_dir_all(&root)?;
