@@ -633,8 +633,8 @@ mod tests {
         assert_eq!(src.value(1), "b");
     }
 
-    /// `--zstd-level` reaches the pages: on repetitive ids the levels' outputs differ (level 3
-    /// finds more), and each reads back to the same rows.
+    /// `--zstd-level` reaches the pages: the levels' outputs differ, and each reads back to the
+    /// same rows (on a batch this small, level 19 need not be the smaller file).
     #[test]
     fn the_zstd_level_is_the_pages_level() {
         let row: Vec<u32> = (0..4096u32).map(|i| (i * 7919) % 1000).collect();
@@ -645,12 +645,6 @@ mod tests {
         let fast = encode(&batch, 1).unwrap();
         let small = encode(&batch, 19).unwrap();
         assert_ne!(fast, small, "the level changed nothing");
-        assert!(
-            small.len() <= fast.len(),
-            "{} > {}",
-            small.len(),
-            fast.len()
-        );
         for bytes in [fast, small] {
             let r = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
                 .unwrap()
