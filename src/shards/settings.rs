@@ -96,10 +96,16 @@ impl PackSettings {
     /// The same run's settings as one process would have them (what every worker of one
     /// `--shard I/N` run shares).
     pub fn as_one_process(&self) -> PackSettings {
-        PackSettings {
+        let mut one = PackSettings {
             worker: [0, 1],
             ..self.clone()
+        };
+        // A worker's parts are parquet whatever `--format` says, so they record a zstd level;
+        // one process writing mds or megatron records none.
+        if one.format != ShardFormat::Parquet {
+            one.packing.zstd_level = None;
         }
+        one
     }
 }
 
@@ -157,5 +163,10 @@ mod tests {
         assert_eq!(z.packing.zstd(), 1);
         assert_eq!(s.rows_per_shard(), 2);
         assert_eq!(s.as_one_process().worker, [0, 1]);
+        // Megatron parts (parquet, level 1) merge to settings with no level, as one process's.
+        assert_eq!(z.as_one_process().packing.zstd_level, None);
+        let mut zp = z.clone();
+        zp.format = ShardFormat::Parquet;
+        assert_eq!(zp.as_one_process().packing.zstd_level, Some(1));
     }
 }
