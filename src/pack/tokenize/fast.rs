@@ -642,7 +642,7 @@ impl FastTokenizer {
                     s
                 };
                 let cls = self.gpt2.as_ref().expect("gpt2 classes");
-                self.gpt2_words(cls, s, out);
+                self.scan_words(s, out, |_, p| cls.match_at(s, p));
             }
             PreTok::Splits { regexes, table } => self.split_rec(regexes, table, s, out),
             PreTok::None => self.sp_word(s, out),
@@ -696,8 +696,8 @@ impl FastTokenizer {
             // One Split (Llama-3, Qwen2, o200k): each piece straight to the model, no call per
             // word (the recursion's and the emit closure's prologues and epilogues were 13 % of
             // the instructions on code).
-            [SplitMatcher::Scanner(g)] => self.scan_words(g, table, s, out),
-            [SplitMatcher::O200k(o)] => self.scan_words(o, table, s, out),
+            [SplitMatcher::Scanner(g)] => self.scan_words(s, out, |b, p| g.match_at(b, p, table)),
+            [SplitMatcher::O200k(o)] => self.scan_words(s, out, |b, p| o.match_at(b, p, table)),
             [re] => re.split(s, table, &mut |a, b| {
                 self.bpe.encode_word(piece(s, a, b), out)
             }),
@@ -707,30 +707,18 @@ impl FastTokenizer {
         }
     }
 
-    /// The model's ids of each piece of `sc`'s split of `s`: the scanner's match and the word
-    /// cache's first-level hit in one loop.
-    fn scan_words(&self, sc: &impl Scanner, table: &ClassTable, s: &str, out: &mut Sink<'_>) {
+    /// The model's ids of each piece of `s`, where `match_at(bytes, p)` is the end of the
+    /// piece at `p` (a hand-written scanner: the Split shapes' `Scanner`s, the GPT-2
+    /// pre-tokenizer): the scanner's match and the word cache's first-level hit in one loop,
+    /// inlined together (a per-word call into a closure or `split_rec`'s recursion was 13 % of
+    /// the instructions on code).
+    #[inline(always)]
+    fn scan_words(&self, s: &str, out: &mut Sink<'_>, match_at: impl Fn(&[u8], usize) -> usize) {
         let b = s.as_bytes();
         let whole = self.bpe.has_whole();
         let mut p = 0;
         while p < b.len() {
-            let e = sc.match_at(b, p, table);
-            debug_assert!(e > p);
-            let ahead = b.get(p..p + 32).map(|w| w.try_into().expect("32 bytes"));
-            self.bpe.encode_piece(piece(s, p, e), ahead, whole, out);
-            p = e;
-        }
-    }
-
-    /// [`Self::scan_words`] for the GPT-2 pre-tokenizer (`ByteLevel(use_regex=true)`): its
-    /// byte scanner's match and the word cache's first-level hit in one loop (before, a
-    /// char-by-char scanner called a closure per word).
-    fn gpt2_words(&self, cls: &gpt2::Gpt2Classes, s: &str, out: &mut Sink<'_>) {
-        let b = s.as_bytes();
-        let whole = self.bpe.has_whole();
-        let mut p = 0;
-        while p < b.len() {
-            let e = cls.match_at(s, p);
+            let e = match_at(b, p);
             debug_assert!(e > p);
             let ahead = b.get(p..p + 32).map(|w| w.try_into().expect("32 bytes"));
             self.bpe.encode_piece(piece(s, p, e), ahead, whole, out);
