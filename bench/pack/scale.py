@@ -40,6 +40,14 @@ corpus from the natural-English documents alone (same per-copy headers) instead 
 usage: scale.py BIN WORKDIR [--mb 1024] [--ref-mb 12] [--threads 1,2,4,8,16]
                 [--families llama3-shaped,mistral-7b-v0.1,phi-2] [--shared DIR] [--ref PATH]
                 [--stages] [--ceiling] [--hw] [--repeat N] [--giga] [--no-python] [--corpus code|prose]
+                [--one-core]
+
+`--one-core` (issue 43) adds, per family, a run of `RAYON_NUM_THREADS=1` pinned to one core
+(`taskset -c 0`: the whole process — reader, shard encoders and committer included — on one
+core, as gigatoken's 1-thread run nearly is): `1core Mtok/s`, and `eff/1c` = each row's Mtok/s
+÷ (threads × the one-core run's), the scaling per core actually used. An unpinned 1-thread pack
+keeps ~1.2–1.8 cores busy (its tokenizing thread plus reader and zstd encoders), so `eff` against
+it caps at 1/1.2–1/1.8 even on perfect hardware.
 
 `--repeat N` (default 1) runs dlm-data N times per family and thread count, alternating thread
 counts (1 2 4 8 16, 1 2 4 8 16, ...) so that a slow spell of a shared machine hits every count
@@ -73,6 +81,7 @@ HW = "--hw" in sys.argv
 REPEAT = max(1, int(opt("--repeat", "1")))
 GIGA = "--giga" in sys.argv
 PYTHON = "--no-python" not in sys.argv
+ONE_CORE = "--one-core" in sys.argv
 CORPUS = opt("--corpus", "code")
 GIGA_PY = os.path.join(ROOT, "bench", "tokenizers", "giga.py")
 SEQ = 2048
@@ -211,10 +220,10 @@ def run(cmd, env):
     return dt, p.stdout, p.stderr
 
 
-def ours(corpus, tok, eos, threads):
+def ours(corpus, tok, eos, threads, pin=False):
     out = os.path.join(WORK, "out")
     subprocess.run(["rm", "-rf", out])
-    dt, so, se = run([BIN, "pack", "--input", corpus, "--text-column", "text", "--tokenizer", tok,
+    dt, so, se = run((["taskset", "-c", "0"] if pin else []) + [BIN, "pack", "--input", corpus, "--text-column", "text", "--tokenizer", tok,
                       "--eos-token", eos, "--out", out, "--seq-len", str(SEQ), "--json"], env_for(threads, STAGES))
     s = json.loads(so.strip().splitlines()[-1])
     stages = [l for l in se.splitlines() if l.startswith("pack profile")]
@@ -324,18 +333,22 @@ def main():
         else:
             say(f"note: {f}: no tokenizer.json under {SHARED} (pass --shared DIR); skipped")
     results = {}
-    if (CEILING or HW) and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
+    if (CEILING or HW or ONE_CORE) and (not shutil.which("taskset") or max(THREADS) > (os.cpu_count() or 1)):
         sys.exit("--ceiling and --hw need taskset and at least as many cores as the largest thread count")
     say(f"{'family':18} {'thr':>3} {'dlm Mtok/s':>10} {'py Mtok/s':>9} {'ratio':>6} {'speedup':>7} {'eff':>5}"
         + (f" {'gig Mtok/s':>10} {'pack/gig':>8} {'p cpu':>6} {'g cpu':>6} {'cpu p/g':>7}" if GIGA else "")
         + (f" {'ceiling':>7} {'hw':>4} {'of ceil':>7}" if CEILING else "")
-        + (f" {'hw':>4} {'eff/hw':>6}" if HW else "") + "  stages")
+        + (f" {'hw':>4} {'eff/hw':>6}" if HW else "")
+        + (f" {'1core Mtok/s':>12} {'eff/1c':>6}" if ONE_CORE else "") + "  stages")
     for name, tok in fams.items():
         eos = EOS.get(name, "<|endoftext|>")
         base = None
         runs = {th: [] for th in THREADS}
         gruns = {th: [] for th in THREADS}
+        pinned = []
         for _ in range(REPEAT):
+            if ONE_CORE:
+                pinned.append(ours(corpus, tok, eos, 1, pin=True))
             for th in THREADS:
                 runs[th].append(ours(corpus, tok, eos, th))
                 if GIGA:
@@ -373,6 +386,13 @@ def main():
                 ceil += f" {hw:>4.0%} {eff / hw:>6.0%}"
             elif HW:
                 ceil += f" {'-':>4} {'-':>6}"
+            if ONE_CORE:
+                pdt, ptok, _, pcpu1 = min(pinned, key=lambda r: r[0])
+                m1c = ptok / pdt / 1e6
+                row.update({"one_core_mtok_s": round(m1c, 2), "one_core_seconds": round(pdt, 2),
+                            "one_core_all_seconds": [round(r[0], 2) for r in pinned],
+                            "one_core_cpu_s": round(pcpu1, 2), "eff_per_core": round(m / m1c / th, 3)})
+                ceil += f" {m1c:>12.2f} {m / m1c / th:>6.0%}"
             results.setdefault(name, []).append(row)
             say(f"{name:18} {th:>3} {m:>10.2f} {mp:>9.3f} {m / mp:>5.1f}x {sp:>6.2f}x {eff:>5.0%}{gcol}{ceil}  "
                 f"[{time.perf_counter() - t_start:.0f} s]"
