@@ -60,7 +60,9 @@ bench-tokenizers: $(VENV)/.gigatoken
 # --families, --shared DIR (tokenizers), --ref PATH (py_pack_ref.py), --ref-mb, --stages,
 # --repeat N (fastest of N, thread counts alternating: shared many-core hosts drift by ±20 %
 # within minutes, bench/results/pack-scale.md), --hw (what the cores themselves keep with N
-# busy: a pure-compute loop pinned alone vs N at once, and the efficiency over it).
+# busy: a pure-compute loop pinned alone vs N at once, and the efficiency over it), --giga
+# (gigatoken beside each row, issue 43), --one-core (the 1-thread pack pinned to one core as the
+# scaling baseline: an unpinned 1-thread pack keeps 1.2-1.8 cores busy), --no-python.
 # BENCH_SCALE_MB=4096 for steady state on a fast box: at 200+ Mtok/s a 1 GB run is ~1.5 s at
 # 16 threads, ~11 % of it start-up and the last shard.
 .PHONY: bench-pack-scale
