@@ -746,6 +746,12 @@ impl Bpe {
         self.whole.is_some()
     }
 
+    /// Whether the model's alphabet is bytes (byte-level BPE: words come from a regex
+    /// pre-tokenizer) rather than chars (SentencePiece).
+    pub fn is_byte_level(&self) -> bool {
+        matches!(self.alphabet, Alphabet::Bytes(_))
+    }
+
     /// `ignore_merges`: the whole word's id when it is a vocabulary token.
     #[inline]
     pub fn whole_word(&self, word: &[u8]) -> Option<u32> {

@@ -231,7 +231,10 @@ impl DocTokenizer {
     pub fn size_word_cache(&self, input_bytes: u64) {
         if let Some(f) = &self.fast {
             f.bpe
-                .size_shared_cache(shared_words::SharedWords::words_for_input(input_bytes));
+                .size_shared_cache(shared_words::SharedWords::words_for_input(
+                    input_bytes,
+                    f.bpe.is_byte_level(),
+                ));
         }
     }
 

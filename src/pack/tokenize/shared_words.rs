@@ -166,8 +166,22 @@ impl SharedWords {
     /// The table size for `bytes` of input files: small inputs do not fault in pages they never
     /// use (on a VM a page fault costs microseconds; a 32 MB run would spend a fifth of its
     /// time there), large ones get [`MAX_WORDS`].
-    pub fn words_for_input(bytes: u64) -> usize {
-        ((bytes / 16) as usize).clamp(DEFAULT_WORDS, MAX_WORDS)
+    ///
+    /// `byte_level`: words cut by a regex pre-tokenizer (Split shapes, GPT-2), whose distinct
+    /// count grows like the square root of the text (Heaps' law: ~250k on 200 MB of code, ~110k
+    /// on its first 30 MB), get `64·√bytes` — 2× that count even when `bytes` are zstd parquet
+    /// at 5:1. The whole [`MAX_WORDS`] table (2^22 slots, 32 MB) spread those few words over
+    /// 32 MB of slot lines, past a 2-core AMD box's 32 MB L3 that the shard encoders and the
+    /// reader stream through too: 2^20 slots took 7–8 % less of a 2-thread pack's CPU there
+    /// (Llama-3-shaped code, 200 MB). SentencePiece words (segments between spaces) are far more
+    /// numerous (~850k distinct on the same 200 MB) and keep the linear rule.
+    pub fn words_for_input(bytes: u64, byte_level: bool) -> usize {
+        let words = if byte_level {
+            (64.0 * (bytes as f64).sqrt()) as usize
+        } else {
+            (bytes / 16) as usize
+        };
+        words.clamp(DEFAULT_WORDS, MAX_WORDS)
     }
 
     /// An empty table for about `words` words (slots stay under half full).
@@ -323,6 +337,25 @@ mod tests {
             .fold(0u64, |a, &b| a.wrapping_mul(31).wrapping_add(b as u64))
             % 7)
             << 61
+    }
+
+    #[test]
+    fn byte_level_tables_grow_with_the_square_root_of_the_input_and_sentencepiece_linearly() {
+        // Small inputs: the default either way.
+        assert_eq!(SharedWords::words_for_input(0, true), DEFAULT_WORDS);
+        assert_eq!(SharedWords::words_for_input(1 << 20, false), DEFAULT_WORDS);
+        // 40 MB of zstd parquet (200 MB of text): byte-level gets ~405k words, 2^20 slots (8 MB)
+        // instead of the whole table; SentencePiece the whole table.
+        let bl = SharedWords::words_for_input(40_000_000, true);
+        assert_eq!(bl, (64.0 * 40_000_000f64.sqrt()) as usize);
+        assert_eq!((2 * bl).next_power_of_two().trailing_zeros(), 20);
+        assert_eq!(SharedWords::words_for_input(40_000_000, false), MAX_WORDS);
+        // Both stop at the most; the byte-level size never falls as the input grows.
+        assert_eq!(SharedWords::words_for_input(1 << 40, true), MAX_WORDS);
+        let sizes: Vec<usize> = (20..40)
+            .map(|b| SharedWords::words_for_input(1 << b, true))
+            .collect();
+        assert!(sizes.windows(2).all(|w| w[0] <= w[1]), "{sizes:?}");
     }
 
     #[test]
