@@ -55,8 +55,10 @@ impl Gpt2Classes {
         }
     }
 
-    /// Calls `emit` with each regex match of `s`, in order (the matches cover `s`).
-    pub fn pieces(&self, s: &str, emit: &mut impl FnMut(&str)) {
+    /// Calls `emit` with each regex match of `s`, in order (the matches cover `s`): the tests'
+    /// view of [`Self::match_at`], which the tokenizer's scan loop calls directly.
+    #[cfg(test)]
+    fn pieces(&self, s: &str, emit: &mut impl FnMut(&str)) {
         let mut pos = 0;
         while pos < s.len() {
             let end = self.match_at(s, pos);
