@@ -155,16 +155,34 @@ pub struct ThreadCache {
     /// First level: direct-mapped, one 64-byte line per slot holding the word and its ids
     /// inline, so a hit costs one memory access (the map below chases two heap pointers).
     l1: Vec<Slot>,
+    /// Level zero, probed first for words of at most 8 bytes: 16-byte slots holding up to two
+    /// ids, four to a cache line, so the short words that are most of the pieces of code
+    /// (2 bytes on average) find 4× the slots in the same memory.
+    l0: Vec<ShortSlot>,
     words: WordMap,
     /// Scratch for the heap merge.
     syms: Vec<Sym>,
     heap: BinaryHeap<std::cmp::Reverse<(u32, u32, u32)>>,
 }
 
+impl ThreadCache {
+    /// Cache `ids` of the `n`-byte word keyed `k` (hash `h`, first-level slot `i`) in level
+    /// zero when it fits a [`ShortSlot`], else in the first level when it fits a [`Slot`].
+    #[inline]
+    fn fill_first(&mut self, i: usize, k: [u64; 4], h: u64, n: usize, ids: &[u32], lead: bool) {
+        let short = n.wrapping_sub(1) < SHORT_KEY
+            && self.l0[(h >> (64 - L0_BITS)) as usize].fill(k[0], n, ids, lead);
+        if !short && ids.len() <= SLOT_IDS {
+            self.l1[i].fill(k, ids, lead);
+        }
+    }
+}
+
 thread_local! {
     static CACHE: RefCell<ThreadCache> = RefCell::new(ThreadCache {
         owner: 0,
         l1: Vec::new(),
+        l0: Vec::new(),
         words: WordMap::default(),
         syms: Vec::new(),
         heap: BinaryHeap::new(),
@@ -352,6 +370,67 @@ impl Slot {
         self.head = k;
         self.head[3] |= (count as u64) << 56;
         self.ids[..ids.len()].copy_from_slice(ids);
+    }
+}
+
+/// log2 of the level-zero slots per thread (2^15 × 16 B = 512 KiB).
+const L0_BITS: u32 = 15;
+/// The longest word a [`ShortSlot`] holds.
+const SHORT_KEY: usize = 8;
+/// A [`ShortSlot`]'s second id fits below this (its top byte holds the length and flags).
+const SHORT_ID_LIMIT: u32 = 1 << 24;
+const SHORT_TWO: u32 = 1 << 28;
+const SHORT_LEAD: u32 = 1 << 31;
+
+/// A level-zero slot: a word of 1..=[`SHORT_KEY`] bytes (zero-padded little-endian, as
+/// [`short_key`]'s first word) with one or two ids. `meta`: the second id (low 24 bits), the
+/// word's length (bits 24..28; 0 = empty), two ids (bit 28), the lead flag (bit 31).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct ShortSlot {
+    key: u64,
+    id0: u32,
+    meta: u32,
+}
+
+impl ShortSlot {
+    #[inline(always)]
+    fn holds(&self, key: u64, n: usize) -> bool {
+        (self.key ^ key) | (((self.meta >> 24) & 0xf) as u64 ^ n as u64) == 0
+    }
+
+    /// Append the held ids to `out` (both words written, the length grown by the count) and
+    /// return the lead flag.
+    #[inline(always)]
+    fn append_to(&self, out: &mut Vec<u32>) -> bool {
+        out.reserve(2);
+        let len = out.len();
+        let two = (self.meta & SHORT_TWO != 0) as usize;
+        // SAFETY: `reserve` made room for 2 more ids after `len`; both are written before the
+        // length grows by 1 + two <= 2.
+        unsafe {
+            let p = out.as_mut_ptr().add(len);
+            p.write(self.id0);
+            p.add(1).write(self.meta & (SHORT_ID_LIMIT - 1));
+            out.set_len(len + 1 + two);
+        }
+        self.meta & SHORT_LEAD != 0
+    }
+
+    /// Hold `ids` (one or two, the second below [`SHORT_ID_LIMIT`]) for the word keyed `key`
+    /// of `n` bytes; false (nothing stored) when they do not fit.
+    #[inline]
+    fn fill(&mut self, key: u64, n: usize, ids: &[u32], lead: bool) -> bool {
+        let (id0, id1, two) = match *ids {
+            [a] => (a, 0, 0),
+            [a, b] if b < SHORT_ID_LIMIT => (a, b, SHORT_TWO),
+            _ => return false,
+        };
+        debug_assert!((1..=SHORT_KEY).contains(&n));
+        self.key = key;
+        self.id0 = id0;
+        self.meta = id1 | (n as u32) << 24 | two | if lead { SHORT_LEAD } else { 0 };
+        true
     }
 }
 
@@ -786,6 +865,8 @@ impl Bpe {
                 c.words.release();
                 c.l1.clear();
                 c.l1.resize(1 << L1_BITS, EMPTY_SLOT);
+                c.l0.clear();
+                c.l0.resize(1 << L0_BITS, ShortSlot::default());
             }
             let mut sink = Sink {
                 ids: Vec::with_capacity(capacity),
@@ -908,7 +989,14 @@ impl Bpe {
     /// ids, a miss goes to [`Self::encode_missed`]. Returns the lead flag.
     #[inline(always)]
     fn encode_keyed(&self, word: &str, k: [u64; 4], out: &mut Sink<'_>, whole: bool) -> bool {
-        let h = short_hash(&k, word.len());
+        let n = word.len();
+        let h = short_hash(&k, n);
+        if n.wrapping_sub(1) < SHORT_KEY {
+            let s0 = &out.cache.l0[(h >> (64 - L0_BITS)) as usize];
+            if s0.holds(k[0], n) {
+                return s0.append_to(&mut out.ids);
+            }
+        }
         let i = (h >> (64 - L1_BITS)) as usize;
         let sl = &out.cache.l1[i];
         if sl.holds(&k) {
@@ -945,7 +1033,7 @@ impl Bpe {
             if let Some(id) = self.whole_word(key) {
                 out.ids.push(id);
                 if let Some((i, k)) = slot {
-                    c.l1[i].fill(k, &[id], false);
+                    c.fill_first(i, k, h, key.len(), &[id], false);
                 }
                 if cacheable {
                     shared.insert(key, h, &[id], false);
@@ -974,8 +1062,8 @@ impl Bpe {
             }
         };
         let ids = &out.ids[start..];
-        if let Some((i, k)) = slot.filter(|_| ids.len() <= SLOT_IDS) {
-            c.l1[i].fill(k, ids, lead);
+        if let Some((i, k)) = slot {
+            c.fill_first(i, k, h, key.len(), ids, lead);
         }
         if !in_map && cacheable && !shared.insert(key, h, ids, lead) {
             c.words.insert(key, h, ids, lead);
@@ -1237,6 +1325,39 @@ mod tests {
             }
             for b in &keys {
                 assert_eq!(slot.holds(&short_key(b)), a == b, "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    /// Level-zero slots: keys of 1..=8 bytes (zeros and 0xff inside) compare as bytes, the
+    /// empty slot holds nothing, one or two ids round-trip with the lead flag, and what does
+    /// not fit (three ids, a second id of 2^24 or more) is refused and leaves the slot as it was.
+    #[test]
+    fn short_slots_hold_one_or_two_ids_of_words_up_to_eight_bytes() {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for len in 1..=SHORT_KEY {
+            keys.push((0..len).map(|i| b'a' + i as u8).collect());
+            keys.push(vec![0u8; len]);
+            keys.push(vec![0xffu8; len]);
+        }
+        for a in &keys {
+            let ka = short_key(a)[0];
+            let mut slot = ShortSlot::default();
+            assert!(!slot.holds(ka, a.len()), "the empty slot matched {a:?}");
+            for (ids, lead) in [(vec![5u32], true), (vec![u32::MAX, SHORT_ID_LIMIT - 1], false)] {
+                assert!(slot.fill(ka, a.len(), &ids, lead));
+                let mut out = vec![7];
+                assert_eq!(slot.append_to(&mut out), lead);
+                assert_eq!(out[1..], ids[..], "{a:?}");
+                assert_eq!(out[0], 7);
+            }
+            assert!(!slot.fill(ka, a.len(), &[1, 2, 3], true));
+            assert!(!slot.fill(ka, a.len(), &[1, SHORT_ID_LIMIT], true));
+            let mut out = Vec::new();
+            assert!(!slot.append_to(&mut out), "a refused fill changed the slot");
+            assert_eq!(out, [u32::MAX, SHORT_ID_LIMIT - 1]);
+            for b in &keys {
+                assert_eq!(slot.holds(short_key(b)[0], b.len()), a == b, "{a:?} vs {b:?}");
             }
         }
     }
