@@ -362,7 +362,7 @@ fn large_output(
     rows: usize,
     seq: usize,
 ) -> std::path::PathBuf {
-    use dlm_data::shards::{write_shard, Column, Dtype, RowBatch};
+    use dlm_data::shards::{write_shard, Column, Dtype, RowBatch, ShardCodec};
     let tok = tokenizer(t);
     let input = t.join("small.jsonl");
     std::fs::write(&input, "{\"text\":\"one two three four five six\"}\n").unwrap();
@@ -397,7 +397,17 @@ fn large_output(
                 ("source".into(), Column::Str(vec!["small".into(); rows])),
             ],
         };
-        let w = write_shard(format, &out, k, &batch, Dtype::U32, 1).unwrap();
+        let w = write_shard(
+            ShardCodec {
+                format,
+                dtype: Dtype::U32,
+                zstd_level: 1,
+            },
+            &out,
+            k,
+            &batch,
+        )
+        .unwrap();
         tokens += w.entry.tokens;
         entries.push(serde_json::to_value(&w.entry).unwrap());
     }

@@ -43,14 +43,12 @@ pub fn write_shards(
     for (k, chunk) in kept.chunks(rows_per_shard.max(1)).enumerate() {
         crate::signals::check()?;
         let batch = sft_shards::to_batch(chunk, format)?;
-        let mut w = crate::shards::write_shard(
+        let codec = crate::shards::ShardCodec {
             format,
-            dir,
-            k,
-            &batch,
-            index.dtype,
-            crate::shards::parquet::LEGACY_ZSTD_LEVEL,
-        )?;
+            dtype: index.dtype,
+            zstd_level: crate::shards::parquet::LEGACY_ZSTD_LEVEL,
+        };
+        let mut w = crate::shards::write_shard(codec, dir, k, &batch)?;
         if format == ShardFormat::Megatron {
             let (name, sha) = sft_shards::write_sidecar(dir, &w.entry.file, chunk)?;
             w.entry.extra_files.insert(name, sha);

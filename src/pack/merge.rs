@@ -253,10 +253,8 @@ impl Run {
 /// incomplete merged index as it lands.
 struct Sink<'a> {
     out: &'a Path,
-    format: ShardFormat,
-    dtype: crate::shards::Dtype,
-    /// The parts' `--zstd-level` (parquet output).
-    zstd_level: u8,
+    /// `--format`, the parts' dtype and their `--zstd-level` (parquet output).
+    codec: crate::shards::ShardCodec,
     shuffle: Option<u64>,
     /// Shards written.
     n: usize,
@@ -291,9 +289,11 @@ impl<'a> Sink<'a> {
         }
         Sink {
             out,
-            format: run.args.format,
-            dtype: first.dtype,
-            zstd_level: run.args.packing.zstd(),
+            codec: crate::shards::ShardCodec {
+                format: run.args.format,
+                dtype: first.dtype,
+                zstd_level: run.args.packing.zstd(),
+            },
             shuffle: run.args.packing.shuffle_seed,
             n: 0,
             mds: Vec::new(),
@@ -310,9 +310,8 @@ impl<'a> Sink<'a> {
         }
         self.rows += batch.rows() as u64;
         self.tokens += batch.tokens();
-        let w =
-            crate::shards::write_shard(self.format, out, n, &batch, self.dtype, self.zstd_level)
-                .with_context(|| format!("writing shard {n} in {}", out.display()))?;
+        let w = crate::shards::write_shard(self.codec, out, n, &batch)
+            .with_context(|| format!("writing shard {n} in {}", out.display()))?;
         self.n += 1;
         self.merged.shards.push(w.entry);
         if let Some(m) = w.mds {
@@ -322,7 +321,7 @@ impl<'a> Sink<'a> {
         index::save(
             out,
             &self.merged,
-            (self.format == ShardFormat::Mds).then_some(&self.mds[..]),
+            (self.codec.format == ShardFormat::Mds).then_some(&self.mds[..]),
         )
     }
 }

@@ -50,20 +50,14 @@ pub enum Found {
     Resume(Box<Index>, Cursor),
 }
 
-/// The zstd level a rerun without `--zstd-level` continues at: the recorded run's, when its
-/// settings differ from `args` in nothing else. An output begun at another level — or before
-/// the flag existed (no `zstd_level`: level 3) — is then resumed to the bytes its own level
-/// gives, or found complete, instead of refused as a different command.
-pub fn adopt_recorded_zstd_level(dir: &Path, args: &mut PackSettings) {
-    if !crate::shards::index::index_path(dir).exists() {
-        return;
-    }
-    let Some(prev) = crate::shards::index::load(dir).ok().and_then(|i| i.args) else {
-        return;
-    };
+/// The zstd level a rerun without `--zstd-level` continues at: the recorded run's (`prev`),
+/// when its settings differ from `args` in nothing else. An output begun at another level — or
+/// before the flag existed (no `zstd_level`: level 3) — is then resumed to the bytes its own
+/// level gives, or found complete, instead of refused as a different command.
+fn adopt_recorded_zstd_level(dir: &Path, prev: &PackSettings, args: &mut PackSettings) {
     let mut probe = args.clone();
     probe.packing.zstd_level = prev.packing.zstd_level;
-    if probe == prev && prev.packing.zstd_level != args.packing.zstd_level {
+    if probe == *prev && prev.packing.zstd_level != args.packing.zstd_level {
         tracing::info!(
             "{}: continuing at the zstd level it was written with ({}); --zstd-level sets another",
             dir.display(),
@@ -73,8 +67,15 @@ pub fn adopt_recorded_zstd_level(dir: &Path, args: &mut PackSettings) {
     }
 }
 
-/// Inspect `dir` for a previous run with fingerprint `args`.
-pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
+/// Inspect `dir` for a previous run with fingerprint `args`. With `adopt_level` (no
+/// `--zstd-level` given) `args` first takes the recorded zstd level where that is all that
+/// differs ([`adopt_recorded_zstd_level`]), from the one read of the index.
+pub fn inspect(
+    dir: &Path,
+    args: &mut PackSettings,
+    force: bool,
+    adopt_level: bool,
+) -> Result<Found> {
     let p = crate::shards::index::index_path(dir);
     if !p.exists() {
         return Ok(Found::Fresh);
@@ -84,6 +85,10 @@ pub fn inspect(dir: &Path, args: &PackSettings, force: bool) -> Result<Found> {
         Err(_) if force => return Ok(Found::Fresh),
         Err(e) => return Err(e),
     };
+    if let (true, Some(prev)) = (adopt_level, &idx.args) {
+        adopt_recorded_zstd_level(dir, prev, args);
+    }
+    let args = &*args;
     let prev = idx.args.as_ref();
     if prev != Some(args) && force {
         return Ok(Found::Fresh);

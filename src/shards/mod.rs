@@ -231,16 +231,30 @@ pub trait ShardReader: Send + Sync {
     fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch>;
 }
 
-impl ShardFormat {
-    /// The writer of this format, ids stored as `dtype` (parquet: always uint32, its pages
-    /// zstd-compressed at `zstd_level`; the other formats ignore it).
-    pub fn writer(self, dtype: Dtype, zstd_level: u8) -> Box<dyn ShardWriter> {
-        match self {
-            ShardFormat::Parquet => Box::new(parquet::Parquet { zstd_level }),
-            ShardFormat::Mds => Box::new(mds::Mds { dtype }),
-            ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
+/// How shards store their rows: the format, the ids' width (MDS and Megatron; parquet's ids
+/// are always uint32) and the zstd level of parquet pages (the other formats ignore it) — one
+/// value from the run's settings to every writer, merge and rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardCodec {
+    pub format: ShardFormat,
+    pub dtype: Dtype,
+    pub zstd_level: u8,
+}
+
+impl ShardCodec {
+    /// The writer of these shards.
+    pub fn writer(self) -> Box<dyn ShardWriter> {
+        match self.format {
+            ShardFormat::Parquet => Box::new(parquet::Parquet {
+                zstd_level: self.zstd_level,
+            }),
+            ShardFormat::Mds => Box::new(mds::Mds { dtype: self.dtype }),
+            ShardFormat::Megatron => Box::new(megatron::Megatron { dtype: self.dtype }),
         }
     }
+}
+
+impl ShardFormat {
     /// The reader of this format, ids stored as `dtype`.
     pub fn reader(self, dtype: Dtype) -> Box<dyn ShardReader> {
         match self {
@@ -253,15 +267,13 @@ impl ShardFormat {
     }
 }
 
-/// Write shard number `n` of `batch` in `format` into `dir` ([`ShardFormat::writer`]).
+/// Write shard number `n` of `batch` as `codec` says into `dir` ([`ShardCodec::writer`]).
 pub fn write_shard(
-    format: ShardFormat,
+    codec: ShardCodec,
     dir: &Path,
     n: usize,
     batch: &RowBatch,
-    dtype: Dtype,
-    zstd_level: u8,
 ) -> Result<WrittenShard> {
     batch.check()?;
-    format.writer(dtype, zstd_level).write(dir, n, batch)
+    codec.writer().write(dir, n, batch)
 }

@@ -68,10 +68,16 @@ fn read_only(out_dir: &std::path::Path, found: Found) -> Result<Opened> {
 }
 
 /// Inspect, claim and initialise `s.out_dir`'s journal.
-pub(super) fn open(args: &RunSettings, s: &Setup) -> Result<Opened> {
+pub(super) fn open(args: &RunSettings, s: &mut Setup) -> Result<Opened> {
+    let found = resume::inspect(
+        &s.out_dir,
+        &mut s.settings,
+        args.force,
+        !args.zstd_level_given,
+    )?;
+    let s = &*s;
     let out_dir = &s.out_dir;
     let fingerprint = s.settings.clone();
-    let found = resume::inspect(out_dir, &fingerprint, args.force)?;
     if s._lock.is_none() {
         return read_only(out_dir, found);
     }

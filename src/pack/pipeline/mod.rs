@@ -47,14 +47,11 @@ pub fn run(args: PackArgs) -> Result<()> {
     profile::start();
     let rs = settings::RunSettings::resolve(&args)?;
     let mut s = setup::prepare(&args, &rs)?;
-    if !rs.zstd_level_given {
-        crate::pack::resume::adopt_recorded_zstd_level(&s.out_dir, &mut s.settings);
-    }
     let Journal {
         cursor,
         base,
         prior_mds,
-    } = match journal::open(&rs, &s)? {
+    } = match journal::open(&rs, &mut s)? {
         Opened::Complete(idx) => {
             // An output written before cards existed gains its card (an unchanged one is
             // left alone: write-if-changed).
@@ -104,7 +101,11 @@ pub fn run(args: PackArgs) -> Result<()> {
     let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
-        let (format, dtype, zstd_level) = (s.part_format, s.dtype, s.settings.packing.zstd());
+        let codec = crate::shards::ShardCodec {
+            format: s.part_format,
+            dtype: s.dtype,
+            zstd_level: s.settings.packing.zstd(),
+        };
         // Workers never shuffle: the merge does (see the `pack` module doc).
         let shuffle = if s.worker.is_whole() {
             rs.packing.shuffle_seed
@@ -118,9 +119,7 @@ pub fn run(args: PackArgs) -> Result<()> {
             .spawn(move || {
                 write::write_shards(
                     &dir,
-                    format,
-                    dtype,
-                    zstd_level,
+                    codec,
                     shuffle,
                     base,
                     prior_mds,

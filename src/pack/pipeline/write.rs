@@ -15,7 +15,7 @@ use super::setup::settle_inputs;
 use crate::pack::packer::shuffle_rows;
 use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
-use crate::shards::{parquet, Dtype, EncodedShard, RowBatch, ShardFormat, ShardWriter};
+use crate::shards::{parquet, EncodedShard, RowBatch, ShardCodec, ShardFormat, ShardWriter};
 use crate::sources::files::PendingHashes;
 
 /// What the packing thread hands the writer.
@@ -90,9 +90,7 @@ enum Commit {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_shards(
     dir: &Path,
-    format: ShardFormat,
-    dtype: Dtype,
-    zstd_level: u8,
+    codec: ShardCodec,
     shuffle: Option<u64>,
     idx: Index,
     mds: Vec<serde_json::Value>,
@@ -106,20 +104,12 @@ pub(super) fn write_shards(
     let (ctx, crx) = sync_channel::<Commit>(encoders() - 1);
     let committer = {
         let dir = dir.to_path_buf();
-        let is_mds = format == ShardFormat::Mds;
+        let is_mds = codec.format == ShardFormat::Mds;
         std::thread::Builder::new()
             .name("pack-commit".into())
             .spawn(move || commit_shards(&dir, is_mds, idx, mds, n, hashes, crx))?
     };
-    let routed = route(
-        dir,
-        (format, dtype, zstd_level),
-        shuffle,
-        n,
-        rx,
-        ctx,
-        &committer,
-    );
+    let routed = route(dir, codec, shuffle, n, rx, ctx, &committer);
     let committed = committer
         .join()
         .map_err(|_| anyhow!("shard committer panicked"))?;
@@ -137,7 +127,7 @@ pub(super) fn write_shards(
 #[allow(clippy::too_many_arguments)]
 fn route(
     dir: &Path,
-    (format, dtype, zstd_level): (ShardFormat, Dtype, u8),
+    codec: ShardCodec,
     shuffle: Option<u64>,
     mut n: usize,
     rx: Receiver<WriteMsg>,
@@ -145,7 +135,8 @@ fn route(
     committer: &JoinHandle<Result<Option<Index>>>,
 ) -> Result<()> {
     let mut open: Option<OpenShard> = None;
-    let writer: Arc<dyn ShardWriter> = Arc::from(format.writer(dtype, zstd_level));
+    let writer: Arc<dyn ShardWriter> = Arc::from(codec.writer());
+    let (format, zstd_level) = (codec.format, codec.zstd_level);
     // The committer is gone: its own error, naming the file, is the one reported.
     let stopped = || anyhow::Error::new(WriterStopped);
     for msg in rx {

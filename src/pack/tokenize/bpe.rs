@@ -1344,7 +1344,10 @@ mod tests {
             let ka = short_key(a)[0];
             let mut slot = ShortSlot::default();
             assert!(!slot.holds(ka, a.len()), "the empty slot matched {a:?}");
-            for (ids, lead) in [(vec![5u32], true), (vec![u32::MAX, SHORT_ID_LIMIT - 1], false)] {
+            for (ids, lead) in [
+                (vec![5u32], true),
+                (vec![u32::MAX, SHORT_ID_LIMIT - 1], false),
+            ] {
                 assert!(slot.fill(ka, a.len(), &ids, lead));
                 let mut out = vec![7];
                 assert_eq!(slot.append_to(&mut out), lead);
@@ -1357,7 +1360,11 @@ mod tests {
             assert!(!slot.append_to(&mut out), "a refused fill changed the slot");
             assert_eq!(out, [u32::MAX, SHORT_ID_LIMIT - 1]);
             for b in &keys {
-                assert_eq!(slot.holds(short_key(b)[0], b.len()), a == b, "{a:?} vs {b:?}");
+                assert_eq!(
+                    slot.holds(short_key(b)[0], b.len()),
+                    a == b,
+                    "{a:?} vs {b:?}"
+                );
             }
         }
     }
