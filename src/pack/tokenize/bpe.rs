@@ -170,8 +170,7 @@ impl ThreadCache {
     /// zero when it fits a [`ShortSlot`], else in the first level when it fits a [`Slot`].
     #[inline]
     fn fill_first(&mut self, i: usize, k: [u64; 4], h: u64, n: usize, ids: &[u32], lead: bool) {
-        let short = n.wrapping_sub(1) < SHORT_KEY
-            && self.l0[(h >> (64 - L0_BITS)) as usize].fill(k[0], n, ids, lead);
+        let short = ShortSlot::index(h, n).is_some_and(|j| self.l0[j].fill(k[0], n, ids, lead));
         if !short && ids.len() <= SLOT_IDS {
             self.l1[i].fill(k, ids, lead);
         }
@@ -394,6 +393,13 @@ struct ShortSlot {
 }
 
 impl ShortSlot {
+    /// The level-zero slot of an `n`-byte word whose cache hash is `h`; None unless the word
+    /// has 1..=[`SHORT_KEY`] bytes.
+    #[inline(always)]
+    fn index(h: u64, n: usize) -> Option<usize> {
+        (n.wrapping_sub(1) < SHORT_KEY).then_some((h >> (64 - L0_BITS)) as usize)
+    }
+
     #[inline(always)]
     fn holds(&self, key: u64, n: usize) -> bool {
         (self.key ^ key) | (((self.meta >> 24) & 0xf) as u64 ^ n as u64) == 0
@@ -879,7 +885,7 @@ impl Bpe {
     /// Ids of one model input `word` (with the ignore_merges shortcut).
     #[inline(always)]
     pub fn encode_word(&self, word: &str, out: &mut Sink<'_>) {
-        if self.whole.is_some() && matches!(self.alphabet, Alphabet::Bytes(_)) {
+        if self.has_whole() && self.is_byte_level() {
             // Byte-level words only ever come through here, so the first-level cache may hold
             // the final (ignore_merges) result: one lookup per word instead of two.
             self.encode_cached(word, out, true);
@@ -991,8 +997,8 @@ impl Bpe {
     fn encode_keyed(&self, word: &str, k: [u64; 4], out: &mut Sink<'_>, whole: bool) -> bool {
         let n = word.len();
         let h = short_hash(&k, n);
-        if n.wrapping_sub(1) < SHORT_KEY {
-            let s0 = &out.cache.l0[(h >> (64 - L0_BITS)) as usize];
+        if let Some(j) = ShortSlot::index(h, n) {
+            let s0 = &out.cache.l0[j];
             if s0.holds(k[0], n) {
                 return s0.append_to(&mut out.ids);
             }
