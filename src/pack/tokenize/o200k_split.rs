@@ -18,7 +18,9 @@
 //! and alternative 2 from `q` is exactly the `U` run (the `W*` after it is empty, or
 //! alternative 1 would have matched). A letter at `p` cannot be `P`; a mark can be both `P` and
 //! in `U ∩ W`, so alternative 1 without `P` always matches there. The contraction suffix is
-//! greedy-optional at the very end, so it never makes the match fail. The tests (in
+//! greedy-optional at the very end, so it never makes the match fail. Pieces that start in
+//! ASCII and whose cased run is ASCII take a fast path that reads the bytes directly (in
+//! ASCII, `U` is `A-Z` and `W` is `a-z`, checked against the table at load). The tests (in
 //! [`super::split_matcher`]) compare the pieces with the generic matcher's and Oniguruma's on
 //! a mixed corpus and on random strings.
 
@@ -36,6 +38,22 @@ pub struct O200kSplit {
     cls: ScanClasses,
 }
 
+/// ASCII byte classes of the o200k pattern that [`O200kSplit::match_at`]'s fast path reads
+/// straight from the byte (checked against the pattern's own table at load): `a-z` are in the
+/// lower set and not the upper one, and every other ASCII byte is in neither.
+fn ascii_cases_are_plain(cls: &ScanClasses) -> bool {
+    (0..128u8).all(|x| {
+        let k = cls.ascii_class(x);
+        let lower = k & LO != 0 && k & UP == 0;
+        let upper = k & UP != 0 && k & LO == 0;
+        match x {
+            b'a'..=b'z' => lower,
+            b'A'..=b'Z' => upper,
+            _ => k & (UP | LO) == 0,
+        }
+    })
+}
+
 impl O200kSplit {
     /// The scanner when `pattern` is [`O200K`] and the table holds its atoms.
     pub fn for_pattern(pattern: &str, table: &ClassTable) -> Option<O200kSplit> {
@@ -49,9 +67,8 @@ impl O200kSplit {
             (UP, &[r"\p{Lu}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}"]),
             (LO, &[r"\p{Ll}", r"\p{Lm}", r"\p{Lo}", r"\p{M}"]),
         ];
-        Some(O200kSplit {
-            cls: ScanClasses::new(table, &flags)?,
-        })
+        let cls = ScanClasses::new(table, &flags)?;
+        ascii_cases_are_plain(&cls).then_some(O200kSplit { cls })
     }
 }
 
@@ -59,6 +76,43 @@ impl Scanner for O200kSplit {
     #[inline(always)]
     fn match_at(&self, b: &[u8], p: usize, t: &ClassTable) -> usize {
         let c = &self.cls;
+        // ASCII starts, straight from the bytes (the general path below tries the cased
+        // alternatives char by char first, for every start). `q`: where a cased run would begin
+        // (after a `P` byte, else at `p`). A lowercase letter there: alternative 1, the `U` run
+        // empty. An uppercase run there: alternative 1 when a lowercase letter ends it, else
+        // (an ASCII non-letter or the end: no char of the run is in `W` too) alternative 2,
+        // the run itself; a non-ASCII char after it takes the general path. Whitespace before
+        // whitespace (or `\r` / `\n` itself, never `P`): no letter follows and the punctuation
+        // run needs a non-space, so only the whitespace alternatives can match.
+        let x = b[p];
+        if x < 0x80 {
+            let k = c.ascii_class(x);
+            let q = if k & (L | N) == 0 && x != b'\r' && x != b'\n' {
+                p + 1
+            } else {
+                p
+            };
+            if let Some(&y) = b.get(q) {
+                if y.is_ascii_lowercase() {
+                    return suffix(b, c.lowers(b, q + 1, t));
+                }
+                if y.is_ascii_uppercase() {
+                    let mut r = q + 1;
+                    while r < b.len() && b[r].is_ascii_uppercase() {
+                        r += 1;
+                    }
+                    match b.get(r) {
+                        Some(z) if z.is_ascii_lowercase() => {
+                            return suffix(b, c.lowers(b, r + 1, t))
+                        }
+                        Some(&z) if z >= 0x80 => {}
+                        _ => return suffix(b, r),
+                    }
+                } else if k & S != 0 && y < 0x80 && c.ascii_class(y) & S != 0 {
+                    return c.spaces(b, p, t);
+                }
+            }
+        }
         let (k0, l0) = c.at(b, p, t);
         // The two cased alternatives, `P` taken first.
         let mut alt2 = None;

@@ -65,6 +65,12 @@ impl ScanClasses {
             .fold(0, |k, &(m, f)| if bits & m != 0 { k | f } else { k })
     }
 
+    /// Class flags of the ASCII byte `x`.
+    #[inline(always)]
+    pub fn ascii_class(&self, x: u8) -> u8 {
+        self.ascii[x as usize & 0x7f]
+    }
+
     /// Class flags and byte length of the char at `p`: an ASCII byte from the table inline (a
     /// call per char was a tenth of a Llama-3-shaped pack on code), anything else out of line.
     #[inline(always)]

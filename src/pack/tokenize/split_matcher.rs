@@ -188,6 +188,9 @@ mod tests {
         "a/\r\n/b ;/\n/\n/ x//y ./// \\/",
         "12345678 ١٢٣٤٥ ½¾ ⅫⅫⅫⅫ 3.14159 0x1F",
         "''s 'S x'S X'LL 'll''ll y'Ve ſ'ſ K'K",
+        // The ASCII fast path's edges: upper runs ending at a lowercase, a non-ASCII lower, a
+        // non-ASCII upper, a mark, an ASCII non-letter and the end; `P` + upper / lower runs.
+        "ABc ABé ABÉx ABʰ AB\u{301}c AB. (ABC) _Ab \tAB\u{301} \x01ab ~XYZ\r\n \n\n  \t\r\nAB",
     ];
 
     /// Every class boundary o200k's pattern has (upper, lower, title, modifier, other letters,
