@@ -57,12 +57,7 @@ pub fn rewrite(
     let before = batch.rows() as u64;
     let kept = filter(batch, drop);
     let dropped = before - kept.rows() as u64;
-    let codec = crate::shards::ShardCodec {
-        format: fmt,
-        dtype: index.dtype,
-        zstd_level: crate::shards::parquet::LEGACY_ZSTD_LEVEL,
-    };
-    let mut w = crate::shards::write_shard(codec, out, n, &kept)
+    let mut w = crate::shards::write_shard(index.codec(), out, n, &kept)
         .with_context(|| format!("rewriting {}", src.display()))?;
     // The SFT sidecar of a Megatron shard (per-row id and provenance) loses the same rows.
     let src_name = src.file_name().and_then(|x| x.to_str()).unwrap_or_default();

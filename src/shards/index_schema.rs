@@ -146,6 +146,20 @@ impl Index {
         format!("dlm-data {}", env!("CARGO_PKG_VERSION"))
     }
 
+    /// How this output's shards are stored: its format and dtype, and the zstd level its
+    /// settings recorded (an index without them: the level before `--zstd-level` existed) —
+    /// what a rewrite of one of its shards writes with.
+    pub fn codec(&self) -> super::ShardCodec {
+        super::ShardCodec {
+            format: self.format,
+            dtype: self.dtype,
+            zstd_level: self
+                .args
+                .as_ref()
+                .map_or(super::parquet::LEGACY_ZSTD_LEVEL, |a| a.packing.zstd()),
+        }
+    }
+
     /// The reader of this output's shards (its format and dtype).
     pub fn reader(&self) -> Box<dyn ShardReader> {
         self.format.reader(self.dtype)
