@@ -258,9 +258,7 @@ impl ShardFormat {
     /// The reader of this format, ids stored as `dtype`.
     pub fn reader(self, dtype: Dtype) -> Box<dyn ShardReader> {
         match self {
-            ShardFormat::Parquet => Box::new(parquet::Parquet {
-                zstd_level: parquet::ZSTD_LEVEL,
-            }),
+            ShardFormat::Parquet => Box::new(parquet::ParquetReader),
             ShardFormat::Mds => Box::new(mds::Mds { dtype }),
             ShardFormat::Megatron => Box::new(megatron::Megatron { dtype }),
         }

@@ -38,7 +38,7 @@ pub const ZSTD_LEVEL: u8 = 1;
 /// without `zstd_level`), and of the other commands' parquet shards (`mcq`'s SFT shards).
 pub const LEGACY_ZSTD_LEVEL: u8 = 3;
 
-/// The parquet shard writer (pages compressed with zstd at `zstd_level`) and reader.
+/// The parquet shard writer (pages compressed with zstd at `zstd_level`).
 pub struct Parquet {
     pub zstd_level: u8,
 }
@@ -51,7 +51,10 @@ impl ShardWriter for Parquet {
     }
 }
 
-impl ShardReader for Parquet {
+/// The parquet shard reader (any level: the pages say theirs).
+pub struct ParquetReader;
+
+impl ShardReader for ParquetReader {
     fn read(&self, dir: &Path, entry: &ShardEntry) -> Result<RowBatch> {
         read(&dir.join(&entry.file))
     }
