@@ -216,6 +216,9 @@ fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
     if let Some(n) = idx.totals.extra.get("skipped_missing_text") {
         tracing::warn!("{n} rows had no text field and were skipped (--on-missing-text skip)");
     }
+    if let Some(n) = idx.totals.extra.get("skipped_oversize") {
+        tracing::warn!("{n} documents were oversized and skipped (--on-oversize skip)");
+    }
     if rs.from_input {
         for (file, docs) in input_documents(idx) {
             if docs == 0 {
@@ -266,6 +269,7 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "eos_token": idx.tokenizer.eos_token,
         "added_token_text": idx.totals.extra.get("added_token_text"),
         "skipped_missing_text": idx.totals.extra.get("skipped_missing_text"),
+        "skipped_oversize": idx.totals.extra.get("skipped_oversize"),
         "inputs": input_documents(idx)
             .into_iter()
             .map(|(file, documents)| serde_json::json!({"file": file, "documents": documents}))
