@@ -22,7 +22,14 @@ fn packed(t: &Path, format: &str) -> PathBuf {
         &input,
         &tok,
         &out,
-        &["--format", format, "--seq-len", "32", "--shard-bytes", "2KiB"],
+        &[
+            "--format",
+            format,
+            "--seq-len",
+            "32",
+            "--shard-bytes",
+            "2KiB",
+        ],
         &[],
     ));
     out
@@ -58,7 +65,10 @@ fn inspect_refuses_an_index_listing_shards_outside_its_directory() {
         let o = run(&["inspect", s(&out)], &[]);
         let e = stderr(&o);
         assert_ne!(o.status.code(), Some(0), "{listed}: {e}");
-        assert!(e.contains(&listed) && e.contains("shards[0]"), "{listed}: {e}");
+        assert!(
+            e.contains(&listed) && e.contains("shards[0]"),
+            "{listed}: {e}"
+        );
         let o = run(&["audit", "--shards", s(&out)], &[]);
         assert_eq!(o.status.code(), Some(1), "{listed}");
         std::fs::write(out.join("index.json"), bak).unwrap();
@@ -94,11 +104,17 @@ fn a_megatron_pointer_past_its_bin_fails_deep_audit_and_inspect() {
     let o = audit(&["--deep"]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned() + &stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{text}");
-    assert!(text.contains("part-00000.idx") && text.contains("pointer") || text.contains("points at"), "{text}");
+    assert!(
+        text.contains("part-00000.idx") && text.contains("pointer") || text.contains("points at"),
+        "{text}"
+    );
     let o = run(&["inspect", s(&out)], &[]);
     let e = stderr(&o);
     assert_ne!(o.status.code(), Some(0), "{e}");
-    assert!(e.contains("part-00000.idx") && e.contains("points at"), "{e}");
+    assert!(
+        e.contains("part-00000.idx") && e.contains("points at"),
+        "{e}"
+    );
 }
 
 /// The `--json` report's checks: name → (status, summary, problems, notes).
@@ -137,6 +153,9 @@ fn the_report_skips_what_it_did_not_check_and_never_contradicts_itself() {
     let o = run(&["audit", "--shards", s(&out)], &[]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
-    assert!(text.contains("docs.jsonl is ") && text.contains("[FAIL] shards"), "{text}");
+    assert!(
+        text.contains("docs.jsonl is ") && text.contains("[FAIL] shards"),
+        "{text}"
+    );
     assert!(!text.contains("found at their recorded sizes"), "{text}");
 }

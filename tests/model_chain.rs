@@ -429,12 +429,18 @@ fn teacher_architecture_reads_the_pinned_base_config_not_architecture_json() {
     // The cached config.json itself changed: not the pinned bytes, named.
     let (code, r, _) = audit(&c, &["--teacher", p(&c.teacher)]);
     assert_eq!(code, 0, "{r:#?}");
-    let lock = dlm_data::manifest::ModelLock::load(&c.base_manifest.with_extension("lock")).unwrap();
+    let lock =
+        dlm_data::manifest::ModelLock::load(&c.base_manifest.with_extension("lock")).unwrap();
     let l = &lock.models[0];
     let cache = dlm_data::hub::cache::Cache {
         root: c.w.cache.clone(),
     };
-    let cfg = cache.snapshot_path(dlm_data::hub::cache::Area::MODEL, &l.repo, &l.commit, "config.json");
+    let cfg = cache.snapshot_path(
+        dlm_data::hub::cache::Area::MODEL,
+        &l.repo,
+        &l.commit,
+        "config.json",
+    );
     let real = std::fs::canonicalize(&cfg).unwrap();
     let text = std::fs::read_to_string(&real).unwrap();
     std::fs::remove_file(&real).unwrap();
@@ -639,7 +645,13 @@ fn a_lineage_entry_edited_to_match_swapped_weights_fails_checkpoints() {
     l["stages"][2]["to"]["weights_sha256"] = sha.into();
     std::fs::write(&edited, serde_json::to_string_pretty(&l).unwrap()).unwrap();
     let (code, r, _) = audit(&c, &full(&c, &edited));
-    assert_fails_only("edited weights digest too", code, &r, "checkpoints", &["entry 3"]);
+    assert_fails_only(
+        "edited weights digest too",
+        code,
+        &r,
+        "checkpoints",
+        &["entry 3"],
+    );
 }
 
 #[test]

@@ -216,9 +216,19 @@ fn local_dir_never_replaces_a_file_this_tool_did_not_write() {
     std::fs::write(local.join("config.json"), mine).unwrap();
     let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("config.json") && stderr(&o).contains("--overwrite"), "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(local.join("config.json")).unwrap(), mine);
-    assert!(!local.join("tokenizer.json").exists(), "nothing written before the refusal");
+    assert!(
+        stderr(&o).contains("config.json") && stderr(&o).contains("--overwrite"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(local.join("config.json")).unwrap(),
+        mine
+    );
+    assert!(
+        !local.join("tokenizer.json").exists(),
+        "nothing written before the refusal"
+    );
     // --overwrite: replaced; then a second run keeps every file.
     let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap(), "--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -231,7 +241,11 @@ fn local_dir_never_replaces_a_file_this_tool_did_not_write() {
     std::fs::write(local.join("tokenizer_config.json"), "{}\n").unwrap();
     let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("tokenizer_config.json"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tokenizer_config.json"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -36,7 +36,10 @@ fn an_output_of_no_document_is_an_error_not_a_complete_index() {
             let idx: serde_json::Value = serde_json::from_slice(&b).unwrap();
             assert_eq!(idx["complete"], false, "{extra:?}: {idx}");
         }
-        assert!(!out.join("README.md").exists(), "{extra:?}: a card for nothing");
+        assert!(
+            !out.join("README.md").exists(),
+            "{extra:?}: a card for nothing"
+        );
     }
 }
 
@@ -59,7 +62,12 @@ fn an_output_inside_its_input_directory_is_refused_the_first_night() {
     // Through a relative path from inside the input directory too.
     let o = std::process::Command::new(bin())
         .current_dir(&corpus)
-        .args(pack_args(std::path::Path::new("."), &tok, std::path::Path::new("packed"), &[]))
+        .args(pack_args(
+            std::path::Path::new("."),
+            &tok,
+            std::path::Path::new("packed"),
+            &[],
+        ))
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -92,7 +100,12 @@ fn the_dataset_card_names_no_local_path() {
         );
     }
     let o = run(&["audit", "--shards", out.to_str().unwrap()], &[]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
 }
 
 /// Row 7: with `--on-oversize skip`, a JSON Lines row over `--max-row-bytes` is read past

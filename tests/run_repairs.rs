@@ -153,7 +153,11 @@ fn shard_files(w: &Work) -> Vec<std::path::PathBuf> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| w.root().join("shards/own").join(s["file"].as_str().unwrap()))
+        .map(|s| {
+            w.root()
+                .join("shards/own")
+                .join(s["file"].as_str().unwrap())
+        })
         .collect()
 }
 
@@ -184,12 +188,18 @@ fn a_damaged_output_of_a_complete_step_is_rebuilt() {
         expect(&v, &[("pack", "rebuilt"), ("audit", "ran")]);
         assert_eq!(v["verdict"], "pass", "{v}");
         let name = shards[1].file_name().unwrap().to_str().unwrap();
-        assert!(e.contains(name), "{extra:?}: the missing shard is named: {e}");
+        assert!(
+            e.contains(name),
+            "{extra:?}: the missing shard is named: {e}"
+        );
         intact(&w);
     }
 
     // Truncated: a size differs, seen every night.
-    let f = std::fs::File::options().write(true).open(&shards[0]).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&shards[0])
+        .unwrap();
     f.set_len(good[0].len() as u64 - 10).unwrap();
     drop(f);
     let (code, v, e) = w.night(&[]);
@@ -205,7 +215,12 @@ fn a_damaged_output_of_a_complete_step_is_rebuilt() {
     let at = b.len() / 2;
     b[at] ^= 0x55;
     std::fs::write(p, &b).unwrap();
-    std::fs::File::options().write(true).open(p).unwrap().set_modified(mtime).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
     let (code, v, e) = w.night(&[]);
     assert_eq!(code, 1, "{e}\n{v}");
     expect(&v, &[("pack", "skipped"), ("audit", "ran")]);
@@ -234,7 +249,12 @@ fn run_hash_reads_input_contents_not_size_and_time() {
     let mtime = std::fs::metadata(&docs).unwrap().modified().unwrap();
     let text = std::fs::read_to_string(&docs).unwrap();
     std::fs::write(&docs, text.replacen("lantern", "Lantern", 1)).unwrap();
-    std::fs::File::options().write(true).open(&docs).unwrap().set_modified(mtime).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&docs)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
     let (code, v, e) = w.night(&[]);
     assert_eq!(code, 0, "{e}");
     expect(&v, &[("pack", "skipped"), ("audit", "ran")]);
@@ -255,7 +275,10 @@ fn a_rebuild_names_the_setting_that_changed() {
     w.write("pipeline.toml", INPUTS_PIPELINE);
     let (code, _, e) = w.night(&[]);
     assert_eq!(code, 0, "{e}");
-    w.write("pipeline.toml", &INPUTS_PIPELINE.replace("seq_len = 64", "seq_len = 32"));
+    w.write(
+        "pipeline.toml",
+        &INPUTS_PIPELINE.replace("seq_len = 64", "seq_len = 32"),
+    );
     let (code, v, e) = w.night(&[]);
     assert_eq!(code, 0, "{e}");
     expect(&v, &[("pack", "rebuilt"), ("audit", "ran")]);
@@ -277,7 +300,10 @@ fn a_local_only_pipeline_writes_nothing_into_the_hf_cache() {
         .into_keys()
         .filter(|k| k.starts_with("hf-home/"))
         .collect();
-    assert!(written.is_empty() && !hf.join("hub/download.log").exists(), "{written:?}");
+    assert!(
+        written.is_empty() && !hf.join("hub/download.log").exists(),
+        "{written:?}"
+    );
     let card = std::fs::read_to_string(w.root().join("shards/own/README.md")).unwrap();
     assert!(!card.contains(&w.root().display().to_string()), "{card}");
 }
@@ -297,7 +323,10 @@ fn a_local_eval_reference_source_decontaminates() {
             serde_json::json!({ "question": "An unrelated question about rivers and the mills that stand on them today" })
         ),
     );
-    w.append("corpus/docs.jsonl", &(serde_json::json!({ "text": question }).to_string() + "\n"));
+    w.append(
+        "corpus/docs.jsonl",
+        &(serde_json::json!({ "text": question }).to_string() + "\n"),
+    );
     w.write(
         "evals.toml",
         "[[source]]\nname = 'mine-bench'\npath = 'bench.jsonl'\nformat = 'jsonl'\nrole = 'eval-reference'\ntext = '{question}'\n",
@@ -311,7 +340,12 @@ fn a_local_eval_reference_source_decontaminates() {
     assert_eq!(code, 1, "{e}\n{v}");
     expect(
         &v,
-        &[("fetch", "ran"), ("pack", "ran"), ("decontam", "ran"), ("audit", "ran")],
+        &[
+            ("fetch", "ran"),
+            ("pack", "ran"),
+            ("decontam", "ran"),
+            ("audit", "ran"),
+        ],
     );
     assert_eq!(v["failed"], serde_json::json!(["decontam"]), "{v}");
     let report = |w: &Work| -> serde_json::Value {
@@ -330,7 +364,12 @@ fn a_local_eval_reference_source_decontaminates() {
     assert_eq!(code, 1, "{e}\n{v}");
     expect(
         &v,
-        &[("fetch", "ran"), ("pack", "skipped"), ("decontam", "ran"), ("audit", "ran")],
+        &[
+            ("fetch", "ran"),
+            ("pack", "skipped"),
+            ("decontam", "ran"),
+            ("audit", "ran"),
+        ],
     );
     assert_eq!(report(&w)["against"][0]["items"], 3, "{}", report(&w));
 }

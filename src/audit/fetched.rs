@@ -100,7 +100,10 @@ pub fn download_log(ctx: &Ctx) -> Check {
         Ok(l) => l,
         // Only local sources (`path = …`): nothing was downloaded, nothing to log.
         Err(_) if hub_files == 0 => {
-            return c.checked(0, "no Hub source locked: nothing downloaded, nothing to log");
+            return c.checked(
+                0,
+                "no Hub source locked: nothing downloaded, nothing to log",
+            );
         }
         Err(e) => {
             c.fail(format!("download log missing: {e}"));

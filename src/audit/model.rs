@@ -328,12 +328,18 @@ fn pinned_config(ctx: &Ctx, b: &Base) -> Result<Map<String, Value>, String> {
         .files
         .iter()
         .find(|f| f.path == "config.json")
-        .ok_or_else(|| format!("{} pins no config.json for {}", b.lock_path.display(), b.pin()))?;
+        .ok_or_else(|| {
+            format!(
+                "{} pins no config.json for {}",
+                b.lock_path.display(),
+                b.pin()
+            )
+        })?;
     let p = b
         .cached(ctx, "config.json")
         .ok_or_else(|| "no lock entry".to_string())?;
-    let sha = crate::util::sha256_file(&p)
-        .map_err(|e| format!("{} (run fetch): {e:#}", p.display()))?;
+    let sha =
+        crate::util::sha256_file(&p).map_err(|e| format!("{} (run fetch): {e:#}", p.display()))?;
     if !sha.eq_ignore_ascii_case(&f.sha256) {
         return Err(format!(
             "cached {} has sha256 {sha}, not the sha256 the lock pins ({})",

@@ -136,7 +136,8 @@ fn load_manifest(
                 // The user's own benchmark (`path = …`): read where the lock pins it, its
                 // bytes checked against the lock like a fetched file's.
                 let p = crate::sources::local::file_path(&m, f);
-                let sha = crate::util::sha256_file(&p).with_context(|| format!("{what}: run fetch"))?;
+                let sha =
+                    crate::util::sha256_file(&p).with_context(|| format!("{what}: run fetch"))?;
                 if sha != f.sha256 {
                     anyhow::bail!(
                         "{}: sha256 {sha} is not the one lock {} pins ({}): the file changed \
@@ -149,7 +150,8 @@ fn load_manifest(
                 }
                 p
             } else {
-                let local = cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
+                let local =
+                    cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
                 Cache::verify_locked(&local, &f.sha256, &what)?;
                 local
             };

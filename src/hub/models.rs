@@ -195,4 +195,3 @@ pub fn write_architecture(
     ArchitectureFile::update(&path, models)?;
     Ok(path)
 }
-

@@ -24,7 +24,8 @@ pub fn inspect(
     // A shard listed outside the directory is not part of this output: refused, as audit
     // refuses it, before anything is read.
     for (k, sh) in idx.shards.iter().enumerate() {
-        let files = std::iter::once(sh.file.as_str()).chain(sh.extra_files.keys().map(String::as_str));
+        let files =
+            std::iter::once(sh.file.as_str()).chain(sh.extra_files.keys().map(String::as_str));
         for f in files {
             if let Err(why) = index::confined(f) {
                 bail!(

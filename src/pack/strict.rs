@@ -88,7 +88,10 @@ pub fn check_not_empty(
     why.retain(|p| !p.contains("0 documents in all"));
     for (n, what) in [
         (totals.skipped_empty, "were empty"),
-        (totals.skipped_filtered, "were filtered (a template field null or `-`)"),
+        (
+            totals.skipped_filtered,
+            "were filtered (a template field null or `-`)",
+        ),
     ] {
         if n > 0 {
             why.push(format!("{n} documents {what} and were skipped"));

@@ -47,7 +47,11 @@ pub fn describe_change(old: &[Vec<String>], new: &[Vec<String>]) -> String {
                     if x != y {
                         let show = |v: Option<&Vec<&str>>| {
                             v.map_or("(none)".to_string(), |v| {
-                                if v.is_empty() { "on".to_string() } else { v.join(" ") }
+                                if v.is_empty() {
+                                    "on".to_string()
+                                } else {
+                                    v.join(" ")
+                                }
                             })
                         };
                         let name = key.trim_start_matches("--").replace('-', "_");
@@ -57,7 +61,9 @@ pub fn describe_change(old: &[Vec<String>], new: &[Vec<String>]) -> String {
             }
             _ => {
                 let line = |c: Option<&Vec<&str>>| {
-                    c.map_or("(none)".to_string(), |c| format!("`dlm-data {}`", c.join(" ")))
+                    c.map_or("(none)".to_string(), |c| {
+                        format!("`dlm-data {}`", c.join(" "))
+                    })
                 };
                 parts.push(format!("command {} → {}", line(a), line(b)));
             }
@@ -449,12 +455,16 @@ mod tests {
     #[test]
     fn a_changed_setting_is_named_with_both_values() {
         let old = [v("pack --input a.jsonl --seq-len 2048 --out o")];
-        let new = [v("pack --input a.jsonl --seq-len 4096 --out o --shuffle-seed 7 --strict")];
+        let new = [v(
+            "pack --input a.jsonl --seq-len 4096 --out o --shuffle-seed 7 --strict",
+        )];
         assert_eq!(
             describe_change(&old, &new),
             "seq_len 2048 → 4096, shuffle_seed (none) → 7"
         );
-        let new = [v("pack --input a.jsonl --input b.jsonl --seq-len 2048 --out o")];
+        let new = [v(
+            "pack --input a.jsonl --input b.jsonl --seq-len 2048 --out o",
+        )];
         assert_eq!(
             describe_change(&old, &new),
             "input a.jsonl → a.jsonl b.jsonl"

@@ -81,7 +81,9 @@ fn sources(idx: &Index) -> String {
                 "- `{source}` (local files, split `{split}`): {docs} documents"
             );
             for p in idx.provenance.iter().filter(|p| p.source == *source) {
-                let name = shown.get(p.file.as_str()).map_or(p.file.as_str(), String::as_str);
+                let name = shown
+                    .get(p.file.as_str())
+                    .map_or(p.file.as_str(), String::as_str);
                 match local_sha.get(p.file.as_str()) {
                     Some(sha) => {
                         let _ = writeln!(s, "  - `{name}` sha256 `{sha}`");
@@ -122,7 +124,10 @@ fn local_names(idx: &Index) -> BTreeMap<&str, String> {
     let Some(first) = abs.first() else {
         return BTreeMap::new();
     };
-    let mut common: PathBuf = Path::new(first).parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut common: PathBuf = Path::new(first)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     for f in &abs {
         while !Path::new(f).starts_with(&common) {
             if !common.pop() {

@@ -135,7 +135,10 @@ pub fn read_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
     let size: i64 = match b[17] {
         4 => 4,
         8 => 2,
-        c => bail!("{}: dtype code {c} (this tool writes 4, int32, or 8, uint16)", idx_path.display()),
+        c => bail!(
+            "{}: dtype code {c} (this tool writes 4, int32, or 8, uint16)",
+            idx_path.display()
+        ),
     };
     let mut want: i64 = 0;
     for (i, &l) in lens.iter().enumerate() {

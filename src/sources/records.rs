@@ -101,10 +101,17 @@ pub fn for_each(
     start_row: u64,
     f: &mut OnRecord,
 ) -> Result<()> {
-    scan(input, name, layout, bound, start_row, &mut |row, e| match e {
-        Event::Record(v) => f(row, v),
-        Event::Oversize(why) => Err(anyhow!("{name}: {why}")),
-    })
+    scan(
+        input,
+        name,
+        layout,
+        bound,
+        start_row,
+        &mut |row, e| match e {
+            Event::Record(v) => f(row, v),
+            Event::Oversize(why) => Err(anyhow!("{name}: {why}")),
+        },
+    )
 }
 
 fn scan(
@@ -144,10 +151,17 @@ pub fn rendered(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    scan(input, name, layout, bound, start_row, &mut |row, e| match e {
-        Event::Record(v) => super::render_row(name, tpl, sink, row, &v),
-        Event::Oversize(why) => sink(row, super::Outcome::Oversize(why)),
-    })
+    scan(
+        input,
+        name,
+        layout,
+        bound,
+        start_row,
+        &mut |row, e| match e {
+            Event::Record(v) => super::render_row(name, tpl, sink, row, &v),
+            Event::Oversize(why) => sink(row, super::Outcome::Oversize(why)),
+        },
+    )
 }
 
 /// Consume the rest of the current line (through its `\n`) without holding it.

@@ -146,7 +146,11 @@ fn claim_output(args: &PackArgs, out_dir: &Path) -> Result<Option<crate::lock::O
         inputs.push(("lock", l.as_path()));
     }
     crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let dirs: Vec<(&str, &Path)> = args.input.iter().map(|p| ("--input", p.as_path())).collect();
+    let dirs: Vec<(&str, &Path)> = args
+        .input
+        .iter()
+        .map(|p| ("--input", p.as_path()))
+        .collect();
     crate::lock::refuse_inside_input_dirs("--out", &args.out, &dirs)?;
     crate::lock::OutputLock::dir_or_read_only(out_dir, "pack")
 }
