@@ -62,6 +62,9 @@ impl Bound {
 pub struct ReadBounds {
     pub row: Bound,
     pub decompressed: Bound,
+    /// A `.txt` input's documents are its blank-line-separated paragraphs (`pack
+    /// --paragraphs`), not the whole file; each bounded by `row`.
+    pub paragraphs: bool,
 }
 
 /// `n` bytes as the flags spell sizes: `64MiB` when a whole number of MiB, else `N bytes`.

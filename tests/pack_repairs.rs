@@ -147,3 +147,58 @@ fn an_oversized_row_is_skipped_counted_and_named_under_on_oversize_skip() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--max-row-bytes"), "{}", stderr(&o));
 }
+
+/// Row 18: `.txt` corpora (plain and `.zst`): one document per file, or with `--paragraphs`
+/// one per blank-line-separated paragraph (recorded in index.json `args`).
+#[test]
+fn txt_files_are_one_document_each_or_one_per_paragraph() {
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let corpus = t.path().join("corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(
+        corpus.join("a.txt"),
+        "The mill stood by the river.\nIts wheel turned all night.\n\n\nThe miller slept.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        corpus.join("b.txt.zst"),
+        zstd::encode_all(&b"A lone paragraph about barges.\n"[..], 3).unwrap(),
+    )
+    .unwrap();
+    let whole = t.path().join("whole");
+    ok(&run_pack(
+        &corpus,
+        &tok,
+        &whole,
+        &["--seq-len", "16", "--pad-last"],
+        &[],
+    ));
+    let idx = index(&whole);
+    assert_eq!(idx["totals"]["documents"], 2, "{idx}");
+    assert!(idx["args"].get("paragraphs").is_none(), "{idx}");
+    let paras = t.path().join("paras");
+    ok(&run_pack(
+        &corpus,
+        &tok,
+        &paras,
+        &["--seq-len", "16", "--pad-last", "--paragraphs"],
+        &[],
+    ));
+    let idx = index(&paras);
+    assert_eq!(idx["totals"]["documents"], 3, "{idx}");
+    assert_eq!(idx["args"]["paragraphs"], true, "{idx}");
+    // Rows are paragraphs: a.txt gave rows 0..2.
+    let a: Vec<&serde_json::Value> = idx["provenance"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["file"].as_str().unwrap().ends_with("a.txt"))
+        .collect();
+    assert_eq!(
+        a.iter()
+            .map(|p| p["documents"].as_u64().unwrap())
+            .sum::<u64>(),
+        2
+    );
+}

@@ -107,12 +107,16 @@ pub struct PackArgs {
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
     /// Local data instead of a manifest: a file, a directory (its files, recursively) or a
-    /// glob; repeatable. .parquet, .json (one array), .jsonl, each also as .gz or .zst.
+    /// glob; repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst.
     #[arg(long)]
     pub input: Vec<PathBuf>,
     /// With --input: the column (parquet) or field (JSON) holding the text.
     #[arg(long, default_value = "text")]
     pub text_column: String,
+    /// A `.txt` input's blank-line-separated paragraphs are each a document (default: a
+    /// `.txt` file is one document).
+    #[arg(long)]
+    pub paragraphs: bool,
     /// With --input: a text template over columns/fields instead of --text-column, as
     /// manifests' `text` ("{title}\n\n{body}", nested fields as "{meta.lang}", "{{" for "{").
     #[arg(long, requires = "input", conflicts_with = "text_column")]
