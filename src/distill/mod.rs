@@ -165,6 +165,9 @@ pub struct DistillArgs {
     /// mean blocks decoded, forward passes saved, MCQ accuracy.
     #[arg(long)]
     pub json: bool,
+    /// The CPU teacher's threads (and the prompts' tokenizing threads on any device).
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
 }
 
 pub use run::run;

@@ -191,6 +191,8 @@ pub struct PackArgs {
     /// Print a one-line JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
     /// Token width for mds/megatron shards.
     #[arg(long, value_enum, default_value = "uint32")]
     pub dtype: DtypeArg,
