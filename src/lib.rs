@@ -11,7 +11,7 @@
 //! 4. [`mcq`] — stage-2 SFT set and stage-3 prompts from sciq/mmlu; [`decontam`] against
 //!    benchmark eval sets; [`audit`] proves the provenance chain.
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
-//!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
+//!    writing `distilled.json`; `gpu` (feature `cuda`) runs it with custom CUDA kernels.
 //!    [`sampling`] holds what the three share (the sampler's settings and randomness).
 //! 6. [`model`] — the model half of the chain: architecture.json of the pinned base (written
 //!    by `fetch`), checkpoint digests, lineage.json (`lineage add`), checked by `audit`.

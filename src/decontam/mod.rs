@@ -3,10 +3,10 @@
 //!
 //! - [`ngram`]: normalisation and rolling word n-gram hashes;
 //! - [`index`]: the compact open-addressing index of benchmark n-grams;
-//! - [`reference`] + [`rows`]: benchmark sets from files or eval-reference manifests;
+//! - [`reference`](mod@reference) + [`rows`]: benchmark sets from files or eval-reference manifests;
 //! - [`targets`]: prompts.jsonl / shard directories decoded back into documents;
 //! - [`scan`]: the parallel scan and word-for-word verification of hits;
-//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`]: the copy
+//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`](mod@drop): the copy
 //!   (parquet filtered in place, MDS and Megatron re-encoded by [`rewrite`]).
 
 pub mod drop;

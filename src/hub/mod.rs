@@ -13,7 +13,7 @@
 //! own log `<log>.part-0000I-of-0000N` and never the lock; run one unsharded `fetch` afterwards
 //! (everything is then cached, so it only re-verifies) to write the lock and a complete log.
 //!
-//! `[[model]]` entries ([`models`]) go through the same download, log and lock steps (model
+//! `[[model]]` entries ([`models`](plan::models)) go through the same download, log and lock steps (model
 //! API, `models--owner--name` in the cache); a whole-job run then writes `architecture.json`
 //! beside the lock and, with `--local-dir`, copies the model's files there.
 

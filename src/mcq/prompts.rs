@@ -64,7 +64,7 @@ impl PromptRecord {
     }
 }
 
-/// The bytes [`write`] puts on disk for `records`.
+/// The bytes [`write`](fn@write) puts on disk for `records`.
 pub fn encode(records: &[PromptRecord]) -> Vec<u8> {
     let mut buf = Vec::new();
     for r in records {

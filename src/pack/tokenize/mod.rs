@@ -281,7 +281,7 @@ impl DocTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// A document's full token sequence: [BOS] ids [EOS], under `--special-tokens-in-text`.
+    /// A document's full token sequence: `[BOS] ids [EOS]`, under `--special-tokens-in-text`.
     pub fn encode_doc(&self, text: &str) -> Result<Encoded> {
         let mut e = self.encode_data(text)?;
         if let Some((_, b)) = &self.bos {
