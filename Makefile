@@ -18,8 +18,11 @@ export PIP_NO_CACHE_DIR := 1
 build:
 	$(CARGO) build --bins
 
+# The fuzz targets run once, in `fuzz-ci` (30 s each): the plain test run skips them by name
+# (`--exact`: only the fuzz binary has tests of exactly these names, tests/architecture.rs).
 test: $(TEST_DEPS)
-	$(CARGO) test --all-targets -- --test-threads=2
+	$(CARGO) test --all-targets -- --test-threads=2 --exact $(foreach t,$(FUZZ_TARGETS),--skip $(t))
+	RUSTDOCFLAGS="-D rustdoc::broken_intra_doc_links" $(CARGO) doc --no-deps
 	$(MAKE) fuzz-ci
 	$(MAKE) check-mds-streaming
 	$(MAKE) test-slurm

@@ -1,6 +1,7 @@
 # Fuzzing (issue 18) on the stable toolchain: tests/fuzz/ (one target per parser that takes
-# outside bytes). `make test` already runs every target for a fixed number of cases with a
-# fixed seed (a few seconds each); `make fuzz` runs each for FUZZ_SECS seconds, one at a
+# outside bytes). `make test` runs every target once, in `make fuzz-ci` below (its plain
+# `cargo test` skips the FUZZ_TARGETS by name; a bare `cargo test` still runs each for a fixed
+# number of cases with a fixed seed); `make fuzz` runs each for FUZZ_SECS seconds, one at a
 # time, with a seed of your choice. Crashes are saved in target/fuzz-crashes/ with a replay
 # command; record them and their fixes in bench/results/fuzz.md and copy the input into
 # tests/fuzz/corpus/<target>/ so every later run replays it.

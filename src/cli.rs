@@ -212,6 +212,19 @@ mod tests {
         }
     }
 
+    /// `--threads` (one flag, `crate::tuning::ThreadsArg`) on every command that runs work on
+    /// the pool, and nowhere else.
+    #[test]
+    fn the_pool_using_commands_take_threads() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let has = sub.get_arguments().any(|a| a.get_long() == Some("threads"));
+            let want = ["pack", "mcq", "decontam", "distill", "merge"].contains(&sub.get_name());
+            assert_eq!(has, want, "{}", sub.get_name());
+        }
+    }
+
     /// The exit code of parsing `args` alone.
     fn parse_code(args: &[&str]) -> i32 {
         match Cli::try_parse_from(std::iter::once("dlm-data").chain(args.iter().copied())) {

@@ -11,7 +11,7 @@
 //! 4. [`mcq`] — stage-2 SFT set and stage-3 prompts from sciq/mmlu; [`decontam`] against
 //!    benchmark eval sets; [`audit`] proves the provenance chain.
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
-//!    writing `distilled.json`; [`gpu`] (feature `cuda`) runs it with custom CUDA kernels.
+//!    writing `distilled.json`; `gpu` (feature `cuda`) runs it with custom CUDA kernels.
 //!    [`sampling`] holds what the three share (the sampler's settings and randomness).
 //! 6. [`model`] — the model half of the chain: architecture.json of the pinned base (written
 //!    by `fetch`), checkpoint digests, lineage.json (`lineage add`), checked by `audit`.
@@ -30,7 +30,8 @@
 //! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
 //! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
 //! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
-//! every command that writes. No two top-level
+//! every command that writes; [`tuning`] decides once how many threads a command uses and
+//! every count derived from it (no step asks the pool or the environment). No two top-level
 //! modules import each other in a circle (tests/architecture.rs, docs/architecture.md).
 
 pub mod added_text;
@@ -67,5 +68,6 @@ pub mod sources;
 pub mod teacher;
 #[cfg(test)]
 mod testkit;
+pub mod tuning;
 pub mod util;
 pub mod worker;

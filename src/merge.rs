@@ -26,6 +26,8 @@ pub struct MergeArgs {
     /// Print a one-line JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
     /// distill only: the output format (default: jsonl when OUT ends in .jsonl, else json).
     #[arg(long, value_enum)]
     pub format: Option<OutFormat>,
@@ -62,7 +64,8 @@ pub fn run(args: MergeArgs) -> Result<()> {
                 out.display()
             )));
         }
-        merge_parts_dir(out, args.force)?
+        let tuning = crate::tuning::Tuning::resolve(args.threads)?;
+        merge_parts_dir(out, args.force, tuning.row_groups)?
     } else if output::parts_dir(out).is_dir() {
         merge_distill(out, args.format)?
     } else if out.extension().is_some_and(|e| e == "toml") && out.is_file() {
@@ -81,11 +84,15 @@ pub fn run(args: MergeArgs) -> Result<()> {
 }
 
 /// `OUT/parts/*`: mcq parts (each with a prompts.jsonl) or pack parts.
-fn merge_parts_dir(out: &Path, force: bool) -> Result<serde_json::Value> {
+fn merge_parts_dir(
+    out: &Path,
+    force: bool,
+    row_groups: crate::shards::parquet::RowGroups,
+) -> Result<serde_json::Value> {
     let set = PartSet::open(out)?;
     match set.kind() {
-        PartsKind::Mcq => crate::mcq::merge::merge_dir(out, &set, force),
-        PartsKind::Pack => crate::pack::merge::merge_dir(out, &set, force),
+        PartsKind::Mcq => crate::mcq::merge::merge_dir(out, &set, force, row_groups),
+        PartsKind::Pack => crate::pack::merge::merge_dir(out, &set, force, row_groups),
     }
 }
 

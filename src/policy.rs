@@ -2,7 +2,8 @@
 //!
 //! A name is an evaluation name when one of the keywords below appears in it as a whole
 //! word, words being separated by `-`, `.`, `_`, `/`, digits or the string's ends. This is the
-//! keyword set `datasets` uses to infer validation/test splits (notes §7), so anything that
+//! keyword set `datasets` uses to infer validation/test splits (`SPLIT_KEYWORDS` in its
+//! `data_files.py`), so anything that
 //! library would call an eval split is refused here. `split_0` (OpenCodeReasoning) and
 //! `auxiliary_train` (MMLU) contain no keyword and pass.
 

@@ -49,7 +49,7 @@ pub fn settings() -> Settings {
 /// Whether to draw progress bars: a terminal, not `--quiet`, not `DLM_NO_PROGRESS`.
 pub fn bars() -> bool {
     let s = settings();
-    s.tty && !s.quiet && std::env::var_os("DLM_NO_PROGRESS").is_none()
+    s.tty && !s.quiet && !crate::tuning::no_progress()
 }
 
 /// Plain progress lines for logs: at most one per interval, none on a terminal (the bar is

@@ -96,7 +96,7 @@ static PAUSE_HITS: AtomicU32 = AtomicU32::new(0);
 
 /// The test hook (see the module doc): pause at `point` when `DLM_TEST_PAUSE` names it.
 pub fn pause_point(point: &str) {
-    let Ok(want) = std::env::var("DLM_TEST_PAUSE") else {
+    let Some(want) = crate::tuning::test_pause() else {
         return;
     };
     let (name, nth) = match want.split_once(':') {
@@ -109,7 +109,7 @@ pub fn pause_point(point: &str) {
     if PAUSE_HITS.fetch_add(1, Ordering::SeqCst) + 1 != nth {
         return;
     }
-    let Some(file) = std::env::var_os("DLM_TEST_PAUSE_FILE") else {
+    let Some(file) = crate::tuning::test_pause_file() else {
         return;
     };
     let file = std::path::PathBuf::from(file);

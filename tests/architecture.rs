@@ -957,3 +957,123 @@ fn docs_architecture_names_every_module_and_only_real_ones() {
         problems.join("\n")
     );
 }
+
+// Concurrency and tuning decided once (issue 56): the rayon pool's size and the `DLM_*`
+// variables are read only in files named `tuning.rs` or `settings.rs` (src/tuning.rs builds
+// the pool for `--threads` and derives every count; a command's settings hold the value);
+// every other file takes the counts as arguments.
+
+/// Whether `rel` (under src/) may read the pool's size or a `DLM_*` variable.
+fn reads_settings(rel: &Path) -> bool {
+    rel.file_name()
+        .is_some_and(|n| n == "tuning.rs" || n == "settings.rs")
+}
+
+/// Each `file:line` of `files` outside the settings/tuning files that reads the pool's size
+/// (`current_num_threads`) or a `DLM_*` variable (`var("DLM_…"` / `var_os("DLM_…"`), code only.
+fn unsettled_reads(files: &[(PathBuf, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (rel, text) in files.iter().filter(|(rel, _)| !reads_settings(rel)) {
+        for (k, line) in text.lines().enumerate() {
+            let c = code(line).replace(' ', "");
+            if c.contains("current_num_threads(")
+                || c.contains("var(\"DLM_")
+                || c.contains("var_os(\"DLM_")
+            {
+                found.push(format!("src/{}:{}: {}", rel.display(), k + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_pool_and_dlm_variables_are_read_only_in_settings_and_tuning_files() {
+    let found = unsettled_reads(&src_files(&src()));
+    assert!(
+        found.is_empty(),
+        "read the pool's size or a DLM_* variable in a tuning.rs/settings.rs file and pass \
+         the count down:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_settings_checker_sees_code_not_comments() {
+    let f = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = [
+        f("a/read.rs", "let n = rayon::current_num_threads();\n"),
+        f("b.rs", "// rayon::current_num_threads() in a comment\n"),
+        f(
+            "c.rs",
+            "let v = std::env::var( \"DLM_X\");\nlet w = std::env::var(\"HOME\");\n",
+        ),
+        f("d/tuning.rs", "let v = std::env::var_os(\"DLM_Y\");\n"),
+        f("e/settings.rs", "let n = rayon::current_num_threads();\n"),
+        f("g.rs", "let v = std::env::var_os(\"DLM_Z\");\n"),
+    ];
+    let found = unsettled_reads(&files);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(found[0].starts_with("src/a/read.rs:1"));
+    assert!(found[1].starts_with("src/c.rs:1"));
+    assert!(found[2].starts_with("src/g.rs:1"));
+}
+
+/// `make test` runs each fuzz target once: `fuzz-ci` runs the fuzz binary's every test, and
+/// the plain `cargo test` skips FUZZ_TARGETS by exact name — so FUZZ_TARGETS lists exactly the
+/// fuzz binary's tests, and no other test binary has a top-level test of one of those names.
+#[test]
+fn each_fuzz_target_runs_once_in_make_test() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mk = std::fs::read_to_string(root.join("mk/fuzz.mk")).unwrap();
+    let listed: BTreeSet<String> = mk
+        .split("FUZZ_TARGETS ?=")
+        .nth(1)
+        .expect("mk/fuzz.mk sets FUZZ_TARGETS")
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.contains("?=") || l.contains("FUZZ_TARGETS"))
+        .flat_map(|l| l.trim_end_matches('\\').split_whitespace())
+        .filter(|w| !w.contains("FUZZ_CI") && !w.contains("?="))
+        .map(str::to_string)
+        .collect();
+    let tests_of = |text: &str| -> BTreeSet<String> {
+        let lines: Vec<&str> = text.lines().collect();
+        lines
+            .windows(2)
+            .filter(|w| w[0].trim() == "#[test]")
+            .filter_map(|w| {
+                let l = w[1].strip_prefix("fn ")?;
+                Some(l.split('(').next()?.to_string())
+            })
+            .collect()
+    };
+    let fuzz = tests_of(&std::fs::read_to_string(root.join("tests/fuzz/main.rs")).unwrap());
+    assert_eq!(
+        listed, fuzz,
+        "mk/fuzz.mk FUZZ_TARGETS against tests/fuzz/main.rs"
+    );
+    let mut files = Vec::new();
+    rust_files(&root.join("tests"), &mut files);
+    for p in files
+        .iter()
+        .filter(|p| !p.starts_with(root.join("tests/fuzz")))
+    {
+        let clash: Vec<String> = tests_of(&std::fs::read_to_string(p).unwrap())
+            .intersection(&fuzz)
+            .cloned()
+            .collect();
+        assert!(
+            clash.is_empty(),
+            "{}: tests named like fuzz targets would be skipped by `make test`: {clash:?}",
+            p.display()
+        );
+    }
+    let makefile = std::fs::read_to_string(root.join("Makefile")).unwrap();
+    assert!(
+        makefile.contains("--exact $(foreach t,$(FUZZ_TARGETS),--skip $(t))"),
+        "Makefile: the plain test run no longer skips the fuzz targets"
+    );
+}

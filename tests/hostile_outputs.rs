@@ -316,7 +316,12 @@ fn rewrite_parquet(path: &Path, f: impl FnOnce(&mut dlm_data::shards::RowBatch))
     f(&mut b);
     std::fs::write(
         path,
-        dlm_data::shards::parquet::encode(&b, dlm_data::shards::parquet::ZSTD_LEVEL).unwrap(),
+        dlm_data::shards::parquet::encode(
+            &b,
+            dlm_data::shards::parquet::ZSTD_LEVEL,
+            dlm_data::tuning::RowGroups::INLINE,
+        )
+        .unwrap(),
     )
     .unwrap();
 }

@@ -248,7 +248,7 @@ fn sft_shards_and_prompts() {
 }
 
 #[test]
-fn distilled_json() {
+fn inspects_distilled_json() {
     let d = tempfile::tempdir().unwrap();
     let prompts = d.path().join("prompts.jsonl");
     let mut s = String::new();

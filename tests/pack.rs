@@ -177,6 +177,41 @@ fn byte_identical_whatever_the_thread_count() {
     }
 }
 
+/// `--threads N` sizes the pool whatever `RAYON_NUM_THREADS` says (the profile line names the
+/// pool every count was derived from) and changes no byte; 0 threads is refused before any
+/// work.
+#[test]
+fn threads_flag_sizes_the_pool_and_changes_no_byte() {
+    let d = tempfile::tempdir().unwrap();
+    let tok = tokenizer(d.path());
+    let (input, _) = corpus(d.path(), 200);
+    let args = ["--seq-len", "32", "--shard-bytes", "4KiB"];
+    let env = [("RAYON_NUM_THREADS", "1"), ("DLM_PACK_PROFILE", "1")];
+    let one = d.path().join("env-1");
+    let o = pack(&input, &tok, &one, &args, &env);
+    assert!(stderr(&o).contains(", 1 threads |"), "{}", stderr(&o));
+    let three = d.path().join("flag-3");
+    let o = pack(
+        &input,
+        &tok,
+        &three,
+        &[&args[..], &["--threads", "3"]].concat(),
+        &env,
+    );
+    assert!(stderr(&o).contains(", 3 threads |"), "{}", stderr(&o));
+    assert_eq!(tree(&one), tree(&three));
+    let zero = d.path().join("flag-0");
+    let o = run_pack(
+        &input,
+        &tok,
+        &zero,
+        &[&args[..], &["--threads", "0"]].concat(),
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!zero.exists());
+}
+
 /// `--zstd-level`: the same rows at any level, the level recorded in `args` (the default
 /// included), a rerun at another level into a complete output refused as changed settings,
 /// and a level parquet cannot take, or a format without it, refused before any work.

@@ -403,6 +403,7 @@ fn large_output(
                 dtype: Dtype::U32,
                 zstd_level: 1,
             },
+            dlm_data::tuning::RowGroups::INLINE,
             &out,
             k,
             &batch,

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::context::Ctx;
 use super::policy::Use;
 use super::report::Check;
-use crate::mcq::prompts::PromptRecord;
+use crate::mcq::prompts::{for_each_line, PromptRecord, MAX_LINE_BYTES};
 
 /// Is this locked training source one stage 3 may draw from?
 fn mcq_origin(repo: &str, split: &str, config: &str) -> bool {
@@ -19,6 +19,73 @@ fn mcq_origin(repo: &str, split: &str, config: &str) -> bool {
         "cais/mmlu" => config == "auxiliary_train" || split == "auxiliary_train",
         _ => false,
     }
+}
+
+/// One record's checks: its invariants, a unique id, a locked MCQ training file it comes from.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    ctx: &Ctx,
+    path: &Path,
+    ln: usize,
+    r: PromptRecord,
+    c: &mut Check,
+    ids: &mut HashSet<String>,
+    per_source: &mut HashMap<String, u64>,
+    uses: &mut Vec<Use>,
+    recs: &mut Vec<PromptRecord>,
+) {
+    if let Err(e) = r.validate() {
+        c.fail(format!("{} line {ln} ({}): {e}", path.display(), r.id));
+    }
+    if !ids.insert(r.id.clone()) {
+        c.fail(format!(
+            "{} line {ln}: duplicate id {:?}",
+            path.display(),
+            r.id
+        ));
+    }
+    let key = (r.repo.clone(), r.commit.clone(), r.file.clone());
+    match ctx.train_files.get(&key) {
+        None => c.fail(format!(
+            "{} line {ln} ({}): {}@{} {} is not a locked training file",
+            path.display(),
+            r.id,
+            r.repo,
+            r.commit,
+            r.file
+        )),
+        Some(tf) => {
+            if tf.source != r.source {
+                c.fail(format!(
+                    "{} line {ln} ({}): source {:?} but the file is locked under {:?}",
+                    path.display(),
+                    r.id,
+                    r.source,
+                    tf.source
+                ));
+            }
+            if !mcq_origin(&r.repo, &tf.split, &tf.config) {
+                c.fail(format!(
+                    "{} line {ln} ({}): {} {}/{} is not sciq train or mmlu auxiliary_train",
+                    path.display(),
+                    r.id,
+                    r.repo,
+                    tf.config,
+                    tf.split
+                ));
+            }
+        }
+    }
+    *per_source.entry(r.source.clone()).or_default() += 1;
+    uses.push(Use {
+        what: format!("{} line {ln}", path.display()),
+        repo: r.repo.clone(),
+        commit: r.commit.clone(),
+        file: r.file.clone(),
+        split: None,
+        role: None,
+    });
+    recs.push(r);
 }
 
 /// `prompts`; returns the parsed records (by line order) for the distilled check.
@@ -31,94 +98,41 @@ pub fn check_prompts(
         return (Check::skip("prompts", "no --prompts given"), None);
     };
     let mut c = Check::new("prompts");
-    let f = match crate::bounded::open_regular(path) {
-        Ok(f) => f,
-        Err(e) => {
-            c.fail(format!("{}: {e}", path.display()));
-            return (c, None);
-        }
-    };
+    if let Err(e) = crate::bounded::check_regular(path) {
+        c.fail(format!("{e}"));
+        return (c, None);
+    }
     let mut recs = Vec::new();
     let mut ids = HashSet::new();
     let mut per_source: HashMap<String, u64> = HashMap::new();
-    let bound = crate::bounded::Bound::new(
-        crate::distill::prompts::MAX_LINE_BYTES,
-        "a prompt line is at most that, as distill reads it",
-    );
-    for (i, line) in crate::bounded::BoundedLines::new(f, bound).enumerate() {
-        let ln = i + 1;
-        let line = match line {
-            Ok(l) => l,
-            Err(e) => {
-                c.fail(format!("{} line {ln}: unreadable ({e})", path.display()));
-                break;
-            }
-        };
-        if line.trim().is_empty() {
-            continue;
-        }
-        let r: PromptRecord = match serde_json::from_str(&line) {
+    // The one bounded reader distill uses: a line it cannot read ends the check there (named);
+    // a bad record is a failure and the check goes on.
+    let read = for_each_line(path, MAX_LINE_BYTES, &mut |ln, line| {
+        let r = match serde_json::from_str::<PromptRecord>(line) {
             Ok(r) => r,
             Err(e) => {
                 c.fail(format!(
                     "{} line {ln}: not a prompt record ({e})",
                     path.display()
                 ));
-                continue;
+                return Ok(());
             }
         };
-        if let Err(e) = r.validate() {
-            c.fail(format!("{} line {ln} ({}): {e}", path.display(), r.id));
-        }
-        if !ids.insert(r.id.clone()) {
-            c.fail(format!(
-                "{} line {ln}: duplicate id {:?}",
-                path.display(),
-                r.id
-            ));
-        }
-        let key = (r.repo.clone(), r.commit.clone(), r.file.clone());
-        match ctx.train_files.get(&key) {
-            None => c.fail(format!(
-                "{} line {ln} ({}): {}@{} {} is not a locked training file",
-                path.display(),
-                r.id,
-                r.repo,
-                r.commit,
-                r.file
-            )),
-            Some(tf) => {
-                if tf.source != r.source {
-                    c.fail(format!(
-                        "{} line {ln} ({}): source {:?} but the file is locked under {:?}",
-                        path.display(),
-                        r.id,
-                        r.source,
-                        tf.source
-                    ));
-                }
-                if !mcq_origin(&r.repo, &tf.split, &tf.config) {
-                    c.fail(format!(
-                        "{} line {ln} ({}): {} {}/{} is not sciq train or mmlu auxiliary_train",
-                        path.display(),
-                        r.id,
-                        r.repo,
-                        tf.config,
-                        tf.split
-                    ));
-                }
-            }
-        }
-        *per_source.entry(r.source.clone()).or_default() += 1;
-        uses.push(Use {
-            what: format!("{} line {ln}", path.display()),
-            repo: r.repo.clone(),
-            commit: r.commit.clone(),
-            file: r.file.clone(),
-            split: None,
-            role: None,
-        });
-        recs.push(r);
+        record(
+            ctx,
+            path,
+            ln,
+            r,
+            &mut c,
+            &mut ids,
+            &mut per_source,
+            uses,
+            &mut recs,
+        );
+        Ok(())
+    });
+    if let Err(e) = read {
+        c.fail(format!("{e:#}"));
     }
     if let Some(problem) = crate::mcq::card::check(path, &recs) {
         c.fail(problem);

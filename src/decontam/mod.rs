@@ -3,10 +3,10 @@
 //!
 //! - [`ngram`]: normalisation and rolling word n-gram hashes;
 //! - [`index`]: the compact open-addressing index of benchmark n-grams;
-//! - [`reference`] + [`rows`]: benchmark sets from files or eval-reference manifests;
+//! - [`reference`](mod@reference) + [`rows`]: benchmark sets from files or eval-reference manifests;
 //! - [`targets`]: prompts.jsonl / shard directories decoded back into documents;
 //! - [`scan`]: the parallel scan and word-for-word verification of hits;
-//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`]: the copy
+//! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`](mod@drop): the copy
 //!   (parquet filtered in place, MDS and Megatron re-encoded by [`rewrite`]).
 
 pub mod drop;
@@ -53,6 +53,8 @@ pub struct DecontamArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
     // The cache root holds `eval-reference/`.
     #[command(flatten)]
     pub cache: crate::hub::cache::CacheArg,
@@ -71,6 +73,8 @@ pub struct DecontamArgs {
 pub fn run(args: DecontamArgs) -> Result<()> {
     let t0 = Instant::now();
     check_flags(&args)?;
+    // The pool the scan's parallel loops run on (`--threads`).
+    crate::tuning::Tuning::resolve(args.threads)?;
     // --drop: before any work, no input as the output and one writer.
     let _lock = match &args.drop {
         Some(out) => Some(claim_drop(&args, out)?),

@@ -52,12 +52,14 @@ pub fn rewrite(
     if fmt == ShardFormat::Parquet {
         bail!("--drop: parquet shards are filtered page by page, not rewritten here");
     }
+    // MDS and Megatron only: no parquet row groups to place.
+    use crate::shards::parquet::RowGroups;
     let src = &dir.join(&index.shards[n].file);
     let batch = index.read_shard(dir, n)?;
     let before = batch.rows() as u64;
     let kept = filter(batch, drop);
     let dropped = before - kept.rows() as u64;
-    let mut w = crate::shards::write_shard(index.codec(), out, n, &kept)
+    let mut w = crate::shards::write_shard(index.codec(), RowGroups::INLINE, out, n, &kept)
         .with_context(|| format!("rewriting {}", src.display()))?;
     // The SFT sidecar of a Megatron shard (per-row id and provenance) loses the same rows.
     let src_name = src.file_name().and_then(|x| x.to_str()).unwrap_or_default();

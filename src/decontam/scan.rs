@@ -54,7 +54,7 @@ pub fn verify(span: &str, item_text: &str) -> bool {
     !g.is_empty() && w.windows(g.len()).any(|win| win == g.as_slice())
 }
 
-/// Scan `texts` (document i = texts[i]) and return verified hits, ordered by document.
+/// Scan `texts` (document i = `texts[i]`) and return verified hits, ordered by document.
 pub fn scan<'a, T>(index: &NgramIndex, texts: &'a [T]) -> Vec<Hit>
 where
     T: AsRef<str> + Sync,

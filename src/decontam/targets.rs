@@ -72,24 +72,25 @@ impl Target {
     }
 }
 
-/// Read prompts.jsonl (lines parsed in parallel); errors name the line.
+/// Read prompts.jsonl through the one bounded reader
+/// ([`crate::mcq::prompts::for_each_line`]), the records parsed in parallel; errors name
+/// `file:line`.
 pub fn load_prompts(path: &Path) -> Result<Target> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let sha256 = crate::util::sha256_hex(&bytes);
-    let text =
-        String::from_utf8(bytes).map_err(|e| anyhow!("{}: not UTF-8 ({e})", path.display()))?;
-    let lines: Vec<String> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(str::to_string)
-        .collect();
-    let parsed: Vec<(String, Origin)> = lines
+    let sha256 = crate::util::sha256_file(path)?;
+    let mut numbered: Vec<(usize, String)> = Vec::new();
+    let bytes = crate::mcq::prompts::for_each_line(
+        path,
+        crate::mcq::prompts::MAX_LINE_BYTES,
+        &mut |n, l| {
+            numbered.push((n, l.to_string()));
+            Ok(())
+        },
+    )?;
+    let parsed: Vec<(String, Origin)> = numbered
         .par_iter()
-        .enumerate()
-        .map(|(i, l)| -> Result<(String, Origin)> {
-            let r: PromptRecord = serde_json::from_str(l).with_context(|| {
-                format!("{} line {}: not a prompt record", path.display(), i + 1)
-            })?;
+        .map(|(n, l)| -> Result<(String, Origin)> {
+            let r: PromptRecord = serde_json::from_str(l)
+                .with_context(|| format!("{}:{n}: not a prompt record", path.display()))?;
             let mut t = r.prompt;
             for o in &r.options {
                 t.push('\n');
@@ -109,12 +110,13 @@ pub fn load_prompts(path: &Path) -> Result<Target> {
             ))
         })
         .collect::<Result<_>>()?;
+    let lines = numbered.into_iter().map(|(_, l)| l).collect();
     let (texts, origins) = parsed.into_iter().unzip();
     Ok(Target {
         kind: Kind::Prompts { lines },
         path: path.to_path_buf(),
         sha256,
-        bytes: text.len() as u64,
+        bytes,
         texts,
         origins,
     })

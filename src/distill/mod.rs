@@ -6,7 +6,7 @@
 //! ([`limits`]: refused by id, or skipped with `--skip-too-long`), fix the global batch plan
 //! ([`plan`]), then for every batch this worker owns and has not committed yet: generate
 //! ([`host_loop`]), answer MCQ items ([`mcq`]), commit the batch's records to this worker's part
-//! ([`output`]); a non-finite logit stops the run naming the prompt ([`finite`]). A single
+//! ([`output`]); a non-finite logit stops the run naming the prompt ([`finite`](crate::sampling::finite)). A single
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
@@ -165,6 +165,9 @@ pub struct DistillArgs {
     /// mean blocks decoded, forward passes saved, MCQ accuracy.
     #[arg(long)]
     pub json: bool,
+    /// The CPU teacher's threads (and the prompts' tokenizing threads on any device).
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
 }
 
 pub use run::run;

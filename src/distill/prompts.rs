@@ -4,7 +4,6 @@
 //! are. Errors name the file and the 1-based line number.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -84,9 +83,8 @@ fn parse_line(text: &str) -> Result<PromptItem> {
     })
 }
 
-/// Longest prompts.jsonl line accepted (bytes); a longer one is refused naming its line
-/// before it is read whole (a prompt that long could never fit a teacher's context anyway).
-pub const MAX_LINE_BYTES: u64 = 64 << 20;
+/// Longest prompts.jsonl line accepted (bytes): the one bound every reader holds.
+pub use crate::mcq::prompts::MAX_LINE_BYTES;
 
 /// Read every prompt of `path`; blank lines are skipped, duplicate ids refused.
 pub fn read_prompts(path: &Path) -> Result<Vec<PromptItem>> {
@@ -98,52 +96,23 @@ pub fn read_prompts(path: &Path) -> Result<Vec<PromptItem>> {
     Ok(out)
 }
 
-/// [`read_prompts`] one prompt at a time (a regular file only; a line over `max_line` is
+/// [`read_prompts`] one prompt at a time, through the one bounded reader
+/// ([`crate::mcq::prompts::for_each_line`]: a regular file only, a line over `max_line`
 /// refused before it is read whole): memory holds one line and the ids seen.
 pub fn for_each_prompt(
     path: &Path,
     max_line: u64,
     f: &mut dyn FnMut(PromptItem) -> Result<()>,
 ) -> Result<()> {
-    let file = crate::bounded::open_regular(path)?;
-    let mut r = BufReader::new(file);
     let mut seen: HashMap<String, usize> = HashMap::new();
-    let mut buf = Vec::new();
-    for n in 1.. {
-        buf.clear();
-        let got = (&mut r)
-            .take(max_line + 1)
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("{}:{n}: cannot read line", path.display()))?;
-        if got == 0 {
-            break;
-        }
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-        } else if got as u64 > max_line {
-            anyhow::bail!(
-                "{}:{n}: line longer than {} MiB (not a prompt)",
-                path.display(),
-                max_line >> 20
-            );
-        }
-        let line = std::str::from_utf8(&buf)
-            .with_context(|| format!("{}:{n}: not UTF-8", path.display()))?;
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if line.trim().is_empty() {
-            continue;
-        }
-        let mut item = parse_line(line).with_context(|| format!("{}:{n}", path.display()))?;
+    crate::mcq::prompts::for_each_line(path, max_line, &mut |n, line| {
+        let mut item = parse_line(line)?;
         item.line = n;
         if let Some(prev) = seen.insert(item.id.clone(), n) {
-            anyhow::bail!(
-                "{}:{n}: id {:?} already used on line {prev}",
-                path.display(),
-                item.id
-            );
+            anyhow::bail!("id {:?} already used on line {prev}", item.id);
         }
-        f(item)?;
-    }
+        f(item)
+    })?;
     Ok(())
 }
 

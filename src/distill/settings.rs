@@ -164,6 +164,8 @@ pub struct Settings {
     pub gpu_residual: GpuResidual,
     pub gemm_tune: bool,
     pub json: bool,
+    /// Threads of the pool (`--threads`): the CPU teacher's and the prompts' tokenizing.
+    pub threads: usize,
 }
 
 /// `--batch-size` (else the device's default): 1 ..= what the device holds.
@@ -307,6 +309,7 @@ impl Settings {
             gpu_residual,
             gemm_tune: a.gemm_tune,
             json: a.json,
+            threads: crate::tuning::Tuning::resolve(a.threads)?.pool,
         })
     }
 

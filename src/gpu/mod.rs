@@ -16,6 +16,7 @@
 //!   step profile and cache-window check.
 //! - [`backend`]: `distill --device cuda` behind the teacher backend trait.
 //! - [`reference`]: the bf16-faithful CPU model the parity runs compare against.
+//! - [`tuning`]: the engine's `DLM_*` environment switches, read in that one file.
 
 pub mod backend;
 pub mod blas;
@@ -24,4 +25,5 @@ pub mod engine;
 pub mod gemm_plans;
 pub mod nvrtc;
 pub mod reference;
+pub mod tuning;
 pub mod weights;

@@ -103,8 +103,8 @@ pub fn source_hash(arch: &str) -> String {
 }
 
 pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("DLM_KERNEL_CACHE") {
-        return PathBuf::from(d);
+    if let Some(d) = crate::gpu::tuning::kernel_cache() {
+        return d;
     }
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)

@@ -1,6 +1,7 @@
 //! Config + split → files, as the `datasets` library maps them: the README's YAML `configs:`
 //! front matter with fsspec-style globs, or inferred splits when the README declares none
-//! (notes §7). The manifest's `files` globs override both.
+//! (the split-name patterns of `datasets`' `data_files.py`). The manifest's `files` globs
+//! override both.
 //!
 //! Glob semantics (fsspec/`datasets`): `*` does not cross `/`, `**` does; hidden (`.x`) and
 //! dunder (`__x`) path components are skipped unless the pattern names them; `README.md` and

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 
 use super::cache::Cache;
-use super::models::{self, ModelPlan};
+use super::plan::models::{self, ModelPlan};
 use super::plan::SourcePlan;
 use super::transfers::Fetched;
 use super::FetchArgs;

@@ -13,7 +13,7 @@
 //! own log `<log>.part-0000I-of-0000N` and never the lock; run one unsharded `fetch` afterwards
 //! (everything is then cached, so it only re-verifies) to write the lock and a complete log.
 //!
-//! `[[model]]` entries ([`models`]) go through the same download, log and lock steps (model
+//! `[[model]]` entries ([`models`](plan::models)) go through the same download, log and lock steps (model
 //! API, `models--owner--name` in the cache); a whole-job run then writes `architecture.json`
 //! beside the lock and, with `--local-dir`, copies the model's files there.
 
@@ -25,10 +25,8 @@ pub mod emulator;
 mod finish;
 mod local_dir;
 pub mod log;
-pub mod models;
 pub mod names;
 pub mod plan;
-mod planning;
 pub mod progress;
 pub mod retry;
 pub mod stall;
@@ -179,7 +177,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     r
 }
 
-/// The run, step by step (each step a function of [`planning`], [`transfers`], [`finish`]).
+/// The run, step by step (each step a function of [`plan::steps`], [`transfers`], [`finish`]).
 #[allow(clippy::too_many_arguments)]
 async fn fetch(
     args: FetchArgs,
@@ -198,7 +196,7 @@ async fn fetch(
     let t0 = Instant::now();
     let client = Arc::new(client(&args)?);
     let lock_name = lock_path.display().to_string();
-    let honoured = planning::Honoured {
+    let honoured = plan::steps::Honoured {
         lock: lock.as_ref(),
         model_lock: model_lock.as_ref(),
         name: &lock_name,
@@ -206,11 +204,11 @@ async fn fetch(
     };
     // 1. Plan every source concurrently (no data downloaded yet); local sources hashed;
     //    models planned the same way.
-    let plans = planning::sources(&client, &manifest, &honoured).await?;
-    let locals = planning::local_sources(&manifest, &honoured)?;
-    let model_plans = planning::models(&client, &manifest, &honoured).await?;
+    let plans = plan::steps::sources(&client, &manifest, &honoured).await?;
+    let locals = plan::steps::local_sources(&manifest, &honoured)?;
+    let model_plans = plan::steps::models(&client, &manifest, &honoured).await?;
     // 2. The split policy, on every training source, before any download.
-    planning::refuse_eval_splits(&plans)?;
+    plan::steps::refuse_eval_splits(&plans)?;
     // 3. This worker's files, in a global deterministic order.
     let results = transfers::download_all(
         &args,

@@ -12,7 +12,7 @@ use super::cache::Cache;
 use super::client::HubClient;
 use super::download::{self, Downloader, FileTask, Outcome};
 use super::log::{self, DownloadLog, LogRecord};
-use super::models::ModelPlan;
+use super::plan::models::ModelPlan;
 use super::plan::SourcePlan;
 use super::{short, FetchArgs};
 use crate::worker::WorkerSlice;

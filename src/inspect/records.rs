@@ -53,7 +53,7 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
             Some(t) => {
                 let e = t
                     .encode(r.prompt.as_str(), false)
-                    .map_err(|e| anyhow::anyhow!("{} line {}: {e}", path.display(), r.line))?;
+                    .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?;
                 e.get_ids().len() as u64
             }
             None => r.prompt.chars().count() as u64,

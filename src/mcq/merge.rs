@@ -40,7 +40,12 @@ fn identity(idx: &Index) -> Index {
 
 /// Merge the mcq parts `set` (one complete worker set under `out/parts/`) into `out`, then
 /// remove `parts/`.
-pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
+pub fn merge_dir(
+    out: &Path,
+    set: &PartSet,
+    force: bool,
+    row_groups: crate::shards::parquet::RowGroups,
+) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let workers = set.workers;
     let dirs = set.dirs();
@@ -74,7 +79,14 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
         check_one_run(&dirs, &parts.idxs)?;
         let rows_per_shard = rows_per_shard(&parts.idxs[0], &dirs[0])?;
         let rows = rows_in_order(&dirs, &merged, &owner)?;
-        let sft = write_sft(&parts.idxs, rows, rows_per_shard, &sft_dir, &prompts_path)?;
+        let sft = write_sft(
+            &parts.idxs,
+            rows,
+            rows_per_shard,
+            &sft_dir,
+            &prompts_path,
+            row_groups,
+        )?;
         counts.sft = Some(sft);
     }
     let summary = crate::worker::MergeSummary {
@@ -287,6 +299,7 @@ fn write_sft(
     rows_per_shard: usize,
     sft_dir: &Path,
     prompts_path: &Path,
+    row_groups: crate::shards::parquet::RowGroups,
 ) -> Result<SftCounts> {
     let first = &idxs[0];
     let (counts, provenance) = summed_counts(idxs)?;
@@ -307,7 +320,7 @@ fn write_sft(
     }
     std::fs::create_dir_all(sft_dir).with_context(|| format!("creating {}", sft_dir.display()))?;
     let kept: Vec<&SftRow> = rows.iter().collect();
-    let mds = sft_write::write_shards(sft_dir, &mut index, &kept, rows_per_shard)?;
+    let mds = sft_write::write_shards(sft_dir, &mut index, &kept, rows_per_shard, row_groups)?;
     index.totals = sft_write::totals(&kept, &index, &counts)?;
     index.provenance = provenance;
     sft_write::save_complete(sft_dir, &mut index, &mds)?;

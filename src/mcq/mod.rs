@@ -104,6 +104,8 @@ pub struct McqArgs {
     /// Print a one-line JSON summary on stdout at the end (items, skipped rows with reasons).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
 }
 
 /// Worker parts only: the `--rows-per-shard` of the run, an index.json key `merge` reads.
@@ -116,6 +118,7 @@ pub(super) fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
 /// The run, step by step ([`steps`], [`load`], [`sft_set`]).
 pub fn run(args: McqArgs) -> Result<()> {
     let slice = args.worker.resolve()?;
+    let tuning = crate::tuning::Tuning::resolve(args.threads)?;
     // 1. Paths, manifest, one writer, policy, templates, lock, tokenizer.
     let o = steps::open(&args, slice)?;
     let out = out_dir(&args, slice);
@@ -160,6 +163,7 @@ pub fn run(args: McqArgs) -> Result<()> {
                 sft_dir: &sft_dir,
                 prompts_path: &prompts_path,
                 reports: &reports,
+                row_groups: tuning.row_groups,
             };
             sft_set::write(&job, ranges)?
         }

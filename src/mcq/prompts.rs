@@ -1,8 +1,9 @@
 //! `prompts.jsonl` (contract 5): one JSON object per item — `id, source, repo, commit, file,
-//! row, prompt, options, gold` — the input of `distill`, `decontam` and `audit`.
+//! row, prompt, options, gold` — the input of `distill`, `decontam` and `audit`, and the one
+//! bounded reader of its lines every command uses ([`for_each_line`]).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -63,7 +64,7 @@ impl PromptRecord {
     }
 }
 
-/// The bytes [`write`] puts on disk for `records`.
+/// The bytes [`write`](fn@write) puts on disk for `records`.
 pub fn encode(records: &[PromptRecord]) -> Vec<u8> {
     let mut buf = Vec::new();
     for r in records {
@@ -111,25 +112,75 @@ pub fn is_own_file(path: &Path) -> bool {
     read(path).is_ok()
 }
 
-/// Read and validate prompts.jsonl; errors name the file and 1-based line.
-pub fn read(path: &Path) -> Result<Vec<PromptRecord>> {
-    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut out = Vec::new();
-    let mut ids = std::collections::HashSet::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {}", path.display()))?;
+/// Longest prompts.jsonl line any reader accepts (bytes): a longer one is refused naming its
+/// line before it is read whole (a prompt that long could never fit a teacher's context).
+pub const MAX_LINE_BYTES: u64 = 64 << 20;
+
+/// The one prompts.jsonl reader (distill, audit, mcq, decontam, inspect): `f(line, text)` for
+/// each non-blank line of `path` in file order (1-based, without its `\n` / `\r\n`) — a regular
+/// file only, one line held at a time, a line over `max_line` bytes refused before it is read
+/// whole. Every error names `file:line`: the reader's own (unreadable, too long, not UTF-8)
+/// and `f`'s, prefixed with it. Returns the bytes read (the file's size).
+pub fn for_each_line(
+    path: &Path,
+    max_line: u64,
+    f: &mut dyn FnMut(usize, &str) -> Result<()>,
+) -> Result<u64> {
+    let file = crate::bounded::open_regular(path)?;
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut buf = Vec::new();
+    let mut bytes = 0u64;
+    for n in 1.. {
+        buf.clear();
+        let got = (&mut r)
+            .take(max_line + 1)
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("{}:{n}: cannot read line", path.display()))?;
+        if got == 0 {
+            break;
+        }
+        bytes += got as u64;
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+        } else if got as u64 > max_line {
+            bail!(
+                "{}:{n}: line longer than {} (not a prompt)",
+                path.display(),
+                crate::bounded::human(max_line)
+            );
+        }
+        let line = std::str::from_utf8(&buf)
+            .with_context(|| format!("{}:{n}: not UTF-8", path.display()))?;
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if line.trim().is_empty() {
             continue;
         }
-        let r: PromptRecord = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a prompt record", path.display(), i + 1))?;
-        if let Err(e) = r.validate() {
-            bail!("{} line {}: {e}", path.display(), i + 1);
-        }
-        if !ids.insert(r.id.clone()) {
-            bail!("{} line {}: duplicate id {:?}", path.display(), i + 1, r.id);
+        f(n, line).with_context(|| format!("{}:{n}", path.display()))?;
+    }
+    Ok(bytes)
+}
+
+/// One line as a prompt record, its own invariants checked ([`PromptRecord::validate`]).
+pub fn parse_record(line: &str) -> Result<PromptRecord> {
+    let r: PromptRecord =
+        serde_json::from_str(line).map_err(|e| anyhow!("not a prompt record ({e})"))?;
+    if let Err(e) = r.validate() {
+        bail!("{} ({})", e, r.id);
+    }
+    Ok(r)
+}
+
+/// Read and validate prompts.jsonl (ids unique); errors name the file and 1-based line.
+pub fn read(path: &Path) -> Result<Vec<PromptRecord>> {
+    let mut out = Vec::new();
+    let mut ids = std::collections::HashMap::new();
+    for_each_line(path, MAX_LINE_BYTES, &mut |n, line| {
+        let r = parse_record(line)?;
+        if let Some(prev) = ids.insert(r.id.clone(), n) {
+            bail!("duplicate id {:?} (first on line {prev})", r.id);
         }
         out.push(r);
-    }
+        Ok(())
+    })?;
     Ok(out)
 }

@@ -29,6 +29,8 @@ pub(super) struct SftJob<'a> {
     pub sft_dir: &'a Path,
     pub prompts_path: &'a Path,
     pub reports: &'a Reports,
+    /// How the parquet shards' row groups are encoded (`--threads`).
+    pub row_groups: crate::shards::parquet::RowGroups,
 }
 
 /// Write the SFT set; its summary for `--json`.
@@ -42,7 +44,13 @@ pub(super) fn write(job: &SftJob, mut ranges: Vec<ProvenanceRange>) -> Result<se
     let kept: Vec<&sft::SftRow> = rows.iter().flatten().collect();
     std::fs::create_dir_all(sft_dir).with_context(|| format!("creating {}", sft_dir.display()))?;
     let mut index = journal(job)?;
-    let mds_entries = sft_write::write_shards(sft_dir, &mut index, &kept, args.rows_per_shard)?;
+    let mds_entries = sft_write::write_shards(
+        sft_dir,
+        &mut index,
+        &kept,
+        args.rows_per_shard,
+        job.row_groups,
+    )?;
     count_documents(job.items, &rows, &mut ranges);
     let counts = sft_write::Counts {
         skipped_empty: job.loaded.skipped_empty,

@@ -29,12 +29,14 @@ pub struct Counts {
 }
 
 /// Write `kept` in shards of `rows_per_shard` into `dir`, journaling each in `index` (whose
-/// shard list is empty and `complete` false on entry). Returns the MDS index entries.
+/// shard list is empty and `complete` false on entry), parquet row groups encoded as
+/// `row_groups` says. Returns the MDS index entries.
 pub fn write_shards(
     dir: &Path,
     index: &mut Index,
     kept: &[&SftRow],
     rows_per_shard: usize,
+    row_groups: crate::shards::parquet::RowGroups,
 ) -> Result<Vec<Value>> {
     let format = index.format;
     let is_mds = format == ShardFormat::Mds;
@@ -48,7 +50,7 @@ pub fn write_shards(
             dtype: index.dtype,
             zstd_level: crate::shards::parquet::LEGACY_ZSTD_LEVEL,
         };
-        let mut w = crate::shards::write_shard(codec, dir, k, &batch)?;
+        let mut w = crate::shards::write_shard(codec, row_groups, dir, k, &batch)?;
         if format == ShardFormat::Megatron {
             let (name, sha) = sft_shards::write_sidecar(dir, &w.entry.file, chunk)?;
             w.entry.extra_files.insert(name, sha);

@@ -63,7 +63,7 @@ pub struct ModelArchitecture {
     pub conversion: Map<String, Value>,
     /// sha256 of tokenizer.json, when there is one.
     pub tokenizer_sha256: Option<String>,
-    /// The weights digest `distill` records ([`super::checkpoint::weights_sha256`]).
+    /// The weights digest `distill` records ([`super::checkpoint::weights_digest`]).
     pub weights_sha256: String,
     /// Sum of the tensors' element counts.
     pub parameters: u64,

@@ -72,7 +72,12 @@ impl PartRows {
 /// different runs; journals each shard in an incomplete index, marks it complete last, then
 /// removes `parts/`. `OUT` may hold only `parts/` and what an earlier merge's journal lists
 /// (`force`: also dlm-data's own files); anything else is refused before a byte is written.
-pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
+pub fn merge_dir(
+    out: &Path,
+    set: &PartSet,
+    force: bool,
+    row_groups: crate::shards::parquet::RowGroups,
+) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let workers = set.workers;
     let mut parts = open_parts(set)?;
@@ -90,7 +95,7 @@ pub fn merge_dir(out: &Path, set: &PartSet, force: bool) -> Result<Value> {
     if run.args.format == ShardFormat::Megatron {
         packer = packer.whole_docs();
     }
-    let mut sink = Sink::new(out, &run);
+    let mut sink = Sink::new(out, &run, row_groups);
     let provenance = repack_units(&mut parts, &run.units, &mut packer, &mut sink)?;
     for p in &parts {
         if p.next_prov != p.idx.provenance.len() {
@@ -255,6 +260,8 @@ struct Sink<'a> {
     out: &'a Path,
     /// `--format`, the parts' dtype and their `--zstd-level` (parquet output).
     codec: crate::shards::ShardCodec,
+    /// How parquet row groups are encoded (`merge --threads`).
+    row_groups: crate::shards::parquet::RowGroups,
     shuffle: Option<u64>,
     /// Shards written.
     n: usize,
@@ -267,7 +274,7 @@ struct Sink<'a> {
 impl<'a> Sink<'a> {
     /// The merged index starts as the first part's, emptied, with the one run's arguments
     /// and the tokenizer keys of its `extra`.
-    fn new(out: &'a Path, run: &Run) -> Sink<'a> {
+    fn new(out: &'a Path, run: &Run, row_groups: crate::shards::parquet::RowGroups) -> Sink<'a> {
         let first = &run.first;
         let mut merged = Index {
             shards: Vec::new(),
@@ -294,6 +301,7 @@ impl<'a> Sink<'a> {
                 dtype: first.dtype,
                 zstd_level: run.args.packing.zstd(),
             },
+            row_groups,
             shuffle: run.args.packing.shuffle_seed,
             n: 0,
             mds: Vec::new(),
@@ -310,7 +318,7 @@ impl<'a> Sink<'a> {
         }
         self.rows += batch.rows() as u64;
         self.tokens += batch.tokens();
-        let w = crate::shards::write_shard(self.codec, out, n, &batch)
+        let w = crate::shards::write_shard(self.codec, self.row_groups, out, n, &batch)
             .with_context(|| format!("writing shard {n} in {}", out.display()))?;
         self.n += 1;
         self.merged.shards.push(w.entry);

@@ -2,7 +2,7 @@
 //!
 //! Data path: [`plan`] orders the input files (units) → a reader thread streams each unit's
 //! rows through [`crate::sources`] → the main thread tokenizes batches of documents with
-//! rayon ([`tokenize`], [`bpe`]) and feeds the [`packer`] in document order → a writer thread
+//! rayon ([`tokenize`], [`tokenize::bpe`]) and feeds the [`packer`] in document order → a writer thread
 //! hands each finished shard to an encoder, and a committer thread writes it durably and
 //! journals it in `index.json` ([`resume`]).
 //! Output order never depends on the thread count: batches are tokenized in parallel but
@@ -195,6 +195,8 @@ pub struct PackArgs {
     /// Print a one-line JSON summary on stdout at the end.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub threads: crate::tuning::ThreadsArg,
     /// Token width for mds/megatron shards.
     #[arg(long, value_enum, default_value = "uint32")]
     pub dtype: DtypeArg,

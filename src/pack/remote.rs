@@ -4,12 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 
 use super::plan::Unit;
-use super::PackArgs;
 use crate::hub::client::HubClient;
 use crate::hub::log::{self, DownloadLog};
 use crate::hub::plan as hplan;
@@ -29,7 +28,14 @@ pub struct Streaming {
 }
 
 impl Streaming {
-    pub fn new(args: &PackArgs, worker: WorkerSlice) -> Result<Streaming> {
+    /// The runtime and client (retrying as `retry` says) and the download log (`log`, else the
+    /// cache's; a worker's own part of it), from the run's settings.
+    pub fn new(
+        retry: RetryPolicy,
+        cache: &crate::hub::cache::Cache,
+        log: Option<&std::path::Path>,
+        worker: WorkerSlice,
+    ) -> Result<Streaming> {
         if crate::hub::offline() {
             return Err(crate::error::usage(
                 "--stream reads from the Hub, but HF_HUB_OFFLINE=1: fetch first and pack from the cache",
@@ -40,13 +46,8 @@ impl Streaming {
             .enable_all()
             .build()
             .context("starting the async runtime")?;
-        let client = Arc::new(HubClient::from_env(RetryPolicy {
-            retries: args.retries,
-            base: Duration::from_millis(args.retry_base_ms.max(1)),
-            max: Duration::from_secs(60),
-        })?);
-        let cache = args.cache.resolve();
-        let mut log_path = cache.log_path(args.log.as_deref());
+        let client = Arc::new(HubClient::from_env(retry)?);
+        let mut log_path = cache.log_path(log);
         if !worker.is_whole() {
             log_path = log::part_path(&log_path, worker.index, worker.count);
         }

@@ -148,7 +148,7 @@ pub struct Distill {
     pub batch_size: Option<usize>,
     pub temperature: Option<f64>,
     pub seed: Option<u64>,
-    /// `--cache`: none, prefix or dual.
+    /// `--kv-cache`: none, prefix or dual.
     pub kv_cache: Option<String>,
     pub cache_refresh: Option<usize>,
     pub threshold: Option<f64>,

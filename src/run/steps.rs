@@ -14,14 +14,24 @@ pub const STEPS: [&str; 6] = ["fetch", "pack", "mcq", "decontam", "distill", "au
 pub const STRICT: &str = "--strict";
 
 /// A step's command lines as settings: without `--strict`, which changes no output byte
-/// (it only fails a run whose output would carry a warning).
+/// (it only fails a run whose output would carry a warning), and with distill's `--cache`
+/// read as `--kv-cache` (its alias: journals from before the step said `--kv-cache` recorded
+/// it, and the same setting must not re-run the distillation).
 pub fn settings(commands: &[Vec<String>]) -> Vec<Vec<&str>> {
     commands
         .iter()
         .map(|c| {
+            let distill = c.first().is_some_and(|a| a == "distill");
             c.iter()
                 .map(String::as_str)
                 .filter(|a| *a != STRICT)
+                .map(|a| {
+                    if distill && a == "--cache" {
+                        "--kv-cache"
+                    } else {
+                        a
+                    }
+                })
                 .collect()
         })
         .collect()
@@ -369,7 +379,7 @@ fn distill(p: &Pipeline) -> Option<Step> {
     push_opt(&mut c, "--batch-size", &d.batch_size);
     push_opt(&mut c, "--temperature", &d.temperature);
     push_opt(&mut c, "--seed", &d.seed);
-    push_opt(&mut c, "--cache", &d.kv_cache);
+    push_opt(&mut c, "--kv-cache", &d.kv_cache);
     push_opt(&mut c, "--cache-refresh", &d.cache_refresh);
     push_opt(&mut c, "--threshold", &d.threshold);
     push_opt(&mut c, "--limit", &d.limit);
@@ -470,5 +480,37 @@ mod tests {
             "input a.jsonl → a.jsonl b.jsonl"
         );
         assert!(describe_change(&old, &[v("mcq --out o")]).starts_with("command `dlm-data pack"));
+    }
+
+    /// The shipped pipeline's `kv_cache = "dual"` reaches distill as `--kv-cache dual` (the
+    /// flag's name; `--cache` names the Hub cache everywhere else).
+    #[test]
+    fn distill_gets_the_kv_cache_by_its_own_flag() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/pipeline.toml");
+        let p = Pipeline::load(&path).unwrap();
+        let steps = plan(&p);
+        let d = steps
+            .iter()
+            .find(|s| s.name == "distill")
+            .expect("a distill step");
+        let argv = &d.commands[0];
+        assert!(
+            argv.windows(2)
+                .any(|w| w[0] == "--kv-cache" && w[1] == "dual"),
+            "{argv:?}"
+        );
+        assert!(!argv.iter().any(|a| a == "--cache"), "{argv:?}");
+        // A journal written when the step said `--cache dual` records the same settings.
+        let old: Vec<String> = argv
+            .iter()
+            .map(|a| {
+                if a == "--kv-cache" {
+                    "--cache".into()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        assert_eq!(settings(&[old]), settings(&d.commands));
     }
 }

@@ -173,3 +173,22 @@ pub fn num_transfer_tokens(mask_count: usize, steps: usize) -> Vec<usize> {
     let (base, rem) = (mask_count / steps, mask_count % steps);
     (0..steps).map(|i| base + usize::from(i < rem)).collect()
 }
+
+#[cfg(test)]
+mod kernel_bounds {
+    /// `MAX_SLOTS` in kernels/common.cuh, read from the text the GPU build compiles.
+    fn kernel_define(name: &str) -> usize {
+        let src = include_str!("../../kernels/common.cuh");
+        let prefix = format!("#define {name} ");
+        let line = src
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("kernels/common.cuh defines no {name}"));
+        line.trim().parse().expect("a number")
+    }
+
+    #[test]
+    fn the_kernels_state_holds_gpu_max_rows_slots() {
+        assert_eq!(kernel_define("MAX_SLOTS"), super::GPU_MAX_ROWS);
+    }
+}

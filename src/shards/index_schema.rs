@@ -22,7 +22,7 @@ pub enum Kind {
 /// The tokenizer the ids came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenizerInfo {
-    /// Absolute path of the tokenizer.json (see [`abs_path`]).
+    /// Absolute path of the tokenizer.json (see [`crate::shards::index::abs_path`]).
     pub path: String,
     /// sha256 of tokenizer.json.
     pub sha256: String,

@@ -242,11 +242,12 @@ pub struct ShardCodec {
 }
 
 impl ShardCodec {
-    /// The writer of these shards.
-    pub fn writer(self) -> Box<dyn ShardWriter> {
+    /// The writer of these shards (parquet row groups encoded as `row_groups` says).
+    pub fn writer(self, row_groups: parquet::RowGroups) -> Box<dyn ShardWriter> {
         match self.format {
             ShardFormat::Parquet => Box::new(parquet::Parquet {
                 zstd_level: self.zstd_level,
+                row_groups,
             }),
             ShardFormat::Mds => Box::new(mds::Mds { dtype: self.dtype }),
             ShardFormat::Megatron => Box::new(megatron::Megatron { dtype: self.dtype }),
@@ -265,13 +266,15 @@ impl ShardFormat {
     }
 }
 
-/// Write shard number `n` of `batch` as `codec` says into `dir` ([`ShardCodec::writer`]).
+/// Write shard number `n` of `batch` as `codec` says into `dir` ([`ShardCodec::writer`]),
+/// parquet row groups encoded as `row_groups` says.
 pub fn write_shard(
     codec: ShardCodec,
+    row_groups: parquet::RowGroups,
     dir: &Path,
     n: usize,
     batch: &RowBatch,
 ) -> Result<WrittenShard> {
     batch.check()?;
-    codec.writer().write(dir, n, batch)
+    codec.writer(row_groups).write(dir, n, batch)
 }

@@ -29,6 +29,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::UInt32Type;
 
 use super::{Column, EncodedShard, RowBatch, ShardEntry, ShardReader, ShardWriter};
+pub use crate::tuning::RowGroups;
 
 /// The zstd level of `pack`'s parquet shards when `--zstd-level` is not given. Level 3 was
 /// 22 % of a 2-thread pack's CPU (perf, Llama-3-shaped prose, 2-core box); level 1 compresses
@@ -41,11 +42,12 @@ pub const LEGACY_ZSTD_LEVEL: u8 = 3;
 /// The parquet shard writer (pages compressed with zstd at `zstd_level`).
 pub struct Parquet {
     pub zstd_level: u8,
+    pub row_groups: RowGroups,
 }
 
 impl ShardWriter for Parquet {
     fn encode(&self, n: usize, batch: &RowBatch) -> Result<EncodedShard> {
-        let mut s = Streaming::new(batch, self.zstd_level)?;
+        let mut s = Streaming::new(batch, self.zstd_level, self.row_groups)?;
         s.write(batch)?;
         s.into_shard(n)
     }
@@ -222,7 +224,7 @@ fn props(zstd_level: u8) -> Result<WriterProperties> {
 /// A parquet shard being encoded in memory, [`CHUNK_ROWS`] rows at a time.
 ///
 /// Row groups ([`ROW_GROUP_ROWS`] rows) are encoded and compressed in parallel on the rayon
-/// pool — the writer side of `pack` keeps pace with tokenization on many cores — and spliced
+/// pool ([`RowGroups`]) — the writer side of `pack` keeps pace with tokenization on many cores — and spliced
 /// into the file in order. Each group goes through the same column writers, fed the same
 /// chunks, that `ArrowWriter` would use, so the bytes are those of one serial encoding.
 pub struct Streaming {
@@ -242,8 +244,8 @@ pub struct Streaming {
     waited: std::time::Duration,
     /// Time the row groups spliced so far took to encode (on the pool, summed).
     encoding: std::time::Duration,
-    /// Row groups go to the rayon pool ([`encode_on_pool`]), else are encoded here.
-    on_pool: bool,
+    /// On the pool or here, and how many in flight.
+    row_groups: RowGroups,
 }
 
 /// One row group's encoded column chunks and the time its encoding took.
@@ -259,33 +261,6 @@ fn encode_timed(
     let r = encode_group(schema, writers, chunks);
     (r, t.elapsed())
 }
-
-/// Row groups encoding at once per shard: enough to keep the pool busy, bounded in memory
-/// (a group of 2048-token rows is 8 MiB of ids).
-fn max_pending() -> usize {
-    (2 * rayon::current_num_threads()).clamp(2, 64)
-}
-
-/// Whether row groups go to the rayon pool (else they are encoded on the calling thread, a
-/// shard's own thread in `pack`): only on a pool of more than
-/// [`ENCODE_INLINE_MAX_THREADS`] threads. On one or two, the pool is the tokenizer's and
-/// encoding there stalls it — a 1-thread pack spent ~30 % of its one worker's user time on
-/// zstd and page encoding — while one thread of its own keeps pace with two tokenizing
-/// threads (encoding is ~0.4× tokenizing per token) and overlaps them. `DLM_PACK_ENCODE_INLINE_MAX`
-/// overrides the threshold (0: always on the pool).
-pub fn encode_on_pool() -> bool {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let max = *MAX.get_or_init(|| {
-        std::env::var("DLM_PACK_ENCODE_INLINE_MAX")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(ENCODE_INLINE_MAX_THREADS)
-    });
-    rayon::current_num_threads() > max
-}
-
-/// See [`encode_on_pool`].
-const ENCODE_INLINE_MAX_THREADS: usize = 2;
 
 /// Encode one row group's chunks through its column writers (what `ArrowWriter` does for a
 /// group, chunk by chunk).
@@ -311,8 +286,9 @@ fn encode_group(
 }
 
 impl Streaming {
-    /// A shard with `batch`'s schema (no rows written yet), compressed at `zstd_level`.
-    pub fn new(batch: &RowBatch, zstd_level: u8) -> Result<Streaming> {
+    /// A shard with `batch`'s schema (no rows written yet), compressed at `zstd_level`, its
+    /// row groups encoded as `row_groups` says.
+    pub fn new(batch: &RowBatch, zstd_level: u8, row_groups: RowGroups) -> Result<Streaming> {
         let rb = to_record_batch(&RowBatch {
             input_ids: Vec::new(),
             columns: batch
@@ -337,14 +313,14 @@ impl Streaming {
             tokens: 0,
             waited: std::time::Duration::ZERO,
             encoding: std::time::Duration::ZERO,
-            on_pool: encode_on_pool(),
+            row_groups,
         })
     }
 
     /// Tests: row groups on the pool or not, whatever the pool's size.
     #[cfg(test)]
     fn on_pool(mut self, on: bool) -> Streaming {
-        self.on_pool = on;
+        self.row_groups.on_pool = on;
         self
     }
 
@@ -382,9 +358,9 @@ impl Streaming {
         let writers = self.factory.create_column_writers(self.groups)?;
         self.groups += 1;
         let (tx, rx) = sync_channel(1);
-        if rayon::current_thread_index().is_some() || !self.on_pool {
+        if rayon::current_thread_index().is_some() || !self.row_groups.on_pool {
             // Already on the pool (a caller's parallel loop): blocking here on pool jobs
-            // could starve it; encode inline. A small pool: see [`encode_on_pool`].
+            // could starve it; encode inline. A small pool: see [`RowGroups::on_pool`].
             let _ = tx.send(encode_timed(&self.schema, writers, &chunks));
         } else {
             let schema = self.schema.clone();
@@ -394,7 +370,7 @@ impl Streaming {
         }
         self.pending.push_back(rx);
         // Splice what is done; wait only while too many groups are in flight.
-        let limit = max_pending();
+        let limit = self.row_groups.pending;
         while let Some(front) = self.pending.front() {
             match front.try_recv() {
                 Ok(ready) => {
@@ -476,9 +452,10 @@ impl Streaming {
     }
 }
 
-/// Encode the batch as a complete parquet file in memory at `zstd_level` (deterministic bytes).
-pub fn encode(batch: &RowBatch, zstd_level: u8) -> Result<Vec<u8>> {
-    let mut s = Streaming::new(batch, zstd_level)?;
+/// Encode the batch as a complete parquet file in memory at `zstd_level` (deterministic bytes,
+/// whatever `row_groups` says).
+pub fn encode(batch: &RowBatch, zstd_level: u8, row_groups: RowGroups) -> Result<Vec<u8>> {
+    let mut s = Streaming::new(batch, zstd_level, row_groups)?;
     s.write(batch)?;
     Ok(s.finish()?.0)
 }
@@ -486,6 +463,12 @@ pub fn encode(batch: &RowBatch, zstd_level: u8) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Row groups on the pool, a few in flight (the tests pick inline with `on_pool`).
+    const RG: RowGroups = RowGroups {
+        on_pool: true,
+        pending: 4,
+    };
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::UInt32Type;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -546,13 +529,13 @@ mod tests {
         };
         let serial = serial_bytes(&batch);
         assert_eq!(
-            encode(&batch, ZSTD_LEVEL).unwrap(),
+            encode(&batch, ZSTD_LEVEL, RG).unwrap(),
             serial,
             "parallel encoding from a plain thread"
         );
         // On the pool or on this thread (a small pool's way), whatever this machine's cores.
         for on in [true, false] {
-            let mut s = Streaming::new(&batch, ZSTD_LEVEL).unwrap().on_pool(on);
+            let mut s = Streaming::new(&batch, ZSTD_LEVEL, RG).unwrap().on_pool(on);
             s.write(&batch).unwrap();
             assert_eq!(
                 s.finish().unwrap().0,
@@ -565,10 +548,10 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap()
-            .install(|| encode(&batch, ZSTD_LEVEL).unwrap());
+            .install(|| encode(&batch, ZSTD_LEVEL, RG).unwrap());
         assert_eq!(inline, serial, "encoding on a pool thread");
         // Streamed in odd multiples of CHUNK_ROWS that straddle row groups.
-        let mut s = Streaming::new(&batch, ZSTD_LEVEL).unwrap();
+        let mut s = Streaming::new(&batch, ZSTD_LEVEL, RG).unwrap();
         let mut at = 0;
         for k in [3usize, 17, 1, 20] {
             let len = k * CHUNK_ROWS;
@@ -593,8 +576,8 @@ mod tests {
                 Column::Str(rs.iter().map(|r| format!("s{}", r[0] % 3)).collect()),
             )],
         };
-        let whole = encode(&batch(&rows), ZSTD_LEVEL).unwrap();
-        let mut s = Streaming::new(&batch(&rows[..1]), ZSTD_LEVEL).unwrap();
+        let whole = encode(&batch(&rows), ZSTD_LEVEL, RG).unwrap();
+        let mut s = Streaming::new(&batch(&rows[..1]), ZSTD_LEVEL, RG).unwrap();
         for c in rows[..4 * CHUNK_ROWS].chunks(CHUNK_ROWS) {
             s.write(&batch(c)).unwrap();
         }
@@ -603,7 +586,7 @@ mod tests {
         assert_eq!((n, tokens), (300, 300 * 16));
         assert!(bytes == whole, "streamed shard differs from one encoding");
         // A short chunk may only be the last.
-        let mut s = Streaming::new(&batch(&rows[..1]), ZSTD_LEVEL).unwrap();
+        let mut s = Streaming::new(&batch(&rows[..1]), ZSTD_LEVEL, RG).unwrap();
         s.write(&batch(&rows[..10])).unwrap();
         assert!(s.write(&batch(&rows[..10])).is_err());
     }
@@ -620,8 +603,12 @@ mod tests {
                 ("source".into(), Column::Str(vec!["a".into(), "b".into()])),
             ],
         };
-        let bytes = encode(&batch, ZSTD_LEVEL).unwrap();
-        assert_eq!(bytes, encode(&batch, ZSTD_LEVEL).unwrap(), "deterministic");
+        let bytes = encode(&batch, ZSTD_LEVEL, RG).unwrap();
+        assert_eq!(
+            bytes,
+            encode(&batch, ZSTD_LEVEL, RG).unwrap(),
+            "deterministic"
+        );
         let r = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
             .unwrap()
             .build()
@@ -645,8 +632,8 @@ mod tests {
             input_ids: vec![row.clone(); 64],
             columns: Vec::new(),
         };
-        let fast = encode(&batch, 1).unwrap();
-        let small = encode(&batch, 19).unwrap();
+        let fast = encode(&batch, 1, RG).unwrap();
+        let small = encode(&batch, 19, RG).unwrap();
         assert_ne!(fast, small, "the level changed nothing");
         for bytes in [fast, small] {
             let r = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))

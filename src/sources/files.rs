@@ -164,11 +164,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 pub struct PendingHashes(std::thread::JoinHandle<Result<Vec<InputFile>>>);
 
 impl PendingHashes {
-    /// Start hashing `files` on threads of their own (never the rayon pool, which is the
-    /// tokenizer's: on a pool of one thread, a many-file input's hashing held up
+    /// Start hashing `files` on `threads` threads of their own (never the rayon pool, which
+    /// is the tokenizer's: on a pool of one thread, a many-file input's hashing held up
     /// tokenization while it ran there).
-    pub fn spawn(files: Vec<PathBuf>) -> Result<Self> {
-        let threads = (rayon::current_num_threads() / 4).clamp(1, 8);
+    pub fn spawn(files: Vec<PathBuf>, threads: usize) -> Result<Self> {
         let h = std::thread::Builder::new()
             .name("input-sha256".into())
             .spawn(move || hash_all(&files, threads))

@@ -30,6 +30,7 @@ use std::path::Path;
 use anyhow::Result;
 
 pub use crate::bounded::{Bound, ReadBounds};
+pub use crate::tuning::{Decoding, PIECE_BYTES};
 pub use template::{Outcome, Template};
 
 use crate::manifest::Format;
@@ -80,10 +81,10 @@ pub struct RowsOf<'a> {
 }
 
 /// The reader of `format`, holding `bounds` (a JSON row while it is read, a compressed
-/// parquet's decompressed copy).
-pub fn reader(format: Format, bounds: ReadBounds) -> Box<dyn RowReader> {
+/// parquet's decompressed copy) and how parquet is decoded.
+pub fn reader(format: Format, bounds: ReadBounds, decoding: Decoding) -> Box<dyn RowReader> {
     match format {
-        Format::Parquet => Box::new(parquet::Parquet(bounds.decompressed)),
+        Format::Parquet => Box::new(parquet::Parquet(bounds.decompressed, decoding)),
         Format::Json => Box::new(records::Json(records::Layout::Array, bounds.row)),
         Format::Jsonl => Box::new(records::Json(records::Layout::Lines, bounds.row)),
         Format::Text => Box::new(text::Text {
@@ -99,10 +100,11 @@ pub fn read_rows(
     at: RowsOf,
     format: Format,
     bounds: ReadBounds,
+    decoding: Decoding,
     tpl: &Template,
     sink: &mut Sink,
 ) -> Result<()> {
-    match reader(format, bounds).rendered(at, tpl, sink) {
+    match reader(format, bounds, decoding).rendered(at, tpl, sink) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }
@@ -122,7 +124,7 @@ pub fn read_values(path: &Path, bounds: ReadBounds, f: &mut records::OnRecord) -
         name: &name,
         start_row: 0,
     };
-    match reader(format, bounds).values(at, f) {
+    match reader(format, bounds, Decoding::SERIAL).values(at, f) {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }

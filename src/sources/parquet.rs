@@ -14,8 +14,8 @@ use super::{RowsOf, Sink, Template};
 
 /// The parquet [`super::RowReader`]: rendered straight from the Arrow columns (no JSON
 /// values) for pack; as JSON objects for the other readers. A compressed file's temporary
-/// copy is bounded by the field.
-pub struct Parquet(pub super::Bound);
+/// copy is bounded by the first field; the second says how many threads decode its pieces.
+pub struct Parquet(pub super::Bound, pub super::Decoding);
 
 impl super::RowReader for Parquet {
     fn values(&self, at: RowsOf, f: &mut super::records::OnRecord) -> Result<()> {
@@ -46,7 +46,7 @@ impl super::RowReader for Parquet {
         crate::util::no_panic(at.name, || {
             // Several row groups (or one large one) from the cursor on: decoded on several
             // threads.
-            if let Some(r) = super::parquet_par::try_read(at, tpl, sink) {
+            if let Some(r) = super::parquet_par::try_read(at, self.1, tpl, sink) {
                 return r;
             }
             read_serial(at, tpl, sink)

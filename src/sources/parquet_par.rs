@@ -1,6 +1,6 @@
 //! Why: one reader thread decoding a parquet file caps `pack` on many cores (decompressing
 //! and rendering ~1 GB of code text takes it ~2 s, 113–194 Mtok/s on the 16-core device).
-//! Here a file is cut into pieces — runs of whole row groups of up to [`PIECE_BYTES`] of
+//! Here a file is cut into pieces — runs of whole row groups of up to [`super::PIECE_BYTES`] of
 //! uncompressed text, a very large row group split at row offsets (whole pages are skipped by
 //! their headers, not decoded) — and the pieces are decoded and rendered on a few
 //! threads of their own, a bounded number ahead, while the caller's thread hands their rows
@@ -10,7 +10,7 @@
 //!
 //! A sink's error (`Stop`: budget reached, consumer gone) ends the read at once: the decoding
 //! threads see a cancel flag between batches and are joined before the read returns.
-//! A file of one piece from the cursor (one row group of up to 4 × [`PIECE_BYTES`]), or one
+//! A file of one piece from the cursor (one row group of up to 4 × [`super::PIECE_BYTES`]), or one
 //! decoding thread, is read serially.
 
 use std::collections::VecDeque;
@@ -32,29 +32,6 @@ use super::{Outcome, RowsOf, Sink, Template};
 /// Uncompressed bytes of the template's columns per piece, merging small row groups (a piece
 /// is decoded whole by one thread, and `threads + 1` pieces at most are decoded ahead of the
 /// sink: the read-ahead memory is that many pieces of rendered text; see [`plan`]).
-pub(super) const PIECE_BYTES: u64 = 64 << 20;
-
-/// Decoding threads: `DLM_PACK_READ_THREADS` if set, else a quarter of the rayon pool
-/// (the tokenizers' threads), 1 to 8 — decoding is a small share of a pack run's work.
-fn decode_threads() -> usize {
-    if let Some(n) = std::env::var("DLM_PACK_READ_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        return n.clamp(1, 64);
-    }
-    (rayon::current_num_threads() / 4).clamp(1, 8)
-}
-
-/// Piece size: `DLM_PACK_READ_PIECE_BYTES` (tests cut small files into many pieces with it),
-/// else [`PIECE_BYTES`].
-fn piece_bytes() -> u64 {
-    std::env::var("DLM_PACK_READ_PIECE_BYTES")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(PIECE_BYTES)
-}
 
 /// A run of file rows `[first_row, first_row + rows)`: the row groups it touches, and the
 /// rows to skip in the first of them.
@@ -149,14 +126,19 @@ fn groups(meta: &ParquetMetaData, roots: &[String]) -> Vec<(u64, u64)> {
 }
 
 /// Read `path` on several threads when it has more than one piece from `start_row` and more
-/// than one decoding thread is allowed; `None`: read it serially.
-pub(super) fn try_read(at: RowsOf, tpl: &Template, sink: &mut Sink) -> Option<Result<()>> {
+/// than one decoding thread is allowed (`decoding`); `None`: read it serially.
+pub(super) fn try_read(
+    at: RowsOf,
+    decoding: super::Decoding,
+    tpl: &Template,
+    sink: &mut Sink,
+) -> Option<Result<()>> {
     let RowsOf {
         path,
         name,
         start_row,
     } = at;
-    let threads = decode_threads();
+    let threads = decoding.threads;
     if threads < 2 {
         return None;
     }
@@ -166,7 +148,7 @@ pub(super) fn try_read(at: RowsOf, tpl: &Template, sink: &mut Sink) -> Option<Re
     let pieces = plan(
         &groups(&meta, &tpl.root_columns()),
         start_row,
-        piece_bytes(),
+        decoding.piece_bytes,
     );
     if pieces.len() < 2 {
         return None;

@@ -77,7 +77,7 @@ impl Blas {
             stream: gpu.stream as _,
             tune: None,
         };
-        if std::env::var("DLM_GEMM_TUNE").is_ok_and(|v| v == "1") {
+        if crate::gpu::tuning::gemm_tune() {
             b.enable_tuning(&gpu.name, None)?;
         }
         Ok(b)

@@ -203,7 +203,7 @@ impl Blas {
             .find(|t| t.0 <= fastest * 1.01)
             .map(|t| t.1)
             .unwrap_or(0);
-        if std::env::var("DLM_GEMM_TUNE_LOG").is_ok() {
+        if crate::gpu::tuning::gemm_tune_log() {
             eprintln!("gemm tune {sh:?}: {:?} -> {best}", times);
         }
         let mut t = tu.borrow_mut();

@@ -134,7 +134,7 @@ impl Engine {
             lp: 0,
             graphs: None,
             prof: Prof {
-                on: std::env::var_os("DLM_DISTILL_PROFILE").is_some_and(|v| v != "0"),
+                on: crate::gpu::tuning::distill_profile(),
                 ..Prof::default()
             },
         };

@@ -41,11 +41,7 @@ pub const PAD_MULTIPLE: usize = 16;
 
 /// [`PAD_MULTIPLE`], or `DLM_PAD_MULTIPLE` when set to a positive number.
 pub fn pad_multiple() -> usize {
-    std::env::var("DLM_PAD_MULTIPLE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&m: &usize| m > 0)
-        .unwrap_or(PAD_MULTIPLE)
+    crate::gpu::tuning::pad_multiple().unwrap_or(PAD_MULTIPLE)
 }
 
 fn dedup(it: impl Iterator<Item = u32>) -> Vec<u32> {

@@ -260,7 +260,7 @@ impl Engine {
         // DLM_FOLD_NORM=1 (experimental, not yet checked on a GPU): each layer's RMSNorm
         // weight is folded into the columns of the GEMM it feeds ([q;k;v] and [gate;up]), the
         // norm becomes a read-only 1/rms pass, and RoPE/SwiGLU apply the per-row scale.
-        let fold_norm = std::env::var("DLM_FOLD_NORM").is_ok_and(|v| v == "1");
+        let fold_norm = crate::gpu::tuning::fold_norm();
         let t = upload::tensors(&gpu, ck, &cfg, fold_norm)?;
         let (cos, sin) = upload::rope_tables(&gpu, &cfg, max_pos)?;
         Ok(Self {
@@ -281,7 +281,7 @@ impl Engine {
             sms: gpu.sm_count,
             resid: Residual::Bf16,
             fold_norm,
-            tail_rows: std::env::var("DLM_TAIL_ROWS").map_or(true, |v| v != "0"),
+            tail_rows: crate::gpu::tuning::tail_rows(),
             gpu,
             marks: std::cell::RefCell::new(None),
         })

@@ -41,7 +41,7 @@ pub(super) fn kernels(gpu: &Gpu, cfg: &LlamaConfig) -> Result<LoadedKernels> {
         advance: kn("advance")?,
         letter: kn("letter_head")?,
     };
-    let attn_force = AttnVariant::parse(&std::env::var("DLM_ATTN").unwrap_or_default())?;
+    let attn_force = AttnVariant::parse(&crate::gpu::tuning::attn())?;
     // The wgmma attention (head_dim 128, sm_90a module): `Wgs2` for large grids by default;
     // the other wgmma shapes only when `DLM_ATTN` forces them.
     let wgmma_default = cfg.head_dim == 128 && gpu.arch == "sm_90a";

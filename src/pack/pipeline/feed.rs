@@ -14,7 +14,6 @@ use super::context::PackCtx;
 use super::profile::Clock;
 use super::progress::Progress;
 use super::read::ReadMsg;
-use super::tuning;
 use super::write::{WriteMsg, WriterStopped};
 use crate::pack::packer::Packer;
 use crate::pack::resume::Cursor;
@@ -36,7 +35,7 @@ enum Slot {
 
 /// Tokenize and pack in document order; hand full shards to the writer. Each batch is cut
 /// into chunks that are queued on the rayon pool first-in first-out as the reader hands the
-/// batches on, up to [`tuning::batches_ahead`] batches ahead of the packer: the pool works
+/// batches on, up to [`crate::tuning::Tuning::batches_ahead`] batches ahead of the packer: the pool works
 /// on the oldest batches first, and no thread waits for a batch's longest document while
 /// later chunks are queued. The packer takes batches in stream order, so the output does not
 /// depend on the thread count.
@@ -48,8 +47,8 @@ pub(super) fn pack_loop(
     wtx: &SyncSender<WriteMsg>,
 ) -> Result<()> {
     let mut feed = Feed::new(ctx, start, rows_per_shard, wtx);
-    let ahead = tuning::batches_ahead();
-    let chunk_bytes = tuning::chunk_text_bytes();
+    let ahead = ctx.settings.tuning.batches_ahead;
+    let chunk_bytes = ctx.settings.tuning.chunk_text_bytes;
     std::thread::scope(|scope| -> Result<()> {
         let (otx, orx) = sync_channel::<Slot>(ahead);
         // Dispatch: reader messages into stream order, batches' chunks onto the pool.

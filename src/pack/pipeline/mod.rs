@@ -7,8 +7,9 @@
 //! 3. three stages connected by bounded channels: the reader thread ([`read`]) → batches
 //!    screened and tokenized in chunks on the rayon pool ([`chunked`]) and packed in stream
 //!    order on the main thread ([`feed`]) → the writer thread ([`write`]), which routes
-//!    rows to shard encoders, and its committer, which writes and journals every shard; [`progress`] draws the bar; [`tuning`] holds the queue and batch sizes,
-//!    [`profile`] the `DLM_PACK_PROFILE` line;
+//!    rows to shard encoders, and its committer, which writes and journals every shard; [`progress`] draws the bar;
+//!    [`profile`] the `DLM_PACK_PROFILE` line; the queue and batch sizes and thread counts
+//!    come decided in the settings ([`crate::tuning::Tuning`]);
 //! 4. the summary (stderr, and one JSON line on stdout with `--json`).
 
 mod chunked;
@@ -20,7 +21,6 @@ mod progress;
 mod read;
 mod settings;
 mod setup;
-mod tuning;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -44,9 +44,9 @@ use write::{WriteMsg, WriterStopped};
 
 pub fn run(args: PackArgs) -> Result<()> {
     let t0 = Instant::now();
-    profile::start();
     let rs = settings::RunSettings::resolve(&args)?;
-    let mut s = setup::prepare(&args, &rs)?;
+    profile::start(rs.tuning.profile);
+    let mut s = setup::prepare(&rs)?;
     let Journal {
         cursor,
         base,
@@ -70,11 +70,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         Opened::Run(j) => j,
     };
 
-    let pad = if rs.packing.pad_last {
-        setup::pad_id(&s.tok)
-    } else {
-        None
-    };
+    let pad = rs.packing.pad_last.then(|| setup::pad_id(&s.tok)).flatten();
     if rs.packing.pad_last && pad.is_none() {
         return Err(crate::error::usage(
             "--pad-last: no pad token and no EOS to pad with",
@@ -98,7 +94,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         && s.worker.is_whole()
         && rs.packing.shuffle_seed.is_none();
     let (wtx, wrx) = sync_channel::<WriteMsg>(if stream_rows { 16 } else { 1 });
-    let reader = spawn_reader(&mut s, &cursor, rs.read_bounds, &exhausted, rtx)?;
+    let reader = spawn_reader(&mut s, &cursor, &rs, &exhausted, rtx)?;
     let writer = {
         let dir = s.out_dir.clone();
         let codec = crate::shards::ShardCodec {
@@ -114,12 +110,14 @@ pub fn run(args: PackArgs) -> Result<()> {
         };
         let first_shard = cursor.shards;
         let hashes = s.hashes.take();
+        let tuning = rs.tuning;
         std::thread::Builder::new()
             .name("pack-writer".into())
             .spawn(move || {
                 write::write_shards(
                     &dir,
                     codec,
+                    tuning,
                     shuffle,
                     base,
                     prior_mds,
@@ -156,7 +154,11 @@ pub fn run(args: PackArgs) -> Result<()> {
         (Ok(()), Ok(idx)) => idx,
     };
     report(&rs, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
-    profile::report(t0.elapsed().as_secs_f64(), final_idx.totals.tokens);
+    profile::report(
+        t0.elapsed().as_secs_f64(),
+        final_idx.totals.tokens,
+        &rs.tuning,
+    );
     Ok(())
 }
 
@@ -164,7 +166,7 @@ pub fn run(args: PackArgs) -> Result<()> {
 fn spawn_reader(
     s: &mut Setup,
     cursor: &Cursor,
-    bounds: crate::bounded::ReadBounds,
+    rs: &settings::RunSettings,
     exhausted: &Arc<Vec<AtomicBool>>,
     tx: SyncSender<ReadMsg>,
 ) -> Result<JoinHandle<()>> {
@@ -172,6 +174,7 @@ fn spawn_reader(
     let exhausted = exhausted.clone();
     let streaming = s.streaming.take();
     let (start_unit, start_row) = (cursor.unit, cursor.row);
+    let (bounds, tuning) = (rs.read_bounds, rs.tuning);
     Ok(std::thread::Builder::new()
         .name("pack-reader".into())
         .spawn(move || {
@@ -180,6 +183,7 @@ fn spawn_reader(
                 start_unit,
                 start_row,
                 bounds,
+                tuning,
                 &exhausted,
                 streaming.as_deref(),
                 &tx,

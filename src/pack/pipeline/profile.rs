@@ -50,12 +50,16 @@ pub(super) struct Profile {
 
 static ORIGIN: OnceLock<Instant> = OnceLock::new();
 
-/// The run starts now (the timeline's zero).
-pub(super) fn start() {
-    if enabled() {
+/// The run starts now (the timeline's zero); `on`: the profile is taken (`DLM_PACK_PROFILE`,
+/// read by [`crate::tuning`]).
+pub(super) fn start(on: bool) {
+    if on {
+        ON.store(true, Ordering::Relaxed);
         let _ = ORIGIN.set(Instant::now());
     }
 }
+
+static ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Set a timeline mark to now; `first`: only if unset.
 pub(super) fn mark(at: impl Fn(&Profile) -> &AtomicU64, first: bool) {
@@ -73,10 +77,9 @@ pub(super) fn mark(at: impl Fn(&Profile) -> &AtomicU64, first: bool) {
 
 pub(super) static PROFILE: OnceLock<Profile> = OnceLock::new();
 
-/// Whether `DLM_PACK_PROFILE` is set (read once).
+/// Whether the profile is taken ([`start`]).
 pub(super) fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("DLM_PACK_PROFILE").is_some_and(|v| v != "0"))
+    ON.load(Ordering::Relaxed)
 }
 
 /// A running clock that adds its elapsed time to a stage when stopped (no-op when disabled).
@@ -116,8 +119,8 @@ pub(super) fn add(stage: impl Fn(&Profile) -> &AtomicU64, d: std::time::Duration
     }
 }
 
-/// The end-of-run line, when enabled.
-pub(super) fn report(wall: f64, tokens: u64) {
+/// The end-of-run line, when enabled (`tuning`: the pool's size and where row groups went).
+pub(super) fn report(wall: f64, tokens: u64, tuning: &crate::tuning::Tuning) {
     if !enabled() {
         return;
     }
@@ -141,7 +144,7 @@ pub(super) fn report(wall: f64, tokens: u64) {
         ns => format!("{:.2}", (ns - 1) as f64 / 1e9),
     };
     // On a small pool, row groups are encoded on the shard threads (not pool work).
-    let on_pool = crate::shards::parquet::encode_on_pool();
+    let on_pool = tuning.row_groups.on_pool;
     eprintln!(
         "pack profile: timeline s: setup {}, first batch {}, last batch {}, packed {}, written {} | wall {wall:.2} s, {threads} threads | reader busy {rb:.2} s, blocked {:.2} s | tokenize {:.2} s ({:.2} thread cpu-s) | row groups {rg_where} {pool_rg:.2} s | pool busy {busy:.0} % | main: pack {pk:.2} s, waiting on reader {:.2} s, tokenizer {:.2} s, writer {:.2} s | shard threads {:.2} s (waiting on pool row groups {:.2} s) | writer: write+journal {wio:.2} s, idle {:.2} s | serial caps Mtok/s: reader {}, packer {}, writer {}, achieved {:.1}",
         at(&p.at_setup),
@@ -162,10 +165,10 @@ pub(super) fn report(wall: f64, tokens: u64) {
         cap(pk),
         cap(wio),
         tokens as f64 / wall.max(1e-9) / 1e6,
-        threads = rayon::current_num_threads(),
+        threads = tuning.pool,
         pool_rg = s(&p.encode_pool),
         busy = 100.0 * (s(&p.tokenize_cpu) + if on_pool { s(&p.encode_pool) } else { 0.0 })
-            / (wall.max(1e-9) * rayon::current_num_threads() as f64),
+            / (wall.max(1e-9) * tuning.pool as f64),
         rg_where = if on_pool { "on the pool" } else { "on shard threads" },
     );
 }

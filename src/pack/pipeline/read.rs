@@ -12,7 +12,7 @@ use crate::pack::plan::Unit;
 use crate::pack::remote::Streaming;
 use crate::sources::{Outcome, Stop};
 
-use super::tuning::{batch_text_bytes, BATCH_MAX_ROWS};
+use crate::tuning::{Tuning, BATCH_MAX_ROWS};
 
 /// What the reader hands the packing thread, in unit order.
 pub(super) enum ReadMsg {
@@ -39,6 +39,7 @@ pub(super) fn read_units(
     start_unit: usize,
     start_row: u64,
     bounds: crate::bounded::ReadBounds,
+    tuning: Tuning,
     exhausted: &[AtomicBool],
     streaming: Option<&Streaming>,
     tx: &SyncSender<ReadMsg>,
@@ -59,7 +60,7 @@ pub(super) fn read_units(
             let mut items: Vec<(u64, Outcome)> = Vec::new();
             let mut bytes = 0usize;
             let mut clock = Clock::start();
-            let batch_bytes = batch_text_bytes();
+            let batch_bytes = tuning.batch_text_bytes;
             let mut sink = |row: u64, o: Outcome| -> Result<()> {
                 if let Outcome::Text(t) = &o {
                     bytes += t.len();
@@ -89,7 +90,14 @@ pub(super) fn read_units(
                         name: &u.file,
                         start_row: first,
                     };
-                    crate::sources::read_rows(at, u.format, bounds, &u.source.tpl, &mut sink)
+                    crate::sources::read_rows(
+                        at,
+                        u.format,
+                        bounds,
+                        tuning.decoding,
+                        &u.source.tpl,
+                        &mut sink,
+                    )
                 }
             };
             if let Err(e) = r {

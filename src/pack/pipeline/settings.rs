@@ -10,7 +10,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use crate::bounded::{Bound, ReadBounds};
-use crate::pack::{MissingText, PackArgs};
+use crate::hub::cache::CacheArg;
+use crate::hub::retry::RetryPolicy;
+use crate::pack::tokenize::BoundaryFlags;
+use crate::pack::{DtypeArg, MissingText, PackArgs};
 use crate::shards::settings::Packing;
 use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
@@ -47,6 +50,23 @@ pub(super) struct RunSettings {
     pub strict: bool,
     /// The `--input` files as given (`--strict` names the ones that gave no document).
     pub inputs: Vec<PathBuf>,
+    /// `--threads`, the pool it built and every count derived from it.
+    pub tuning: crate::tuning::Tuning,
+    /// `--manifest` (else `--input`).
+    pub manifest: Option<PathBuf>,
+    /// `--cache` (the cache root the manifest's sources were fetched into).
+    pub cache: CacheArg,
+    /// `--log` (with `--stream`: the download log).
+    pub log: Option<PathBuf>,
+    /// `--stream`: the Hub read by HTTP Range with this retry budget.
+    pub stream: Option<RetryPolicy>,
+    /// The `--input` text template: `--text`, else `{COLUMN}` of `--text-column`.
+    pub text_template: String,
+    /// The tokenizer's document-boundary flags and pack's own (`--eos-token`, `--bos`, …,
+    /// `--no-fast-tokenizer`, `--special-tokens-in-text`, `--mask-token`).
+    pub boundary: BoundaryFlags,
+    /// `--dtype`, checked against the format and the vocabulary by setup.
+    pub dtype: DtypeArg,
 }
 
 impl RunSettings {
@@ -110,6 +130,32 @@ impl RunSettings {
             json: a.json,
             strict: a.strict,
             inputs: a.input.clone(),
+            tuning: crate::tuning::Tuning::resolve(a.threads)?,
+            manifest: a.manifest.clone(),
+            cache: a.cache.clone(),
+            log: a.log.clone(),
+            stream: a.stream.then(|| RetryPolicy {
+                retries: a.retries,
+                base: std::time::Duration::from_millis(a.retry_base_ms.max(1)),
+                max: std::time::Duration::from_secs(60),
+            }),
+            text_template: match &a.text {
+                Some(t) => t.clone(),
+                None => format!("{{{}}}", a.text_column),
+            },
+            boundary: BoundaryFlags {
+                boundary: crate::doc_tokens::Flags {
+                    eos_token: a.eos_token.clone(),
+                    no_eos: a.no_eos,
+                    bos: a.bos,
+                    bos_token: a.bos_token.clone(),
+                    no_bos: a.no_bos,
+                },
+                no_fast: a.no_fast_tokenizer,
+                mode: a.special_tokens_in_text,
+                mask_token: a.mask_token.clone(),
+            },
+            dtype: a.dtype,
         })
     }
 

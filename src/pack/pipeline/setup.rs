@@ -10,8 +10,8 @@ use super::settings::RunSettings;
 use crate::manifest::Manifest;
 use crate::pack::plan::{Plan, Unit};
 use crate::pack::remote::Streaming;
-use crate::pack::tokenize::{BoundaryFlags, DocTokenizer};
-use crate::pack::{DtypeArg, PackArgs};
+use crate::pack::tokenize::DocTokenizer;
+use crate::pack::DtypeArg;
 use crate::shards::settings::PackSettings;
 use crate::shards::{Dtype, ShardFormat};
 use crate::sources::files::PendingHashes;
@@ -59,18 +59,22 @@ pub(super) fn settle_inputs(
 
 /// Claim the output, plan the units, load the tokenizer, pick the dtype (the flags were
 /// resolved before, [`RunSettings::resolve`]).
-pub(super) fn prepare(args: &PackArgs, rs: &RunSettings) -> Result<Setup> {
+pub(super) fn prepare(rs: &RunSettings) -> Result<Setup> {
     let worker = rs.worker;
     let out_dir = rs.out_dir();
-    let lock = claim_output(args, &out_dir)?;
-    let streaming = if args.stream {
-        Some(Arc::new(Streaming::new(args, worker)?))
-    } else {
-        None
+    let lock = claim_output(rs, &out_dir)?;
+    let streaming = match rs.stream {
+        Some(retry) => Some(Arc::new(Streaming::new(
+            retry,
+            &rs.cache.resolve(),
+            rs.log.as_deref(),
+            worker,
+        )?)),
+        None => None,
     };
-    let (plan, inputs) = plan_units(args, streaming.as_deref())?;
-    let tok = load_tokenizer(args)?;
-    let dtype = choose_dtype(args, &tok)?;
+    let (plan, inputs) = plan_units(rs, streaming.as_deref())?;
+    let tok = load_tokenizer(rs)?;
+    let dtype = choose_dtype(rs, &tok)?;
     // The files read are inputs too (cache blobs through their snapshot links).
     let unit_inputs: Vec<(&str, &Path)> = plan
         .units
@@ -87,7 +91,7 @@ pub(super) fn prepare(args: &PackArgs, rs: &RunSettings) -> Result<Setup> {
         .filter(|(k, _)| worker.owns(*k))
         .map(|(_, u)| u.clone())
         .collect();
-    tok.size_word_cache(units.iter().map(|u| u.bytes).sum());
+    tok.size_word_cache(units.iter().map(|u| u.bytes).sum(), rs.tuning.word_cache);
     // The inputs' sha256 belong to the resume fingerprint. An existing journal is compared
     // with it before anything else: hash first. A fresh directory's index gets them when the
     // writer journals its first shard: hashing overlaps tokenizing.
@@ -119,20 +123,20 @@ pub(super) fn prepare(args: &PackArgs, rs: &RunSettings) -> Result<Setup> {
 
 /// Before any work: paths we can record exactly, no input as the output, one writer (the lock
 /// on `out_dir`, `None` when read-only).
-fn claim_output(args: &PackArgs, out_dir: &Path) -> Result<Option<crate::lock::OutputLock>> {
+fn claim_output(rs: &RunSettings, out_dir: &Path) -> Result<Option<crate::lock::OutputLock>> {
     let given: Vec<(&str, &Path)> = [
-        ("--out", Some(args.out.as_path())),
-        ("--manifest", args.manifest.as_deref()),
-        ("--tokenizer", Some(args.tokenizer.as_path())),
-        ("--cache", args.cache.dir.as_deref()),
-        ("--log", args.log.as_deref()),
+        ("--out", Some(rs.out.as_path())),
+        ("--manifest", rs.manifest.as_deref()),
+        ("--tokenizer", Some(rs.tokenizer.as_path())),
+        ("--cache", rs.cache.dir.as_deref()),
+        ("--log", rs.log.as_deref()),
     ]
     .into_iter()
     .filter_map(|(f, p)| p.map(|p| (f, p)))
-    .chain(args.input.iter().map(|p| ("--input", p.as_path())))
+    .chain(rs.inputs.iter().map(|p| ("--input", p.as_path())))
     .collect();
     crate::lock::require_utf8_all(given.iter().copied())?;
-    let lock_file = args
+    let lock_file = rs
         .manifest
         .as_deref()
         .and_then(|m| Manifest::load(m).ok())
@@ -145,40 +149,41 @@ fn claim_output(args: &PackArgs, out_dir: &Path) -> Result<Option<crate::lock::O
     if let Some(l) = &lock_file {
         inputs.push(("lock", l.as_path()));
     }
-    crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let dirs: Vec<(&str, &Path)> = args
-        .input
+    crate::lock::refuse_inputs("--out", &rs.out, &inputs)?;
+    let dirs: Vec<(&str, &Path)> = rs
+        .inputs
         .iter()
         .map(|p| ("--input", p.as_path()))
         .collect();
-    crate::lock::refuse_inside_input_dirs("--out", &args.out, &dirs)?;
+    crate::lock::refuse_inside_input_dirs("--out", &rs.out, &dirs)?;
     crate::lock::OutputLock::dir_or_read_only(out_dir, "pack")
 }
 
 /// The plan of input units (the cache, `--stream` or `--input`); for `--input`, the files'
 /// sha256 being computed on a thread of their own.
 fn plan_units(
-    args: &PackArgs,
+    rs: &RunSettings,
     streaming: Option<&Streaming>,
 ) -> Result<(Plan, Option<PendingHashes>)> {
-    match (&args.manifest, args.input.is_empty()) {
+    let tokens = rs.packing.tokens;
+    match (&rs.manifest, rs.inputs.is_empty()) {
         (Some(m), true) => Ok((
             match streaming {
-                Some(st) => Plan::from_manifest_stream(m, args.tokens, &|man| st.list(man))?,
-                None => Plan::from_manifest(m, &args.cache.resolve(), args.tokens)?,
+                Some(st) => Plan::from_manifest_stream(m, tokens, &|man| st.list(man))?,
+                None => Plan::from_manifest(m, &rs.cache.resolve(), tokens)?,
             },
             None,
         )),
         (None, false) => {
-            let files = crate::sources::files::expand(&args.input)?;
-            let plan = Plan::from_input(&files, &text_template(args), args.tokens)?;
+            let files = crate::sources::files::expand(&rs.inputs)?;
+            let plan = Plan::from_input(&files, &rs.text_template, tokens)?;
             tracing::info!(
                 "--input: {} files, {} bytes (sha256 recorded in index.json)",
                 plan.units.len(),
                 plan.units.iter().map(|u| u.bytes).sum::<u64>()
             );
             // Hashed while the tokenizer loads and the run starts (see [`prepare`]).
-            Ok((plan, Some(PendingHashes::spawn(files)?)))
+            Ok((plan, Some(PendingHashes::spawn(files, rs.tuning.hashers)?)))
         }
         _ => Err(crate::error::usage(
             "give exactly one of --manifest or --input",
@@ -186,31 +191,9 @@ fn plan_units(
     }
 }
 
-/// The `--input` text template: `--text`, else `{COLUMN}` of `--text-column`.
-pub(super) fn text_template(args: &PackArgs) -> String {
-    match &args.text {
-        Some(t) => t.clone(),
-        None => format!("{{{}}}", args.text_column),
-    }
-}
-
 /// The tokenizer with the document-boundary flags (`--eos-token`, `--no-eos`, `--bos`, …).
-fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
-    let tok = DocTokenizer::load(
-        &args.tokenizer,
-        &BoundaryFlags {
-            boundary: crate::doc_tokens::Flags {
-                eos_token: args.eos_token.clone(),
-                no_eos: args.no_eos,
-                bos: args.bos,
-                bos_token: args.bos_token.clone(),
-                no_bos: args.no_bos,
-            },
-            no_fast: args.no_fast_tokenizer,
-            mode: args.special_tokens_in_text,
-            mask_token: args.mask_token.clone(),
-        },
-    )?;
+fn load_tokenizer(rs: &RunSettings) -> Result<DocTokenizer> {
+    let tok = DocTokenizer::load(&rs.tokenizer, &rs.boundary)?;
     let boundaries = crate::doc_tokens::Boundaries {
         eos: tok.eos.clone(),
         eos_choice: tok.eos_choice.clone(),
@@ -232,8 +215,8 @@ fn load_tokenizer(args: &PackArgs) -> Result<DocTokenizer> {
 }
 
 /// `--dtype` against the format and the vocabulary (parquet is always uint32).
-fn choose_dtype(args: &PackArgs, tok: &DocTokenizer) -> Result<Dtype> {
-    Ok(match (args.format, args.dtype) {
+fn choose_dtype(rs: &RunSettings, tok: &DocTokenizer) -> Result<Dtype> {
+    Ok(match (rs.format, rs.dtype) {
         (ShardFormat::Parquet, DtypeArg::Uint16) => {
             return Err(crate::error::usage(
                 "--dtype uint16: parquet shards are always list<uint32>",

@@ -17,6 +17,7 @@ use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
 use crate::shards::{parquet, EncodedShard, RowBatch, ShardCodec, ShardFormat, ShardWriter};
 use crate::sources::files::PendingHashes;
+use crate::tuning::Tuning;
 
 /// What the packing thread hands the writer.
 pub(super) enum WriteMsg {
@@ -44,13 +45,6 @@ impl std::fmt::Display for WriterStopped {
     }
 }
 impl std::error::Error for WriterStopped {}
-
-/// Shards encoded at once, each on its own thread: encoding and compression keep pace with
-/// tokenization on many cores, while files are still written and journaled one at a time, in
-/// order (so a crash leaves at most one shard past the journal, as resume expects).
-fn encoders() -> usize {
-    (rayon::current_num_threads() / 4).clamp(1, 8)
-}
 
 /// A shard being encoded on its own thread.
 struct InFlight {
@@ -87,10 +81,16 @@ enum Commit {
 /// it in the index. Writing and fsyncing a shard never holds up the rows of the next one: on
 /// 16 threads the packer waited 38 % of a run on a writer busy with `write+journal`, which
 /// with its own packing kept the main thread 81 % occupied, nearly a serial cap.
+///
+/// Shards encoded at once, each on its own thread: [`Tuning::encoders`] — encoding and
+/// compression keep pace with tokenization on many cores, while files are still written and
+/// journaled one at a time, in order (so a crash leaves at most one shard past the journal,
+/// as resume expects).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_shards(
     dir: &Path,
     codec: ShardCodec,
+    tuning: Tuning,
     shuffle: Option<u64>,
     idx: Index,
     mds: Vec<serde_json::Value>,
@@ -98,18 +98,29 @@ pub(super) fn write_shards(
     hashes: Option<PendingHashes>,
     rx: Receiver<WriteMsg>,
 ) -> Result<Index> {
-    // Shards in flight (encoding or encoded, not yet written) stay at most `encoders() + 1`,
+    // Shards in flight (encoding or encoded, not yet written) stay at most `encoders + 1`,
     // as before the committer: the one it waits on or writes, those queued here, and the
     // one the router waits to hand on.
-    let (ctx, crx) = sync_channel::<Commit>(encoders() - 1);
+    let (ctx, crx) = sync_channel::<Commit>(tuning.encoders - 1);
     let committer = {
         let dir = dir.to_path_buf();
         let is_mds = codec.format == ShardFormat::Mds;
         std::thread::Builder::new()
             .name("pack-commit".into())
-            .spawn(move || commit_shards(&dir, is_mds, idx, mds, n, hashes, crx))?
+            .spawn(move || {
+                commit_shards(&dir, is_mds, idx, mds, n, hashes, tuning.throttle_ms, crx)
+            })?
     };
-    let routed = route(dir, codec, shuffle, n, rx, ctx, &committer);
+    let routed = route(
+        dir,
+        codec,
+        tuning.row_groups,
+        shuffle,
+        n,
+        rx,
+        ctx,
+        &committer,
+    );
     let committed = committer
         .join()
         .map_err(|_| anyhow!("shard committer panicked"))?;
@@ -128,6 +139,7 @@ pub(super) fn write_shards(
 fn route(
     dir: &Path,
     codec: ShardCodec,
+    row_groups: parquet::RowGroups,
     shuffle: Option<u64>,
     mut n: usize,
     rx: Receiver<WriteMsg>,
@@ -135,7 +147,7 @@ fn route(
     committer: &JoinHandle<Result<Option<Index>>>,
 ) -> Result<()> {
     let mut open: Option<OpenShard> = None;
-    let writer: Arc<dyn ShardWriter> = Arc::from(codec.writer());
+    let writer: Arc<dyn ShardWriter> = Arc::from(codec.writer(row_groups));
     let (format, zstd_level) = (codec.format, codec.zstd_level);
     // The committer is gone: its own error, naming the file, is the one reported.
     let stopped = || anyhow::Error::new(WriterStopped);
@@ -154,7 +166,7 @@ fn route(
                 );
                 let o = match &mut open {
                     Some(o) => o,
-                    None => open.insert(open_streamed(n, zstd_level)?),
+                    None => open.insert(open_streamed(n, zstd_level, row_groups)?),
                 };
                 if o.tx.send(batch).is_err() {
                     // The encoder stopped: report its error.
@@ -207,7 +219,7 @@ fn route(
 }
 
 /// A parquet shard encoded on its own thread from the rows streamed to it.
-fn open_streamed(k: usize, zstd_level: u8) -> Result<OpenShard> {
+fn open_streamed(k: usize, zstd_level: u8, row_groups: parquet::RowGroups) -> Result<OpenShard> {
     let (tx, brx) = sync_channel::<RowBatch>(16);
     let handle = spawn_encoder(k, move || {
         let mut s: Option<parquet::Streaming> = None;
@@ -216,7 +228,7 @@ fn open_streamed(k: usize, zstd_level: u8) -> Result<OpenShard> {
             let mut c = Clock::start();
             let st = match &mut s {
                 Some(st) => st,
-                None => s.insert(parquet::Streaming::new(&b, zstd_level)?),
+                None => s.insert(parquet::Streaming::new(&b, zstd_level, row_groups)?),
             };
             st.write(&b)?;
             c.lap(|p| &p.encode_cpu);
@@ -245,11 +257,9 @@ fn commit_shards(
     mut mds: Vec<serde_json::Value>,
     mut k: usize,
     mut hashes: Option<PendingHashes>,
+    throttle: Option<u64>,
     rx: Receiver<Commit>,
 ) -> Result<Option<Index>> {
-    let throttle: Option<u64> = std::env::var("DLM_PACK_THROTTLE_MS")
-        .ok()
-        .and_then(|v| v.parse().ok());
     let mut c = Clock::start();
     for msg in rx {
         let f = match msg {

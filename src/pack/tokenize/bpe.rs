@@ -844,14 +844,16 @@ impl Bpe {
     }
 
     /// Make the shared word cache for `words` words now (before the first document; later
-    /// calls change nothing) and start faulting its pages in on a thread of its own, so the
-    /// tokenizing threads do not (see [`super::prefault`]).
-    pub fn size_shared_cache(&self, words: usize) {
+    /// calls change nothing) and, with `prefault`, start faulting its pages in on a thread of
+    /// its own, so the tokenizing threads do not (see [`super::prefault`]).
+    pub fn size_shared_cache(&self, words: usize, prefault: bool) {
         self.shared_words
             .store(words, std::sync::atomic::Ordering::Relaxed);
         self.shared.get_or_init(|| {
             let mut t = SharedWords::new(words);
-            t.prefault();
+            if prefault {
+                t.prefault();
+            }
             t
         });
     }

@@ -3,7 +3,7 @@
 //! tracking or per-call allocation, so `pack` runs several times faster than the crate with
 //! ids identical to `encode(text, add_special_tokens=False)`.
 //!
-//! Shapes taken (anything else is refused by [`FastTokenizer::from_json_without_added`] with the reason, and
+//! Shapes taken (anything else is refused by [`FastTokenizer::from_json`] with the reason, and
 //! the caller keeps the crate):
 //! - byte-level BPE: `ByteLevel(use_regex=true)` (GPT-2, hand-coded regex), or a `Sequence` of
 //!   one or more `Split(Regex, Isolated)` followed by `ByteLevel(use_regex=false)` (Llama-3,

@@ -226,15 +226,15 @@ impl DocTokenizer {
         })
     }
 
-    /// Size the fast path's shared word cache for `input_bytes` of input files (call before
-    /// the first document; see `shared_words`).
-    pub fn size_word_cache(&self, input_bytes: u64) {
+    /// Size the fast path's shared word cache for `input_bytes` of input files, unless
+    /// `tuning` sets its size, and fault its pages in ahead when `tuning` says so (call
+    /// before the first document; see `shared_words`).
+    pub fn size_word_cache(&self, input_bytes: u64, tuning: crate::tuning::WordCacheTuning) {
         if let Some(f) = &self.fast {
-            f.bpe
-                .size_shared_cache(shared_words::SharedWords::words_for_input(
-                    input_bytes,
-                    f.bpe.is_byte_level(),
-                ));
+            let words = tuning.words.unwrap_or_else(|| {
+                shared_words::SharedWords::words_for_input(input_bytes, f.bpe.is_byte_level())
+            });
+            f.bpe.size_shared_cache(words, tuning.prefault);
         }
     }
 
@@ -281,7 +281,7 @@ impl DocTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// A document's full token sequence: [BOS] ids [EOS], under `--special-tokens-in-text`.
+    /// A document's full token sequence: `[BOS] ids [EOS]`, under `--special-tokens-in-text`.
     pub fn encode_doc(&self, text: &str) -> Result<Encoded> {
         let mut e = self.encode_data(text)?;
         if let Some((_, b)) = &self.bos {

@@ -69,16 +69,14 @@ impl Region {
 
 impl Prefaulter {
     /// Start faulting in `slots` whole and `arena` ahead of `used()` (arena words handed out);
-    /// `None` when `DLM_PACK_PREFAULT=0` or the thread cannot start. The caller keeps both
-    /// mappings alive until it has dropped the returned value.
+    /// `None` when the thread cannot start (`DLM_PACK_PREFAULT=0`: the run's tuning never
+    /// calls this). The caller keeps both mappings alive until it has dropped the returned
+    /// value.
     pub(super) fn start(
         slots: &[AtomicU64],
         arena: &[AtomicU64],
         used: impl Fn() -> usize + Send + 'static,
     ) -> Option<Prefaulter> {
-        if std::env::var("DLM_PACK_PREFAULT").is_ok_and(|v| v.trim() == "0") {
-            return None;
-        }
         let (slots, arena) = (Region::of(slots), Region::of(arena));
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();

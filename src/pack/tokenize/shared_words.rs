@@ -150,16 +150,9 @@ fn key_word(key: &[u8], w: usize) -> u64 {
 }
 
 impl SharedWords {
-    /// An empty table of `DLM_PACK_WORD_CACHE` words when set (0: no shared table, every
-    /// thread caches in its own map), else `words`.
+    /// An empty table of `words` words (0: no shared table, every thread caches in its own
+    /// map; `DLM_PACK_WORD_CACHE` sets it through the run's tuning).
     pub fn new(words: usize) -> SharedWords {
-        let words = match std::env::var("DLM_PACK_WORD_CACHE") {
-            Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-                tracing::warn!("DLM_PACK_WORD_CACHE={v:?} is not a number of words: using {words}");
-                words
-            }),
-            Err(_) => words,
-        };
         Self::for_words(words)
     }
 

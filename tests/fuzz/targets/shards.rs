@@ -114,7 +114,11 @@ impl Target for Parquet {
             name: "in.parquet",
             start_row: 0,
         };
-        let _ = src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX).rendered(at, &tpl, &mut sink);
+        let _ = src_pq::Parquet(
+            dlm_data::sources::codec::TEMP_MAX,
+            dlm_data::sources::Decoding::SERIAL,
+        )
+        .rendered(at, &tpl, &mut sink);
         Ok(())
     }
 }
@@ -122,17 +126,20 @@ impl Target for Parquet {
 fn has_text_column(p: &Path) -> bool {
     let tpl = Template::parse("{text}").unwrap();
     let mut sink = |_r: u64, _o: dlm_data::sources::Outcome| -> Result<()> { Ok(()) };
-    src_pq::Parquet(dlm_data::sources::codec::TEMP_MAX)
-        .rendered(
-            RowsOf {
-                path: p,
-                name: "x",
-                start_row: 0,
-            },
-            &tpl,
-            &mut sink,
-        )
-        .is_ok()
+    src_pq::Parquet(
+        dlm_data::sources::codec::TEMP_MAX,
+        dlm_data::sources::Decoding::SERIAL,
+    )
+    .rendered(
+        RowsOf {
+            path: p,
+            name: "x",
+            start_row: 0,
+        },
+        &tpl,
+        &mut sink,
+    )
+    .is_ok()
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -4,15 +4,15 @@
 
 use anyhow::Result;
 
-use super::client::HubClient;
 use super::models::{self, ModelPlan};
-use super::names::RepoKind;
-use super::plan::{self, SourcePlan};
-use super::short;
+use super::{self as plan, SourcePlan};
+use crate::hub::client::HubClient;
+use crate::hub::names::RepoKind;
+use crate::hub::short;
 use crate::manifest::{Lock, LockedSource, Manifest, ModelLock};
 
 /// The lock a run honours (`--locked` / `HF_HUB_OFFLINE=1`), if any, and how it is named.
-pub(super) struct Honoured<'a> {
+pub(in crate::hub) struct Honoured<'a> {
     pub lock: Option<&'a Lock>,
     pub model_lock: Option<&'a ModelLock>,
     pub name: &'a str,
@@ -21,7 +21,7 @@ pub(super) struct Honoured<'a> {
 
 /// Every Hub source planned concurrently (no data downloaded yet), in manifest order. Policy
 /// refusals (exit 2) win over any other planning error.
-pub(super) async fn sources(
+pub(in crate::hub) async fn sources(
     client: &HubClient,
     manifest: &Manifest,
     h: &Honoured<'_>,
@@ -90,7 +90,10 @@ async fn source(
 
 /// Local sources (`path = …`): hashed now into their lock entries; under a lock they must
 /// match it exactly (and nothing new is returned).
-pub(super) fn local_sources(manifest: &Manifest, h: &Honoured<'_>) -> Result<Vec<LockedSource>> {
+pub(in crate::hub) fn local_sources(
+    manifest: &Manifest,
+    h: &Honoured<'_>,
+) -> Result<Vec<LockedSource>> {
     let mut locals = Vec::new();
     for s in manifest.sources.iter().filter(|s| s.is_local()) {
         match h.lock {
@@ -124,7 +127,7 @@ pub(super) fn local_sources(manifest: &Manifest, h: &Honoured<'_>) -> Result<Vec
 
 /// The manifest's models, one after another, the way sources are planned (their own API; no
 /// split policy: a model is not data).
-pub(super) async fn models(
+pub(in crate::hub) async fn models(
     client: &HubClient,
     manifest: &Manifest,
     h: &Honoured<'_>,
@@ -169,7 +172,7 @@ pub(super) async fn models(
 
 /// The split policy on every training source, before any download: every refusal at once
 /// (exit 2).
-pub(super) fn refuse_eval_splits(plans: &[SourcePlan]) -> Result<()> {
+pub(in crate::hub) fn refuse_eval_splits(plans: &[SourcePlan]) -> Result<()> {
     let refusals: Vec<anyhow::Error> = plans
         .iter()
         .filter_map(|p| {

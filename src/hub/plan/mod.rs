@@ -1,17 +1,22 @@
 //! From a manifest source to the exact files to fetch: revision → commit, listing,
-//! config/split → files ([`super::configs`]), the split policy, and `--locked` checks against
-//! the lock. Everything here happens before a single data byte is downloaded.
+//! config/split → files ([`crate::hub::configs`]), the split policy, and `--locked` checks
+//! against the lock. Everything here happens before a single data byte is downloaded; the
+//! fetch run's planning steps over every source and model are [`steps`], a model's own
+//! planning (and what a fetched model leaves behind) [`models`].
+
+pub mod models;
+pub(super) mod steps;
 
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::client::{HubClient, TreeEntry};
-use super::configs;
-use super::download::FileTask;
-use super::names::{check_repo_path, shown, RepoKind};
-use super::retry::{as_transient, transient};
 use crate::digest::{HexDigest, SHA1_HEX, SHA256_HEX};
+use crate::hub::client::{HubClient, TreeEntry};
+use crate::hub::configs;
+use crate::hub::download::FileTask;
+use crate::hub::names::{check_repo_path, shown, RepoKind};
+use crate::hub::retry::{as_transient, transient};
 use crate::manifest::{LockedFile, LockedSource, Role, Source};
 
 /// A source resolved to a commit and its files.
@@ -219,8 +224,8 @@ async fn fetch_small(
         let r: Result<Vec<u8>> = async {
             let (resp, _) = client.resolve(repo, commit, &e.path, None).await?;
             let size = e.lfs.as_ref().map_or(e.size, |l| l.size);
-            let limit = size.min(super::client::MAX_API_BODY as u64) as usize;
-            let bytes = super::client::api_body(
+            let limit = size.min(crate::hub::client::MAX_API_BODY as u64) as usize;
+            let bytes = crate::hub::client::api_body(
                 &format!("{repo}/{}", e.path),
                 &client.resolve_url(repo, commit, &e.path),
                 resp,

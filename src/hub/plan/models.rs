@@ -1,16 +1,16 @@
 //! `[[model]]` sources in `fetch`: a model repo at its pinned commit (the Hub's model API and
 //! resolve URLs, cached as `models--owner--name`), the files its globs select, their lock
 //! entries, `architecture.json` beside the lock, and `--local-dir`. Downloading, resume,
-//! verification and download.log lines are the datasets' own ([`super::download`]).
+//! verification and download.log lines are the datasets' own ([`crate::hub::download`]).
 
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use super::cache::{Area, Cache};
-use super::client::HubClient;
-use super::download::FileTask;
-use super::names::RepoKind;
+use crate::hub::cache::{Area, Cache};
+use crate::hub::client::HubClient;
+use crate::hub::download::FileTask;
+use crate::hub::names::RepoKind;
 use crate::manifest::{LockedFile, LockedModel, ModelSource, Role};
 use crate::model::architecture::{ArchitectureFile, ModelArchitecture, ARCHITECTURE_FILE};
 
@@ -54,7 +54,7 @@ pub fn check_lock_matches(m: &ModelSource, l: &LockedModel, lock_path: &str) -> 
 
 /// Tasks for a locked model (offline: no listing).
 pub fn tasks_from_lock(m: &ModelSource, l: &LockedModel, lock_path: &str) -> Result<Vec<FileTask>> {
-    super::plan::locked_tasks(
+    super::locked_tasks(
         &proto(m, &l.commit),
         &l.files,
         &format!("lock {lock_path}: model {:?}", m.name),
@@ -138,7 +138,7 @@ pub async fn plan_model(
         )));
     }
     if let Some(l) = locked {
-        super::plan::compare_with_lock(&m.name, &m.repo, &commit, &files, &l.files)?;
+        super::compare_with_lock(&m.name, &m.repo, &commit, &files, &l.files)?;
     }
     Ok(ModelPlan {
         model: m.clone(),
