@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 
 use super::cache::{Area, Cache};
 use super::download::FileTask;
-use super::models::ModelPlan;
+use super::plan::models::ModelPlan;
 
 /// The record's file name inside `--local-dir`.
 pub const RECORD: &str = ".dlm-data-local-dir.json";
