@@ -1,9 +1,8 @@
 //! Why materialize: the reading commands (`inspect`, `audit --shards`, `merge`) check what a
 //! trainer reads byte for byte with their local code. A bucket output is copied into a local
-//! read cache (one directory per URL, kept: a file whose size and sha256 already match the
-//! bucket's index is not fetched again) and the command runs on that copy. Only a committed
-//! output (a complete `index.json`) is read; the downloaded bytes are what the bucket holds,
-//! so a tampered object fails the command's own checks.
+//! read directory (one per URL) and the command runs on that copy. Only a committed
+//! output (a complete `index.json`) is read; every object is fetched again on each use, so
+//! the copy is what the bucket holds now and a tampered object fails the command's checks.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +13,8 @@ use super::mirror::{data_files, JOURNAL_FILE};
 use super::store::Bucket;
 use crate::shards::index::{self, INDEX_FILE};
 
-/// The local read copy of `url`: beside its staging directory, `.read` appended.
+/// The local read copy of `url`: beside its staging directory, `.read` appended (its
+/// files are replaced on every use).
 pub fn read_dir_for(url: &ObjectUrl) -> PathBuf {
     let mut d = super::staging::dir_for(url).into_os_string();
     d.push(".read");
@@ -53,10 +53,8 @@ pub fn output(bucket: &Bucket, rel: &str, local: &Path, allow_incomplete: bool) 
     let (bytes, _) = got.expect("complete implies present");
     let idx = index::parse(&String::from_utf8_lossy(&bytes), Path::new(&bucket.name(&join(INDEX_FILE))))?;
     for (name, sha) in data_files(&idx) {
+        // Always fetched: the copy must be what the bucket holds now, not what it held.
         let dst = local.join(&name);
-        if dst.is_file() && crate::util::sha256_file(&dst)? == sha {
-            continue;
-        }
         let got = bucket.download_file(&join(&name), &dst)?;
         if got != sha {
             tracing::warn!(
