@@ -329,3 +329,23 @@ fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
     let o = audit();
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+#[test]
+fn a_file_url_is_the_local_path() {
+    let fx = fixture();
+    let local = fx.local();
+    let out = fx.dir.path().join("via-url");
+    let o = fx.pack(&format!("file://{}", out.display()), &[]);
+    ok(&o);
+    let got = tree(&out);
+    let shards = |t: &BTreeMap<String, Vec<u8>>| -> Vec<(String, Vec<u8>)> {
+        t.iter()
+            .filter(|(k, _)| k.starts_with("data/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    assert_eq!(shards(&local), shards(&got));
+    assert!(!fx.dir.path().join("file:").exists());
+    // Nothing went to the bucket or the staging area.
+    assert!(!fx.staging().exists());
+}
