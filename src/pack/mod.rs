@@ -253,9 +253,18 @@ pub enum MissingText {
     Skip,
 }
 
-pub fn run(args: PackArgs) -> Result<()> {
+pub fn run(mut args: PackArgs) -> Result<()> {
     keep_freed_memory();
-    pipeline::run(args)
+    match crate::storage::Location::of_path(&args.out, "--out")? {
+        crate::storage::Location::Object(url) => pipeline::run_to_bucket(args, &url),
+        crate::storage::Location::Local(p) => {
+            args.out = p;
+            pipeline::run(args)
+        }
+        crate::storage::Location::Hub(_) => Err(crate::error::usage(
+            "--out: an hf:// URL names an input; write to a local path or a bucket",
+        )),
+    }
 }
 
 /// glibc's malloc, told to keep what `pack` frees: the row-group and shard buffers (megabytes,

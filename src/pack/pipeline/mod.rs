@@ -286,6 +286,26 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
     .to_string()
 }
 
+/// `--out s3://...` (gs://, az://): the run on a staging directory, uploaded as it is
+/// journaled and committed with `index.json` last ([`crate::storage::output`]).
+pub fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
+    let t0 = Instant::now();
+    let json = args.json;
+    let worker = args.worker.resolve()?;
+    let c = crate::storage::output::run(url, worker, "pack", |staging| {
+        run(PackArgs {
+            out: staging,
+            json: false,
+            ..args
+        })
+    })?;
+    if json {
+        let out = std::path::PathBuf::from(c.url.to_string());
+        crate::cron::json_line(summary(&c.index, &out, t0.elapsed().as_secs_f64(), c.already));
+    }
+    Ok(())
+}
+
 /// Where a run writes for this worker (exposed for tests and merge).
 pub fn part_dir(out: &Path, worker: WorkerSlice) -> PathBuf {
     worker.out_dir(out)
