@@ -2,6 +2,9 @@
 #  - the cuda code builds (the library with the distill hook, the dlm-gpu harness, the
 #    offline tests), reusing the dev-profile dependencies `make test` builds anyway
 #    (`cargo check` would add a second, metadata-only pass over every dependency);
+#  - the one binary the wheel ships (issue 59): tests/one_binary.rs with the cuda build runs its
+#    CPU commands on this machine without libcuda (`distill --device auto` falls back to the
+#    CPU, `--device cuda` fails at once naming libcuda.so.1);
 #  - every kernel in kernels/*.cu compiles with NVRTC 13.0 from PyPI (pinned: the device's
 #    driver is CUDA 13.0 and rejects newer code) into an sm_90 cubin with all entry points.
 NVRTC_PKG := nvidia-cuda-nvrtc==13.0.88
@@ -14,7 +17,7 @@ $(VENV)/.stamp-nvrtc: $(VENV)/.stamp mk/gpu.mk
 gpu-check: $(VENV)/.stamp-nvrtc
 	$(CARGO) build --features cuda --bin dlm-gpu
 	LD_LIBRARY_PATH="$$(ls -d $(abspath $(VENV))/lib/python3*/site-packages/nvidia/cu13/lib)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
-		$(CARGO) test --features cuda --test gpu_offline -- --test-threads=2
+		$(CARGO) test --features cuda --test gpu_offline --test one_binary -- --test-threads=2
 
 # The binaries for the GPU machine (bench/gpu/run.sh stages them for the device).
 gpu-release:

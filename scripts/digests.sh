@@ -6,7 +6,9 @@
 # Contents are normalised before hashing: the output folder's absolute path becomes <OUT> and
 # the hub emulator's address <HF_ENDPOINT>, so the digests do not depend on the checkout's path
 # or the emulator's port, every ISO-8601 UTC timestamp (decontam.json's "time") <TIME> and every JSON
-# timing field (`"…seconds": 0.02`, `"…_per_s": 156.6`, decontam's report) `<T>`.
+# timing field (`"…seconds": 0.02`, `"…_per_s": 156.6`, decontam's report) `<T>`, the commit of
+# every `tool_build` (the build that wrote the file, issue 59) `<COMMIT>`, and the sha256 of a
+# file holding one, where another output quotes it, `<sha256:FILE>`.
 # Files that differ between two runs of one commit (clocks, timings,
 # process ids) are listed in VOLATILE below with why, and not hashed.
 # The outputs are written under one fixed absolute path (default /tmp/dlm-data-digests, one run
@@ -50,18 +52,32 @@ run --out "$D/threshold.json" --threshold 0.5 --seed 7 --temperature 1
 # Clocks, timings, pids and logs: differ between two runs of one commit.
 VOLATILE='^digests\.txt$|(^|/)(emulator\.url|emulator\.log|download\.log|stream\.log|demo\.log|distill\.log|pipeline\.run\.json|[^/]*\.lock\.json|[^/]*\.pid)$'
 endpoint=$(head -1 "$OUT/demo-out/emulator.url")
-list() {
-  (cd "$OUT" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | grep -Ev "$VOLATILE") | while read -r f; do
-    printf '%s  %s\n' "$(python3 - "$OUT/$f" "$OUT" "$endpoint" <<'PY'
+# The normaliser (python3): file list on stdin, one `<sha256>  <file>` line out per file.
+NORMALISE=$(cat <<'PY'
 import hashlib, re, sys
-b = open(sys.argv[1], "rb").read()
-b = b.replace(sys.argv[2].encode(), b"<OUT>").replace(sys.argv[3].encode(), b"<HF_ENDPOINT>")
-b = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", b"<TIME>", b)
-b = re.sub(rb'("[A-Za-z_]*(?:seconds|_per_s)"\s*:\s*)-?[0-9][0-9.eE+-]*', rb"\1<T>", b)
-print(hashlib.sha256(b).hexdigest())
+out, endpoint = sys.argv[1], sys.argv[2]
+files = [l.rstrip("\n") for l in sys.stdin if l.strip()]
+raw = {f: open(f"{out}/{f}", "rb").read() for f in files}
+# The tool build's commit changes with every commit (issue 59): `"tool_build": {"version": …,
+# "commit": "<40 hex>"` becomes <COMMIT>, and the sha256 of a file that records it, wherever
+# another output quotes it (lineage.json's data, decontam.json's scanned), <sha256:FILE> —
+# that file's own digest below still covers every other byte of it.
+BUILD = re.compile(rb'("tool_build"\s*:\s*\{\s*"version"\s*:\s*"[^"]*"\s*,\s*"commit"\s*:\s*)"(?:[0-9a-f]{40}|unknown)"')
+quoted = {hashlib.sha256(b).hexdigest().encode(): f"<sha256:{f}>".encode()
+          for f, b in raw.items() if BUILD.search(b)}
+for f in files:
+    b = raw[f].replace(out.encode(), b"<OUT>").replace(endpoint.encode(), b"<HF_ENDPOINT>")
+    b = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", b"<TIME>", b)
+    b = re.sub(rb'("[A-Za-z_]*(?:seconds|_per_s)"\s*:\s*)-?[0-9][0-9.eE+-]*', rb"\1<T>", b)
+    b = BUILD.sub(rb'\1"<COMMIT>"', b)
+    if quoted:
+        b = re.sub(rb"[0-9a-f]{64}", lambda m: quoted.get(m.group(0), m.group(0)), b)
+    print(f"{hashlib.sha256(b).hexdigest()}  {f}")
 PY
-)" "$f"
-  done
+)
+list() {
+  (cd "$OUT" && find . -type f | sed 's|^\./||' | LC_ALL=C sort | grep -Ev "$VOLATILE") \
+    | python3 -c "$NORMALISE" "$OUT" "$endpoint"
 }
 list > "$OUT/digests.txt"
 case "$mode" in

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "dlm-data",
-    version,
+    version = crate::build_info::LONG_VERSION,
     about = "Training data for AR → masked-diffusion LLM conversion"
 )]
 pub struct Cli {

@@ -28,7 +28,8 @@
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
-//! the rule that text from data never becomes an added (control or mask) token; [`digest`] the
+//! the rule that text from data never becomes an added (control or mask) token; [`build_info`]
+//! the tool build (version, commit, features) every output records; [`digest`] the
 //! one digest rule (any case read, lowercase held); [`cron`] the
 //! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
 //! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
@@ -40,6 +41,7 @@
 pub mod added_text;
 pub mod audit;
 pub mod bounded;
+pub mod build_info;
 pub mod cli;
 pub mod cron;
 pub mod decontam;

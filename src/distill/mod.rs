@@ -46,8 +46,10 @@ pub struct DistillArgs {
     /// Where distilled.json goes (worker parts in OUT.parts/ beside it).
     #[arg(long)]
     pub out: PathBuf,
-    /// cpu, cuda or cuda:N
-    #[arg(long, default_value = "cpu")]
+    /// auto, cpu, cuda or cuda:N. auto: GPU 0 when this binary has the `cuda` feature, the
+    /// machine has the driver, a GPU and the CUDA libraries, and the teacher's shape suits the
+    /// kernels; else the CPU (one warning line).
+    #[arg(long, default_value = "auto")]
     pub device: String,
     /// Tokens generated per prompt (LLaDA's gen_length).
     #[arg(long, default_value_t = 256, value_parser = crate::sizes::tokens())]

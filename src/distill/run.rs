@@ -409,7 +409,10 @@ pub fn run(args: DistillArgs) -> Result<()> {
         s.teacher.dir.display(),
         &s.teacher.identity.weights_sha256[..12],
     );
-    let gen = gen_json(&st.gen);
+    // Each record names the build that wrote it (not in the fingerprint: a newer build
+    // resumes an older one's parts).
+    let mut gen = gen_json(&st.gen);
+    gen["tool_build"] = serde_json::to_value(crate::build_info::ToolBuild::current())?;
     let teacher_json = serde_json::to_value(&s.teacher.identity)?;
     let stop_ids: Vec<u32> = st
         .gen

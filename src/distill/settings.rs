@@ -38,7 +38,7 @@ impl Device {
             _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) => Ok(Device::Cuda(Some(n))),
                 _ => Err(crate::error::usage(format!(
-                    "--device {s:?}: expected cpu, cuda or cuda:N"
+                    "--device {s:?}: expected auto, cpu, cuda or cuda:N"
                 ))),
             },
         }
@@ -90,6 +90,78 @@ impl Device {
             limits::DEFAULT_GPU_BATCH_MEMORY_GIB
         }
     }
+}
+
+/// `--device` made concrete before any file is opened (issue 59: one binary for CPU and GPU
+/// machines). `cuda[:N]` is checked at once: a build without the feature, or a machine
+/// without what the GPU path loads (the driver, a GPU, cuBLAS, NVRTC), is a usage error (exit
+/// 2) naming what is missing. `auto` takes GPU 0 when that check passes and the teacher's
+/// shape suits the GPU kernels, else the CPU — with one warning line in a `cuda` build (a
+/// build without the feature has no GPU path: an info line).
+fn choose_device(arg: &str, teacher: &Path) -> Result<Device> {
+    choose_device_with(arg, teacher, gpu_ready, gpu_shape)
+}
+
+/// [`choose_device`] over the two checks it asks: can `--device d` open here, does the
+/// teacher's shape suit the GPU kernels (each: why not, in one sentence).
+fn choose_device_with(
+    arg: &str,
+    teacher: &Path,
+    gpu_ready: impl Fn(Device) -> std::result::Result<(), String>,
+    gpu_shape: impl Fn(&Path) -> std::result::Result<(), String>,
+) -> Result<Device> {
+    if arg != "auto" {
+        let d = Device::parse(arg)?;
+        if !d.is_cpu() {
+            gpu_ready(d).map_err(|why| crate::error::usage(format!("--device {d}: {why}")))?;
+        }
+        return Ok(d);
+    }
+    let why = match gpu_ready(Device::Cuda(None)) {
+        Ok(()) => match gpu_shape(teacher) {
+            Ok(()) => {
+                tracing::info!("--device auto: cuda (GPU 0)");
+                return Ok(Device::Cuda(None));
+            }
+            Err(why) => why,
+        },
+        Err(why) => why,
+    };
+    if cfg!(feature = "cuda") {
+        tracing::warn!("--device auto: running on the CPU: {why}");
+    } else {
+        tracing::info!("--device auto: cpu ({why})");
+    }
+    Ok(Device::Cpu)
+}
+
+/// Whether `--device d` can open here; why not, in one sentence.
+#[cfg(feature = "cuda")]
+fn gpu_ready(d: Device) -> std::result::Result<(), String> {
+    crate::gpu::probe::check(d.ordinal()).map(|_| ())
+}
+#[cfg(not(feature = "cuda"))]
+fn gpu_ready(_: Device) -> std::result::Result<(), String> {
+    Err(
+        "this binary was built without the `cuda` feature (cargo build --release --features \
+         cuda, or the wheel), or use --device cpu"
+            .into(),
+    )
+}
+
+/// Whether the GPU kernels support the teacher's shape (`auto` only; an unreadable config is
+/// left to the teacher's own checks, which name it).
+#[cfg(feature = "cuda")]
+fn gpu_shape(teacher: &Path) -> std::result::Result<(), String> {
+    match crate::teacher::config::LlamaConfig::from_file(&teacher.join("config.json")) {
+        Ok(cfg) => crate::gpu::weights::check_gpu_shape(&cfg)
+            .map_err(|e| format!("the teacher's shape is not supported on the GPU: {e:#}")),
+        Err(_) => Ok(()),
+    }
+}
+#[cfg(not(feature = "cuda"))]
+fn gpu_shape(_: &Path) -> std::result::Result<(), String> {
+    Ok(())
 }
 
 impl fmt::Display for Device {
@@ -255,9 +327,15 @@ fn absolute(flag: &str, path: &Path) -> Result<PathBuf> {
 }
 
 impl Settings {
-    /// Every flag of `distill` checked and defaulted, before any file is opened.
+    /// Every flag of `distill` checked and defaulted, before any file is opened; `--device`
+    /// made concrete on this machine ([`choose_device`]).
     pub fn resolve(a: &DistillArgs) -> Result<Settings> {
-        let device = Device::parse(&a.device)?;
+        Self::resolve_on(a, choose_device(&a.device, &a.teacher)?)
+    }
+
+    /// [`Settings::resolve`] for a device already chosen (the unit tests check the GPU's
+    /// defaults and limits on machines without one).
+    fn resolve_on(a: &DistillArgs, device: Device) -> Result<Settings> {
         let worker = a.worker.resolve()?;
         let batch_size = batch_size(a.batch_size, device)?;
         let window_prompts = window_prompts(a.window_prompts, batch_size)?;
@@ -368,7 +446,60 @@ mod tests {
     fn resolve(extra: &[&str]) -> Result<Settings> {
         let mut v = vec!["x", "--teacher", "t", "--prompts", "p", "--out", "o"];
         v.extend_from_slice(extra);
-        Settings::resolve(&Cli::try_parse_from(v)?.a)
+        let a = Cli::try_parse_from(v)?.a;
+        // The device as given (auto: the CPU), whatever this machine has.
+        let device = match a.device.as_str() {
+            "auto" => Device::Cpu,
+            d => Device::parse(d)?,
+        };
+        Settings::resolve_on(&a, device)
+    }
+
+    #[test]
+    fn the_device_is_checked_on_this_machine_at_once() {
+        let t = std::path::Path::new("no-teacher");
+        // auto is the default and takes the CPU where the GPU path cannot run.
+        let parsed = Cli::try_parse_from(["x", "--teacher", "t", "--prompts", "p", "--out", "o"]);
+        assert_eq!(parsed.unwrap().a.device, "auto");
+        let no_gpu = |_: Device| Err::<(), String>("no libcuda.so.1".into());
+        let gpu = |_: Device| Ok::<(), String>(());
+        let fits = |_: &Path| Ok::<(), String>(());
+        let too_odd = |_: &Path| Err::<(), String>("head_dim 24".into());
+        assert_eq!(
+            choose_device_with("auto", t, no_gpu, fits).unwrap(),
+            Device::Cpu
+        );
+        assert_eq!(
+            choose_device_with("auto", t, gpu, too_odd).unwrap(),
+            Device::Cpu
+        );
+        assert_eq!(
+            choose_device_with("auto", t, gpu, fits).unwrap(),
+            Device::Cuda(None)
+        );
+        assert_eq!(
+            choose_device_with("cpu", t, gpu, fits).unwrap(),
+            Device::Cpu
+        );
+        assert_eq!(
+            choose_device_with("cuda:1", t, gpu, fits).unwrap(),
+            Device::Cuda(Some(1))
+        );
+        // --device cuda without what it needs: exit 2 naming it (the shape is the teacher's
+        // own check, later, with the file named).
+        let e = choose_device_with("cuda:1", t, no_gpu, fits).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(
+            e.to_string().ends_with("--device cuda:1: no libcuda.so.1"),
+            "{e}"
+        );
+        assert!(choose_device_with("cuda", t, gpu, too_odd).is_ok());
+        // This machine, for real: a build without the feature never picks the GPU.
+        if !cfg!(feature = "cuda") {
+            assert_eq!(choose_device("auto", t).unwrap(), Device::Cpu);
+            let e = choose_device("cuda", t).unwrap_err().to_string();
+            assert!(e.contains("built without the `cuda` feature"), "{e}");
+        }
     }
 
     fn ok(extra: &[&str]) -> Settings {
@@ -456,7 +587,7 @@ mod tests {
         assert_eq!(ok(&["--device", "cuda:3"]).device, Device::Cuda(Some(3)));
         assert_eq!(Device::Cuda(Some(3)).to_string(), "cuda:3");
         for bad in ["gpu", "cuda:x", "CPU"] {
-            assert!(usage(&["--device", bad]).contains("expected cpu, cuda or cuda:N"));
+            assert!(usage(&["--device", bad]).contains("expected auto, cpu, cuda or cuda:N"));
         }
         assert!(usage(&["--gemm-tune"]).contains("--gemm-tune"));
         assert!(usage(&["--kv-cache", "dual"]).contains("GPU only"));

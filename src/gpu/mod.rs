@@ -15,6 +15,8 @@
 //!   threshold, KV cache), `engine::readout` logits and the letter head, `engine::diag` the
 //!   step profile and cache-window check.
 //! - [`backend`]: `distill --device cuda` behind the teacher backend trait.
+//! - [`probe`]: can the GPU path run here (driver, device, cuBLAS, NVRTC), asked without
+//!   cudarc's panics, before `distill` opens anything (`--device cuda` / `auto`).
 //! - [`reference`]: the bf16-faithful CPU model the parity runs compare against.
 //! - [`tuning`]: the engine's `DLM_*` environment switches, read in that one file.
 
@@ -24,6 +26,7 @@ pub mod driver;
 pub mod engine;
 pub mod gemm_plans;
 pub mod nvrtc;
+pub mod probe;
 pub mod reference;
 pub mod tuning;
 pub mod weights;

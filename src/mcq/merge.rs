@@ -24,6 +24,8 @@ use crate::worker::{PartSet, PARTS_DIR};
 /// The part's SFT index with what differs between workers of one run blanked, for comparing.
 fn identity(idx: &Index) -> Index {
     let mut i = idx.clone();
+    // Provenance, not a setting: workers of one run may be different builds.
+    i.tool_build = None;
     i.shards.clear();
     i.totals = Default::default();
     i.complete = true;
@@ -308,6 +310,7 @@ fn write_sft(
         totals: Default::default(),
         provenance: Vec::new(),
         complete: false,
+        tool_build: Some(crate::build_info::ToolBuild::current()),
         ..first.clone()
     };
     index.extra.remove(PART_ROWS_PER_SHARD);

@@ -105,6 +105,7 @@ fn journal(job: &SftJob) -> Result<Index> {
     let mut index = Index {
         version: 1,
         tool: Index::tool_name(),
+        tool_build: Some(crate::build_info::ToolBuild::current()),
         kind: Kind::Sft,
         format: args.format,
         seq_len: args.seq_len as u64,

@@ -53,6 +53,10 @@ pub struct Stage {
     pub time: String,
     /// `dlm-data <version>` that recorded it.
     pub tool: String,
+    /// The tool build (version, commit, features) that recorded it; absent in stages recorded
+    /// before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_build: Option<crate::build_info::ToolBuild>,
     pub from: Checkpoint,
     pub to: Checkpoint,
     pub data: Vec<DataInput>,
@@ -370,6 +374,7 @@ fn add_stage(a: &AddArgs, time: String) -> Result<(Stage, bool)> {
         stage: a.stage.clone(),
         time,
         tool: crate::shards::index::Index::tool_name(),
+        tool_build: Some(crate::build_info::ToolBuild::current()),
         from,
         to,
         data,

@@ -279,6 +279,7 @@ impl<'a> Sink<'a> {
         let mut merged = Index {
             shards: Vec::new(),
             complete: false,
+            tool_build: Some(crate::build_info::ToolBuild::current()),
             ..first.clone()
         };
         merged.format = run.args.format;

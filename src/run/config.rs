@@ -140,7 +140,7 @@ pub struct Distill {
     pub teacher: PathBuf,
     /// distilled.json.
     pub out: PathBuf,
-    /// `--device`: cpu, cuda, cuda:N.
+    /// `--device`: auto (the default), cpu, cuda, cuda:N.
     pub device: Option<String>,
     pub gen_length: Option<usize>,
     pub block_length: Option<usize>,

@@ -83,6 +83,19 @@ pub fn load_complete(dir: &Path) -> Result<Index> {
 /// Serialise the index for `dir` atomically. With `mds_shards` (the MosaicML shard entries),
 /// writes the MDS layout `{"version": 2, "shards": mds_shards, "dlm_data": index}`.
 pub fn save(dir: &Path, idx: &Index, mds_shards: Option<&[serde_json::Value]>) -> Result<()> {
+    // Whoever writes the file is the build it records (a resume, merge or --drop rewrite by a
+    // newer build included); writers build their index with it, so the copy is rare.
+    let current = Some(crate::build_info::ToolBuild::current());
+    let stamped;
+    let idx = if idx.tool_build == current {
+        idx
+    } else {
+        stamped = Index {
+            tool_build: current,
+            ..idx.clone()
+        };
+        &stamped
+    };
     let text = to_json(idx, mds_shards)?;
     // A complete output carries its dataset card, written first: an index that says
     // complete never stands without it.
@@ -119,6 +132,7 @@ mod tests {
         Index {
             version: 1,
             tool: Index::tool_name(),
+            tool_build: Some(crate::build_info::ToolBuild::current()),
             kind: Kind::Pretrain,
             format: ShardFormat::Parquet,
             seq_len: 8,
@@ -171,6 +185,42 @@ mod tests {
         assert_eq!(raw["version"], 2);
         assert_eq!(raw["shards"][0]["format"], "mds");
         assert_eq!(load(d.path()).unwrap(), idx);
+    }
+
+    #[test]
+    fn whoever_writes_the_index_is_the_build_it_records() {
+        let d = tempfile::tempdir().unwrap();
+        let current = crate::build_info::ToolBuild::current();
+        // An index read from an older build (or from before `tool_build`), written again.
+        for older in [
+            None,
+            Some(crate::build_info::ToolBuild {
+                commit: "0".repeat(40),
+                ..current.clone()
+            }),
+        ] {
+            let idx = Index {
+                tool_build: older,
+                ..sample()
+            };
+            save(d.path(), &idx, None).unwrap();
+            let back = load(d.path()).unwrap();
+            assert_eq!(back.tool_build.as_ref(), Some(&current));
+            assert_eq!(
+                Index {
+                    tool_build: None,
+                    ..back
+                },
+                Index {
+                    tool_build: None,
+                    ..idx
+                }
+            );
+        }
+        // Right after `tool`, as docs/formats/index-json.md lists it.
+        let text = std::fs::read_to_string(index_path(d.path())).unwrap();
+        assert!(text.find("\"tool\"").unwrap() < text.find("\"tool_build\"").unwrap());
+        assert!(text.find("\"tool_build\"").unwrap() < text.find("\"kind\"").unwrap());
     }
 
     #[test]

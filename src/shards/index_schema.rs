@@ -117,6 +117,10 @@ pub struct ProvenanceRange {
 pub struct Index {
     pub version: u32,
     pub tool: String,
+    /// The tool build (version, commit, features) that wrote this file: provenance, never
+    /// compared as a setting. Absent in indexes written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_build: Option<crate::build_info::ToolBuild>,
     pub kind: Kind,
     /// `parquet`, `mds` or `megatron`.
     pub format: ShardFormat,

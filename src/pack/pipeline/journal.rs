@@ -154,6 +154,7 @@ fn base_index(
     Ok(Index {
         version: 1,
         tool: Index::tool_name(),
+        tool_build: Some(crate::build_info::ToolBuild::current()),
         kind: Kind::Pretrain,
         format: s.part_format,
         seq_len: args.seq_len as u64,
