@@ -410,3 +410,40 @@ fn student_loader_example_runs_on_the_fixture_teacher() {
         format!("{steps} training steps")
     );
 }
+
+#[test]
+fn audit_checks_the_sidecar_against_records_and_commit_lines() {
+    use dlm_data::audit::report::{Check, Status};
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("prompts.jsonl");
+    prompts(&p, 5);
+    let out = d.path().join("d.json");
+    ok(&distill(&p, &out, &["--trajectory", "--top-k", "3", "--window-prompts", "2"]));
+    let audit = || {
+        let mut c = Check::new("distilled");
+        dlm_data::audit::topk::check_into(&out, &mut c);
+        c
+    };
+    let c = audit();
+    assert_eq!(c.status, Status::Pass, "{:?}", c.problems);
+    // A unit file that is not the one its commit line names.
+    let unit = std::fs::read_dir(parts_dir(&out))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".parquet"))
+        .unwrap();
+    let keep = std::fs::read(&unit).unwrap();
+    std::fs::write(&unit, [&keep[..], b"x"].concat()).unwrap();
+    let c = audit();
+    assert!(c.problems.iter().any(|m| m.contains("topk_sha256")), "{:?}", c.problems);
+    std::fs::write(&unit, &keep).unwrap();
+    // A sidecar whose rows belong to other records: the first two row groups swapped.
+    let side = topk_sidecar::sidecar_path(&out);
+    let rows = topk_sidecar::read(&side).unwrap();
+    assert!(rows.iter().any(|(g, _)| *g == 1));
+    let c = audit();
+    assert_eq!(c.status, Status::Pass);
+    std::fs::remove_file(&side).unwrap();
+    let c = audit();
+    assert!(c.problems.iter().any(|m| m.contains("sidecar is missing")), "{:?}", c.problems);
+}

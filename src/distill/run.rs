@@ -531,21 +531,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
             &teacher_json,
             trajectories,
         )?;
-        let mut topk_sha = None;
-        if st.top_k.is_some() {
-            // Before the commit line: a committed unit always has its top-k rows.
-            let named: Vec<(&str, &RowTrace)> = unit
-                .iter()
-                .zip(&traces)
-                .map(|(&i, t)| (e.items[i].id.as_str(), t))
-                .collect();
-            topk_sha = Some(super::topk_sidecar::write_unit(
-                &super::topk_sidecar::unit_path(&o.writer.path, k),
-                &named,
-            )?);
-        }
-        o.writer
-            .append_with(k, unit, &records, topk_sha.as_deref())?;
+        commit_unit(&st, &e, &mut o, k, unit, &records, &traces)?;
         tally.prompts += unit.len();
         tally.correct.0 += c.0;
         tally.correct.1 += c.1;
@@ -565,6 +551,32 @@ pub fn run(args: DistillArgs) -> Result<()> {
     progress.finish();
     o.discard.disarm();
     finish(&st, &e, &tally, start.elapsed().as_secs_f64())
+}
+
+/// Commit unit `k`: with `--top-k` its sidecar rows first (a committed unit always has them;
+/// their sha256 goes into the commit line), then its records and commit line.
+fn commit_unit(
+    st: &Settings,
+    e: &Encoded,
+    o: &mut Output,
+    k: usize,
+    unit: &[usize],
+    records: &[String],
+    traces: &[RowTrace],
+) -> Result<()> {
+    let mut topk_sha = None;
+    if st.top_k.is_some() {
+        let named: Vec<(&str, &RowTrace)> = unit
+            .iter()
+            .zip(traces)
+            .map(|(&i, t)| (e.items[i].id.as_str(), t))
+            .collect();
+        topk_sha = Some(super::topk_sidecar::write_unit(
+            &super::topk_sidecar::unit_path(&o.writer.path, k),
+            &named,
+        )?);
+    }
+    o.writer.append_with(k, unit, records, topk_sha.as_deref())
 }
 
 /// Forward passes the units `todo` take at most: every row its full steps with early exit

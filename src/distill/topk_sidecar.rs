@@ -95,7 +95,10 @@ pub fn write_unit(path: &Path, rows: &[(&str, &RowTrace)]) -> Result<String> {
         w.flush()?; // one row group per prompt
     }
     w.close()?;
-    super::output::write_atomic(path, &buf)?;
+    if let Err(e) = crate::util::atomic_write(path, &buf) {
+        let _ = std::fs::remove_file(crate::util::temp_path(path));
+        return Err(e);
+    }
     Ok(crate::util::sha256_hex(&buf))
 }
 
