@@ -299,3 +299,87 @@ extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) letter_head(
         }
     }
 }
+
+// distill --trajectory / --top-k (src/sampling/trajectory.rs): after commit_topk, before
+// advance. One CTA per (batch row, block position); a position this step committed (it was a
+// live masked position -- conf not -inf -- and holds a token now) gets its commit step (the
+// row's random-stream step: threshold mode's commit_topk already counted this step, so one
+// less) in step_out[b * gen_length + gpos] and, with K > 0, the K most probable tokens of its
+// logits over the sampler's support (ban[0..n_choice) excluded: the mask, EOS under
+// logits_eos_inf), most probable first with ties to the lower id, their log-probabilities
+// (logit - logsumexp, float64 then f32) and the logsumexp, at [(b * gen_length + gpos) * K].
+// K rounds of a CTA-wide argmax over the tokens ranked after the previous pick: exact, no
+// scratch beyond registers. Only these buffers cross to the host, when a row leaves.
+__device__ __forceinline__ bool tk_after(float l, int i, float pl, int pi) {
+    return l < pl || (l == pl && i > pi);
+}
+__device__ __forceinline__ bool tk_better(float l, int i, float bl, int bi) {
+    return l > bl || (l == bl && i < bi);
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLER_THREADS) record_topk(
+    const float* __restrict__ logits, int V, const u32* __restrict__ x, int S, int blk,
+    const GenState* __restrict__ st, int gen_start, int gen_length, u32 mask_id,
+    const double* __restrict__ conf, const u32* __restrict__ ban, int n_choice, int adaptive,
+    int K, int* __restrict__ step_out, u32* __restrict__ ids_out, float* __restrict__ lp_out,
+    float* __restrict__ lse_out) {
+    const int r = blockIdx.x, b = r / blk, j = r % blk;
+    const int gpos = st->rblock[b] * blk + j;
+    if (conf[r] == NEG_INF_D || x[(u64)b * S + gen_start + gpos] == mask_id) return;
+    const u64 o = (u64)b * gen_length + gpos;
+    if (threadIdx.x == 0) step_out[o] = st->rstep[b] - (adaptive ? 1 : 0);
+    if (K <= 0) return;
+    __shared__ u32 sban[MAX_BAN];
+    if (threadIdx.x < n_choice) sban[threadIdx.x] = ban[threadIdx.x];
+    __syncthreads();
+    const float* row = logits + (u64)r * V;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __shared__ float sl[32];
+    __shared__ int si[32];
+    __shared__ double sz[32];
+    float pl = __int_as_float(0x7f800000);  // +inf: every token ranks after it
+    int pi = -1;
+    double m = 0.0;
+    for (int t = 0; t < K; t++) {
+        float bl = NEG_INF;
+        int bi = 0x7fffffff;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float l = row[i];
+            if (banned(sban, 0, n_choice, i) || !tk_after(l, i, pl, pi)) continue;
+            if (tk_better(l, i, bl, bi)) { bl = l; bi = i; }
+        }
+        for (int s = 16; s > 0; s >>= 1) {
+            const float l2 = __shfl_xor_sync(0xffffffffu, bl, s);
+            const int i2 = __shfl_xor_sync(0xffffffffu, bi, s);
+            if (tk_better(l2, i2, bl, bi)) { bl = l2; bi = i2; }
+        }
+        if (lane == 0) { sl[warp] = bl; si[warp] = bi; }
+        __syncthreads();
+        bl = sl[0]; bi = si[0];
+        for (int w = 1; w < nw; w++)
+            if (tk_better(sl[w], si[w], bl, bi)) { bl = sl[w]; bi = si[w]; }
+        __syncthreads();
+        if (bi == 0x7fffffff) {  // fewer allowed tokens than K
+            if (threadIdx.x == 0) { ids_out[o * K + t] = 0xffffffffu; lp_out[o * K + t] = NEG_INF; }
+            continue;
+        }
+        if (t == 0) m = (double)bl;
+        if (threadIdx.x == 0) { ids_out[o * K + t] = (u32)bi; lp_out[o * K + t] = bl; }
+        pl = bl; pi = bi;
+    }
+    double z = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        if (!banned(sban, 0, n_choice, i)) z += exp((double)row[i] - m);
+    for (int s = 16; s > 0; s >>= 1) z += __shfl_xor_sync(0xffffffffu, z, s);
+    if (lane == 0) sz[warp] = z;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double zz = 0.0;
+        for (int w = 0; w < nw; w++) zz += sz[w];
+        const double lse = m + log(zz);
+        for (int t = 0; t < K; t++)
+            if (ids_out[o * K + t] != 0xffffffffu)
+                lp_out[o * K + t] = (float)((double)lp_out[o * K + t] - lse);
+        lse_out[o] = (float)lse;
+    }
+}

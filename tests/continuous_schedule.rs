@@ -4,7 +4,9 @@
 //! steps), on the tiny teacher. Every prompt's generated span must equal the host sampler's
 //! (`generate_row`, the row alone) through slot refills, left-padding growth, compaction,
 //! lockstep and free rows, temperature 0 and 1, exact and `--threshold`; a forced stop (the
-//! timing bench's) ends rows where told. Catches bookkeeping bugs without a GPU.
+//! timing bench's) ends rows where told; each prompt's trajectory and top-k (the per-slot
+//! records a device keeps for `--trajectory`/`--top-k`, moved with the row through refills and
+//! compaction) equal the host sampler's. Catches bookkeeping bugs without a GPU.
 
 mod teacher_support;
 
@@ -12,6 +14,7 @@ use anyhow::Result;
 use dlm_data::distill::host_loop::{generate_row, num_transfer_tokens, step_row, RowCtx};
 use dlm_data::sampling::early_exit::finished_at;
 use dlm_data::sampling::schedule::{self, Layout, RowDevice, RowState, RunParams, StepKind};
+use dlm_data::sampling::trajectory::RowTrace;
 use dlm_data::sampling::{rng, GenParams, KvCache, Remasking};
 use dlm_data::teacher::{Batch, Teacher, TeacherBackend, TeacherOptions};
 
@@ -25,6 +28,9 @@ struct KernelModel<'a> {
     max_b: usize,
     /// Every prompt length a batch was laid out at.
     lps: Vec<usize>,
+    /// Per slot, what `record_topk` keeps (K = `top_k`).
+    traces: Vec<RowTrace>,
+    top_k: usize,
 }
 
 impl<'a> KernelModel<'a> {
@@ -41,10 +47,13 @@ impl<'a> KernelModel<'a> {
                 keys: vec![],
                 phase: [0; 4],
                 rows: vec![],
+                prev: vec![],
             },
             loads: 0,
             max_b: 0,
             lps: vec![],
+            traces: vec![],
+            top_k: 3,
         }
     }
 
@@ -57,6 +66,13 @@ impl RowDevice for KernelModel<'_> {
     fn load(&mut self, l: &Layout) -> Result<()> {
         assert_eq!(l.x.len(), l.b * (l.lp + self.p.gen.gen_length));
         assert_eq!((l.pads.len(), l.keys.len(), l.rows.len()), (l.b, l.b, l.b));
+        assert_eq!(l.prev.len(), l.b);
+        let fresh = RowTrace::new(self.p.gen.gen_length, self.top_k);
+        self.traces = l
+            .prev
+            .iter()
+            .map(|q| q.map_or_else(|| fresh.clone(), |q| self.traces[q].clone()))
+            .collect();
         self.l = l.clone();
         self.loads += 1;
         self.max_b = self.max_b.max(l.b);
@@ -102,7 +118,10 @@ impl RowDevice for KernelModel<'_> {
             } else {
                 ntrans[st.sib as usize]
             };
-            step_row(g, &logits, vocab, block, k, &ctx);
+            for (j, _) in step_row(g, &logits, vocab, block, k, &ctx) {
+                let lj = &logits[j * vocab..(j + 1) * vocab];
+                self.traces[r].commit(g, st.block as usize * bl + j, st.step as usize, lj);
+            }
             if adaptive && had_mask {
                 self.l.rows[r].step += 1;
             }
@@ -179,6 +198,10 @@ impl RowDevice for KernelModel<'_> {
         self.l.rows[r].live = 0;
         Ok(())
     }
+
+    fn trace(&mut self, r: usize) -> Result<Option<RowTrace>> {
+        Ok(Some(self.traces[r].clone()))
+    }
 }
 
 fn gen_params(t: &Teacher) -> GenParams {
@@ -236,7 +259,7 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
     let base = gen_params(&t);
     let mut freq = std::collections::HashMap::<u32, usize>::new();
     for (q, k) in ps.iter().zip(&keys) {
-        for tok in generate_row(&mut be, &base, q, *k, 0, None).unwrap().gen {
+        for tok in generate_row(&mut be, &base, q, *k, 0, None, None).unwrap().gen {
             *freq.entry(tok).or_default() += 1;
         }
     }
@@ -260,10 +283,12 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
         g.temperature = temperature;
         g.threshold = threshold;
         g.eot_ids = stops.to_vec();
+        let mut want_traces = vec![RowTrace::new(g.gen_length, 3); ps.len()];
         let want: Vec<_> = ps
             .iter()
             .zip(&keys)
-            .map(|(q, k)| generate_row(&mut be, &g, q, *k, 0, Some(&stops)).unwrap())
+            .zip(&mut want_traces)
+            .map(|((q, k), t)| generate_row(&mut be, &g, q, *k, 0, Some(&stops), Some(t)).unwrap())
             .collect();
         early_rows += want.iter().filter(|r| r.early).count();
         for free_rows in [true, false] {
@@ -283,8 +308,17 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                 let mut dev = KernelModel::new(&mut be, p);
                 // budget: rows × longest prompt (a memory limit that closes admission early).
                 let fits = |rows: usize, longest: usize| rows * longest <= budget;
-                let (got, forwards) =
-                    schedule::run(&mut dev, &ps, &keys, &p, nz(slots), &fits, None).unwrap();
+                let (got, forwards, traces) = schedule::run_traced(
+                    &mut dev,
+                    &ps,
+                    &keys,
+                    &p,
+                    nz(slots),
+                    &fits,
+                    None,
+                    true,
+                )
+                .unwrap();
                 let what =
                     format!("T={temperature} thr={threshold:?} steps={steps} free={free_rows} slots={slots}");
                 assert!(dev.max_b <= slots, "{what}: {} rows in flight", dev.max_b);
@@ -297,6 +331,9 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                 for (i, (a, b)) in want.iter().zip(&got).enumerate() {
                     assert_eq!(a.gen, b.gen, "{what}: prompt {i}");
                     assert_eq!(a.early, b.early, "{what}: prompt {i}");
+                    let tr = traces[i].as_ref().expect("a trace per prompt");
+                    assert_eq!(tr.commit_step, want_traces[i].commit_step, "{what}: prompt {i}");
+                    assert_eq!(tr.top_k, want_traces[i].top_k, "{what}: prompt {i}");
                 }
                 let row_steps: usize = got.iter().map(|r| r.steps).sum();
                 assert!(forwards * slots >= row_steps, "{what}");

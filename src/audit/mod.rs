@@ -24,6 +24,7 @@ pub mod policy;
 pub mod prompts;
 pub mod report;
 pub mod shards;
+pub mod topk;
 
 use std::path::PathBuf;
 

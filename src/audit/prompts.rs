@@ -318,6 +318,7 @@ pub fn check_distilled(
         c.fail(p);
     }
     finish_distilled(&mut c, &tr);
+    super::topk::check_into(path, &mut c);
     c
 }
 

@@ -95,6 +95,13 @@ pub fn fingerprint(
     if let Some(g) = st.batch_memory_gib_given {
         fp["max_batch_memory_gib"] = json!(g);
     }
+    // What the records and the sidecar carry (issue 55), only when asked for.
+    if st.trajectory {
+        fp["trajectory"] = json!(true);
+    }
+    if let Some(k) = st.top_k {
+        fp["top_k"] = json!(k);
+    }
     // Continuous batching changes which rows share a forward (and so, on the GPU, the
     // rounding): recorded unless --no-early-exit keeps the fixed batches of earlier runs.
     if st.early_exit {

@@ -36,6 +36,7 @@ use anyhow::Result;
 use super::rng;
 use super::Remasking;
 use crate::sampling::early_exit::{finished_at, RowOut};
+use crate::sampling::trajectory::RowTrace;
 use crate::sampling::GenParams;
 use crate::teacher::{Batch, GenJob, TeacherBackend};
 
@@ -232,14 +233,34 @@ pub fn generate(
     keys: &[u64],
     pad_id: u32,
     logits_shift: u8,
+    trace: Option<&mut Vec<Commit>>,
+) -> Result<Vec<Vec<u32>>> {
+    generate_traced(backend, p, prompts, keys, pad_id, logits_shift, trace, None)
+}
+
+/// [`generate`], also recording each row's [`RowTrace`] (`--trajectory`, `--top-k`) into
+/// `rows` (one per prompt) when given: commit steps are the rows' random-stream steps.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_traced(
+    backend: &mut dyn TeacherBackend,
+    p: &GenParams,
+    prompts: &[&[u32]],
+    keys: &[u64],
+    pad_id: u32,
+    logits_shift: u8,
     mut trace: Option<&mut Vec<Commit>>,
+    mut rows: Option<&mut [RowTrace]>,
 ) -> Result<Vec<Vec<u32>>> {
     let shift = logits_shift as usize;
     anyhow::ensure!(
         shift == 0 || prompts.iter().all(|p| !p.is_empty()),
         "--logits-shift 1 needs a non-empty prompt"
     );
-    if trace.is_none() {
+    anyhow::ensure!(
+        rows.as_ref().is_none_or(|r| r.len() == prompts.len()),
+        "one row trace per prompt"
+    );
+    if trace.is_none() && rows.is_none() {
         let job = GenJob {
             p,
             prompts,
@@ -293,6 +314,7 @@ pub fn generate(
                     shift,
                     |_| bl,
                     trace.as_deref_mut(),
+                    rows.as_deref_mut(),
                 )?;
                 for (r, l) in live.iter().enumerate() {
                     row_steps[r] += usize::from(*l);
@@ -321,6 +343,7 @@ pub fn generate(
                 shift,
                 |r| schedule[r][i],
                 trace.as_deref_mut(),
+                rows.as_deref_mut(),
             )?;
         }
     }
@@ -344,6 +367,7 @@ pub fn host_loop_can_run(p: &GenParams) -> Result<()> {
 /// One row alone, LLaDA's loop with per-row early exit: the prompt unpadded, the row's random
 /// stream keyed by `key`; `stop_ids` (EOS/EoT) finish the row by
 /// [`finished_at`](crate::sampling::early_exit::finished_at) — `None` decodes every block.
+/// `trace` (`--trajectory`, `--top-k`) receives each commit's step and top-k.
 /// Token for token what [`generate`] gives the row in any batch (the host backends compute a
 /// row's logits independently of its peers), up to the point where the row is finished.
 pub fn generate_row(
@@ -353,6 +377,7 @@ pub fn generate_row(
     key: u64,
     logits_shift: u8,
     stop_ids: Option<&[u32]>,
+    mut trace: Option<&mut RowTrace>,
 ) -> Result<RowOut> {
     let shift = logits_shift as usize;
     anyhow::ensure!(
@@ -400,7 +425,12 @@ pub fn generate_row(
                 global_step: global_step as u64,
                 block_start: nb * bl,
             };
-            step_row(p, &logits, vocab, &mut tokens[s0..s0 + bl], k, &ctx);
+            let commits = step_row(p, &logits, vocab, &mut tokens[s0..s0 + bl], k, &ctx);
+            if let Some(t) = trace.as_deref_mut() {
+                for (j, _) in commits {
+                    t.commit(p, nb * bl + j, global_step, &logits[j * vocab..(j + 1) * vocab]);
+                }
+            }
             steps += 1;
             own_step += 1;
             if let Some(e) = done(&tokens) {
@@ -424,7 +454,7 @@ pub fn generate_row(
 }
 
 /// One forward over block `nb` and one [`step_row`] per row (`k(row)` commits at most, row
-/// `r`'s random stream at step `rng_step(r)`), recording the commits in `trace`.
+/// `r`'s random stream at step `rng_step(r)`), recording the commits in `trace` and `rows`.
 #[allow(clippy::too_many_arguments)]
 fn step_batch(
     backend: &mut dyn TeacherBackend,
@@ -437,6 +467,7 @@ fn step_batch(
     shift: usize,
     k: impl Fn(usize) -> usize,
     mut trace: Option<&mut Vec<Commit>>,
+    mut rows: Option<&mut [RowTrace]>,
 ) -> Result<()> {
     let (b, l, bl) = (lay.b, lay.l, p.block_length);
     let s0 = lay.lp + nb * bl;
@@ -452,6 +483,10 @@ fn step_batch(
         let block = &mut lay.tokens[r * l + s0..r * l + s0 + bl];
         let rl = &logits[r * bl * vocab..(r + 1) * bl * vocab];
         for (j, token) in step_row(p, rl, vocab, block, k(r), &ctx) {
+            if let Some(rt) = rows.as_deref_mut() {
+                let lj = &rl[j * vocab..(j + 1) * vocab];
+                rt[r].commit(p, nb * bl + j, rng_step(r), lj);
+            }
             if let Some(t) = trace.as_deref_mut() {
                 t.push(Commit {
                     step: global_step,

@@ -21,6 +21,7 @@ pub mod prompts;
 pub mod record;
 pub mod run;
 pub mod settings;
+pub mod topk_sidecar;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -163,6 +164,17 @@ pub struct DistillArgs {
     /// full longer. Recorded in the resume fingerprint.
     #[arg(long, value_name = "N")]
     pub window_prompts: Option<usize>,
+    /// Record the decoding trajectory: each record gains `commit_step` (the sampler step that
+    /// committed each response position), `tail_ids`/`tail_commit_step` (the generated span
+    /// after the response), `prompt_ids` (the ids fed, chat template applied), and `gen` the
+    /// chat template's sha256 (docs/formats/distilled-json.md#trajectory).
+    #[arg(long)]
+    pub trajectory: bool,
+    /// Also write the teacher's K most probable tokens (1..=64) and their log-probabilities at
+    /// every committed position, from the logits of the step that committed it, to the parquet
+    /// sidecar OUT.topk.parquet (docs/formats/distilled-json.md#top-k-sidecar).
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
     /// Print one line of JSON on stdout at the end: prompts, timings, rows finished early,
     /// mean blocks decoded, forward passes saved, MCQ accuracy.
     #[arg(long)]

@@ -206,6 +206,8 @@ pub struct BatchRecords {
     pub index: Vec<usize>,
     /// The records' exact JSON text, one per index.
     pub records: Vec<String>,
+    /// The sha256 of the batch's top-k unit file (`--top-k`), from its commit line.
+    pub topk_sha256: Option<String>,
 }
 
 /// A part file's committed content.
@@ -307,6 +309,7 @@ pub fn read_part(path: &Path) -> Result<Part> {
             let b = BatchRecords {
                 index,
                 records: std::mem::take(&mut pending),
+                topk_sha256: c["topk_sha256"].as_str().map(str::to_string),
             };
             if let Some(prev) = batches.insert(k, b.clone()) {
                 if prev != b {
@@ -410,6 +413,18 @@ impl PartWriter {
     /// Commit one batch: its records (compact JSON, no newlines) then the commit line, in one
     /// write, fsynced.
     pub fn append(&mut self, batch: usize, index: &[usize], records: &[String]) -> Result<()> {
+        self.append_with(batch, index, records, None)
+    }
+
+    /// [`Self::append`], the commit line also naming the sha256 of the batch's top-k unit file
+    /// (`"topk_sha256"`, `--top-k` only), which [`finalize`] and `audit` check it against.
+    pub fn append_with(
+        &mut self,
+        batch: usize,
+        index: &[usize],
+        records: &[String],
+        topk_sha256: Option<&str>,
+    ) -> Result<()> {
         anyhow::ensure!(index.len() == records.len(), "index/records mismatch");
         let mut buf = String::new();
         for r in records {
@@ -417,9 +432,11 @@ impl PartWriter {
             buf.push_str(r);
             buf.push('\n');
         }
-        buf.push_str(&serde_json::to_string(
-            &serde_json::json!({"batch": batch, "index": index}),
-        )?);
+        let mut commit = serde_json::json!({"batch": batch, "index": index});
+        if let Some(sha) = topk_sha256 {
+            commit["topk_sha256"] = sha.into();
+        }
+        buf.push_str(&serde_json::to_string(&commit)?);
         buf.push('\n');
         self.file
             .write_all(buf.as_bytes())
@@ -503,6 +520,8 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
     );
     let mut identity: Option<(Value, PathBuf)> = None;
     let mut batches: BTreeMap<usize, BatchRecords> = BTreeMap::new();
+    // The part that committed each batch first (its top-k unit file is read).
+    let mut owner: BTreeMap<usize, PathBuf> = BTreeMap::new();
     for p in parts {
         let part = read_part(p)?;
         let id = run_identity(&part.header);
@@ -522,6 +541,7 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
                 }
             } else {
                 batches.insert(k, b);
+                owner.insert(k, p.clone());
             }
         }
     }
@@ -545,21 +565,38 @@ pub fn finalize(parts: &[PathBuf], out: &Path, format: OutFormat) -> Result<Fina
         np <= held,
         "the header says {np} prompts but the parts hold {held} records"
     );
-    let mut by_index: Vec<Option<&str>> = vec![None; np];
-    for b in batches.values() {
-        for (i, r) in b.index.iter().zip(&b.records) {
+    let mut by_index: Vec<Option<(&str, usize, usize)>> = vec![None; np];
+    for (&k, b) in &batches {
+        for (j, (i, r)) in b.index.iter().zip(&b.records).enumerate() {
             let slot = by_index
                 .get_mut(*i)
                 .with_context(|| format!("prompt index {i} out of range {np}"))?;
             anyhow::ensure!(slot.is_none(), "prompt index {i} appears twice");
-            *slot = Some(r);
+            *slot = Some((r, k, j));
         }
     }
-    let recs: Vec<&str> = by_index
+    let placed: Vec<(&str, usize, usize)> = by_index
         .iter()
         .enumerate()
         .map(|(i, r)| r.with_context(|| format!("prompt index {i} has no record")))
         .collect::<Result<_>>()?;
+    let recs: Vec<&str> = placed.iter().map(|p| p.0).collect();
+    // --top-k: the sidecar first, so a distilled.json in place always has its sidecar.
+    if id["fingerprint"].get("top_k").is_some_and(|k| !k.is_null()) {
+        let sources = placed
+            .iter()
+            .map(|&(r, k, j)| {
+                let rid: Value = serde_json::from_str(r).context("a committed record")?;
+                Ok(super::topk_sidecar::Source {
+                    file: super::topk_sidecar::unit_path(&owner[&k], k),
+                    sha256: batches[&k].topk_sha256.clone(),
+                    row_group: j,
+                    id: rid["id"].as_str().context("record id")?.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        super::topk_sidecar::finalize(out, &sources)?;
+    }
     let mut buf = String::new();
     match format {
         OutFormat::Json => {

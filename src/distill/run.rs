@@ -11,16 +11,17 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::fingerprint::{fingerprint, gen_json};
-use super::host_loop::{generate, generate_row};
+use super::host_loop::{generate_row, generate_traced};
 use super::limits::{self, ForwardShape};
 use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
 use super::prompts::{read_prompts, PromptItem};
-use super::record::record;
+use super::record::{record, TrajectoryFields};
 use super::settings::{Device, GpuResidual, Settings};
 use super::{plan, rng, DistillArgs};
 use crate::sampling::early_exit::{ExitStats, RowOut, RowSchedule};
 use crate::sampling::finite::NonFiniteLogit;
+use crate::sampling::trajectory::RowTrace;
 use crate::sampling::GenParams;
 use crate::teacher::{GenJob, Teacher, TeacherBackend};
 
@@ -219,8 +220,13 @@ fn open_output(st: &Settings, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> R
     })
 }
 
+/// Whether rows record a [`RowTrace`] (`--trajectory`, `--top-k`).
+fn traced(st: &Settings) -> bool {
+    st.trajectory || st.top_k.is_some()
+}
+
 /// Generate one unit's rows: each prompt's [`RowOut`] in unit order, and the batch forward
-/// passes run.
+/// passes run; with [`traced`] each row's [`RowTrace`] goes to `traces` (else it stays empty).
 fn decode_unit(
     be: &mut dyn TeacherBackend,
     st: &Settings,
@@ -228,7 +234,14 @@ fn decode_unit(
     e: &Encoded,
     unit: &[usize],
     stop_ids: &[u32],
+    traces: &mut Vec<RowTrace>,
 ) -> Result<(Vec<RowOut>, usize)> {
+    traces.clear();
+    if traced(st) {
+        let k = st.top_k.unwrap_or(0);
+        traces.resize(unit.len(), RowTrace::new(st.gen.gen_length, k));
+    }
+    let mut tr = traced(st).then_some(traces.as_mut_slice());
     let p = &st.gen;
     let t = &s.teacher;
     let prompts: Vec<&[u32]> = unit.iter().map(|&i| e.ids[i].as_slice()).collect();
@@ -239,7 +252,8 @@ fn decode_unit(
     let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &st.given.prompts);
     if !st.early_exit {
         let out =
-            generate(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None).map_err(named)?;
+            generate_traced(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None, tr)
+                .map_err(named)?;
         let full = p.block_rule_steps(p.gen_length - 1);
         let rows = out
             .into_iter()
@@ -268,12 +282,25 @@ fn decode_unit(
         pad_id: t.pad_id,
         logits_shift: t.logits_shift,
     };
-    if let Some(r) = be.generate_rows(&job, &sched) {
-        return r.map_err(named);
+    match tr.as_deref_mut() {
+        None => {
+            if let Some(r) = be.generate_rows(&job, &sched) {
+                return r.map_err(named);
+            }
+        }
+        Some(t) => {
+            if let Some(r) = be.generate_rows_traced(&job, &sched, st.top_k.unwrap_or(0)) {
+                let (rows, passes, got) = r.map_err(named)?;
+                anyhow::ensure!(got.len() == t.len(), "one trace per prompt");
+                t.clone_from_slice(&got);
+                return Ok((rows, passes));
+            }
+        }
     }
     let mut rows = Vec::with_capacity(unit.len());
     for (r, q) in prompts.iter().enumerate() {
-        let out = generate_row(be, p, q, keys[r], t.logits_shift, stop)
+        let row_trace = tr.as_deref_mut().map(|t| &mut t[r]);
+        let out = generate_row(be, p, q, keys[r], t.logits_shift, stop, row_trace)
             .map_err(|err| name_prompt(err, &unit[r..r + 1], &e.items, &st.given.prompts))?;
         rows.push(out);
     }
@@ -337,14 +364,17 @@ fn answer_unit(
 }
 
 /// The unit's records in unit order, and (correct, with gold) MCQ counts.
+#[allow(clippy::too_many_arguments)]
 fn unit_records(
     s: &Setup,
     e: &Encoded,
     unit: &[usize],
+    rows: &[RowOut],
     cuts: &[(&[u32], bool)],
     answers: &[Option<Answer>],
     gen: &Value,
     teacher_json: &Value,
+    trajectories: Option<&[RowTrace]>,
 ) -> Result<(Vec<String>, (usize, usize))> {
     let mut correct = (0usize, 0usize);
     let mut records = Vec::with_capacity(unit.len());
@@ -355,6 +385,19 @@ fn unit_records(
             correct.1 += 1;
             correct.0 += usize::from(&a.letter == g);
         }
+        let traj = trajectories.map(|t| {
+            let (n, steps) = (resp.len(), &t[r].commit_step);
+            TrajectoryFields {
+                prompt_ids: &e.ids[i],
+                commit_step: &steps[..n],
+                tail_ids: rows[r].gen[n..]
+                    .iter()
+                    .zip(&steps[n..])
+                    .map(|(&id, &c)| (c >= 0).then_some(id))
+                    .collect(),
+                tail_commit_step: &steps[n..],
+            }
+        });
         records.push(record(
             &e.items[i],
             text,
@@ -363,9 +406,29 @@ fn unit_records(
             answers[r].as_ref(),
             gen,
             teacher_json,
+            traj.as_ref(),
         )?);
     }
     Ok((records, correct))
+}
+
+/// Every record's `gen`: the sampler's settings, plus with `--top-k` its K and with
+/// `--trajectory` the sha256 of the chat template rendered (null when none was).
+fn record_gen(st: &Settings, s: &Setup) -> Value {
+    let mut gen = gen_json(&st.gen);
+    if let Some(k) = st.top_k {
+        gen["top_k"] = json!(k);
+    }
+    if st.trajectory {
+        let t = s.teacher.tokenizer.chat_template.as_ref();
+        gen["chat_template_sha256"] = json!(t
+            .filter(|_| st.chat_template)
+            .map(|t| crate::util::sha256_hex(t.as_bytes())));
+    }
+    // Each record names the build that wrote it (not in the fingerprint: a newer build
+    // resumes an older one's parts).
+    gen["tool_build"] = json!(crate::build_info::ToolBuild::current());
+    gen
 }
 
 /// What this worker did (the summary line and `--json`).
@@ -409,10 +472,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
         s.teacher.dir.display(),
         &s.teacher.identity.weights_sha256[..12],
     );
-    // Each record names the build that wrote it (not in the fingerprint: a newer build
-    // resumes an older one's parts).
-    let mut gen = gen_json(&st.gen);
-    gen["tool_build"] = serde_json::to_value(crate::build_info::ToolBuild::current())?;
+    let gen = record_gen(&st, &s);
     let teacher_json = serde_json::to_value(&s.teacher.identity)?;
     let stop_ids: Vec<u32> = st
         .gen
@@ -448,6 +508,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
     // Timed from here: the decoding, not the teacher's load (the summary's prompts/s).
     let start = Instant::now();
     let mut tally = Tally::default();
+    let mut traces: Vec<RowTrace> = Vec::new();
     for &k in &o.todo.clone() {
         output::safe_point()?;
         // A stop signal is honoured before every forward pass: the unit in flight is dropped.
@@ -456,13 +517,24 @@ pub fn run(args: DistillArgs) -> Result<()> {
             progress: &progress,
         };
         let unit = &units[k];
-        let (rows, forwards) =
-            decode_unit(be, &st, &s, &e, unit, &stop_ids).with_context(|| format!("unit {k}"))?;
+        let (rows, forwards) = decode_unit(be, &st, &s, &e, unit, &stop_ids, &mut traces)
+            .with_context(|| format!("unit {k}"))?;
         let cuts = cut(&rows, &stop_ids);
         let answers =
             answer_unit(be, &st, &s, &e, unit, &cuts).with_context(|| format!("unit {k}"))?;
-        let (records, c) = unit_records(&s, &e, unit, &cuts, &answers, &gen, &teacher_json)?;
-        o.writer.append(k, unit, &records)?;
+        let trajectories = st.trajectory.then_some(traces.as_slice());
+        let (records, c) = unit_records(
+            &s,
+            &e,
+            unit,
+            &rows,
+            &cuts,
+            &answers,
+            &gen,
+            &teacher_json,
+            trajectories,
+        )?;
+        commit_unit(&st, &e, &mut o, k, unit, &records, &traces)?;
         tally.prompts += unit.len();
         tally.correct.0 += c.0;
         tally.correct.1 += c.1;
@@ -482,6 +554,32 @@ pub fn run(args: DistillArgs) -> Result<()> {
     progress.finish();
     o.discard.disarm();
     finish(&st, &e, &tally, start.elapsed().as_secs_f64())
+}
+
+/// Commit unit `k`: with `--top-k` its sidecar rows first (a committed unit always has them;
+/// their sha256 goes into the commit line), then its records and commit line.
+fn commit_unit(
+    st: &Settings,
+    e: &Encoded,
+    o: &mut Output,
+    k: usize,
+    unit: &[usize],
+    records: &[String],
+    traces: &[RowTrace],
+) -> Result<()> {
+    let mut topk_sha = None;
+    if st.top_k.is_some() {
+        let named: Vec<(&str, &RowTrace)> = unit
+            .iter()
+            .zip(traces)
+            .map(|(&i, t)| (e.items[i].id.as_str(), t))
+            .collect();
+        topk_sha = Some(super::topk_sidecar::write_unit(
+            &super::topk_sidecar::unit_path(&o.writer.path, k),
+            &named,
+        )?);
+    }
+    o.writer.append_with(k, unit, records, topk_sha.as_deref())
 }
 
 /// Forward passes the units `todo` take at most: every row its full steps with early exit

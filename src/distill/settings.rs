@@ -17,6 +17,7 @@ use anyhow::Result;
 use super::limits;
 use super::{DistillArgs, OutFormat};
 use crate::added_text::SpecialTokensInText;
+use crate::sampling::trajectory::MAX_TOP_K;
 use crate::sampling::{GenParams, KvCache, GPU_MAX_BLOCK_LENGTH, GPU_MAX_ROWS};
 use crate::teacher::{Teacher, TeacherOptions};
 use crate::worker::WorkerSlice;
@@ -238,6 +239,29 @@ pub struct Settings {
     pub json: bool,
     /// Threads of the pool (`--threads`): the CPU teacher's and the prompts' tokenizing.
     pub threads: usize,
+    /// `--trajectory`: records carry commit steps, prompt ids and the chat template's sha256.
+    pub trajectory: bool,
+    /// `--top-k K` (1..=[`MAX_TOP_K`]): the soft-label sidecar.
+    pub top_k: Option<usize>,
+}
+
+/// `--top-k` in 1..=[`MAX_TOP_K`]; with `--trajectory`, only where the sampler can record them.
+fn trace_flags(a: &DistillArgs, device: Device) -> Result<Option<usize>> {
+    if let Some(k) = a.top_k {
+        if !(1..=MAX_TOP_K).contains(&k) {
+            return Err(crate::error::usage(format!(
+                "--top-k {k}: expected 1..={MAX_TOP_K} (the sidecar keeps at most {MAX_TOP_K} \
+                 ids per position)"
+            )));
+        }
+    }
+    if (a.trajectory || a.top_k.is_some()) && !device.is_cpu() && a.no_early_exit {
+        return Err(crate::error::usage(format!(
+            "--trajectory/--top-k with --device {device} are recorded by the continuous \
+             scheduler: drop --no-early-exit (or run them with --device cpu)"
+        )));
+    }
+    Ok(a.top_k)
 }
 
 /// `--batch-size` (else the device's default): 1 ..= what the device holds.
@@ -341,6 +365,7 @@ impl Settings {
         let window_prompts = window_prompts(a.window_prompts, batch_size)?;
         let batch_memory = batch_memory(a.max_batch_memory, device)?;
         let gen = gen_params(a, device)?;
+        let top_k = trace_flags(a, device)?;
         if a.gemm_tune && device.is_cpu() {
             return Err(crate::error::usage(
                 "--gemm-tune tunes the GPU's cuBLASLt GEMMs: it needs --device cuda".to_string(),
@@ -388,6 +413,8 @@ impl Settings {
             gemm_tune: a.gemm_tune,
             json: a.json,
             threads: crate::tuning::Tuning::resolve(a.threads)?.pool,
+            trajectory: a.trajectory,
+            top_k,
         })
     }
 
@@ -627,6 +654,22 @@ mod tests {
         let e = usage(&[&["--device", "cuda"][..], &long].concat());
         assert!(e.contains("--block-length 2048"), "{e}");
         ok(&long);
+    }
+
+    #[test]
+    fn top_k_is_bounded_and_trajectory_flags_are_typed() {
+        assert_eq!(ok(&[]).top_k, None);
+        assert!(!ok(&[]).trajectory);
+        assert!(ok(&["--trajectory"]).trajectory);
+        assert_eq!(ok(&["--top-k", "1"]).top_k, Some(1));
+        assert_eq!(ok(&["--top-k", "64"]).top_k, Some(64));
+        for bad in ["0", "65"] {
+            let e = usage(&["--top-k", bad]);
+            assert!(e.contains(&format!("--top-k {bad}")) && e.contains("1..=64"), "{e}");
+        }
+        assert!(ok(&["--device", "cuda", "--trajectory", "--top-k", "32"]).trajectory);
+        let e = usage(&["--device", "cuda", "--trajectory", "--no-early-exit"]);
+        assert!(e.contains("--no-early-exit"), "{e}");
     }
 
     #[test]

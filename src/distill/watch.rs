@@ -143,6 +143,15 @@ impl TeacherBackend for Watched<'_> {
     fn generate_rows(&mut self, job: &GenJob, sched: &RowSchedule) -> GenRows {
         self.inner.generate_rows(job, sched)
     }
+
+    fn generate_rows_traced(
+        &mut self,
+        job: &GenJob,
+        sched: &RowSchedule,
+        k: usize,
+    ) -> crate::teacher::GenRowsTraced {
+        self.inner.generate_rows_traced(job, sched, k)
+    }
 }
 
 #[cfg(test)]

@@ -117,4 +117,31 @@ impl TeacherBackend for GpuBackend {
                 .generate_rows(&owned(job), job.keys, &ep, sched.slots, sched.fits, None),
         )
     }
+
+    fn generate_rows_traced(
+        &mut self,
+        job: &GenJob,
+        sched: &RowSchedule,
+        k: usize,
+    ) -> crate::teacher::GenRowsTraced {
+        let mut ep = engine_params(job.p, job.pad_id, job.logits_shift);
+        ep.stop_ids = sched.stop_ids.map(<[u32]>::to_vec).unwrap_or_default();
+        ep.free_rows = ep.gen.cache == KvCache::None;
+        ep.trace = Some(k);
+        let r = self.engine.generate_rows_traced(
+            &owned(job),
+            job.keys,
+            &ep,
+            sched.slots,
+            sched.fits,
+            None,
+        );
+        Some(r.and_then(|(rows, passes, traces)| {
+            let traces = traces
+                .into_iter()
+                .map(|t| t.ok_or_else(|| anyhow::anyhow!("the engine recorded no trace")))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((rows, passes, traces))
+        }))
+    }
 }

@@ -64,6 +64,7 @@ pub const ENTRY_POINTS: &[&str] = &[
     "commit_topk",
     "advance",
     "letter_head",
+    "record_topk",
 ];
 
 /// The translation unit: the common header, then each file under a `#line` marker so

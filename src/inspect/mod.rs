@@ -10,6 +10,7 @@
 pub mod records;
 pub mod shards;
 pub mod stats;
+pub mod trajectory;
 
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,10 @@ pub struct InspectArgs {
     /// one ends the inspection naming it, having read no more than this.
     #[arg(long, value_parser = crate::pack::parse_bytes, default_value = "64MiB")]
     pub max_record_bytes: u64,
+    /// distilled.json: also show each printed record's top-k (from OUT.topk.parquet) at this
+    /// generated position (an index into response_ids, continued into tail_ids).
+    #[arg(long, value_name = "P")]
+    pub position: Option<usize>,
 }
 
 /// What PATH is.

@@ -163,6 +163,13 @@ pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<St
                     show(tok.as_ref(), &ids, args.chars)
                 ));
             }
+            out.push_str(&super::trajectory::show(
+                path,
+                k,
+                &r,
+                args.position,
+                tok.as_ref(),
+            )?);
         }
         Ok(())
     })?;

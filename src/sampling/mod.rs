@@ -8,6 +8,7 @@ pub mod early_exit;
 pub mod finite;
 pub mod rng;
 pub mod schedule;
+pub mod trajectory;
 
 use anyhow::Result;
 

@@ -24,6 +24,7 @@ use anyhow::{bail, Result};
 
 use super::early_exit::{finished_at, RowOut};
 use super::finite::NonFiniteLogit;
+use super::trajectory::RowTrace;
 use super::{GenParams, KvCache};
 
 /// One slot's generation state (a row of the device's per-row arrays).
@@ -98,6 +99,10 @@ pub struct Layout {
     /// The batch phase `[step, step in block, block, 0]`.
     pub phase: [i32; 4],
     pub rows: Vec<RowState>,
+    /// The slot each row held in the previous layout (None: a new prompt or an idle slot): a
+    /// device that records trajectories (`--trajectory`, `--top-k`) moves the row's per-slot
+    /// record with it and starts a new prompt's afresh.
+    pub prev: Vec<Option<usize>>,
 }
 
 /// What runs the scheduled steps.
@@ -113,6 +118,11 @@ pub trait RowDevice {
     fn state(&mut self) -> Result<([i32; 4], Vec<RowState>)>;
     /// Make slot `r` idle (the timing bench's forced stop).
     fn retire(&mut self, r: usize) -> Result<()>;
+    /// What slot `r`'s row recorded so far (commit steps, top-k: [`run_traced`]); None from a
+    /// device that records nothing.
+    fn trace(&mut self, _r: usize) -> Result<Option<RowTrace>> {
+        Ok(None)
+    }
 }
 
 /// A prompt in a slot.
@@ -151,6 +161,23 @@ pub fn run(
     fits: &dyn Fn(usize, usize) -> bool,
     forced: Option<&[usize]>,
 ) -> Result<(Vec<RowOut>, usize)> {
+    let (rows, passes, _) = run_traced(dev, prompts, keys, p, slots, fits, forced, false)?;
+    Ok((rows, passes))
+}
+
+/// [`run`], and with `trace` each prompt's [`RowTrace`] as the device recorded it
+/// ([`RowDevice::trace`], read when its row leaves; None from a device that records none).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn run_traced(
+    dev: &mut dyn RowDevice,
+    prompts: &[Vec<u32>],
+    keys: &[u64],
+    p: &RunParams,
+    slots: NonZeroUsize,
+    fits: &dyn Fn(usize, usize) -> bool,
+    forced: Option<&[usize]>,
+    trace: bool,
+) -> Result<(Vec<RowOut>, usize, Vec<Option<RowTrace>>)> {
     let g = p.gen;
     let n = prompts.len();
     if keys.len() != n || forced.is_some_and(|f| f.len() != n) {
@@ -162,6 +189,7 @@ pub fn run(
     let slots = slots.get();
     let gen = g.gen_length;
     let mut out: Vec<Option<RowOut>> = vec![None; n];
+    let mut traces: Vec<Option<RowTrace>> = vec![None; if trace { n } else { 0 }];
     let mut next = 0usize;
     let mut batch = Batch {
         slots: vec![],
@@ -173,7 +201,7 @@ pub fn run(
     let limit = (n + slots) * (gen + 1) * g.steps_per_block().max(1);
     loop {
         // Finished rows leave; their records are final.
-        let (retired, mut x) = retire(dev, &mut batch, &mut out, p)?;
+        let (retired, mut x) = retire(dev, &mut batch, &mut out, &mut traces, p)?;
         let live = batch.live();
         if live == 0 {
             // Every row finished mid-block (early exit): an empty lockstep batch starts a new
@@ -226,15 +254,18 @@ pub fn run(
             .map(|r| r.expect("every prompt ran"))
             .collect(),
         forwards,
+        traces,
     ))
 }
 
 /// Finished rows leave the batch (their slots freed), each prompt's record taken from the
-/// device's tokens; whether any left, and the tokens if they were read.
+/// device's tokens (and its trace, when `traces` has a place for it); whether any left, and
+/// the tokens if they were read.
 fn retire(
     dev: &mut dyn RowDevice,
     batch: &mut Batch,
     out: &mut [Option<RowOut>],
+    traces: &mut [Option<RowTrace>],
     p: &RunParams,
 ) -> Result<(bool, Option<Vec<u32>>)> {
     let gen = p.gen.gen_length;
@@ -253,6 +284,9 @@ fn retire(
         let s = batch.lp + gen;
         let span = &x.as_ref().expect("read")[r * s + batch.lp..(r + 1) * s];
         out[sl.prompt] = Some(row_out(span.to_vec(), sl.steps, batch.rows[r].block, p));
+        if let Some(t) = traces.get_mut(sl.prompt) {
+            *t = dev.trace(r)?;
+        }
         retired = true;
     }
     Ok((retired, x))
@@ -367,6 +401,7 @@ fn relayout(
         keys: Vec::with_capacity(b),
         phase: old.phase,
         rows: Vec::with_capacity(b),
+        prev: placed.iter().map(|x| (*x).and_then(|(_, r)| r)).collect(),
     };
     for slot in &placed {
         match slot {

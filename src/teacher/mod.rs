@@ -18,6 +18,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 
 use crate::sampling::early_exit::{RowOut, RowSchedule};
+use crate::sampling::trajectory::RowTrace;
 use crate::sampling::GenParams;
 
 pub use config::LlamaConfig;
@@ -109,7 +110,23 @@ pub trait TeacherBackend {
     fn generate_rows(&mut self, _job: &GenJob, _sched: &RowSchedule) -> GenRows {
         None
     }
+
+    /// [`Self::generate_rows`], also recording each prompt's trajectory and top-`k` (0: commit
+    /// steps only) where the backend runs the loop itself (`distill --trajectory`/`--top-k`).
+    /// `None`: the host loop records them.
+    fn generate_rows_traced(
+        &mut self,
+        _job: &GenJob,
+        _sched: &RowSchedule,
+        _k: usize,
+    ) -> GenRowsTraced {
+        None
+    }
 }
+
+/// What [`TeacherBackend::generate_rows_traced`] returns: each prompt's row, the passes run
+/// and each prompt's trace.
+pub type GenRowsTraced = Option<Result<(Vec<RowOut>, usize, Vec<RowTrace>)>>;
 
 /// What [`TeacherBackend::generate_rows`] returns: each prompt's row and the passes run.
 pub type GenRows = Option<Result<(Vec<RowOut>, usize)>>;

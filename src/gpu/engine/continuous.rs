@@ -34,6 +34,7 @@ use super::{Engine, KvCache, Pass, MAX_SLOTS};
 use crate::gpu::driver::Graph;
 use crate::sampling::early_exit::RowOut;
 use crate::sampling::schedule::{self, Layout, RowDevice, RowState, RunParams, StepKind};
+use crate::sampling::trajectory::RowTrace;
 
 /// The captured step graphs of one batch shape.
 struct Graphs {
@@ -89,10 +90,26 @@ impl Engine {
         fits: &dyn Fn(usize, usize) -> bool,
         forced: Option<&[usize]>,
     ) -> Result<(Vec<RowOut>, usize)> {
+        let (rows, passes, _) = self.generate_rows_traced(prompts, keys, p, slots, fits, forced)?;
+        Ok((rows, passes))
+    }
+
+    /// [`Self::generate_rows`], and with `p.trace` each prompt's [`RowTrace`] (commit steps
+    /// and top-k, recorded on the device: [`super::trace`]).
+    #[allow(clippy::type_complexity)]
+    pub fn generate_rows_traced(
+        &mut self,
+        prompts: &[Vec<u32>],
+        keys: &[u64],
+        p: &DeviceRun,
+        slots: NonZeroUsize,
+        fits: &dyn Fn(usize, usize) -> bool,
+        forced: Option<&[usize]>,
+    ) -> Result<(Vec<RowOut>, usize, Vec<Option<RowTrace>>)> {
         p.validate()?;
         let n = prompts.len();
         if n == 0 {
-            return Ok((vec![], 0));
+            return Ok((vec![], 0, vec![]));
         }
         // `distill` refuses a larger --batch-size at start (distill::settings); never clamped.
         if slots.get() > MAX_SLOTS {
@@ -119,6 +136,10 @@ impl Engine {
         if p.gen.cache != KvCache::None {
             self.ensure_kv_cache()?;
         }
+        match p.trace {
+            Some(k) => self.ensure_trace(rows, p.gen.gen_length, k)?,
+            None => self.drop_trace(),
+        }
         self.write_settings(p)?;
         let run = RunParams {
             gen: &p.gen,
@@ -138,10 +159,11 @@ impl Engine {
                 ..Prof::default()
             },
         };
-        let r = schedule::run(&mut dev, prompts, keys, &run, slots, fits, forced);
+        let traced = p.trace.is_some();
+        let r = schedule::run_traced(&mut dev, prompts, keys, &run, slots, fits, forced, traced);
         let f = &dev.prof;
         if f.on {
-            if let Ok((_, passes)) = &r {
+            if let Ok((_, passes, _)) = &r {
                 eprintln!(
                     "distill profile: {n} prompts, {passes} passes, {} layouts ({:.3} s), {} graph \
                      captures ({:.3} s), replay {:.3} s, state read-back {:.3} s, token \
@@ -184,6 +206,13 @@ impl RowDevice for Device<'_> {
             .gpu
             .write(&ws.state, (4 + 3 * MAX_SLOTS + r) * 4, &[0i32])
     }
+
+    fn trace(&mut self, r: usize) -> Result<Option<RowTrace>> {
+        if self.p.trace.is_none() {
+            return Ok(None);
+        }
+        self.e.read_trace(r).map(Some)
+    }
 }
 
 impl Device<'_> {
@@ -214,6 +243,9 @@ impl Device<'_> {
         g.write(&ws.pad, 0, &pads)?;
         g.write(&ws.keys, 0, &l.keys)?;
         self.e.write_state(l.phase, &l.rows)?;
+        if self.p.trace.is_some() {
+            self.e.move_traces(&l.prev)?;
+        }
         self.b = l.b;
         self.lp = l.lp;
         Ok(())

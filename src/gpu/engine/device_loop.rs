@@ -34,6 +34,9 @@ pub struct DeviceRun {
     /// continuous batching alike, so one row alone gives the same numbers in both; see
     /// [`crate::sampling::schedule::RunParams::pad_multiple`]).
     pub pad_multiple: usize,
+    /// `--trajectory`/`--top-k` (continuous batching only): Some(K), K = 0 for commit steps
+    /// alone; each step then also runs `record_topk`.
+    pub trace: Option<usize>,
 }
 
 /// Default of [`DeviceRun::pad_multiple`]; `DLM_PAD_MULTIPLE` overrides it (benchmarks).
@@ -64,6 +67,7 @@ impl DeviceRun {
             stop_ids: vec![],
             free_rows: false,
             pad_multiple: pad_multiple(),
+            trace: None,
         }
     }
 
@@ -179,6 +183,10 @@ impl Engine {
         self.mark("sampler")?;
         self.enqueue_commit(ws, &at, p, b)?;
         self.mark("commit")?;
+        if p.trace.is_some() {
+            self.enqueue_record(ws, &at, p, rows)?;
+            self.mark("record_topk")?;
+        }
         self.enqueue_advance(ws, &at, p, b)?;
         self.mark("advance")?;
         Ok(())
@@ -295,6 +303,44 @@ impl Engine {
                 &ws.conf.ptr,
                 &threshold,
                 &nblocks
+            ],
+        )
+    }
+
+    /// `--trajectory`/`--top-k`: the commit step and top-k of every position this step
+    /// committed, into the per-slot trace buffers (read by the host when the row leaves).
+    fn enqueue_record(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, rows: usize) -> Result<()> {
+        let t = self.trace.as_ref().context("trace buffers for --trajectory")?;
+        let (si, blki, gs) = (at.si, at.blki, at.gs);
+        let v = self.cfg.vocab_size as i32;
+        let gen_len = p.gen.gen_length as i32;
+        let n_choice = (1 + p.ban_choice().len()) as i32;
+        let adaptive = i32::from(p.gen.threshold.is_some());
+        let k = p.trace.unwrap_or(0) as i32;
+        self.gpu.launch(
+            self.k.record,
+            (rows as u32, 1, 1),
+            (512, 1, 1),
+            0,
+            &mut kargs![
+                &ws.logits.ptr,
+                &v,
+                &ws.x.ptr,
+                &si,
+                &blki,
+                &ws.state.ptr,
+                &gs,
+                &gen_len,
+                &p.gen.mask_id,
+                &ws.conf.ptr,
+                &ws.ban.ptr,
+                &n_choice,
+                &adaptive,
+                &k,
+                &t.step.ptr,
+                &t.ids.ptr,
+                &t.lp.ptr,
+                &t.lse.ptr
             ],
         )
     }

@@ -42,6 +42,7 @@ mod continuous;
 mod device_loop;
 mod diag;
 mod readout;
+mod trace;
 mod upload;
 
 use attn::AttnKernel;
@@ -137,6 +138,8 @@ struct Kernels {
     commit: Kernel,
     advance: Kernel,
     letter: Kernel,
+    /// `--trajectory` / `--top-k`: commit steps and top-k of the positions a step committed.
+    record: Kernel,
 }
 
 /// Activation buffers for up to `b` rows × `s` positions and `out_rows` LM-head rows.
@@ -226,6 +229,8 @@ pub struct Engine {
     tail_rows: bool,
     /// When set, every op of a pass records an event after it, labelled ([`Self::profile`]).
     marks: std::cell::RefCell<Option<Vec<(&'static str, crate::gpu::driver::Event)>>>,
+    /// Per-slot trajectory / top-k buffers of a `--trajectory`/`--top-k` run ([`trace`]).
+    trace: Option<trace::TraceBufs>,
 }
 
 const BF: usize = 2;
@@ -284,6 +289,7 @@ impl Engine {
             tail_rows: crate::gpu::tuning::tail_rows(),
             gpu,
             marks: std::cell::RefCell::new(None),
+            trace: None,
         })
     }
 

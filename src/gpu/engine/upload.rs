@@ -40,6 +40,7 @@ pub(super) fn kernels(gpu: &Gpu, cfg: &LlamaConfig) -> Result<LoadedKernels> {
         commit: kn("commit_topk")?,
         advance: kn("advance")?,
         letter: kn("letter_head")?,
+        record: kn("record_topk")?,
     };
     let attn_force = AttnVariant::parse(&crate::gpu::tuning::attn())?;
     // The wgmma attention (head_dim 128, sm_90a module): `Wgs2` for large grids by default;
