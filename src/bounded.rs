@@ -23,11 +23,23 @@ pub struct Bound {
     pub limit: u64,
     /// The flag that raises it (`--max-row-bytes`), or a phrase saying why none does.
     pub flag: &'static str,
+    /// A JSON Lines record over the limit is read to its end without being held and handed
+    /// on as skipped (`pack --on-oversize skip`) instead of ending the read.
+    pub skip: bool,
 }
 
 impl Bound {
     pub const fn new(limit: u64, flag: &'static str) -> Bound {
-        Bound { limit, flag }
+        Bound {
+            limit,
+            flag,
+            skip: false,
+        }
+    }
+
+    /// This bound, with a JSON Lines record over it skipped rather than an error.
+    pub const fn skipping(self) -> Bound {
+        Bound { skip: true, ..self }
     }
 
     /// "`what` is over LIMIT (raise it with FLAG)".
@@ -50,6 +62,9 @@ impl Bound {
 pub struct ReadBounds {
     pub row: Bound,
     pub decompressed: Bound,
+    /// A `.txt` input's documents are its blank-line-separated paragraphs (`pack
+    /// --paragraphs`), not the whole file; each bounded by `row`.
+    pub paragraphs: bool,
 }
 
 /// `n` bytes as the flags spell sizes: `64MiB` when a whole number of MiB, else `N bytes`.

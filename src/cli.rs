@@ -63,6 +63,9 @@ pub fn main() -> Result<()> {
             .collect::<Vec<_>>(),
         &names,
     ));
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -76,6 +79,8 @@ pub fn main() -> Result<()> {
     };
     let out = crate::progress::init(cli.quiet, cli.progress_interval as u64);
     init_logging(out);
+    // A URL where the command takes only local paths: refused by name (crate::storage).
+    crate::storage::guard::check(&argv, &names)?;
     // SIGTERM/SIGINT/SIGHUP: commands that write outputs stop at their next safe point (the
     // watchdog ends them 4 s later if none came); read-only ones (a decontam scan without
     // --drop writes only its report, atomically) end at once. Either way exit 128+N, with the
@@ -165,6 +170,12 @@ fn parse_step(argv: &[String]) -> Result<Command> {
     let cli =
         Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
             .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
+    let names = subcommand_names();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let line: Vec<String> = std::iter::once("dlm-data".to_string())
+        .chain(argv.iter().cloned())
+        .collect();
+    crate::storage::guard::check(&line, &names)?;
     if matches!(cli.command, Command::Run(_)) {
         return Err(crate::error::usage(
             "a pipeline step cannot be `run` itself",

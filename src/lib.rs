@@ -22,6 +22,9 @@
 //!
 //! 9. [`inspect`] — any output as a trainer would see it: decoded rows, counts, histogram.
 //!
+//! [`storage`] lets a path be a bucket URL (`s3://`, `gs://`, `az://`): one `Location` type,
+//! a lease per bucket output, uploads that follow the local journal, `index.json` last.
+//!
 //! [`fixtures`] generates the project's own test data in the real layouts: six datasets for
 //! the hub emulator, a trained tokenizer, a tiny random teacher. [`sizes`] bounds every
 //! size-like flag; [`util`], [`error`] and [`secret`] serve every stage; [`added_text`] holds
@@ -65,6 +68,7 @@ pub mod shards;
 pub mod signals;
 pub mod sizes;
 pub mod sources;
+pub mod storage;
 pub mod teacher;
 #[cfg(test)]
 mod testkit;

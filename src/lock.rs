@@ -264,6 +264,36 @@ pub fn refuse_inputs(flag: &str, out: &Path, inputs: &[(&str, &Path)]) -> Result
     Ok(())
 }
 
+/// Refuse (exit 2), before any work, an output directory inside one of `dirs` (inputs read
+/// as whole directories: every data file under them, hidden entries aside), whether it exists
+/// yet or not: its own shards would be read as input by the next run. `flag` names the
+/// output's flag. An output under a hidden entry (`corpus/.packed`) is never read: allowed.
+pub fn refuse_inside_input_dirs(flag: &str, out: &Path, dirs: &[(&str, &Path)]) -> Result<()> {
+    let out_res = resolved(out);
+    for (name, dir) in dirs {
+        if !dir.is_dir() {
+            continue;
+        }
+        let dir_res = resolved(dir);
+        let Ok(rel) = out_res.strip_prefix(&dir_res) else {
+            continue;
+        };
+        let hidden = rel
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+        if !hidden {
+            return Err(crate::error::refused(format!(
+                "{flag} {} is inside the {name} {}: every data file under it is read, so the \
+                 next run would read this output's own shards as input; choose an {flag} \
+                 outside it",
+                out.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Refuse (exit 2) a path that is not valid UTF-8, naming it: dlm-data records paths in
 /// JSON (index.json, distilled.json, reports), where a lossy copy would name another file.
 pub fn require_utf8(flag: &str, p: &Path) -> Result<()> {

@@ -22,6 +22,9 @@ pub enum Format {
     /// One top-level JSON array of objects (MetaMathQA).
     Json,
     Jsonl,
+    /// Plain text (`.txt`): a file is one document, or one per paragraph (`pack
+    /// --paragraphs`); the row is `{"text": …}`.
+    Text,
 }
 
 /// What a source may be used for.

@@ -53,6 +53,11 @@ struct DistillCounts {
 }
 
 pub fn run(args: MergeArgs) -> Result<()> {
+    if let crate::storage::Location::Object(url) =
+        crate::storage::Location::of_path(&args.out, "merge OUT")?
+    {
+        return run_in_bucket(args, &url);
+    }
     let out = &args.out;
     crate::lock::require_utf8("merge OUT", out)?;
     // One writer: OUT, and every worker part read (a worker still running holds its part).
@@ -222,4 +227,37 @@ pub fn join_fetch_logs(
         "workers": workers,
         "lines": lines,
     }))
+}
+
+/// `merge s3://OUT`: the workers' parts copied from the bucket into the staging directory, the
+/// local merge run there, the result committed with `index.json` last
+/// ([`crate::storage::output`]). The parts stay on the bucket.
+fn run_in_bucket(args: MergeArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
+    let json = args.json;
+    let whole = crate::worker::WorkerSlice::WHOLE;
+    let c = crate::storage::output::run(url, whole, "merge", |staging| {
+        let bucket = crate::storage::Bucket::open(url)?;
+        let n = crate::storage::materialize::parts(&bucket, &staging)?;
+        if n == 0 && !crate::shards::index::index_path(&staging).is_file() {
+            return Err(crate::error::usage(format!(
+                "{url}: no parts/ under it: nothing to merge (pack workers write OUT/parts/IIIII-of-NNNNN/)"
+            )));
+        }
+        run(MergeArgs {
+            out: staging,
+            json: false,
+            ..args
+        })
+    })?;
+    if json {
+        crate::cron::json_line(serde_json::json!({
+            "out": c.url.to_string(),
+            "format": c.index.format,
+            "shards": c.index.shards.len(),
+            "rows": c.index.totals.rows,
+            "tokens": c.index.totals.tokens,
+            "already_complete": c.already,
+        }));
+    }
+    Ok(())
 }

@@ -401,6 +401,58 @@ fn teacher_architecture_names_what_a_conversion_may_not_change() {
     );
 }
 
+/// Issue 57 row 9: architecture.json's copy of the base config edited to agree with an edited
+/// teacher (audit without --hash): the audit reads the cached base config.json the lock pins,
+/// so `teacher-architecture` still names the field; a cached config.json that is not the
+/// locked one is named too.
+#[test]
+fn teacher_architecture_reads_the_pinned_base_config_not_architecture_json() {
+    let c = chain();
+    let t = edited_teacher(&c, "t-rope-both", |v| v["rope_theta"] = 5e5.into(), |_| {});
+    let arch_path = c.base_manifest.with_file_name("architecture.json");
+    let orig = std::fs::read_to_string(&arch_path).unwrap();
+    let mut a: serde_json::Value = serde_json::from_str(&orig).unwrap();
+    let mut edited = 0;
+    for m in a["models"].as_array_mut().unwrap() {
+        m["config"]["rope_theta"] = 5e5.into();
+        edited += 1;
+    }
+    assert_eq!(edited, 1, "{orig}");
+    std::fs::write(&arch_path, serde_json::to_string_pretty(&a).unwrap()).unwrap();
+    let (code, r, _) = audit(&c, &["--teacher", p(&t)]);
+    assert_eq!(code, 1, "{r:#?}");
+    assert!(
+        problems(&r, "teacher-architecture").contains("config field `rope_theta`"),
+        "{r:#?}"
+    );
+    std::fs::write(&arch_path, &orig).unwrap();
+    // The cached config.json itself changed: not the pinned bytes, named.
+    let (code, r, _) = audit(&c, &["--teacher", p(&c.teacher)]);
+    assert_eq!(code, 0, "{r:#?}");
+    let lock =
+        dlm_data::manifest::ModelLock::load(&c.base_manifest.with_extension("lock")).unwrap();
+    let l = &lock.models[0];
+    let cache = dlm_data::hub::cache::Cache {
+        root: c.w.cache.clone(),
+    };
+    let cfg = cache.snapshot_path(
+        dlm_data::hub::cache::Area::MODEL,
+        &l.repo,
+        &l.commit,
+        "config.json",
+    );
+    let real = std::fs::canonicalize(&cfg).unwrap();
+    let text = std::fs::read_to_string(&real).unwrap();
+    std::fs::remove_file(&real).unwrap();
+    std::fs::write(&real, text.replace("10000", "500000")).unwrap();
+    let (code, r, _) = audit(&c, &["--teacher", p(&c.teacher)]);
+    assert_eq!(code, 1, "{r:#?}");
+    assert!(
+        problems(&r, "teacher-architecture").contains("not the sha256 the lock pins"),
+        "{r:#?}"
+    );
+}
+
 #[test]
 fn teacher_weights_fail_for_another_checkpoint() {
     let c = chain();
@@ -556,6 +608,50 @@ fn shipped_model_must_equal_the_last_checkpoint_file_for_file() {
     std::fs::remove_file(c.shipped.join("tokenizer.json")).unwrap();
     let (_, r, _) = audit(&c, &full(&c, &c.lineage));
     assert!(problems(&r, "shipped-model").contains("tokenizer.json is missing"));
+}
+
+/// Issue 57 row 8: lineage.json's last entry edited so its file list matches swapped weights
+/// (its digest left as recorded, so the chain still links): `shipped-model` agrees with the
+/// list, but the entry contradicts itself and `checkpoints` fails naming it.
+#[test]
+fn a_lineage_entry_edited_to_match_swapped_weights_fails_checkpoints() {
+    let c = chain();
+    let other = c.path("ckpt/other");
+    write_trained_checkpoint(&other, 17).unwrap();
+    let w = "model.safetensors";
+    std::fs::copy(other.join(w), c.shipped.join(w)).unwrap();
+    let sha = dlm_data::util::sha256_file(&c.shipped.join(w)).unwrap();
+    let size = std::fs::metadata(c.shipped.join(w)).unwrap().len();
+    let mut l: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&c.lineage).unwrap()).unwrap();
+    let to = &mut l["stages"][2]["to"];
+    for f in to["files"].as_array_mut().unwrap() {
+        if f["path"] == w {
+            f["sha256"] = sha.clone().into();
+            f["size"] = size.into();
+        }
+    }
+    let edited = c.path("lineage-edited.json");
+    std::fs::write(&edited, serde_json::to_string_pretty(&l).unwrap()).unwrap();
+    let (code, r, _) = audit(&c, &full(&c, &edited));
+    assert_fails_only(
+        "edited file list",
+        code,
+        &r,
+        "checkpoints",
+        &["entry 3 (stage stage3)", "not its recorded sha256"],
+    );
+    // The weights digest edited to match as well: still inconsistent (the listing digest).
+    l["stages"][2]["to"]["weights_sha256"] = sha.into();
+    std::fs::write(&edited, serde_json::to_string_pretty(&l).unwrap()).unwrap();
+    let (code, r, _) = audit(&c, &full(&c, &edited));
+    assert_fails_only(
+        "edited weights digest too",
+        code,
+        &r,
+        "checkpoints",
+        &["entry 3"],
+    );
 }
 
 #[test]

@@ -203,6 +203,51 @@ fn base_model_fetches_locks_logs_and_describes_itself() {
     assert_eq!(env.emu.request_count(), before, "offline: no request");
 }
 
+/// Issue 57 row 10: `--local-dir DIR` holding the user's own `config.json`: never replaced
+/// (exit 2 naming it, nothing written); with `--overwrite`, replaced. A file this tool wrote
+/// and a user then changed is theirs too; one it wrote, left as it was, is kept.
+#[test]
+fn local_dir_never_replaces_a_file_this_tool_did_not_write() {
+    let env = Env::new(Options::default());
+    let m = env.manifest();
+    let local = env.dir.path().join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    let mine = "{\"my\": \"own config\"}\n";
+    std::fs::write(local.join("config.json"), mine).unwrap();
+    let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("config.json") && stderr(&o).contains("--overwrite"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        std::fs::read_to_string(local.join("config.json")).unwrap(),
+        mine
+    );
+    assert!(
+        !local.join("tokenizer.json").exists(),
+        "nothing written before the refusal"
+    );
+    // --overwrite: replaced; then a second run keeps every file.
+    let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap(), "--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lock = ModelLock::load(&m.with_extension("lock")).unwrap();
+    let cfg_sha = lock.model("base").unwrap().files[0].sha256.clone();
+    assert_eq!(sha256(&local.join("config.json")), cfg_sha);
+    let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A file it wrote, edited by the user: theirs now, refused.
+    std::fs::write(local.join("tokenizer_config.json"), "{}\n").unwrap();
+    let o = env.fetch(&m, &["--local-dir", local.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("tokenizer_config.json"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 #[test]
 fn checksum_failure_leaves_no_lock_and_names_the_file() {
     // Every attempt at every body comes back with one flipped byte.

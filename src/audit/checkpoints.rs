@@ -146,6 +146,14 @@ fn check_stages<'a>(c: &mut Check, lineage: &'a Lineage, audited: &Audited) -> V
             names.push(&s.stage);
         }
         let k = names.len() - 1;
+        for (which, ck) in [("parent", &s.from), ("output", &s.to)] {
+            for why in ck.inconsistencies() {
+                c.fail(format!(
+                    "entry {n} (stage {}): its {which} {}: {why} (lineage.json edited?)",
+                    s.stage, ck.path
+                ));
+            }
+        }
         if i > 0 {
             follows(c, n, s, &lineage.stages[i - 1]);
         }

@@ -83,7 +83,7 @@ pub fn manifest_pinned(ctx: &Ctx) -> Check {
         }
     }
     c.summary = format!("{n} declared source(s) checked against their locks");
-    c
+    c.checked(n, "no declared source (no --manifest with a [[source]])")
 }
 
 /// `download-log`
@@ -100,8 +100,10 @@ pub fn download_log(ctx: &Ctx) -> Check {
         Ok(l) => l,
         // Only local sources (`path = …`): nothing was downloaded, nothing to log.
         Err(_) if hub_files == 0 => {
-            c.summary = "no Hub source locked: nothing downloaded".into();
-            return c;
+            return c.checked(
+                0,
+                "no Hub source locked: nothing downloaded, nothing to log",
+            );
         }
         Err(e) => {
             c.fail(format!("download log missing: {e}"));
@@ -308,5 +310,5 @@ pub fn local_sources(ctx: &Ctx) -> Check {
         }
     }
     c.summary = format!("{n} local source(s), {files} file(s) re-hashed against their locks");
-    c
+    c.checked(n, "no local source (`path = …`) declared")
 }

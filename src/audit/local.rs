@@ -10,6 +10,7 @@ pub const REPO: &str = "local";
 
 /// Check each recorded input of the index in `dir` (named `d` in messages).
 pub fn check_inputs(c: &mut Check, d: &str, inputs: &[InputFile], hash: bool) {
+    let before = c.problems.len();
     for f in inputs {
         let p = std::path::Path::new(&f.path);
         match std::fs::metadata(p) {
@@ -33,6 +34,11 @@ pub fn check_inputs(c: &mut Check, d: &str, inputs: &[InputFile], hash: bool) {
             },
             Ok(_) => {}
         }
+    }
+    // One line per finding: the note says what held only when every file did (never a
+    // "found at their recorded sizes" under a FAIL naming one of them).
+    if c.problems.len() > before {
+        return;
     }
     c.note(format!(
         "{d}: {} local input file(s) {}",

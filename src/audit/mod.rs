@@ -172,7 +172,11 @@ pub fn audit(args: &AuditArgs) -> Result<AuditReport> {
     })
 }
 
-pub fn run(args: AuditArgs) -> Result<()> {
+pub fn run(mut args: AuditArgs) -> Result<()> {
+    // A committed bucket output is audited through a local copy of exactly its objects.
+    for s in &mut args.shards {
+        *s = crate::storage::materialize::local_copy(s, "--shards")?;
+    }
     let r = audit(&args)?;
     if args.json {
         crate::cron::json_line(serde_json::to_string(&r)?);

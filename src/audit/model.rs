@@ -320,6 +320,39 @@ fn teacher_mask_id(t: &Teacher, a: &ModelArchitecture, tok: Option<&Value>) -> O
     token_id(tok?, &content)
 }
 
+/// The base's cached config.json, its sha256 checked against the lock's (always: it is
+/// small), as a JSON object.
+fn pinned_config(ctx: &Ctx, b: &Base) -> Result<Map<String, Value>, String> {
+    let l = b.locked.as_ref().map_err(|e| e.clone())?;
+    let f = l
+        .files
+        .iter()
+        .find(|f| f.path == "config.json")
+        .ok_or_else(|| {
+            format!(
+                "{} pins no config.json for {}",
+                b.lock_path.display(),
+                b.pin()
+            )
+        })?;
+    let p = b
+        .cached(ctx, "config.json")
+        .ok_or_else(|| "no lock entry".to_string())?;
+    let sha =
+        crate::util::sha256_file(&p).map_err(|e| format!("{} (run fetch): {e:#}", p.display()))?;
+    if !sha.eq_ignore_ascii_case(&f.sha256) {
+        return Err(format!(
+            "cached {} has sha256 {sha}, not the sha256 the lock pins ({})",
+            p.display(),
+            f.sha256
+        ));
+    }
+    match read_json(&p)? {
+        Value::Object(m) => Ok(m),
+        _ => Err(format!("{}: not a JSON object", p.display())),
+    }
+}
+
 /// `teacher-architecture`
 pub fn teacher_architecture(ctx: &Ctx, base: Option<&Base>, t: Option<&Teacher>) -> Check {
     let Some(t) = t else {
@@ -347,6 +380,23 @@ pub fn teacher_architecture(ctx: &Ctx, base: Option<&Base>, t: Option<&Teacher>)
             return c;
         }
     };
+    // The base's config as the lock pins it, not architecture.json's copy (which an edit
+    // could make agree with an edited teacher).
+    let pinned = match pinned_config(ctx, b) {
+        Ok(cfg) => {
+            let (config, conversion) = crate::model::architecture::split_config(&cfg);
+            ModelArchitecture {
+                config,
+                conversion,
+                ..ba.clone()
+            }
+        }
+        Err(e) => {
+            c.fail(format!("the base's config.json: {e}"));
+            return c;
+        }
+    };
+    let ba = &pinned;
     let (broken, allowed) = compare(ba, ta);
     for p in broken {
         c.fail(format!("teacher {}: {p}", t.dir.display()));

@@ -60,7 +60,7 @@ pub fn splits(ctx: &Ctx, uses: &[Use]) -> Check {
         }
     }
     c.summary = format!("{seen} split/file name(s) checked against the evaluation keywords");
-    c
+    c.checked(seen, "no training file or split to check")
 }
 
 /// A training source's locked file, as both checks name it: `LOCK: training source NAME
@@ -81,8 +81,10 @@ fn train_lock(
 /// `eval-reference-isolation`
 pub fn eval_isolation(ctx: &Ctx, uses: &[Use]) -> Check {
     let mut c = Check::new("eval-reference-isolation");
+    let mut locked = 0;
     for s in &ctx.sets {
         for (ls, f) in s.locked_files(|l| l.role == Role::Train) {
+            locked += 1;
             let key = (ls.repo.clone(), ls.commit.clone(), f.path.clone());
             if ctx.eval_files.contains(&key) {
                 c.fail(format!(
@@ -113,5 +115,5 @@ pub fn eval_isolation(ctx: &Ctx, uses: &[Use]) -> Check {
         ctx.eval_files.len(),
         uses.len()
     );
-    c
+    c.checked(locked + uses.len(), "no training file or use to check")
 }

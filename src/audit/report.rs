@@ -70,6 +70,16 @@ impl Check {
         }
     }
 
+    /// A check that looked at `n` things: with none (and nothing found), `SKIP` saying `why`,
+    /// never a `PASS` that checked nothing.
+    pub fn checked(mut self, n: usize, why: &str) -> Check {
+        if n == 0 && self.problems.is_empty() && self.status == Status::Pass {
+            self.status = Status::Skip;
+            self.summary = why.into();
+        }
+        self
+    }
+
     pub fn skip(name: &str, why: &str) -> Check {
         let mut c = Check::new(name);
         c.status = Status::Skip;

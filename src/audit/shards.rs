@@ -176,27 +176,9 @@ fn provenance_locked(
     }
 }
 
-/// A path index.json records for a file of the output: relative, `/`-separated, normalized
-/// (no empty, `.` or `..` component) — so it names a file inside the directory, the one a
-/// directory reader of it reads. `Err` says why not.
-pub fn confined(file: &str) -> Result<(), &'static str> {
-    if file.is_empty() {
-        return Err("is empty");
-    }
-    if file.starts_with('/') || Path::new(file).is_absolute() {
-        return Err("is absolute");
-    }
-    if file.contains('\\') || file.contains('\0') {
-        return Err("holds a backslash or NUL");
-    }
-    if file
-        .split('/')
-        .any(|c| c.is_empty() || c == "." || c == "..")
-    {
-        return Err("is not normalized (an empty, `.` or `..` component)");
-    }
-    Ok(())
-}
+/// A path index.json records for a file of the output, confined to it (the rule lives with
+/// the index: `inspect` applies it too).
+pub use crate::shards::index::confined;
 
 /// Every listed shard (and extra file): confined to `dir`, present with its recorded size and
 /// sha256. Returns the rows and tokens index.json records for them.

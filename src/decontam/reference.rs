@@ -1,7 +1,8 @@
 //! The benchmark side of decontamination: `--against` files (parquet / JSONL / JSON; every
 //! string field of a row is indexed) and manifests whose `role = "eval-reference"` sources
-//! were fetched into `<cache>/eval-reference/` (text = the source's `text` template), each file
-//! checked against its lock before use.
+//! were fetched into `<cache>/eval-reference/` or are the user's own files (`path = …`,
+//! hashed into the lock by `fetch`) (text = the source's `text` template), each file checked
+//! against its lock before use.
 
 use std::path::{Path, PathBuf};
 
@@ -117,13 +118,6 @@ fn load_manifest(
         )
     })?;
     for s in refs {
-        if s.is_local() {
-            return Err(crate::error::usage(format!(
-                "--against {}: eval-reference source {:?} is local (`path = …`): local sources are read by `pack` only",
-                path.display(),
-                s.name
-            )));
-        }
         let ls = lock.source(&s.name).ok_or_else(|| {
             anyhow!(
                 "lock {}: eval-reference source {:?} is not pinned; re-run fetch",
@@ -137,9 +131,30 @@ fn load_manifest(
         sorted.sort_by(|x, y| x.path.cmp(&y.path));
         let mut n_items = 0;
         for (fi, f) in sorted.into_iter().enumerate() {
-            let local = cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
             let what = format!("eval-reference {:?}: {}", s.name, f.path);
-            Cache::verify_locked(&local, &f.sha256, &what)?;
+            let local = if s.is_local() {
+                // The user's own benchmark (`path = …`): read where the lock pins it, its
+                // bytes checked against the lock like a fetched file's.
+                let p = crate::sources::local::file_path(&m, f);
+                let sha =
+                    crate::util::sha256_file(&p).with_context(|| format!("{what}: run fetch"))?;
+                if sha != f.sha256 {
+                    anyhow::bail!(
+                        "{}: sha256 {sha} is not the one lock {} pins ({}): the file changed \
+                         since it was fetched; re-run `dlm-data fetch --manifest {}`",
+                        p.display(),
+                        lock_path.display(),
+                        f.sha256,
+                        path.display()
+                    );
+                }
+                p
+            } else {
+                let local =
+                    cache.locked_file(Role::EvalReference, &ls.repo, &ls.commit, &f.path)?;
+                Cache::verify_locked(&local, &f.sha256, &what)?;
+                local
+            };
             let rows = rows::read_rows(&local)?;
             for (r, v) in rows.iter().enumerate() {
                 let text = rows::render(&s.text, v).with_context(|| {

@@ -11,6 +11,7 @@ use serde_json::Value;
 /// The bounds on one benchmark row (a JSON line or array element) while it is read, and on
 /// a compressed parquet's decompressed copy.
 const BOUNDS: crate::bounded::ReadBounds = crate::bounded::ReadBounds {
+    paragraphs: false,
     row: crate::bounded::Bound::new(
         crate::sources::ROW_BYTES,
         "a benchmark row is at most that; no flag raises it",

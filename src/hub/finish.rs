@@ -45,11 +45,12 @@ pub(super) fn architecture(
         architecture = Some(a.display().to_string());
         if let Some(dir) = &args.local_dir {
             let shas = verified_shas(results);
-            models::materialise(cache, dir, model_plans, &|t| {
+            let sha = |t: &super::download::FileTask| {
                 shas.get(&(t.repo.clone(), t.path.clone()))
                     .cloned()
                     .unwrap_or_default()
-            })?;
+            };
+            super::local_dir::materialise(cache, dir, model_plans, &sha, args.overwrite)?;
         }
     } else if args.local_dir.is_some() {
         crate::progress::note(&format!(

@@ -23,6 +23,7 @@ pub mod configs;
 pub mod download;
 pub mod emulator;
 mod finish;
+mod local_dir;
 pub mod log;
 pub mod names;
 pub mod plan;
@@ -80,6 +81,10 @@ pub struct FetchArgs {
     /// `DIR/<name>/`), as `hf download --local-dir` does.
     #[arg(long)]
     pub local_dir: Option<PathBuf>,
+    /// With --local-dir: replace files there that dlm-data did not write (a `config.json` of
+    /// your own). Without it such a file is never replaced: exit 2 naming it.
+    #[arg(long, requires = "local_dir")]
+    pub overwrite: bool,
     /// A transfer delivering less than --min-rate over this many seconds is a stall: retried
     /// (within --retries), then an error naming the file.
     #[arg(long, default_value_t = 30, value_parser = crate::sizes::u64_in(1, 86_400))]

@@ -55,6 +55,11 @@ pub(super) async fn download_all(
     plans: &[SourcePlan],
     model_plans: &[ModelPlan],
 ) -> Result<Vec<Fetched>> {
+    // Nothing on the Hub at all (a manifest of local sources only): nothing is downloaded,
+    // so nothing is written outside the manifest's own lock — no empty log in the cache.
+    if plans.iter().all(|p| p.files.is_empty()) && model_plans.iter().all(|m| m.files.is_empty()) {
+        return Ok(Vec::new());
+    }
     let mine = worker_files(plans, model_plans, slice);
     let dlog = Arc::new(DownloadLog::open(log_path)?);
     let dl = Arc::new(

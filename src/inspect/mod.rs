@@ -204,7 +204,9 @@ pub(crate) fn cut(text: &str, chars: usize) -> String {
     }
 }
 
-pub fn run(args: InspectArgs) -> Result<()> {
+pub fn run(mut args: InspectArgs) -> Result<()> {
+    // A committed bucket output is read from a local copy of its objects.
+    args.path = crate::storage::materialize::local_copy(&args.path, "PATH")?;
     crate::lock::require_utf8("PATH", &args.path)?;
     let mut text = String::new();
     let stats = match classify(&args.path, records::bound(&args))? {

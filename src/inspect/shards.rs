@@ -21,6 +21,21 @@ pub fn inspect(
     out: &mut String,
 ) -> Result<Stats> {
     let idx = index::load(dir)?;
+    // A shard listed outside the directory is not part of this output: refused, as audit
+    // refuses it, before anything is read.
+    for (k, sh) in idx.shards.iter().enumerate() {
+        let files =
+            std::iter::once(sh.file.as_str()).chain(sh.extra_files.keys().map(String::as_str));
+        for f in files {
+            if let Err(why) = index::confined(f) {
+                bail!(
+                    "{} shards[{k}]: file {f:?} {why}: a shard path must be relative and inside \
+                     the output directory; not inspected",
+                    index::index_path(dir).display()
+                );
+            }
+        }
+    }
     if !idx.complete {
         tracing::warn!(
             "{}: incomplete output (an interrupted run): showing the {} shards journaled so far",

@@ -180,6 +180,39 @@ impl Checkpoint {
         })
     }
 
+    /// How this record contradicts itself (empty: consistent): its file list must give its
+    /// recorded `sha256` (and, where it lists the weight files, its `weights_sha256`) by the
+    /// same construction [`Checkpoint::hash_dir`] uses. A lineage entry whose file list was
+    /// edited to match other files fails here, though its digests still chain.
+    pub fn inconsistencies(&self) -> Vec<String> {
+        let by_path: BTreeMap<String, String> = self
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.sha256.clone()))
+            .collect();
+        let mut out = Vec::new();
+        if by_path.len() != self.files.len() {
+            out.push("its file list names a file twice".to_string());
+        }
+        let listed = listing_digest(by_path.iter());
+        if listed != self.sha256 {
+            out.push(format!(
+                "its file list gives the digest {listed}, not its recorded sha256 {}",
+                self.sha256
+            ));
+        }
+        // A single-file checkpoint's weights digest is that file's sha256 (a sharded one's
+        // follows its index, which the file list covers through the digest above).
+        if let (Some(w), Some(single)) = (&self.weights_sha256, by_path.get(SINGLE)) {
+            if w != single {
+                out.push(format!(
+                    "its {SINGLE} has sha256 {single}, not its recorded weights_sha256 {w}"
+                ));
+            }
+        }
+        out
+    }
+
     /// `path → sha256`.
     pub fn by_path(&self) -> BTreeMap<&str, &str> {
         self.files

@@ -109,12 +109,16 @@ pub struct PackArgs {
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
     /// Local data instead of a manifest: a file, a directory (its files, recursively) or a
-    /// glob; repeatable. .parquet, .json (one array), .jsonl, each also as .gz or .zst.
+    /// glob; repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst.
     #[arg(long)]
     pub input: Vec<PathBuf>,
     /// With --input: the column (parquet) or field (JSON) holding the text.
     #[arg(long, default_value = "text")]
     pub text_column: String,
+    /// A `.txt` input's blank-line-separated paragraphs are each a document (default: a
+    /// `.txt` file is one document).
+    #[arg(long)]
+    pub paragraphs: bool,
     /// With --input: a text template over columns/fields instead of --text-column, as
     /// manifests' `text` ("{title}\n\n{body}", nested fields as "{meta.lang}", "{{" for "{").
     #[arg(long, requires = "input", conflicts_with = "text_column")]
@@ -251,9 +255,18 @@ pub enum MissingText {
     Skip,
 }
 
-pub fn run(args: PackArgs) -> Result<()> {
+pub fn run(mut args: PackArgs) -> Result<()> {
     keep_freed_memory();
-    pipeline::run(args)
+    match crate::storage::Location::of_path(&args.out, "--out")? {
+        crate::storage::Location::Object(url) => pipeline::run_to_bucket(args, &url),
+        crate::storage::Location::Local(p) => {
+            args.out = p;
+            pipeline::run(args)
+        }
+        crate::storage::Location::Hub(_) => Err(crate::error::usage(
+            "--out: an hf:// URL names an input; write to a local path or a bucket",
+        )),
+    }
 }
 
 /// glibc's malloc, told to keep what `pack` frees: the row-group and shard buffers (megabytes,

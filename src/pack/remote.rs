@@ -109,6 +109,9 @@ impl Streaming {
             Format::Parquet => {
                 sources::parquet::read_async(&self.rt, f.clone(), name, tpl, start_row, sink)
             }
+            Format::Text => Err(crate::error::usage(format!(
+                "{name}: `.txt` sources are read from the cache, not with --stream"
+            ))),
             Format::Json | Format::Jsonl => sources::records::rendered(
                 RangeRead::new(&f, &self.rt),
                 name,

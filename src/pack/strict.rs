@@ -3,7 +3,8 @@
 //! contributed 0 documents (a wrong `--text-column`), no documents at all, rows skipped for a
 //! missing text field (`--on-missing-text skip`), documents skipped as oversized
 //! (`--on-oversize skip`), a `--tokens` source short of its share — end the run (exit 1)
-//! before index.json is marked complete, all of them named at once.
+//! before index.json is marked complete, all of them named at once. An output of no document
+//! at all is refused with or without `--strict` ([`check_not_empty`]).
 
 use anyhow::Result;
 
@@ -69,5 +70,38 @@ pub fn check(
         "--strict: {} problem(s), index.json left incomplete:\n  {}",
         p.len(),
         p.join("\n  ")
+    )
+}
+
+/// An output of 0 documents in all is never complete, `--strict` or not: an error (exit 1)
+/// naming why the rows gave none (the skips counted, the inputs that contributed nothing),
+/// before index.json is marked complete.
+pub fn check_not_empty(
+    inputs: &[std::path::PathBuf],
+    totals: &Totals,
+    provenance: &[ProvenanceRange],
+) -> Result<()> {
+    if totals.documents > 0 {
+        return Ok(());
+    }
+    let mut why = problems(inputs, totals, provenance);
+    why.retain(|p| !p.contains("0 documents in all"));
+    for (n, what) in [
+        (totals.skipped_empty, "were empty"),
+        (
+            totals.skipped_filtered,
+            "were filtered (a template field null or `-`)",
+        ),
+    ] {
+        if n > 0 {
+            why.push(format!("{n} documents {what} and were skipped"));
+        }
+    }
+    if why.is_empty() {
+        why.push("the inputs hold no row".to_string());
+    }
+    anyhow::bail!(
+        "the inputs contributed 0 documents in all: index.json left incomplete:\n  {}",
+        why.join("\n  ")
     )
 }

@@ -56,6 +56,11 @@ pub struct RunArgs {
     /// marked complete. Not a setting: adding or dropping it re-runs nothing.
     #[arg(long)]
     pub strict: bool,
+    /// Read every input and output in full instead of trusting an unchanged size and
+    /// modification time (an edit whose time was restored), and check every shard of a
+    /// complete output by its sha256 (without it: by its size). Slower: reads everything.
+    #[arg(long)]
+    pub hash: bool,
 }
 
 /// What happened to one step.
@@ -228,7 +233,11 @@ pub fn run(args: RunArgs, cli: Cli) -> Result<()> {
                 report = Some(audit(&job, step, &commands[0])?);
                 "ran"
             } else {
-                night::step(&job, &mut st, step, args.rerun, cli.exec)?
+                let night = night::Night {
+                    rerun: args.rerun,
+                    hash: args.hash,
+                };
+                night::step(&job, &mut st, step, night, cli.exec)?
             };
             let secs = ts.elapsed().as_secs_f64();
             outcomes.push(StepOutcome::new(step.name, status, secs, commands));

@@ -4,8 +4,11 @@
 //!   the old output and swapped in when complete ([`super::swap`]), the old one readable
 //!   until then — also what drives `pack` past its "written by a different pack command"
 //!   refusal, with no flag;
-//! - otherwise (first night, no record, an output gone, or complete but `--rerun`): run in
-//!   place, where the command resumes or finds its output complete on its own.
+//! - *damaged* (same settings and inputs, but an output gone or altered since: sizes every
+//!   night, digests with `--hash`): rebuilt beside it the same way (the command alone could
+//!   take what is left for complete); a step without an output directory runs in place;
+//! - otherwise (first night, no record, or complete but `--rerun`): run in place, where the
+//!   command resumes or finds its output complete on its own.
 //!
 //! The steps downstream of a change see their inputs' bytes change and follow the same rule.
 
@@ -37,16 +40,30 @@ pub fn recover(st: &mut RunState, state_path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// How a night treats complete steps: `--rerun` runs them anyway; `--hash` reads every
+/// input and output instead of trusting size and time (and checks shards by digest).
+#[derive(Debug, Clone, Copy)]
+pub struct Night {
+    pub rerun: bool,
+    pub hash: bool,
+}
+
 /// Run `step` as the journal says (module doc); its status for the report.
 pub fn step(
     job: &Job,
     st: &mut RunState,
     step: &Step,
-    rerun: bool,
+    night: Night,
     exec: Exec,
 ) -> Result<&'static str> {
     let prev = st.steps.get(step.name).cloned();
-    let prev_in = prev.as_ref().map(|r| r.inputs.clone()).unwrap_or_default();
+    // `--hash`: no size-and-time pre-check; every file is read.
+    let known = |r: &StepRecord, outputs: bool| match (night.hash, outputs) {
+        (true, _) => Default::default(),
+        (false, true) => r.outputs.clone(),
+        (false, false) => r.inputs.clone(),
+    };
+    let prev_in = prev.as_ref().map(|r| known(r, false)).unwrap_or_default();
     let inputs = state::sigs(&step.reads, &prev_in)?;
     let pending = st.rebuilds.get(step.name).cloned();
     let mut rebuild = false;
@@ -54,18 +71,33 @@ pub fn step(
         let settings = steps::settings(&rec.commands) == steps::settings(&step.commands);
         let read_same = state::same(&rec.inputs, &inputs);
         if settings && read_same && pending.is_none() {
-            let outputs = state::sigs(&step.writes, &rec.outputs)?;
-            if !rerun && state::same(&rec.outputs, &outputs) {
+            let outputs = state::out_sigs(&step.writes, &known(rec, true), night.hash)?;
+            let damaged = state::changed_outputs(&rec.outputs, &outputs);
+            if damaged.is_empty() {
+                if !night.rerun {
+                    crate::progress::note(&format!(
+                        "run: {}: complete (since {}, inputs, settings and outputs unchanged); skipped",
+                        step.name, rec.completed
+                    ));
+                    refresh(st, job, step, inputs, outputs)?;
+                    return Ok("skipped");
+                }
+            } else {
+                // An output gone or altered since the step completed: the command itself may
+                // take what is left for complete, so the output is built again beside it.
                 crate::progress::note(&format!(
-                    "run: {}: complete (since {}, inputs, settings and outputs unchanged); skipped",
-                    step.name, rec.completed
+                    "run: {}: its output is missing or changed since it completed: {}",
+                    step.name,
+                    damaged.join(", ")
                 ));
-                refresh(st, job, step, inputs, outputs)?;
-                return Ok("skipped");
+                rebuild = step.out.as_ref().is_some_and(|o| o.exists());
             }
         } else {
             let why = if !settings {
-                "its command line changed".to_string()
+                format!(
+                    "settings changed: {}",
+                    steps::describe_change(&rec.commands, &step.commands)
+                )
             } else if !read_same {
                 format!(
                     "changed: {}",
@@ -92,7 +124,7 @@ pub fn step(
         in_place(job, step, &step.commands, exec)?;
         "ran"
     };
-    let outputs = state::sigs(&step.writes, &Default::default())?;
+    let outputs = state::out_sigs(&step.writes, &Default::default(), night.hash)?;
     st.steps.insert(
         step.name.to_string(),
         StepRecord {

@@ -109,7 +109,8 @@ pub fn default_path(pipeline: &Path) -> PathBuf {
 }
 
 /// Signatures of every file under `paths` (a file itself; a directory's files, recursively;
-/// nothing for a missing path), re-using `prev`'s sha256 where size and time still match.
+/// nothing for a missing path), re-using `prev`'s sha256 where size and time still match
+/// (`run --hash` passes no `prev`: every file is read).
 pub fn sigs(paths: &[PathBuf], prev: &BTreeMap<String, Sig>) -> Result<BTreeMap<String, Sig>> {
     let mut out = BTreeMap::new();
     for p in paths {
@@ -134,6 +135,62 @@ pub fn sigs(paths: &[PathBuf], prev: &BTreeMap<String, Sig>) -> Result<BTreeMap<
         }
     }
     Ok(out)
+}
+
+/// Signatures of a step's outputs: [`sigs`] of `paths`, and for each `index.json` among them
+/// every shard file it lists (and their `extra_files`) with its size on disk and the sha256
+/// the index records — or, with `hash`, the file's own sha256. Sizes are so checked every
+/// night without re-reading the shards; contents with `run --hash`.
+pub fn out_sigs(
+    paths: &[PathBuf],
+    prev: &BTreeMap<String, Sig>,
+    hash: bool,
+) -> Result<BTreeMap<String, Sig>> {
+    let mut out = sigs(paths, prev)?;
+    for p in paths {
+        if p.file_name() != Some(std::ffi::OsStr::new(crate::shards::index::INDEX_FILE)) {
+            continue;
+        }
+        let Some(dir) = p.parent() else { continue };
+        // A missing or unreadable index is already a change of its own signature.
+        let Ok(idx) = crate::shards::index::load(dir) else {
+            continue;
+        };
+        for e in &idx.shards {
+            let listed = std::iter::once((&e.file, &e.sha256)).chain(&e.extra_files);
+            for (file, sha) in listed {
+                let f = dir.join(file);
+                let sig = match std::fs::metadata(&f) {
+                    Ok(md) if md.is_file() => Sig {
+                        bytes: md.len(),
+                        mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
+                        sha256: if hash {
+                            crate::util::sha256_file(&f)?
+                        } else {
+                            sha.to_ascii_lowercase()
+                        },
+                    },
+                    _ => missing(),
+                };
+                out.insert(f.display().to_string(), sig);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The recorded outputs not found now at their recorded size and digest (empty: the outputs
+/// are as the step left them). A file only `now` names is no change: the record of a journal
+/// written before shards were recorded lists the index alone, and the index, unchanged,
+/// names the same shards.
+pub fn changed_outputs(rec: &BTreeMap<String, Sig>, now: &BTreeMap<String, Sig>) -> Vec<String> {
+    rec.iter()
+        .filter(|(k, r)| {
+            now.get(*k)
+                .is_none_or(|n| n.sha256 != r.sha256 || n.bytes != r.bytes)
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
 }
 
 /// A path that does not exist (recorded, so that its appearing is a change).
@@ -172,7 +229,9 @@ pub fn changed(a: &BTreeMap<String, Sig>, b: &BTreeMap<String, Sig>) -> Vec<Stri
     let mut v: Vec<String> = a
         .keys()
         .chain(b.keys())
-        .filter(|k| a.get(*k).map(|s| &s.sha256) != b.get(*k).map(|s| &s.sha256))
+        .filter(|k| {
+            a.get(*k).map(|s| (&s.sha256, s.bytes)) != b.get(*k).map(|s| (&s.sha256, s.bytes))
+        })
         .cloned()
         .collect();
     v.sort();

@@ -37,6 +37,71 @@ pub fn settings(commands: &[Vec<String>]) -> Vec<Vec<&str>> {
         .collect()
 }
 
+/// What differs between a step's recorded command lines and today's, as the pipeline file
+/// says it: `seq_len 2048 → 4096`, `shuffle_seed (none) → 7`; anything else (another
+/// command, a positional argument) as the two command lines.
+pub fn describe_change(old: &[Vec<String>], new: &[Vec<String>]) -> String {
+    let (old, new) = (settings(old), settings(new));
+    let mut parts = Vec::new();
+    for k in 0..old.len().max(new.len()) {
+        let (a, b) = (old.get(k), new.get(k));
+        if a == b {
+            continue;
+        }
+        match (a.map(|a| flags(a)), b.map(|b| flags(b))) {
+            (Some(Some(fa)), Some(Some(fb))) if a.map(|a| a[0]) == b.map(|b| b[0]) => {
+                let keys: std::collections::BTreeSet<&str> =
+                    fa.keys().chain(fb.keys()).copied().collect();
+                for key in keys {
+                    let (x, y) = (fa.get(key), fb.get(key));
+                    if x != y {
+                        let show = |v: Option<&Vec<&str>>| {
+                            v.map_or("(none)".to_string(), |v| {
+                                if v.is_empty() {
+                                    "on".to_string()
+                                } else {
+                                    v.join(" ")
+                                }
+                            })
+                        };
+                        let name = key.trim_start_matches("--").replace('-', "_");
+                        parts.push(format!("{name} {} → {}", show(x), show(y)));
+                    }
+                }
+            }
+            _ => {
+                let line = |c: Option<&Vec<&str>>| {
+                    c.map_or("(none)".to_string(), |c| {
+                        format!("`dlm-data {}`", c.join(" "))
+                    })
+                };
+                parts.push(format!("command {} → {}", line(a), line(b)));
+            }
+        }
+    }
+    if parts.is_empty() {
+        "its command line changed".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A command line's flags (`--name` → its values, in order; a repeated flag collects them),
+/// or `None` when it holds a positional argument (compared whole).
+fn flags<'a>(argv: &[&'a str]) -> Option<std::collections::BTreeMap<&'a str, Vec<&'a str>>> {
+    let mut m: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut cur: Option<&str> = None;
+    for a in argv.iter().skip(1) {
+        if a.starts_with("--") {
+            m.entry(a).or_default();
+            cur = Some(a);
+        } else {
+            m.get_mut(cur?)?.push(a);
+        }
+    }
+    Some(m)
+}
+
 /// One step: its command lines and the inputs and outputs it is complete against.
 #[derive(Debug, Clone)]
 pub struct Step {
@@ -175,6 +240,8 @@ fn fetch(p: &Pipeline, cache: &[String]) -> Option<Step> {
         }
         c.extend(p.fetch.args.iter().cloned());
         fetch.reads.push(m.clone());
+        // A local source's files are pinned by this step's lock: their bytes are its input.
+        fetch.reads.extend(local_source_files(&m));
         fetch.writes.push(lock_of(&m));
         fetch.commands.push(c);
     }
@@ -190,6 +257,7 @@ fn pack(p: &Pipeline, cache: &[String]) -> Step {
         c.extend(["--manifest".into(), s(m)]);
         c.extend(cache.iter().cloned());
         pack.reads.extend([m.clone(), lock_of(m)]);
+        pack.reads.extend(local_source_files(m));
     }
     for i in &k.inputs {
         c.extend(["--input".into(), s(i)]);
@@ -220,11 +288,15 @@ fn mcq(p: &Pipeline, cache: &[String]) -> Option<Step> {
     Some(Step {
         name: "mcq",
         commands: vec![c],
-        reads: vec![
-            m.manifest.clone(),
-            lock_of(&m.manifest),
-            p.tokenizer.clone(),
-        ],
+        reads: [
+            vec![
+                m.manifest.clone(),
+                lock_of(&m.manifest),
+                p.tokenizer.clone(),
+            ],
+            local_source_files(&m.manifest),
+        ]
+        .concat(),
         writes: vec![
             m.out.join("prompts.jsonl"),
             m.out.join("sft").join(crate::shards::index::INDEX_FILE),
@@ -361,9 +433,54 @@ fn input_files(i: &Path) -> Vec<PathBuf> {
         .unwrap_or_else(|_| vec![i.to_path_buf()])
 }
 
+/// The files a manifest's local sources (`path = …`) name now, as `fetch` pins them (a
+/// directory's data files, a glob's matches); the path itself when it names none (recorded
+/// missing, so that its appearing is a change). Nothing for a manifest that does not load
+/// (the preflight and the step say why).
+fn local_source_files(manifest: &Path) -> Vec<PathBuf> {
+    let Ok(m) = crate::manifest::Manifest::load(manifest) else {
+        return vec![];
+    };
+    let mut v = Vec::new();
+    for s in m.sources.iter().filter(|s| s.is_local()) {
+        match crate::sources::local::files(&m, s) {
+            Ok(found) => v.extend(found.into_iter().map(|(_, p)| p)),
+            Err(_) => {
+                let given = Path::new(s.path.as_deref().unwrap_or_default());
+                v.push(crate::sources::local::base_dir(&m).join(given));
+            }
+        }
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn a_changed_setting_is_named_with_both_values() {
+        let old = [v("pack --input a.jsonl --seq-len 2048 --out o")];
+        let new = [v(
+            "pack --input a.jsonl --seq-len 4096 --out o --shuffle-seed 7 --strict",
+        )];
+        assert_eq!(
+            describe_change(&old, &new),
+            "seq_len 2048 → 4096, shuffle_seed (none) → 7"
+        );
+        let new = [v(
+            "pack --input a.jsonl --input b.jsonl --seq-len 2048 --out o",
+        )];
+        assert_eq!(
+            describe_change(&old, &new),
+            "input a.jsonl → a.jsonl b.jsonl"
+        );
+        assert!(describe_change(&old, &[v("mcq --out o")]).starts_with("command `dlm-data pack"));
+    }
 
     /// The shipped pipeline's `kv_cache = "dual"` reaches distill as `--kv-cache dual` (the
     /// flag's name; `--cache` names the Hub cache everywhere else).

@@ -72,6 +72,7 @@ fn sources(idx: &Index) -> String {
                 .collect()
         })
         .unwrap_or_default();
+    let shown = local_names(idx);
     let mut s = String::new();
     for ((source, repo, commit, split), (ranges, docs)) in &by {
         if commit.is_empty() || repo.is_empty() || *repo == "local" {
@@ -80,12 +81,15 @@ fn sources(idx: &Index) -> String {
                 "- `{source}` (local files, split `{split}`): {docs} documents"
             );
             for p in idx.provenance.iter().filter(|p| p.source == *source) {
+                let name = shown
+                    .get(p.file.as_str())
+                    .map_or(p.file.as_str(), String::as_str);
                 match local_sha.get(p.file.as_str()) {
                     Some(sha) => {
-                        let _ = writeln!(s, "  - `{}` sha256 `{sha}`", p.file);
+                        let _ = writeln!(s, "  - `{name}` sha256 `{sha}`");
                     }
                     None => {
-                        let _ = writeln!(s, "  - `{}`", p.file);
+                        let _ = writeln!(s, "  - `{name}`");
                     }
                 }
             }
@@ -104,11 +108,52 @@ fn sources(idx: &Index) -> String {
     s
 }
 
+/// The card's name for each absolute local file the provenance names: its path relative to
+/// the directory all of them share (a lone file: its name). A card is published with the
+/// directory (uploaded to the Hub): it names no local path, and the sha256 beside each name
+/// identifies the file. Relative names (a manifest's `path =` sources, relative to the
+/// manifest) are shown as recorded.
+fn local_names(idx: &Index) -> BTreeMap<&str, String> {
+    let abs: Vec<&str> = idx
+        .provenance
+        .iter()
+        .filter(|p| p.repo.is_empty() || p.repo == "local" || p.commit.is_empty())
+        .map(|p| p.file.as_str())
+        .filter(|f| Path::new(f).is_absolute())
+        .collect();
+    let Some(first) = abs.first() else {
+        return BTreeMap::new();
+    };
+    let mut common: PathBuf = Path::new(first)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    for f in &abs {
+        while !Path::new(f).starts_with(&common) {
+            if !common.pop() {
+                break;
+            }
+        }
+    }
+    abs.iter()
+        .map(|f| {
+            let rel = Path::new(f).strip_prefix(&common).unwrap_or(Path::new(f));
+            (*f, rel.display().to_string())
+        })
+        .collect()
+}
+
 /// How to get the audit verdict for this directory.
 fn audit_hint(idx: &Index) -> String {
     let mut cmd = String::from("dlm-data audit --shards .");
-    if let Some(m) = &idx.manifest {
-        let _ = write!(cmd, " --manifest {m}");
+    // The manifest by its file name: a card names no local path.
+    let manifest = idx.manifest.as_deref().map(|m| {
+        Path::new(m)
+            .file_name()
+            .map_or(m.to_string(), |n| n.to_string_lossy().into_owned())
+    });
+    if manifest.is_some() {
+        cmd.push_str(" --manifest MANIFEST");
     }
     let mut s = String::new();
     let _ = writeln!(
@@ -116,6 +161,9 @@ fn audit_hint(idx: &Index) -> String {
         "Not run when this card was written. Verify the chain (manifest → lock → download log → \
          shards) with:\n\n```sh\n{cmd}\n```\n"
     );
+    if let Some(m) = manifest {
+        let _ = writeln!(s, "where MANIFEST is the path of `{m}`.\n");
+    }
     if let Some(l) = &idx.lock_sha256 {
         let _ = writeln!(s, "The lock these rows were packed from has sha256 `{l}`.");
     }

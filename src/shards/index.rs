@@ -184,3 +184,26 @@ mod tests {
         assert!(e.contains("incomplete"), "{e}");
     }
 }
+
+/// A path index.json records for a file of the output: relative, `/`-separated, normalized
+/// (no empty, `.` or `..` component) — so it names a file inside the directory, the one a
+/// directory reader of it reads. `Err` says why not. `audit` and `inspect` both refuse an
+/// index that lists any other.
+pub fn confined(file: &str) -> std::result::Result<(), &'static str> {
+    if file.is_empty() {
+        return Err("is empty");
+    }
+    if file.starts_with('/') || Path::new(file).is_absolute() {
+        return Err("is absolute");
+    }
+    if file.contains('\\') || file.contains('\0') {
+        return Err("holds a backslash or NUL");
+    }
+    if file
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err("is not normalized (an empty, `.` or `..` component)");
+    }
+    Ok(())
+}

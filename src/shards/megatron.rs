@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{anyhow, bail, ensure, Result};
 
 use super::{Column, Dtype, EncodedShard, RowBatch, ShardEntry, ShardReader, ShardWriter};
 
@@ -127,6 +127,32 @@ pub fn read_idx(idx_path: &Path) -> Result<(Vec<u32>, Vec<u64>)> {
                 .map_err(|_| anyhow!("{}: negative sequence length {l}", idx_path.display()))
         })
         .collect::<Result<_>>()?;
+    // Megatron's `IndexedDataset` reads each sequence at its pointer, not after the one
+    // before: every pointer must be where the lengths before it put it (what this tool
+    // writes), so a reader by pointer and a reader in order see the same tokens — and
+    // together with the `.bin`'s size checked against the lengths, no pointer + length
+    // lies past the `.bin`.
+    let size: i64 = match b[17] {
+        4 => 4,
+        8 => 2,
+        c => bail!(
+            "{}: dtype code {c} (this tool writes 4, int32, or 8, uint16)",
+            idx_path.display()
+        ),
+    };
+    let mut want: i64 = 0;
+    for (i, &l) in lens.iter().enumerate() {
+        let at = 34 + 4 * s + 8 * i;
+        let ptr = i64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        ensure!(
+            ptr == want,
+            "{}: sequence {i} (length {l}) points at byte {ptr} of {}, not {want} where the \
+             lengths before it end: Megatron reads every sequence at its pointer",
+            idx_path.display(),
+            idx_path.with_extension("bin").display()
+        );
+        want = want.saturating_add(l as i64 * size);
+    }
     let p = 34 + 12 * s;
     let docs: Vec<u64> = (0..d)
         .map(|i| i64::from_le_bytes(b[p + 8 * i..p + 8 + 8 * i].try_into().unwrap()) as u64)

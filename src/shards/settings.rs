@@ -67,6 +67,10 @@ pub struct Packing {
     /// set, and in indexes written before it existed, whose shards are zstd-3).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zstd_level: Option<u8>,
+    /// `--paragraphs`: each blank-line-separated paragraph of a `.txt` input is a document
+    /// (absent when off: indexes written before it read whole files, as off does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paragraphs: bool,
 }
 
 impl Packing {
@@ -139,6 +143,7 @@ mod tests {
                 max_word_bytes: 2,
                 on_oversize: Oversize::Skip,
                 zstd_level: None,
+                paragraphs: false,
             },
             worker: [1, 2],
             text: None,

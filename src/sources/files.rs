@@ -24,6 +24,8 @@ pub fn format_of_name(path: &Path) -> Option<Format> {
         Some(Format::Jsonl)
     } else if name.ends_with(".json") {
         Some(Format::Json)
+    } else if name.ends_with(".txt") {
+        Some(Format::Text)
     } else {
         None
     }
@@ -33,7 +35,7 @@ pub fn format_of_name(path: &Path) -> Option<Format> {
 pub fn format_of(path: &Path) -> Result<Format> {
     format_of_name(path).ok_or_else(|| {
         crate::error::usage(format!(
-            "--input {}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)",
+            "--input {}: unknown format (expected .parquet, .json, .jsonl or .txt, optionally .gz or .zst)",
             path.display()
         ))
     })
@@ -55,10 +57,15 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
             let mut v = Vec::new();
             walk(given, &mut v)?;
             v.retain(|p| format_of_name(p).is_some());
+            // A directory of structured data keeps its `.txt` files (notes, licenses) out; a
+            // directory of `.txt` files alone is a text corpus.
+            if v.iter().any(|p| format_of_name(p) != Some(Format::Text)) {
+                v.retain(|p| format_of_name(p) != Some(Format::Text));
+            }
             v.sort();
             if v.is_empty() {
                 return Err(crate::error::usage(format!(
-                    "--input {}: the directory holds no .parquet, .json or .jsonl file (or .gz/.zst form)",
+                    "--input {}: the directory holds no .parquet, .json, .jsonl or .txt file (or .gz/.zst form)",
                     given.display()
                 )));
             }
@@ -262,7 +269,13 @@ mod tests {
         let e = expand(&[r.join("nothing-*.jsonl")]).unwrap_err();
         assert!(format!("{e}").contains("matches no file"), "{e}");
         assert_eq!(crate::error::exit_code(&e), 2);
-        let e = expand(&[r.join("a/notes.txt")]).unwrap_err();
+        // A `.txt` named on its own is read; one beside structured data in a directory is not.
+        assert_eq!(
+            names(expand(&[r.join("a/notes.txt")]).unwrap()),
+            ["a/notes.txt"]
+        );
+        std::fs::write(r.join("x.csv"), b"").unwrap();
+        let e = expand(&[r.join("x.csv")]).unwrap_err();
         assert!(format!("{e}").contains("unknown format"), "{e}");
         assert!(expand(&[r.join("missing.jsonl")]).is_err());
     }

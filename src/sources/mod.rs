@@ -23,6 +23,7 @@ pub mod parquet_batch;
 mod parquet_par;
 pub mod records;
 pub mod template;
+pub mod text;
 
 use std::path::Path;
 
@@ -86,6 +87,10 @@ pub fn reader(format: Format, bounds: ReadBounds, decoding: Decoding) -> Box<dyn
         Format::Parquet => Box::new(parquet::Parquet(bounds.decompressed, decoding)),
         Format::Json => Box::new(records::Json(records::Layout::Array, bounds.row)),
         Format::Jsonl => Box::new(records::Json(records::Layout::Lines, bounds.row)),
+        Format::Text => Box::new(text::Text {
+            paragraphs: bounds.paragraphs,
+            bound: bounds.row,
+        }),
     }
 }
 
@@ -111,7 +116,7 @@ pub fn read_values(path: &Path, bounds: ReadBounds, f: &mut records::OnRecord) -
     let name = path.display().to_string();
     let format = files::format_of_name(path).ok_or_else(|| {
         crate::error::usage(format!(
-            "{name}: unknown format (expected .parquet, .json or .jsonl, optionally .gz or .zst)"
+            "{name}: unknown format (expected .parquet, .json, .jsonl or .txt, optionally .gz or .zst)"
         ))
     })?;
     let at = RowsOf {

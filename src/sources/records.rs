@@ -38,6 +38,18 @@ impl super::RowReader for Json {
         let input = open(at.path, at.name)?;
         for_each(input, at.name, self.0, self.1, at.start_row, f)
     }
+
+    fn rendered(&self, at: super::RowsOf, tpl: &Template, sink: &mut Sink) -> Result<()> {
+        let input = open(at.path, at.name)?;
+        rendered(input, at.name, self.0, self.1, tpl, at.start_row, sink)
+    }
+}
+
+/// What a scan hands on: a record, or (a [`Bound`] that skips) a JSON Lines row over the
+/// bound, read past without being held, and why.
+enum Event {
+    Record(Value),
+    Oversize(String),
 }
 
 /// The record callback: `(row, object)`.
@@ -89,6 +101,27 @@ pub fn for_each(
     start_row: u64,
     f: &mut OnRecord,
 ) -> Result<()> {
+    scan(
+        input,
+        name,
+        layout,
+        bound,
+        start_row,
+        &mut |row, e| match e {
+            Event::Record(v) => f(row, v),
+            Event::Oversize(why) => Err(anyhow!("{name}: {why}")),
+        },
+    )
+}
+
+fn scan(
+    input: impl Read,
+    name: &str,
+    layout: Layout,
+    bound: Bound,
+    start_row: u64,
+    f: &mut dyn FnMut(u64, Event) -> Result<()>,
+) -> Result<()> {
     let at = Scan {
         name,
         bound,
@@ -96,7 +129,7 @@ pub fn for_each(
     };
     match layout {
         Layout::Lines => lines(input, at, f),
-        Layout::Array => array(input, at, f),
+        Layout::Array => array(input, at, &mut |row, v| f(row, Event::Record(v))),
     }
 }
 
@@ -118,12 +151,42 @@ pub fn rendered(
     start_row: u64,
     sink: &mut Sink,
 ) -> Result<()> {
-    for_each(input, name, layout, bound, start_row, &mut |row, v| {
-        super::render_row(name, tpl, sink, row, &v)
-    })
+    scan(
+        input,
+        name,
+        layout,
+        bound,
+        start_row,
+        &mut |row, e| match e {
+            Event::Record(v) => super::render_row(name, tpl, sink, row, &v),
+            Event::Oversize(why) => sink(row, super::Outcome::Oversize(why)),
+        },
+    )
 }
 
-fn lines(input: impl Read, at: Scan, f: &mut OnRecord) -> Result<()> {
+/// Consume the rest of the current line (through its `\n`) without holding it.
+fn skip_line(r: &mut impl BufRead, name: &str, row: u64) -> Result<()> {
+    loop {
+        let buf = r
+            .fill_buf()
+            .map_err(|e| anyhow!("{name}: reading line {}: {e}", row + 1))?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                r.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                r.consume(n);
+            }
+        }
+    }
+}
+
+fn lines(input: impl Read, at: Scan, f: &mut dyn FnMut(u64, Event) -> Result<()>) -> Result<()> {
     let (name, bound, start_row) = (at.name, at.bound, at.start_row);
     let mut r = BufReader::with_capacity(1 << 20, input);
     let mut line = Vec::new();
@@ -138,10 +201,16 @@ fn lines(input: impl Read, at: Scan, f: &mut OnRecord) -> Result<()> {
             return Ok(());
         }
         if line.last() != Some(&b'\n') && n as u64 > bound.limit {
-            return Err(anyhow!(
-                "{name}: {}",
-                bound.message(&format!("row {row} (line {})", row + 1))
-            ));
+            let why = bound.message(&format!("row {row} (line {})", row + 1));
+            if !bound.skip {
+                return Err(anyhow!("{name}: {why}"));
+            }
+            skip_line(&mut r, name, row)?;
+            if row >= start_row {
+                f(row, Event::Oversize(why))?;
+            }
+            row += 1;
+            continue;
         }
         if row >= start_row && !line.iter().all(|b| b.is_ascii_whitespace()) {
             let v: Value = serde_json::from_slice(&line).map_err(|e| {
@@ -153,7 +222,7 @@ fn lines(input: impl Read, at: Scan, f: &mut OnRecord) -> Result<()> {
                     row + 1
                 ));
             }
-            f(row, v)?;
+            f(row, Event::Record(v))?;
         }
         row += 1;
     }

@@ -37,6 +37,9 @@ pub enum Outcome {
     /// A strict template's field is absent from the row (the text says which, and which
     /// fields the row has): an error, or `skipped_missing_text` with `--on-missing-text skip`.
     Missing(String),
+    /// The row itself is over its read bound (`--max-row-bytes`) and was read past without
+    /// being held (`--on-oversize skip`; the text says why): `skipped_oversize`.
+    Oversize(String),
 }
 
 impl Template {

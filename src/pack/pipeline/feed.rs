@@ -329,6 +329,11 @@ impl<'a> Feed<'a> {
                 Outcome::Empty => self.st.totals.skipped_empty += 1,
                 Outcome::Filtered => self.st.totals.skipped_filtered += 1,
                 Outcome::Missing(_) => bump(&mut self.st.totals, "skipped_missing_text"),
+                Outcome::Oversize(why) => {
+                    // A row over --max-row-bytes, read past unheld (--on-oversize skip).
+                    bump(&mut self.st.totals, "skipped_oversize");
+                    tracing::warn!("{}: {why}: skipped (--on-oversize skip)", u.file);
+                }
                 Outcome::Text(_) if !kept => bump(&mut self.st.totals, "skipped_oversize"),
                 Outcome::Text(_) => {
                     let (e, text) = enc.next().expect("one encoding per kept text");
@@ -444,12 +449,16 @@ impl<'a> Feed<'a> {
     fn finish(mut self) -> Result<()> {
         let ctx = self.ctx;
         self.progress.finish();
-        if ctx.settings.strict && !ctx.segment_mode {
+        if !ctx.segment_mode {
             // Before the last row goes out: index.json is never marked complete, and the
             // journal (every shard before) resumes cleanly.
             let mut t = self.st.totals.clone();
             t.mixture = self.mixture();
-            super::super::strict::check(&ctx.settings.inputs, &t, &self.st.provenance)?;
+            // No document at all is never a result, `--strict` or not.
+            super::super::strict::check_not_empty(&ctx.settings.inputs, &t, &self.st.provenance)?;
+            if ctx.settings.strict {
+                super::super::strict::check(&ctx.settings.inputs, &t, &self.st.provenance)?;
+            }
         }
         let pad = if ctx.segment_mode { None } else { ctx.pad };
         let (last, dropped, padded) = self.packer.finish(pad);

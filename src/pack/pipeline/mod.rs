@@ -220,6 +220,9 @@ fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
     if let Some(n) = idx.totals.extra.get("skipped_missing_text") {
         tracing::warn!("{n} rows had no text field and were skipped (--on-missing-text skip)");
     }
+    if let Some(n) = idx.totals.extra.get("skipped_oversize") {
+        tracing::warn!("{n} documents were oversized and skipped (--on-oversize skip)");
+    }
     if rs.from_input {
         for (file, docs) in input_documents(idx) {
             if docs == 0 {
@@ -270,6 +273,7 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "eos_token": idx.tokenizer.eos_token,
         "added_token_text": idx.totals.extra.get("added_token_text"),
         "skipped_missing_text": idx.totals.extra.get("skipped_missing_text"),
+        "skipped_oversize": idx.totals.extra.get("skipped_oversize"),
         "inputs": input_documents(idx)
             .into_iter()
             .map(|(file, documents)| serde_json::json!({"file": file, "documents": documents}))
@@ -280,6 +284,26 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "already_complete": already,
     })
     .to_string()
+}
+
+/// `--out s3://...` (gs://, az://): the run on a staging directory, uploaded as it is
+/// journaled and committed with `index.json` last ([`crate::storage::output`]).
+pub fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
+    let t0 = Instant::now();
+    let json = args.json;
+    let worker = args.worker.resolve()?;
+    let c = crate::storage::output::run(url, worker, "pack", |staging| {
+        run(PackArgs {
+            out: staging,
+            json: false,
+            ..args
+        })
+    })?;
+    if json {
+        let out = std::path::PathBuf::from(c.url.to_string());
+        crate::cron::json_line(summary(&c.index, &out, t0.elapsed().as_secs_f64(), c.already));
+    }
+    Ok(())
 }
 
 /// Where a run writes for this worker (exposed for tests and merge).

@@ -106,12 +106,20 @@ impl RunSettings {
                 max_word_bytes: a.max_word_bytes,
                 on_oversize: a.on_oversize,
                 zstd_level,
+                paragraphs: a.paragraphs,
             },
             zstd_level_given: a.zstd_level.is_some(),
             strict_mixture: a.strict_mixture,
             read_bounds: ReadBounds {
-                row: Bound::new(row_limit, "--max-row-bytes"),
+                // `--on-oversize skip` covers a row over its read bound too (JSON Lines).
+                row: match a.on_oversize {
+                    crate::shards::settings::Oversize::Skip => {
+                        Bound::new(row_limit, "--max-row-bytes").skipping()
+                    }
+                    _ => Bound::new(row_limit, "--max-row-bytes"),
+                },
                 decompressed: Bound::new(a.max_decompressed_bytes, "--max-decompressed-bytes"),
+                paragraphs: a.paragraphs,
             },
             on_missing_text: a.on_missing_text,
             tokenizer: a.tokenizer.clone(),

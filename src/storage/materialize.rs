@@ -1,0 +1,111 @@
+//! Why materialize: the reading commands (`inspect`, `audit --shards`, `merge`) check what a
+//! trainer reads byte for byte with their local code. A bucket output is copied into a local
+//! read directory (one per URL) and the command runs on that copy. Only a committed
+//! output (a complete `index.json`) is read; every object is fetched again on each use, so
+//! the copy is what the bucket holds now and a tampered object fails the command's checks.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+use super::location::ObjectUrl;
+use super::mirror::{data_files, JOURNAL_FILE};
+use super::store::Bucket;
+use crate::shards::index::{self, INDEX_FILE};
+
+/// The local read copy of `url`: beside its staging directory, `.read` appended (its
+/// files are replaced on every use).
+pub fn read_dir_for(url: &ObjectUrl) -> PathBuf {
+    let mut d = super::staging::dir_for(url).into_os_string();
+    d.push(".read");
+    PathBuf::from(d)
+}
+
+/// Copy the committed output under `rel` of `bucket` into `local`. With `allow_incomplete`, an
+/// output without a complete index.json gets its journal as `index.json` (so the local code
+/// names it incomplete) and no data.
+pub fn output(bucket: &Bucket, rel: &str, local: &Path, allow_incomplete: bool) -> Result<()> {
+    let join = |n: &str| {
+        if rel.is_empty() {
+            n.to_string()
+        } else {
+            format!("{rel}/{n}")
+        }
+    };
+    std::fs::create_dir_all(local)?;
+    let got = bucket.get(&join(INDEX_FILE))?;
+    let complete = match &got {
+        Some((b, _)) => index::parse(&String::from_utf8_lossy(b), Path::new(&bucket.name(&join(INDEX_FILE))))?.complete,
+        None => false,
+    };
+    if !complete {
+        if allow_incomplete {
+            if let Some((j, _)) = bucket.get(&join(JOURNAL_FILE))? {
+                crate::util::atomic_write(&index::index_path(local), &j)?;
+            }
+            return Ok(());
+        }
+        bail!(
+            "{}: no complete index.json: the output is incomplete (an interrupted run? rerun the same command to resume it)",
+            bucket.name(rel)
+        );
+    }
+    let (bytes, _) = got.expect("complete implies present");
+    let idx = index::parse(&String::from_utf8_lossy(&bytes), Path::new(&bucket.name(&join(INDEX_FILE))))?;
+    for (name, sha) in data_files(&idx) {
+        // Always fetched: the copy must be what the bucket holds now, not what it held.
+        let dst = local.join(&name);
+        let got = bucket.download_file(&join(&name), &dst)?;
+        if got != sha {
+            tracing::warn!(
+                "{}: sha256 {got} is not the {sha} its index.json records",
+                bucket.name(&join(&name))
+            );
+        }
+    }
+    let card = crate::shards::card::CARD_FILE;
+    if let Some((c, _)) = bucket.get(&join(card))? {
+        crate::util::atomic_write(&local.join(card), &c)?;
+    }
+    crate::util::atomic_write(&index::index_path(local), &bytes)?;
+    Ok(())
+}
+
+/// A reading command's path argument: a bucket URL is copied locally (complete outputs only)
+/// and the local copy returned; a local path is returned as it is.
+pub fn local_copy(path: &Path, flag: &str) -> Result<PathBuf> {
+    match super::Location::of_path(path, flag)? {
+        super::Location::Local(p) => Ok(p),
+        super::Location::Object(url) => {
+            let bucket = Bucket::open(&url)?;
+            let local = read_dir_for(&url);
+            output(&bucket, "", &local, false)?;
+            Ok(local)
+        }
+        super::Location::Hub(_) => Err(crate::error::usage(format!(
+            "{flag}: an hf:// URL is an input location, not an output to read here"
+        ))),
+    }
+}
+
+/// `merge s3://OUT`: every worker part under `OUT/parts/` copied into `local/parts/` (complete
+/// ones with their shards, incomplete ones as their journal, for merge to name).
+pub fn parts(bucket: &Bucket, local: &Path) -> Result<usize> {
+    let mut dirs: Vec<String> = bucket
+        .list("parts")?
+        .into_iter()
+        .filter_map(|(k, _)| {
+            let mut it = k.splitn(3, '/');
+            match (it.next(), it.next(), it.next()) {
+                (Some("parts"), Some(d), Some(_)) => Some(d.to_string()),
+                _ => None,
+            }
+        })
+        .collect();
+    dirs.dedup();
+    for d in &dirs {
+        let rel = format!("parts/{d}");
+        output(bucket, &rel, &local.join(&rel), true)?;
+    }
+    Ok(dirs.len())
+}
