@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use dlm_data::pack::tokenize::fast::FastTokenizer;
+use dlm_data::tokenize::fast::FastTokenizer;
 
 fn main() -> Result<()> {
     let a: Vec<String> = std::env::args().collect();

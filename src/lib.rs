@@ -6,8 +6,8 @@
 //!    checksummed into the cache and the lock ([`manifest`]).
 //! 2. [`sources`] — streaming readers (parquet, JSON array, JSONL) turning files into
 //!    documents with [`provenance`].
-//! 3. [`pack`] — tokenize in parallel, pack fixed-length rows, write [`shards`]
-//!    (parquet, MDS, Megatron) with an index.
+//! 3. [`pack`] — tokenize in parallel ([`tokenize`]: the tokenizer library, one folder per
+//!    stage), pack fixed-length rows, write [`shards`] (parquet, MDS, Megatron) with an index.
 //! 4. [`mcq`] — stage-2 SFT set and stage-3 prompts from sciq/mmlu; [`decontam`] against
 //!    benchmark eval sets; [`audit`] proves the provenance chain.
 //! 5. [`teacher`] + [`distill`] — the masked-diffusion teacher and LLaDA's block-wise sampler,
@@ -74,6 +74,7 @@ pub mod storage;
 pub mod teacher;
 #[cfg(test)]
 mod testkit;
+pub mod tokenize;
 pub mod tuning;
 pub mod util;
 pub mod worker;

@@ -45,7 +45,7 @@ pub struct Tuning {
     pub profile: bool,
 }
 
-/// The shared word cache's settings (see `crate::pack::tokenize::shared_words`).
+/// The shared word cache's settings (see `crate::tokenize::bpe::shared_words`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WordCacheTuning {
     /// Words in the shared table (0: none); `None`: sized from the input.

@@ -9,7 +9,7 @@ mod pack_common;
 use pack_common::*;
 
 use dlm_data::added_text::SpecialTokensInText;
-use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
+use dlm_data::tokenize::{BoundaryFlags, DocTokenizer};
 
 const EOS: &str = dlm_data::fixtures::tokenizer::MC5_EOS;
 const MASK: &str = dlm_data::fixtures::tokenizer::MC5_MASK;

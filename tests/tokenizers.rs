@@ -11,7 +11,7 @@ use std::process::Command;
 use std::str::FromStr;
 
 use dlm_data::added_text::SpecialTokensInText;
-use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
+use dlm_data::tokenize::{BoundaryFlags, DocTokenizer};
 
 fn shared_tokenizers() -> Option<PathBuf> {
     let p = std::env::var_os("DLM_SHARED_TOKENIZERS")
@@ -324,7 +324,7 @@ fn chat_template_markers_stay_prompt_text_is_plain(d: &Path) {
 }
 
 /// Indentation-heavy text and long runs of spaces on SentencePiece BPE: the fast path cuts a
-/// word's leading run of `▁` off when a load-time proof allows it (src/pack/tokenize/bpe.rs
+/// word's leading run of `▁` off when a load-time proof allows it (src/tokenize/bpe/mod.rs
 /// `RunSplit`), else merges the whole word. Ids must equal the `tokenizers` crate's on
 /// SentencePiece tokenizers built here whose merge orders hit every case — run merges ranked
 /// last (the proof holds), first (it fails: `▁▁▁re` is `▁▁▁ re`, not `▁▁ ▁re`), interleaved

@@ -6,7 +6,7 @@
 //! ([`AddedTextCounts`]); the added-token matcher every encoder uses ([`trie`]), the exact
 //! encoder through the `tokenizers` crate for text with data ranges ([`ranged`]: mcq, the
 //! teacher, pack's crate path) and the policy check ([`check_policy`]). The fast path
-//! (`pack::tokenize::fast`) uses the same tries.
+//! (`tokenize::fast`) uses the same tries.
 //!
 //! Which added tokens count: every added token whose content is not whitespace only.
 //! Whitespace-run added tokens (CodeGen / phi-2's 39 runs of spaces and tabs) are how those

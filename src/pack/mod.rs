@@ -2,7 +2,7 @@
 //!
 //! Data path: [`plan`] orders the input files (units) → a reader thread streams each unit's
 //! rows through [`crate::sources`] → the main thread tokenizes batches of documents with
-//! rayon ([`tokenize`], [`tokenize::bpe`]) and feeds the [`packer`] in document order → a writer thread
+//! rayon ([`crate::tokenize`], [`crate::tokenize::bpe`]) and feeds the [`packer`] in document order → a writer thread
 //! hands each finished shard to an encoder, and a committer thread writes it durably and
 //! journals it in `index.json` ([`resume`]).
 //! Output order never depends on the thread count: batches are tokenized in parallel but
@@ -56,7 +56,9 @@ pub mod plan;
 pub mod remote;
 pub mod resume;
 pub mod strict;
-pub mod tokenize;
+/// The tokenizer moved to [`crate::tokenize`] (issue 56); this re-export keeps
+/// `crate::pack::tokenize` paths of branches written before the move compiling, until they merge.
+pub use crate::tokenize;
 
 use std::path::PathBuf;
 

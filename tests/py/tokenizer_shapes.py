@@ -69,7 +69,7 @@ PIECES = [
     "ZmFrZWJhc2U2NGRhdGFmb3J0ZXN0aW5nbG9uZ3dvcmRz" * 20, "  leading spaces", "trailing spaces   ",
     "multiple     internal      spaces", "▁already▁has▁metaspace ▁ x", "<unk> <s> </s> <0x41>",
     "café naïve résumé coöperate façade", "\u200b\u200d\u2060zero width", "🙂" * 50, "   ", "\n\n\n",
-    # Indentation and long space runs (the SentencePiece run cut in src/pack/tokenize/bpe.rs).
+    # Indentation and long space runs (the SentencePiece run cut in src/tokenize/bpe/mod.rs).
     "\n".join(" " * k + w for k in list(range(1, 41)) + [63, 64, 65, 255, 256, 257, 300]
               for w in ("return x", "self.assertRaises(TypeError,", "# é", "")),
     "x" + "".join(" " * k + "(a, b)" for k in range(1, 300, 7)) + " " * 260,

@@ -15,10 +15,10 @@ use super::context::PackCtx;
 use super::profile::Clock;
 use super::settings::RunSettings;
 use crate::pack::plan::Unit;
-use crate::pack::tokenize::Encoded;
 use crate::pack::MissingText;
 use crate::pack::Oversize;
 use crate::sources::Outcome;
+use crate::tokenize::Encoded;
 
 /// Queue the chunks of a batch of `unit` on `pool` (first-in first-out); the receiver gets
 /// the batch back when its last chunk is done.

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 
 use super::settings::RunSettings;
 use crate::pack::plan::Unit;
-use crate::pack::tokenize::DocTokenizer;
+use crate::tokenize::DocTokenizer;
 
 /// What the packing step reads but never changes.
 pub(super) struct PackCtx<'a> {

@@ -12,10 +12,10 @@ use anyhow::Result;
 use crate::bounded::{Bound, ReadBounds};
 use crate::hub::cache::CacheArg;
 use crate::hub::retry::RetryPolicy;
-use crate::pack::tokenize::BoundaryFlags;
 use crate::pack::{DtypeArg, MissingText, PackArgs};
 use crate::shards::settings::Packing;
 use crate::shards::ShardFormat;
+use crate::tokenize::BoundaryFlags;
 use crate::worker::WorkerSlice;
 
 /// The flags of one pack run, resolved.

@@ -10,11 +10,11 @@ use super::settings::RunSettings;
 use crate::manifest::Manifest;
 use crate::pack::plan::{Plan, Unit};
 use crate::pack::remote::Streaming;
-use crate::pack::tokenize::DocTokenizer;
 use crate::pack::DtypeArg;
 use crate::shards::settings::PackSettings;
 use crate::shards::{Dtype, ShardFormat};
 use crate::sources::files::PendingHashes;
+use crate::tokenize::DocTokenizer;
 use crate::worker::WorkerSlice;
 
 /// Everything the later steps need, fixed before the output directory is touched.

@@ -209,7 +209,7 @@ impl Target for TokenizerJson {
         self.seeds.clone()
     }
     fn run(&self, input: &[u8]) -> Result<()> {
-        use dlm_data::pack::tokenize::{BoundaryFlags, DocTokenizer};
+        use dlm_data::tokenize::{BoundaryFlags, DocTokenizer};
         std::fs::write(self.dir.join("tokenizer.json"), input)?;
         let flags = BoundaryFlags::no_eos();
         let tok = DocTokenizer::load(&self.dir, &flags)?;

@@ -1,6 +1,10 @@
-//! The tokenizer side of `pack`: load any HF `tokenizer.json`, choose EOS (and optional BOS),
-//! and encode documents in parallel with ids identical to Python `tokenizers`
-//! (`encode(text, add_special_tokens=False)`).
+//! The tokenizer library `pack` (and `mcq`, the teacher's prompts through the same rules)
+//! encodes with: load any HF `tokenizer.json`, choose EOS (and optional BOS), and encode
+//! documents in parallel with ids identical to Python `tokenizers`
+//! (`encode(text, add_special_tokens=False)`). One folder per stage, as in the crate:
+//! added-token split ([`added`], [`ranged`]) → normalizer and the composer ([`fast`]) →
+//! [`pre_tokenize`] → [`bpe`] (the model, its merges, the word cache levels, the shared word
+//! table and its prefault thread); [`json`] the typed tokenizer.json parse.
 //!
 //! Encoding goes through [`fast::FastTokenizer`] when it reproduces the tokenizer exactly
 //! (byte-level BPE of the GPT-2 / Llama-3 / Qwen / o200k / DeepSeek shapes, SentencePiece BPE of
@@ -8,24 +12,14 @@
 //! through the `tokenizers` crate's `encode_fast` (no offsets). [`DocTokenizer::path`] says
 //! which, and why, for the log and index.json.
 //!
-//! Layout, in pipeline order as in the crate: [`added`] (added-token split) → normalizer (in
-//! [`fast`]) → pre-tokenizers [`gpt2`] / [`regex`] (over [`unicode`] classes) → [`bpe`].
 
 pub use crate::added_text::trie as added;
 pub mod bpe;
-mod deepseek_split;
 pub mod fast;
-pub mod gpt2;
-mod gpt4_split;
 pub mod json;
-mod o200k_split;
-mod prefault;
+pub mod pre_tokenize;
 pub use crate::added_text::ranged;
-pub mod regex;
-mod scan_classes;
-mod shared_words;
-mod split_matcher;
-pub mod unicode;
+pub use pre_tokenize::{gpt2, regex, unicode};
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -232,7 +226,7 @@ impl DocTokenizer {
     pub fn size_word_cache(&self, input_bytes: u64, tuning: crate::tuning::WordCacheTuning) {
         if let Some(f) = &self.fast {
             let words = tuning.words.unwrap_or_else(|| {
-                shared_words::SharedWords::words_for_input(input_bytes, f.bpe.is_byte_level())
+                bpe::shared_words::SharedWords::words_for_input(input_bytes, f.bpe.is_byte_level())
             });
             f.bpe.size_shared_cache(words, tuning.prefault);
         }

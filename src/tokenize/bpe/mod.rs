@@ -9,7 +9,7 @@
 //! algorithm, O(n log n), above that, so one long "word" (a SentencePiece document is one) is
 //! never quadratic. Results are cached: per thread a direct-mapped first level (word and ids
 //! inline in one 64-byte line), behind it one insert-only table all threads share
-//! ([`super::shared_words`]: a word is merged once per run, not once per thread), and a
+//! ([`shared_words`]: a word is merged once per run, not once per thread), and a
 //! per-thread arena map once that table is full. On
 //! SentencePiece words a leading run of `▁` (indentation) is cut off and taken from a table
 //! built at load, where the merges prove the cut exact ([`RunSplit`]), so code's
@@ -19,6 +19,9 @@
 //! follow merge order (tiktoken), which HF files do not promise, and the per-word cache already
 //! removes merging from the profile on natural text (see bench/results/tokenizers.md).
 
+pub(crate) mod prefault;
+pub(crate) mod shared_words;
+
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BinaryHeap, HashMap};
@@ -27,7 +30,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use anyhow::{bail, Context, Result};
 
 use super::json::ModelJson;
-use super::shared_words::{self, le_word, SharedWords};
+use shared_words::{le_word, SharedWords};
 
 /// rustc's Fx hash: a multiply-rotate hash, much cheaper than SipHash for short keys.
 #[derive(Default, Clone, Copy)]
@@ -845,7 +848,7 @@ impl Bpe {
 
     /// Make the shared word cache for `words` words now (before the first document; later
     /// calls change nothing) and, with `prefault`, start faulting its pages in on a thread of
-    /// its own, so the tokenizing threads do not (see [`super::prefault`]).
+    /// its own, so the tokenizing threads do not (see [`prefault`]).
     pub fn size_shared_cache(&self, words: usize, prefault: bool) {
         self.shared_words
             .store(words, std::sync::atomic::Ordering::Relaxed);

@@ -19,12 +19,12 @@ use anyhow::{bail, Context, Result};
 use unicode_normalization_alignments::UnicodeNormalization;
 
 use super::bpe::{Bpe, FxSet, Sink, StrMap};
-use super::gpt2;
 use super::json::{ModelJson, TokJson};
-use super::regex::{self, Regex};
-use super::scan_classes::Scanner;
-use super::split_matcher::SplitMatcher;
-use super::unicode::ClassTable;
+use super::pre_tokenize::gpt2;
+use super::pre_tokenize::regex::{self, Regex};
+use super::pre_tokenize::scan_classes::Scanner;
+use super::pre_tokenize::split_matcher::SplitMatcher;
+use super::pre_tokenize::unicode::ClassTable;
 use crate::added_text::trie::{AddedTries, Piece, Trie};
 use crate::added_text::Hit;
 

@@ -30,7 +30,7 @@ const ARENA_PER_WORD: usize = 6;
 const MAX_PROBE: usize = 32;
 
 /// See the module doc.
-pub(super) struct SharedWords {
+pub(in crate::tokenize) struct SharedWords {
     /// Per slot: the key's tag (high half) and its entry offset + 1 (low half); 0 is empty.
     slots: Zeroed,
     /// Entries: a header word (key length, id count, lead flag), the key's bytes packed
@@ -128,7 +128,7 @@ fn tag(h: u64) -> u64 {
 /// back as words stalled every lookup on a failed store-to-load forward (~1/6 of the
 /// first-level cache's time, perf annotate, phi-2 on code).
 #[inline]
-pub(super) fn le_word(b: &[u8]) -> u64 {
+pub(in crate::tokenize) fn le_word(b: &[u8]) -> u64 {
     let n = b.len();
     if n >= 8 {
         return u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));

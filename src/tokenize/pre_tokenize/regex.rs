@@ -646,7 +646,7 @@ pub(super) mod tests {
 
     /// The byte spans of an Isolated `Split` by Oniguruma itself: every match and every
     /// non-empty gap between matches, in order.
-    pub(in crate::pack::tokenize) fn onig_spans(re: &str, s: &str) -> Vec<(usize, usize)> {
+    pub(in crate::tokenize) fn onig_spans(re: &str, s: &str) -> Vec<(usize, usize)> {
         let r = SysRegex::new(re).unwrap();
         let mut out = Vec::new();
         let mut prev = 0;
