@@ -56,9 +56,6 @@ pub mod plan;
 pub mod remote;
 pub mod resume;
 pub mod strict;
-/// The tokenizer moved to [`crate::tokenize`] (issue 56); this re-export keeps
-/// `crate::pack::tokenize` paths of branches written before the move compiling, until they merge.
-pub use crate::tokenize;
 
 use std::path::PathBuf;
 
