@@ -292,6 +292,7 @@ impl Target for LineageJson {
                 stage: "stage1".into(),
                 time: "2026-12-06T02:00:00Z".into(),
                 tool: "dlm-data 0.1.0".into(),
+                tool_build: None,
                 from: ck("base", "01"),
                 to: ck("stage1", "02"),
                 data: vec![DataInput {

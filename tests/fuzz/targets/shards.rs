@@ -49,6 +49,7 @@ impl Target for Parquet {
         let mut seeds = vec![pq::encode(
             &sft_batch(ShardFormat::Parquet)?,
             pq::ZSTD_LEVEL,
+            pq::RowGroups::INLINE,
         )?];
         // A text dataset in the fixture repos' layout (fineweb-edu, `text` column).
         let root = work.join("hub");
@@ -162,6 +163,7 @@ fn sample_index(format: &str, mds_shards: Option<&[serde_json::Value]>) -> Resul
     let idx = index::Index {
         version: 1,
         tool: index::Index::tool_name(),
+        tool_build: None,
         kind: index::Kind::Sft,
         format: serde_json::from_value(serde_json::json!(format))?,
         seq_len: 2048,
