@@ -40,12 +40,7 @@ pub struct LeaseRecord {
 
 /// How long a lease lives without renewal: `DLM_DATA_LEASE_SECS`, default 60.
 pub fn ttl() -> Duration {
-    let s = std::env::var("DLM_DATA_LEASE_SECS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&s| s >= 1)
-        .unwrap_or(60);
-    Duration::from_secs(s)
+    Duration::from_secs(super::settings::lease_ttl_secs())
 }
 
 fn now() -> u64 {

@@ -9,6 +9,7 @@
 //! - [`lease`]: one writer per bucket output (a conditional-PUT lease object, exit 75);
 //! - [`staging`], [`mirror`], [`output`]: a directory output written through a local staging
 //!   copy by the unchanged local writer, uploaded as it is journaled, `index.json` last;
+//! - [`settings`]: the `DLM_DATA_*` variables this layer reads;
 //! - [`materialize`]: a committed bucket output copied locally for the reading commands
 //!   (`inspect`, `audit --shards`, `merge`'s parts).
 
@@ -18,6 +19,7 @@ pub mod location;
 pub mod materialize;
 pub mod mirror;
 pub mod output;
+pub mod settings;
 pub mod staging;
 pub mod store;
 

@@ -10,8 +10,7 @@ use super::location::ObjectUrl;
 /// `~/.cache/dlm-data/staging`) `/` the output's last name `-` 16 hex digits of its URL's
 /// sha256: one directory per output URL, owned by dlm-data (a run may clear it).
 pub fn dir_for(url: &ObjectUrl) -> PathBuf {
-    let base = std::env::var_os("DLM_DATA_STAGING")
-        .map(PathBuf::from)
+    let base = super::settings::staging_base()
         .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("dlm-data/staging")))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlm-data/staging")))
         .unwrap_or_else(|| std::env::temp_dir().join("dlm-data-staging"));
@@ -30,5 +29,5 @@ pub fn dir_for(url: &ObjectUrl) -> PathBuf {
 
 /// Whether the staging copy is kept after a commit (`DLM_DATA_KEEP_STAGING=1`).
 pub fn keep() -> bool {
-    std::env::var("DLM_DATA_KEEP_STAGING").is_ok_and(|v| v == "1")
+    super::settings::keep_staging()
 }
