@@ -254,8 +254,8 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
             && e.contains("no field \"meta.missing\" (fields present: \"lang\")"),
         "{e}"
     );
-    // ... or, with --on-missing-text skip, skips and counts every row (and warns that the
-    // input gave no document).
+    // ... or, with --on-missing-text skip, skips and counts every row; an output of no
+    // document at all is an error (issue 57): exit 1, the skips named, index not complete.
     let out3 = t.path().join("out3s");
     let o = pack(&[
         "--input",
@@ -269,13 +269,16 @@ fn text_templates_take_nested_fields_and_text_column_still_works() {
         "--out",
         out3.to_str().unwrap(),
     ]);
-    ok(&o);
-    assert_eq!(index(&out3)["totals"]["skipped_missing_text"], rows.len());
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("contributed 0 documents"), "{e}");
     assert!(
-        stderr(&o).contains("contributed 0 documents"),
-        "{}",
-        stderr(&o)
+        e.contains(&format!("{} rows had no text field", rows.len())),
+        "{e}"
     );
+    if out3.join("index.json").exists() {
+        assert_eq!(index(&out3)["complete"], false);
+    }
     // A malformed template is a usage error.
     let o = pack(&[
         "--input",
@@ -340,9 +343,9 @@ fn a_bad_row_in_a_compressed_file_names_the_file_and_row() {
     // An unknown extension, an empty directory, a glob matching nothing: usage errors.
     let empty = t.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
-    std::fs::write(t.path().join("notes.txt"), "x").unwrap();
+    std::fs::write(t.path().join("notes.docx"), "x").unwrap();
     for bad in [
-        t.path().join("notes.txt").display().to_string(),
+        t.path().join("notes.docx").display().to_string(),
         empty.display().to_string(),
         format!("{}/*.parquet", empty.display()),
     ] {
