@@ -7,7 +7,7 @@
 //! the caller keeps the crate):
 //! - byte-level BPE: `ByteLevel(use_regex=true)` (GPT-2, hand-coded regex), or a `Sequence` of
 //!   one or more `Split(Regex, Isolated)` followed by `ByteLevel(use_regex=false)` (Llama-3,
-//!   Qwen2, o200k, DeepSeek-V3; the regexes run on [`super::split_matcher`]); `ignore_merges`;
+//!   Qwen2, o200k, DeepSeek-V3; the regexes run on [`super::pre_tokenize::split_matcher`]); `ignore_merges`;
 //! - SentencePiece-style BPE: `Metaspace` (any prepend_scheme, split or not) or the legacy
 //!   `Prepend("▁")` + `Replace(" ", "▁")` normalizer; `byte_fallback`, `unk`, `fuse_unk`;
 //! - normalizer none, NFC, or a sequence of NFC / Prepend / Replace(String);
