@@ -33,6 +33,9 @@ $(VENV_MDS)/.stamp: mk/pack.mk
 	  assert torch.__file__.startswith('/usr/lib/python3/'), torch.__file__; print('streaming', streaming.__version__, 'torch', torch.__version__)"
 	touch $@
 
+# Made before the cargo tests too: docs/examples/student_loader.py (issue 55) runs on its torch.
+TEST_DEPS += $(VENV_MDS)/.stamp
+
 .PHONY: check-mds-streaming
 check-mds-streaming: $(VENV_MDS)/.stamp
 	DLM_REQUIRE_STREAMING=1 DLM_PYTHON=$(abspath $(VENV_MDS)/bin/python) $(CARGO) test --test pack mds_and_megatron -- --nocapture
