@@ -77,6 +77,10 @@ fn main() {
     };
     println!("cargo:rustc-env=DLM_BUILD_COMMIT={commit}");
     println!("cargo:rustc-env=DLM_BUILD_FEATURES={features}");
-    let shown = if features.is_empty() { "none" } else { features };
+    let shown = if features.is_empty() {
+        "none"
+    } else {
+        features
+    };
     println!("cargo:rustc-env=DLM_BUILD_FEATURES_SHOWN={shown}");
 }

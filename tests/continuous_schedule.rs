@@ -259,7 +259,10 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
     let base = gen_params(&t);
     let mut freq = std::collections::HashMap::<u32, usize>::new();
     for (q, k) in ps.iter().zip(&keys) {
-        for tok in generate_row(&mut be, &base, q, *k, 0, None, None).unwrap().gen {
+        for tok in generate_row(&mut be, &base, q, *k, 0, None, None)
+            .unwrap()
+            .gen
+        {
             *freq.entry(tok).or_default() += 1;
         }
     }
@@ -308,17 +311,9 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                 let mut dev = KernelModel::new(&mut be, p);
                 // budget: rows × longest prompt (a memory limit that closes admission early).
                 let fits = |rows: usize, longest: usize| rows * longest <= budget;
-                let (got, forwards, traces) = schedule::run_traced(
-                    &mut dev,
-                    &ps,
-                    &keys,
-                    &p,
-                    nz(slots),
-                    &fits,
-                    None,
-                    true,
-                )
-                .unwrap();
+                let (got, forwards, traces) =
+                    schedule::run_traced(&mut dev, &ps, &keys, &p, nz(slots), &fits, None, true)
+                        .unwrap();
                 let what =
                     format!("T={temperature} thr={threshold:?} steps={steps} free={free_rows} slots={slots}");
                 assert!(dev.max_b <= slots, "{what}: {} rows in flight", dev.max_b);
@@ -332,7 +327,10 @@ fn scheduler_on_the_kernel_model_equals_each_row_alone() {
                     assert_eq!(a.gen, b.gen, "{what}: prompt {i}");
                     assert_eq!(a.early, b.early, "{what}: prompt {i}");
                     let tr = traces[i].as_ref().expect("a trace per prompt");
-                    assert_eq!(tr.commit_step, want_traces[i].commit_step, "{what}: prompt {i}");
+                    assert_eq!(
+                        tr.commit_step, want_traces[i].commit_step,
+                        "{what}: prompt {i}"
+                    );
                     assert_eq!(tr.top_k, want_traces[i].top_k, "{what}: prompt {i}");
                 }
                 let row_steps: usize = got.iter().map(|r| r.steps).sum();

@@ -23,8 +23,18 @@ use teacher_support::{bin, small_sampler_args, teacher_dir};
 fn prompts(path: &Path, n: usize) {
     let mut s = String::new();
     for i in 0..n {
-        let words = ["energy", "the cell", "water and light", "a prime", "the planet"];
-        let q = format!("Question {i}: explain {} in {} words.", words[i % 5], 2 + i % 9);
+        let words = [
+            "energy",
+            "the cell",
+            "water and light",
+            "a prime",
+            "the planet",
+        ];
+        let q = format!(
+            "Question {i}: explain {} in {} words.",
+            words[i % 5],
+            2 + i % 9
+        );
         let v = if i % 2 == 0 {
             serde_json::json!({"id": format!("free-{i:03}"), "prompt": q})
         } else {
@@ -132,9 +142,16 @@ fn replay(out: &Path, mode: &[&str], k: usize) -> usize {
         steps.extend(i64s(&rec["tail_commit_step"]));
         let span: Vec<Option<u32>> = resp.iter().map(|&x| Some(x)).chain(tail).collect();
         assert_eq!(span.len(), p.gen_length, "{id}");
-        assert_eq!(rec["stop"] == "eos", span.len() > resp.len() && span[resp.len()].is_some());
+        assert_eq!(
+            rec["stop"] == "eos",
+            span.len() > resp.len() && span[resp.len()].is_some()
+        );
         for (s, x) in steps.iter().zip(&span) {
-            assert_eq!(*s >= 0, x.is_some(), "{id}: a token exactly where a step is");
+            assert_eq!(
+                *s >= 0,
+                x.is_some(),
+                "{id}: a token exactly where a step is"
+            );
         }
         // Sidecar: one row per committed position, in position order, one row group.
         let rows = by_id.remove(id).unwrap_or_default();
@@ -155,13 +172,23 @@ fn replay(out: &Path, mode: &[&str], k: usize) -> usize {
         for s in order {
             let at: Vec<usize> = (0..span.len()).filter(|&i| steps[i] == s).collect();
             let nb = at[0] / bl;
-            assert!(at.iter().all(|&i| i / bl == nb), "{id}: step {s} within one block");
+            assert!(
+                at.iter().all(|&i| i / bl == nb),
+                "{id}: step {s} within one block"
+            );
             if p.threshold.is_none() {
-                assert_eq!(nb, s as usize / p.steps_per_block(), "{id}: block × spb + i");
+                assert_eq!(
+                    nb,
+                    s as usize / p.steps_per_block(),
+                    "{id}: block × spb + i"
+                );
             }
             let s0 = lp + nb * bl;
             let logits = be
-                .logits(&Batch::new(&x, &keep, 1, x.len()), s0 - shift..s0 + bl - shift)
+                .logits(
+                    &Batch::new(&x, &keep, 1, x.len()),
+                    s0 - shift..s0 + bl - shift,
+                )
                 .unwrap();
             let ctx = RowCtx {
                 prompt_key: rng::prompt_key(id),
@@ -171,7 +198,10 @@ fn replay(out: &Path, mode: &[&str], k: usize) -> usize {
             let kk = if p.threshold.is_some() { bl } else { at.len() };
             let mut got = step_row(&p, &logits, vocab, &mut x[s0..s0 + bl], kk, &ctx);
             got.sort();
-            let want: Vec<(usize, u32)> = at.iter().map(|&i| (i - nb * bl, span[i].unwrap())).collect();
+            let want: Vec<(usize, u32)> = at
+                .iter()
+                .map(|&i| (i - nb * bl, span[i].unwrap()))
+                .collect();
             assert_eq!(got, want, "{id}: step {s} commits what the trajectory says");
             for &i in &at {
                 let j = i - nb * bl;
@@ -180,7 +210,11 @@ fn replay(out: &Path, mode: &[&str], k: usize) -> usize {
                 assert_eq!(fresh.ids, row.ids, "{id}@{i}");
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&fresh.logprobs), bits(&row.logprobs), "{id}@{i}");
-                assert_eq!(fresh.logsumexp.to_bits(), row.logsumexp.to_bits(), "{id}@{i}");
+                assert_eq!(
+                    fresh.logsumexp.to_bits(),
+                    row.logsumexp.to_bits(),
+                    "{id}@{i}"
+                );
                 assert_eq!(fresh.ids.len(), k.min(vocab - 1));
                 if p.temperature == 0.0 {
                     assert_eq!(row.ids[0], span[i].unwrap(), "{id}@{i}: greedy = top-1");
@@ -189,10 +223,22 @@ fn replay(out: &Path, mode: &[&str], k: usize) -> usize {
             replayed += 1;
         }
         let gen: Vec<u32> = x[lp..].to_vec();
-        assert_eq!(&gen[..resp.len()], &resp[..], "{id}: replay reproduces response_ids");
+        assert_eq!(
+            &gen[..resp.len()],
+            &resp[..],
+            "{id}: replay reproduces response_ids"
+        );
     }
-    assert!(by_id.is_empty(), "sidecar rows of no record: {:?}", by_id.keys());
-    assert_eq!(groups_seen, (0..groups_seen.len()).collect::<Vec<_>>(), "row groups by prompt");
+    assert!(
+        by_id.is_empty(),
+        "sidecar rows of no record: {:?}",
+        by_id.keys()
+    );
+    assert_eq!(
+        groups_seen,
+        (0..groups_seen.len()).collect::<Vec<_>>(),
+        "row groups by prompt"
+    );
     replayed
 }
 
@@ -207,7 +253,13 @@ fn replay_reproduces_response_ids_and_top_k_in_every_cpu_mode() {
         &["--temperature", "0.8", "--seed", "7"],
         &["--remasking", "random", "--seed", "2"],
         &["--threshold", "0.3"],
-        &["--confidence-eos-eot-inf", "--gen-length", "16", "--steps", "8"],
+        &[
+            "--confidence-eos-eot-inf",
+            "--gen-length",
+            "16",
+            "--steps",
+            "8",
+        ],
         &["--logits-eos-inf", "--temperature", "0.5"],
     ];
     // A stop id this random teacher emits (its most frequent response token), so rows finish
@@ -221,7 +273,12 @@ fn replay_reproduces_response_ids_and_top_k_in_every_cpu_mode() {
             *freq.entry(t.as_u64().unwrap()).or_default() += 1;
         }
     }
-    let stop = freq.iter().max_by_key(|(t, n)| (**n, u64::MAX - **t)).unwrap().0.to_string();
+    let stop = freq
+        .iter()
+        .max_by_key(|(t, n)| (**n, u64::MAX - **t))
+        .unwrap()
+        .0
+        .to_string();
     let with_stop: Vec<&str> = vec!["--eot-id", &stop];
     let modes: Vec<&[&str]> = modes.iter().copied().chain([&with_stop[..]]).collect();
     let mut early = 0;
@@ -233,12 +290,20 @@ fn replay_reproduces_response_ids_and_top_k_in_every_cpu_mode() {
         assert!(replay(&out, mode, 5) > 0, "mode {mode:?}");
         let recs: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         for r in recs.as_array().unwrap() {
-            early += usize::from(r["tail_commit_step"].as_array().unwrap().contains(&(-1).into()));
+            early += usize::from(
+                r["tail_commit_step"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&(-1).into()),
+            );
             let sha = r["gen"]["chat_template_sha256"].as_str().unwrap();
             assert_eq!(sha.len(), 64);
         }
     }
-    assert!(early > 0, "some row finished early (never-decoded positions are -1)");
+    assert!(
+        early > 0,
+        "some row finished early (never-decoded positions are -1)"
+    );
 }
 
 #[test]
@@ -251,7 +316,10 @@ fn flags_off_records_have_no_trajectory_and_no_sidecar() {
     let traj = d.path().join("traj.json");
     ok(&distill(&p, &traj, &["--trajectory"]));
     assert!(!topk_sidecar::sidecar_path(&plain).exists());
-    assert!(!topk_sidecar::sidecar_path(&traj).exists(), "--trajectory alone: no sidecar");
+    assert!(
+        !topk_sidecar::sidecar_path(&traj).exists(),
+        "--trajectory alone: no sidecar"
+    );
     let a: Value = serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
     let b: Value = serde_json::from_str(&std::fs::read_to_string(&traj).unwrap()).unwrap();
     for (x, y) in a.as_array().unwrap().iter().zip(b.as_array().unwrap()) {
@@ -263,7 +331,10 @@ fn flags_off_records_have_no_trajectory_and_no_sidecar() {
         for k in ["prompt_ids", "commit_step", "tail_ids", "tail_commit_step"] {
             y.as_object_mut().unwrap().shift_remove(k);
         }
-        y["gen"].as_object_mut().unwrap().shift_remove("chat_template_sha256");
+        y["gen"]
+            .as_object_mut()
+            .unwrap()
+            .shift_remove("chat_template_sha256");
         assert_eq!(*x, y);
     }
 }
@@ -277,7 +348,10 @@ fn bad_top_k_is_refused() {
         let o = distill(&p, &d.path().join("o.json"), &["--top-k", k]);
         assert_eq!(o.status.code(), Some(2));
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains(&format!("--top-k {k}")) && err.contains("1..=64"), "{err}");
+        assert!(
+            err.contains(&format!("--top-k {k}")) && err.contains("1..=64"),
+            "{err}"
+        );
     }
 }
 
@@ -300,8 +374,22 @@ fn sidecar_survives_kill_9_and_three_workers_byte_for_byte() {
     let p = d.path().join("prompts.jsonl");
     prompts(&p, 24);
     let args = [
-        "--batch-size", "2", "--gen-length", "16", "--block-length", "8", "--steps", "16",
-        "--temperature", "0.7", "--seed", "3", "--window-prompts", "3", "--top-k", "7",
+        "--batch-size",
+        "2",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--steps",
+        "16",
+        "--temperature",
+        "0.7",
+        "--seed",
+        "3",
+        "--window-prompts",
+        "3",
+        "--top-k",
+        "7",
         "--trajectory",
     ];
     let full = d.path().join("full.json");
@@ -339,10 +427,17 @@ fn sidecar_survives_kill_9_and_three_workers_byte_for_byte() {
         let mut a = args.to_vec();
         a.extend(["--shard", &sh]);
         ok(&distill(&p, &sharded, &a));
-        assert!(!topk_sidecar::sidecar_path(&sharded).exists(), "workers do not finalise");
+        assert!(
+            !topk_sidecar::sidecar_path(&sharded).exists(),
+            "workers do not finalise"
+        );
     }
     assert_eq!(list_parts(&parts_dir(&sharded)).unwrap().len(), 3);
-    let m = Command::new(bin()).arg("merge").arg(&sharded).output().unwrap();
+    let m = Command::new(bin())
+        .arg("merge")
+        .arg(&sharded)
+        .output()
+        .unwrap();
     ok(&m);
     assert!(files(&sharded) == want, "merged sidecar or records differ");
     // A committed unit's file gone: merge says which, and leaves no sidecar looking complete.
@@ -354,10 +449,17 @@ fn sidecar_survives_kill_9_and_three_workers_byte_for_byte() {
         .find(|p| p.to_string_lossy().ends_with(".parquet"))
         .unwrap();
     std::fs::remove_file(&unit).unwrap();
-    let m = Command::new(bin()).arg("merge").arg(&sharded).output().unwrap();
+    let m = Command::new(bin())
+        .arg("merge")
+        .arg(&sharded)
+        .output()
+        .unwrap();
     assert!(!m.status.success());
     let err = String::from_utf8_lossy(&m.stderr);
-    assert!(err.contains(&unit.file_name().unwrap().to_string_lossy().to_string()), "{err}");
+    assert!(
+        err.contains(&unit.file_name().unwrap().to_string_lossy().to_string()),
+        "{err}"
+    );
     assert!(!sharded.exists() && !topk_sidecar::sidecar_path(&sharded).exists());
 }
 
@@ -418,7 +520,11 @@ fn audit_checks_the_sidecar_against_records_and_commit_lines() {
     let p = d.path().join("prompts.jsonl");
     prompts(&p, 5);
     let out = d.path().join("d.json");
-    ok(&distill(&p, &out, &["--trajectory", "--top-k", "3", "--window-prompts", "2"]));
+    ok(&distill(
+        &p,
+        &out,
+        &["--trajectory", "--top-k", "3", "--window-prompts", "2"],
+    ));
     let audit = || {
         let mut c = Check::new("distilled");
         dlm_data::audit::topk::check_into(&out, &mut c);
@@ -435,7 +541,11 @@ fn audit_checks_the_sidecar_against_records_and_commit_lines() {
     let keep = std::fs::read(&unit).unwrap();
     std::fs::write(&unit, [&keep[..], b"x"].concat()).unwrap();
     let c = audit();
-    assert!(c.problems.iter().any(|m| m.contains("topk_sha256")), "{:?}", c.problems);
+    assert!(
+        c.problems.iter().any(|m| m.contains("topk_sha256")),
+        "{:?}",
+        c.problems
+    );
     std::fs::write(&unit, &keep).unwrap();
     // A sidecar whose rows belong to other records: the first two row groups swapped.
     let side = topk_sidecar::sidecar_path(&out);
@@ -445,5 +555,9 @@ fn audit_checks_the_sidecar_against_records_and_commit_lines() {
     assert_eq!(c.status, Status::Pass);
     std::fs::remove_file(&side).unwrap();
     let c = audit();
-    assert!(c.problems.iter().any(|m| m.contains("sidecar is missing")), "{:?}", c.problems);
+    assert!(
+        c.problems.iter().any(|m| m.contains("sidecar is missing")),
+        "{:?}",
+        c.problems
+    );
 }

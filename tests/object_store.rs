@@ -63,7 +63,10 @@ impl Fx {
     }
     /// The objects under `prefix`, downloaded.
     fn remote(&self, prefix: &str) -> (PathBuf, BTreeMap<String, Vec<u8>>) {
-        let d = self.dir.path().join(format!("got-{}", prefix.replace('/', "_")));
+        let d = self
+            .dir
+            .path()
+            .join(format!("got-{}", prefix.replace('/', "_")));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         self.s3.download(BUCKET, prefix, &d);
@@ -105,12 +108,18 @@ fn pack_to_s3_is_byte_identical_and_commits_index_last() {
     // Nothing but the output: no lease, no journal, no open multipart upload.
     let keys = fx.s3.keys(BUCKET, "runs/a");
     assert!(
-        keys.iter().all(|k| k.starts_with("data/") || k == "index.json" || k == "README.md"),
+        keys.iter()
+            .all(|k| k.starts_with("data/") || k == "index.json" || k == "README.md"),
         "{keys:?}"
     );
     assert_eq!(fx.s3.open_uploads(BUCKET), 0);
     // The staging copy is gone once committed.
-    assert_eq!(std::fs::read_dir(fx.staging()).map(|r| r.count()).unwrap_or(0), 0);
+    assert_eq!(
+        std::fs::read_dir(fx.staging())
+            .map(|r| r.count())
+            .unwrap_or(0),
+        0
+    );
 
     // The same command again: complete, nothing rewritten.
     let o = fx.pack("s3://dlm-test/runs/a", &["--json"]);
@@ -134,10 +143,12 @@ fn killed_upload_resumes_byte_identical_here_and_from_the_bucket_alone() {
         // journal and some shards are there, index.json is not.
         let mut c = fx.cmd(&url, &[]);
         c.env("DLM_PACK_THROTTLE_MS", "300");
-        let (mut child, _pause) =
-            pause_support::spawn_paused(c, "object-journal:2", fx.dir.path());
+        let (mut child, _pause) = pause_support::spawn_paused(c, "object-journal:2", fx.dir.path());
         let keys = fx.s3.keys(BUCKET, &format!("kill{k}"));
-        assert!(keys.iter().any(|k| k == ".dlm-data.journal.json"), "{keys:?}");
+        assert!(
+            keys.iter().any(|k| k == ".dlm-data.journal.json"),
+            "{keys:?}"
+        );
         assert!(keys.iter().any(|k| k == ".dlm-data.lease"), "{keys:?}");
         assert!(!keys.iter().any(|k| k == "index.json"), "{keys:?}");
         pause_support::signal(&child, libc::SIGKILL);
@@ -150,7 +161,11 @@ fn killed_upload_resumes_byte_identical_here_and_from_the_bucket_alone() {
         let o = fx.pack(&url, &[]);
         ok(&o);
         if drop_staging {
-            assert!(stderr(&o).contains("resuming from the bucket's journal"), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("resuming from the bucket's journal"),
+                "{}",
+                stderr(&o)
+            );
         }
         let (_, remote) = fx.remote(&format!("kill{k}"));
         same_shards(&local, &remote);
@@ -172,7 +187,10 @@ fn a_second_writer_exits_75_naming_the_holder_and_a_stale_lease_is_taken_over() 
     let o = c.output().unwrap();
     let e = stderr(&o);
     assert_eq!(o.status.code(), Some(75), "{e}");
-    assert!(e.contains(&format!("pid {}", a.id())) && e.contains("host "), "{e}");
+    assert!(
+        e.contains(&format!("pid {}", a.id())) && e.contains("host "),
+        "{e}"
+    );
     assert!(e.contains(".dlm-data.lease"), "{e}");
     std::fs::remove_file(&pause).unwrap();
     let st = a.wait().unwrap();
@@ -184,10 +202,15 @@ fn a_second_writer_exits_75_naming_the_holder_and_a_stale_lease_is_taken_over() 
         "started": "2026-01-01T00:00:00Z", "renewed_unix": 1_700_000_000u64,
         "ttl_secs": 60, "token": "abc"
     });
-    fx.s3.put(BUCKET, "stale/.dlm-data.lease", &stale.to_string());
+    fx.s3
+        .put(BUCKET, "stale/.dlm-data.lease", &stale.to_string());
     let o = fx.pack("s3://dlm-test/stale", &[]);
     ok(&o);
-    assert!(stderr(&o).contains("taking over the lease"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("taking over the lease"),
+        "{}",
+        stderr(&o)
+    );
     // A live lease of another host (renewed now): exit 75.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -208,7 +231,11 @@ fn unsupported_schemes_and_missing_buckets_fail_by_name() {
     let fx = fixture();
     let o = fx.pack("ftp://host/x", &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("ftp://") && stderr(&o).contains("not supported"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("ftp://") && stderr(&o).contains("not supported"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!fx.dir.path().join("ftp:").exists());
     let mut c = Command::new(bin());
     c.args(["mcq", "--manifest", "m.toml", "--out", "s3://dlm-test/mcq"]);
@@ -236,7 +263,13 @@ fn credentials_never_reach_output_or_objects() {
     }
     let _ = d;
     for t in &texts {
-        for s in [SECRET, SESSION, "X-Amz-", "x-amz-security-token", "Signature="] {
+        for s in [
+            SECRET,
+            SESSION,
+            "X-Amz-",
+            "x-amz-security-token",
+            "Signature=",
+        ] {
             assert!(!t.contains(s), "{s:?} appears in:\n{t}");
         }
     }
@@ -248,8 +281,17 @@ fn py(script: &str, args: &[&str]) -> Option<String> {
         eprintln!("\n*** SKIPPED the pyarrow S3FileSystem check: DLM_PYTHON is not set (make test sets it) ***\n");
         return None;
     };
-    let o = Command::new(py).arg("-c").arg(script).args(args).output().unwrap();
-    assert!(o.status.success(), "python: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "python: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     Some(String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
@@ -270,7 +312,12 @@ fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
             a.push("--input".into());
             a.push(i.display().to_string());
         }
-        a.extend(["--tokenizer".into(), fx.tok.display().to_string(), "--out".into(), out.into()]);
+        a.extend([
+            "--tokenizer".into(),
+            fx.tok.display().to_string(),
+            "--out".into(),
+            out.into(),
+        ]);
         a.extend(EXTRA.iter().chain(extra).map(|s| s.to_string()));
         a
     };
@@ -288,7 +335,8 @@ fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
     {
         let mut c = Command::new(bin());
         c.args(&cmd);
-        fx.s3.apply(&mut c, &fx.dir.path().join(format!("staging-{k}")));
+        fx.s3
+            .apply(&mut c, &fx.dir.path().join(format!("staging-{k}")));
         ok(&c.output().unwrap());
     }
     let (_, remote) = fx.remote("w");
@@ -324,8 +372,13 @@ fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
     }
 
     // One object tampered with on the bucket: audit fails.
-    let victim = remote.keys().find(|k| k.starts_with("data/")).unwrap().clone();
-    fx.s3.put(BUCKET, &format!("w/{victim}"), "not a parquet file");
+    let victim = remote
+        .keys()
+        .find(|k| k.starts_with("data/"))
+        .unwrap()
+        .clone();
+    fx.s3
+        .put(BUCKET, &format!("w/{victim}"), "not a parquet file");
     let o = audit();
     assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
 }

@@ -113,7 +113,11 @@ fn distill(fx: &Path, out: &Path, extra: &[&str]) -> Output {
 #[test]
 fn version_names_the_commit_and_the_features() {
     let o = ok(run(&["--version"]));
-    let feats = if cfg!(feature = "cuda") { "cuda" } else { "none" };
+    let feats = if cfg!(feature = "cuda") {
+        "cuda"
+    } else {
+        "none"
+    };
     assert_eq!(
         String::from_utf8(o.stdout).unwrap(),
         format!(

@@ -52,7 +52,8 @@ fn record_problems(k: usize, r: &Value, rows: &[topk_sidecar::SidecarRow]) -> Ve
                 .unwrap_or_default();
             let want: Vec<usize> = (0..steps.len()).filter(|&i| steps[i] >= 0).collect();
             if pos != want {
-                let missing: Vec<usize> = want.iter().filter(|p| !pos.contains(p)).copied().collect();
+                let missing: Vec<usize> =
+                    want.iter().filter(|p| !pos.contains(p)).copied().collect();
                 let extra: Vec<usize> = pos.iter().filter(|p| !want.contains(p)).copied().collect();
                 out.push(at(format!(
                     "committed positions differ from the trajectory's (missing {missing:?}, not committed {extra:?})"
@@ -82,7 +83,9 @@ fn record_problems(k: usize, r: &Value, rows: &[topk_sidecar::SidecarRow]) -> Ve
         let ok_lp = x.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0)
             && x.logprobs.windows(2).all(|w| w[0] >= w[1]);
         if !ok_lp || !x.logsumexp.is_finite() {
-            out.push(at(format!("position {p}: log-probs not finite, ≤ 0 and non-increasing")));
+            out.push(at(format!(
+                "position {p}: log-probs not finite, ≤ 0 and non-increasing"
+            )));
         }
         if greedy {
             if let Some(t) = token(p, &tail) {
@@ -176,8 +179,14 @@ pub fn check_into(path: &Path, c: &mut Check) {
             }
         }
         if !parts.is_empty() {
-            c.note(format!("unit files checked against the commit lines of {} part(s)", parts.len()));
+            c.note(format!(
+                "unit files checked against the commit lines of {} part(s)",
+                parts.len()
+            ));
         }
     }
-    c.note(format!("{records} records' top-k rows checked against {}", side.display()));
+    c.note(format!(
+        "{records} records' top-k rows checked against {}",
+        side.display()
+    ));
 }

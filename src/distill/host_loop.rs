@@ -428,7 +428,12 @@ pub fn generate_row(
             let commits = step_row(p, &logits, vocab, &mut tokens[s0..s0 + bl], k, &ctx);
             if let Some(t) = trace.as_deref_mut() {
                 for (j, _) in commits {
-                    t.commit(p, nb * bl + j, global_step, &logits[j * vocab..(j + 1) * vocab]);
+                    t.commit(
+                        p,
+                        nb * bl + j,
+                        global_step,
+                        &logits[j * vocab..(j + 1) * vocab],
+                    );
                 }
             }
             steps += 1;

@@ -50,7 +50,8 @@ pub fn record(
     r.insert("response_ids".into(), json!(response_ids));
     if let Some(t) = trajectory {
         anyhow::ensure!(
-            t.commit_step.len() == response_ids.len() && t.tail_ids.len() == t.tail_commit_step.len(),
+            t.commit_step.len() == response_ids.len()
+                && t.tail_ids.len() == t.tail_commit_step.len(),
             "trajectory of {:?}: one commit step per position",
             item.id
         );

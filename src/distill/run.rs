@@ -251,9 +251,8 @@ fn decode_unit(
         .collect();
     let named = |err: anyhow::Error| name_prompt(err, unit, &e.items, &st.given.prompts);
     if !st.early_exit {
-        let out =
-            generate_traced(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None, tr)
-                .map_err(named)?;
+        let out = generate_traced(be, p, &prompts, &keys, t.pad_id, t.logits_shift, None, tr)
+            .map_err(named)?;
         let full = p.block_rule_steps(p.gen_length - 1);
         let rows = out
             .into_iter()

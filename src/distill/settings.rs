@@ -665,7 +665,10 @@ mod tests {
         assert_eq!(ok(&["--top-k", "64"]).top_k, Some(64));
         for bad in ["0", "65"] {
             let e = usage(&["--top-k", bad]);
-            assert!(e.contains(&format!("--top-k {bad}")) && e.contains("1..=64"), "{e}");
+            assert!(
+                e.contains(&format!("--top-k {bad}")) && e.contains("1..=64"),
+                "{e}"
+            );
         }
         assert!(ok(&["--device", "cuda", "--trajectory", "--top-k", "32"]).trajectory);
         let e = usage(&["--device", "cuda", "--trajectory", "--no-early-exit"]);

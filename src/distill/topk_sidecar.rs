@@ -225,10 +225,14 @@ pub fn read_group(path: &Path, g: usize) -> Result<Option<Vec<SidecarRow>>> {
 
 fn rows_of(batch: &RecordBatch, rows: &mut Vec<SidecarRow>) {
     let id = batch.column(0).as_string::<i32>();
-    let pos = batch.column(1).as_primitive::<arrow::datatypes::Int32Type>();
+    let pos = batch
+        .column(1)
+        .as_primitive::<arrow::datatypes::Int32Type>();
     let ids = batch.column(2).as_list::<i32>();
     let lps = batch.column(3).as_list::<i32>();
-    let lse = batch.column(4).as_primitive::<arrow::datatypes::Float32Type>();
+    let lse = batch
+        .column(4)
+        .as_primitive::<arrow::datatypes::Float32Type>();
     for i in 0..batch.num_rows() {
         rows.push(SidecarRow {
             id: id.value(i).to_string(),

@@ -30,7 +30,8 @@ pub fn show(
         Some(t) => format!("{id} {:?}", t.decode(&[id], false).unwrap_or_default()),
         None => id.to_string(),
     };
-    let (Some(mut steps), Some(tail)) = (ints(r.get("commit_step")), ints(r.get("tail_commit_step")))
+    let (Some(mut steps), Some(tail)) =
+        (ints(r.get("commit_step")), ints(r.get("tail_commit_step")))
     else {
         if position.is_some() {
             out.push_str("  (no trajectory: run distill with --trajectory)\n");
@@ -47,7 +48,12 @@ pub fn show(
         if s < 0 {
             never += 1;
         } else {
-            blocks.entry(i / bl).or_default().entry(s).or_default().push(i);
+            blocks
+                .entry(i / bl)
+                .or_default()
+                .entry(s)
+                .or_default()
+                .push(i);
         }
     }
     out.push_str(&format!(
@@ -80,23 +86,29 @@ fn topk(
     let Some(p) = position else { return Ok(out) };
     let side = topk_sidecar::sidecar_path(path);
     if !side.is_file() {
-        out.push_str(&format!("  (no {}: run distill with --top-k)\n", side.display()));
+        out.push_str(&format!(
+            "  (no {}: run distill with --top-k)\n",
+            side.display()
+        ));
         return Ok(out);
     }
     let rows = topk_sidecar::read_group(&side, k)?.unwrap_or_default();
     let id = r.get("id").and_then(Value::as_str).unwrap_or("");
     match rows.iter().find(|x| x.position as usize == p && x.id == id) {
-        None => out.push_str(&format!("  top-k @{p}: no row (position never committed)\n")),
+        None => out.push_str(&format!(
+            "  top-k @{p}: no row (position never committed)\n"
+        )),
         Some(x) => {
             let at = steps
                 .and_then(|s| s.get(p))
                 .map_or(String::new(), |s| format!(", committed at step {s}"));
-            out.push_str(&format!(
-                "  top-k @{p}{at} (logsumexp {}):\n",
-                x.logsumexp
-            ));
+            out.push_str(&format!("  top-k @{p}{at} (logsumexp {}):\n", x.logsumexp));
             for (i, lp) in x.ids.iter().zip(&x.logprobs) {
-                out.push_str(&format!("    {lp:>10.4}  p={:.4}  {}\n", lp.exp(), piece(*i)));
+                out.push_str(&format!(
+                    "    {lp:>10.4}  p={:.4}  {}\n",
+                    lp.exp(),
+                    piece(*i)
+                ));
             }
         }
     }

@@ -10,9 +10,25 @@ use super::location::{scheme_of, Location};
 
 /// Flags whose value is a path (any command).
 const PATH_FLAGS: &[&str] = &[
-    "--out", "--input", "--shards", "--prompts", "--distilled", "--lineage", "--data",
-    "--teacher", "--manifest", "--tokenizer", "--against", "--drop", "--from", "--to",
-    "--shipped", "--local-dir", "--cache", "--log", "--root",
+    "--out",
+    "--input",
+    "--shards",
+    "--prompts",
+    "--distilled",
+    "--lineage",
+    "--data",
+    "--teacher",
+    "--manifest",
+    "--tokenizer",
+    "--against",
+    "--drop",
+    "--from",
+    "--to",
+    "--shipped",
+    "--local-dir",
+    "--cache",
+    "--log",
+    "--root",
 ];
 
 /// Commands whose positional arguments are paths.
@@ -37,23 +53,33 @@ pub fn check(argv: &[String], commands: &[&str]) -> Result<()> {
 
 /// Check `argv` (program name first) of `command`.
 pub fn check_argv(command: &str, argv: &[String]) -> Result<()> {
-    let start = argv.iter().position(|a| a == command).map_or(argv.len(), |i| i + 1);
+    let start = argv
+        .iter()
+        .position(|a| a == command)
+        .map_or(argv.len(), |i| i + 1);
     for i in start..argv.len() {
         let tok = &argv[i];
         let (flag, value) = match tok.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, v),
             _ if tok.starts_with('-') => continue,
-            _ => match argv.get(i - 1).filter(|p| i > start && PATH_FLAGS.contains(&p.as_str())) {
+            _ => match argv
+                .get(i - 1)
+                .filter(|p| i > start && PATH_FLAGS.contains(&p.as_str()))
+            {
                 Some(p) => (p.as_str(), tok.as_str()),
                 None => ("<path>", tok.as_str()),
             },
         };
-        let is_path = PATH_FLAGS.contains(&flag)
-            || (flag == "<path>" && PATH_POSITIONALS.contains(&command));
+        let is_path =
+            PATH_FLAGS.contains(&flag) || (flag == "<path>" && PATH_POSITIONALS.contains(&command));
         if !is_path || scheme_of(value).is_none() {
             continue;
         }
-        let shown = if flag == "<path>" { "a path argument" } else { flag };
+        let shown = if flag == "<path>" {
+            "a path argument"
+        } else {
+            flag
+        };
         let loc = Location::parse(value, shown)?;
         let ok = OBJECT_OK.contains(&(command, flag));
         match loc {

@@ -75,7 +75,9 @@ impl LeaseRecord {
     /// Held by a process of this host that no longer exists (killed): its lease is free, as
     /// a dead process's flock is.
     fn dead_here(&self) -> bool {
-        self.host == hostname() && self.pid != std::process::id() && !crate::util::pid_alive(self.pid)
+        self.host == hostname()
+            && self.pid != std::process::id()
+            && !crate::util::pid_alive(self.pid)
     }
     fn describe(&self) -> String {
         format!(
@@ -167,7 +169,11 @@ impl Lease {
                     "{}: taking over the lease of {} ({})",
                     bucket.name(dir),
                     h.describe(),
-                    if h.dead_here() { "that process is gone" } else { "not renewed in time" }
+                    if h.dead_here() {
+                        "that process is gone"
+                    } else {
+                        "not renewed in time"
+                    }
                 );
             }
             if let Put::Done(etag) = bucket.replace(&rel, body, etag)? {

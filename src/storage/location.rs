@@ -151,7 +151,11 @@ fn object(scheme: Scheme, rest: &str, text: &str, flag: &str) -> Result<Location
         )));
     }
     let prefix = prefix.trim_matches('/');
-    if prefix.split('/').any(|c| c.is_empty() || c == "." || c == "..") && !prefix.is_empty() {
+    if prefix
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+        && !prefix.is_empty()
+    {
         return Err(crate::error::usage(format!(
             "{flag} {text}: a key prefix has no empty, '.' or '..' component"
         )));
@@ -201,7 +205,14 @@ mod tests {
 
     #[test]
     fn local_paths_are_untouched() {
-        for p in ["shards/stage1", "/abs/x", "rel:colon", "-", "a//b", "./s3:/x"] {
+        for p in [
+            "shards/stage1",
+            "/abs/x",
+            "rel:colon",
+            "-",
+            "a//b",
+            "./s3:/x",
+        ] {
             assert_eq!(
                 Location::parse(p, "--out").unwrap(),
                 Location::Local(PathBuf::from(p))
@@ -218,17 +229,26 @@ mod tests {
         let Location::Object(u) = Location::parse("s3://my-bucket/a/b/", "--out").unwrap() else {
             panic!()
         };
-        assert_eq!((u.scheme, u.bucket.as_str(), u.prefix.as_str()), (Scheme::S3, "my-bucket", "a/b"));
+        assert_eq!(
+            (u.scheme, u.bucket.as_str(), u.prefix.as_str()),
+            (Scheme::S3, "my-bucket", "a/b")
+        );
         assert_eq!(u.to_string(), "s3://my-bucket/a/b");
         assert_eq!(u.key("index.json"), "a/b/index.json");
         assert_eq!(u.child("parts/x").to_string(), "s3://my-bucket/a/b/parts/x");
         let Location::Object(r) = Location::parse("gs://bkt", "--out").unwrap() else {
             panic!()
         };
-        assert_eq!((r.scheme, r.prefix.as_str(), r.key("x")), (Scheme::Gcs, "", "x".into()));
+        assert_eq!(
+            (r.scheme, r.prefix.as_str(), r.key("x")),
+            (Scheme::Gcs, "", "x".into())
+        );
         assert!(matches!(
             Location::parse("az://container/p", "--out").unwrap(),
-            Location::Object(ObjectUrl { scheme: Scheme::Azure, .. })
+            Location::Object(ObjectUrl {
+                scheme: Scheme::Azure,
+                ..
+            })
         ));
     }
 
@@ -242,9 +262,18 @@ mod tests {
         assert_eq!(code, 2);
         assert!(!msg.contains("X-Amz-Signature"), "{msg}");
         assert_eq!(exit(Location::parse("s3://B/x", "--out").unwrap_err()).0, 2);
-        assert_eq!(exit(Location::parse("s3://bkt/a/../b", "--out").unwrap_err()).0, 2);
-        assert_eq!(exit(Location::parse("file://host/x", "--out").unwrap_err()).0, 2);
-        assert_eq!(exit(Location::parse("hf://models/o/n/x", "--input").unwrap_err()).0, 2);
+        assert_eq!(
+            exit(Location::parse("s3://bkt/a/../b", "--out").unwrap_err()).0,
+            2
+        );
+        assert_eq!(
+            exit(Location::parse("file://host/x", "--out").unwrap_err()).0,
+            2
+        );
+        assert_eq!(
+            exit(Location::parse("hf://models/o/n/x", "--input").unwrap_err()).0,
+            2
+        );
     }
 
     #[test]

@@ -35,7 +35,13 @@ pub fn output(bucket: &Bucket, rel: &str, local: &Path, allow_incomplete: bool) 
     std::fs::create_dir_all(local)?;
     let got = bucket.get(&join(INDEX_FILE))?;
     let complete = match &got {
-        Some((b, _)) => index::parse(&String::from_utf8_lossy(b), Path::new(&bucket.name(&join(INDEX_FILE))))?.complete,
+        Some((b, _)) => {
+            index::parse(
+                &String::from_utf8_lossy(b),
+                Path::new(&bucket.name(&join(INDEX_FILE))),
+            )?
+            .complete
+        }
         None => false,
     };
     if !complete {
@@ -51,7 +57,10 @@ pub fn output(bucket: &Bucket, rel: &str, local: &Path, allow_incomplete: bool) 
         );
     }
     let (bytes, _) = got.expect("complete implies present");
-    let idx = index::parse(&String::from_utf8_lossy(&bytes), Path::new(&bucket.name(&join(INDEX_FILE))))?;
+    let idx = index::parse(
+        &String::from_utf8_lossy(&bytes),
+        Path::new(&bucket.name(&join(INDEX_FILE))),
+    )?;
     for (name, sha) in data_files(&idx) {
         // Always fetched: the copy must be what the bucket holds now, not what it held.
         let dst = local.join(&name);

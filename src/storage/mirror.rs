@@ -43,11 +43,8 @@ pub fn data_files(idx: &Index) -> Vec<(String, String)> {
     idx.shards
         .iter()
         .flat_map(|s| {
-            std::iter::once((s.file.clone(), s.sha256.clone())).chain(
-                s.extra_files
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone())),
-            )
+            std::iter::once((s.file.clone(), s.sha256.clone()))
+                .chain(s.extra_files.iter().map(|(k, v)| (k.clone(), v.clone())))
         })
         .collect()
 }
@@ -89,7 +86,10 @@ impl Mirror {
                 }
             }
         }
-        bail!("{}: {name} is listed in the journal but not on disk", self.local.display())
+        bail!(
+            "{}: {name} is listed in the journal but not on disk",
+            self.local.display()
+        )
     }
 
     /// Make `name` (sha256 `sha`) present on the bucket: kept when an object there already has
@@ -163,7 +163,8 @@ impl Mirror {
             if !src.is_file() {
                 continue;
             }
-            let bytes = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
+            let bytes =
+                std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
             let remote = self.bucket.get(&self.rel(name))?;
             if remote.as_ref().map(|(b, _)| &b[..]) != Some(&bytes[..]) {
                 self.bucket
@@ -193,7 +194,10 @@ pub fn restore(bucket: &Bucket, local: &Path, rel_root: &str) -> Result<bool> {
     };
     std::fs::create_dir_all(local).with_context(|| format!("creating {}", local.display()))?;
     if let Some((bytes, _)) = bucket.get(&rel(INDEX_FILE))? {
-        let idx = index::parse(&String::from_utf8_lossy(&bytes), Path::new(&bucket.name(&rel(INDEX_FILE))))?;
+        let idx = index::parse(
+            &String::from_utf8_lossy(&bytes),
+            Path::new(&bucket.name(&rel(INDEX_FILE))),
+        )?;
         if idx.complete {
             if let Some((card, _)) = bucket.get(&rel(crate::shards::card::CARD_FILE))? {
                 crate::util::atomic_write(&local.join(crate::shards::card::CARD_FILE), &card)?;
@@ -214,9 +218,7 @@ pub fn restore(bucket: &Bucket, local: &Path, rel_root: &str) -> Result<bool> {
         h.args == remote.args
             && h.shards.len() >= remote.shards.len()
             && h.shards[..remote.shards.len()] == remote.shards[..]
-            && data_files(h)
-                .iter()
-                .all(|(n, _)| local.join(n).is_file())
+            && data_files(h).iter().all(|(n, _)| local.join(n).is_file())
     });
     if ahead {
         return Ok(false);

@@ -11,8 +11,12 @@ use super::location::ObjectUrl;
 /// sha256: one directory per output URL, owned by dlm-data (a run may clear it).
 pub fn dir_for(url: &ObjectUrl) -> PathBuf {
     let base = super::settings::staging_base()
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("dlm-data/staging")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlm-data/staging")))
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|c| PathBuf::from(c).join("dlm-data/staging"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/dlm-data/staging"))
+        })
         .unwrap_or_else(|| std::env::temp_dir().join("dlm-data-staging"));
     let text = url.to_string();
     let last: String = text

@@ -88,8 +88,8 @@ impl Bucket {
         register_secrets();
         let store: Arc<dyn ObjectStore> = match url.scheme {
             Scheme::S3 => {
-                let mut b = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(&url.bucket);
+                let mut b =
+                    object_store::aws::AmazonS3Builder::from_env().with_bucket_name(&url.bucket);
                 // AWS_ENDPOINT_URL (the AWS CLI's name) is read by from_env as the endpoint;
                 // an http:// endpoint needs AWS_ALLOW_HTTP=true, as the SDKs want.
                 if std::env::var_os("AWS_REGION").is_none()
@@ -148,8 +148,13 @@ impl Bucket {
             let mut s = self.store.list(Some(&prefix));
             s.next().await.transpose()
         });
-        r.map(|_| ())
-            .map_err(|e| self.fail("listing (does the bucket exist, are the credentials right?)", "", e))
+        r.map(|_| ()).map_err(|e| {
+            self.fail(
+                "listing (does the bucket exist, are the credentials right?)",
+                "",
+                e,
+            )
+        })
     }
 
     /// The object's metadata, or `None` when it does not exist.
@@ -207,10 +212,11 @@ impl Bucket {
             mode,
             ..Default::default()
         };
-        let r = self.rt.block_on(
-            self.store
-                .put_opts(&self.key(rel), PutPayload::from(bytes), opts),
-        );
+        let r = self.rt.block_on(self.store.put_opts(
+            &self.key(rel),
+            PutPayload::from(bytes),
+            opts,
+        ));
         match r {
             Ok(p) => Ok(Put::Done(p.e_tag)),
             Err(object_store::Error::AlreadyExists { .. })
@@ -253,7 +259,11 @@ impl Bucket {
             .into_iter()
             .map(|m| {
                 let k = m.location.as_ref();
-                let rel = if strip == 0 { k } else { k.get(strip + 1..).unwrap_or(k) };
+                let rel = if strip == 0 {
+                    k
+                } else {
+                    k.get(strip + 1..).unwrap_or(k)
+                };
                 (rel.to_string(), m.size)
             })
             .collect())
@@ -263,7 +273,10 @@ impl Bucket {
     /// to [`PART_BYTES`], else a multipart upload that is completed, or aborted on any error.
     pub fn upload_file(&self, src: &Path, rel: &str, sha256: &str) -> Result<()> {
         let mut attributes = Attributes::new();
-        attributes.insert(Attribute::Metadata(SHA_META.into()), sha256.to_string().into());
+        attributes.insert(
+            Attribute::Metadata(SHA_META.into()),
+            sha256.to_string().into(),
+        );
         let mut f = std::fs::File::open(src)
             .with_context(|| format!("opening {} to upload it", src.display()))?;
         let len = f.metadata()?.len();
@@ -317,7 +330,10 @@ impl Bucket {
                     .map_err(|e| self.fail("completing the multipart upload of", rel, e)),
                 Err(e) => {
                     if let Err(ae) = w.abort().await {
-                        tracing::warn!("{}", self.fail("aborting the multipart upload of", rel, ae));
+                        tracing::warn!(
+                            "{}",
+                            self.fail("aborting the multipart upload of", rel, ae)
+                        );
                     }
                     Err(e)
                 }

@@ -309,8 +309,17 @@ impl Engine {
 
     /// `--trajectory`/`--top-k`: the commit step and top-k of every position this step
     /// committed, into the per-slot trace buffers (read by the host when the row leaves).
-    fn enqueue_record(&self, ws: &Workspace, at: &StepAt, p: &DeviceRun, rows: usize) -> Result<()> {
-        let t = self.trace.as_ref().context("trace buffers for --trajectory")?;
+    fn enqueue_record(
+        &self,
+        ws: &Workspace,
+        at: &StepAt,
+        p: &DeviceRun,
+        rows: usize,
+    ) -> Result<()> {
+        let t = self
+            .trace
+            .as_ref()
+            .context("trace buffers for --trajectory")?;
         let (si, blki, gs) = (at.si, at.blki, at.gs);
         let v = self.cfg.vocab_size as i32;
         let gen_len = p.gen.gen_length as i32;

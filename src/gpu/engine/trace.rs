@@ -101,7 +101,9 @@ impl Engine {
                     let raw = self.read_raw(q)?;
                     self.write_raw(r, &raw)?;
                 }
-                None => self.gpu.write(&t.step, r * t.gen * 4, &vec![-1i32; t.gen])?,
+                None => self
+                    .gpu
+                    .write(&t.step, r * t.gen * 4, &vec![-1i32; t.gen])?,
             }
         }
         Ok(())

@@ -301,7 +301,12 @@ pub fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<
     })?;
     if json {
         let out = std::path::PathBuf::from(c.url.to_string());
-        crate::cron::json_line(summary(&c.index, &out, t0.elapsed().as_secs_f64(), c.already));
+        crate::cron::json_line(summary(
+            &c.index,
+            &out,
+            t0.elapsed().as_secs_f64(),
+            c.already,
+        ));
     }
     Ok(())
 }

@@ -150,11 +150,7 @@ fn claim_output(rs: &RunSettings, out_dir: &Path) -> Result<Option<crate::lock::
         inputs.push(("lock", l.as_path()));
     }
     crate::lock::refuse_inputs("--out", &rs.out, &inputs)?;
-    let dirs: Vec<(&str, &Path)> = rs
-        .inputs
-        .iter()
-        .map(|p| ("--input", p.as_path()))
-        .collect();
+    let dirs: Vec<(&str, &Path)> = rs.inputs.iter().map(|p| ("--input", p.as_path())).collect();
     crate::lock::refuse_inside_input_dirs("--out", &rs.out, &dirs)?;
     crate::lock::OutputLock::dir_or_read_only(out_dir, "pack")
 }
