@@ -137,19 +137,7 @@ fn cpu_commands_run_without_libcuda_and_record_the_build() {
     let build = serde_json::to_value(ToolBuild::current()).unwrap();
     // pack of a fixture dataset: index.json records the build.
     let shards = d.path().join("shards");
-    let input = fx.join("hub/HuggingFaceFW/fineweb-edu/sample/10BT");
-    let tok = fx.join("tokenizer");
-    ok(run(&[
-        "pack",
-        "--input",
-        s(&input),
-        "--tokenizer",
-        s(&tok),
-        "--out",
-        s(&shards),
-        "--seq-len",
-        "64",
-    ]));
+    ok(pack_fixture(&fx, &shards));
     let idx = json(&shards.join("index.json"));
     assert_eq!(idx["tool_build"], build, "index.json");
     assert!(idx["complete"].as_bool().unwrap());
@@ -302,21 +290,7 @@ fn a_newer_build_resumes_and_merges_an_older_builds_work() {
 
     // pack: a complete output of an older build is complete for this one (a rerun skips it).
     let shards = d.path().join("shards");
-    let input = fx.join("hub/HuggingFaceFW/fineweb-edu/sample/10BT");
-    let tok = fx.join("tokenizer");
-    let pack = || {
-        run(&[
-            "pack",
-            "--input",
-            s(&input),
-            "--tokenizer",
-            s(&tok),
-            "--out",
-            s(&shards),
-            "--seq-len",
-            "64",
-        ])
-    };
+    let pack = || pack_fixture(&fx, &shards);
     ok(pack());
     let idx = shards.join("index.json");
     let text = std::fs::read_to_string(&idx).unwrap();
@@ -334,4 +308,19 @@ fn a_newer_build_resumes_and_merges_an_older_builds_work() {
         before,
         "a complete output is left as it is"
     );
+}
+
+/// `pack` of the fixture fineweb-edu sample into `out` (seq-len 64).
+fn pack_fixture(fx: &Path, out: &Path) -> Output {
+    run(&[
+        "pack",
+        "--input",
+        s(&fx.join("hub/HuggingFaceFW/fineweb-edu/sample/10BT")),
+        "--tokenizer",
+        s(&fx.join("tokenizer")),
+        "--out",
+        s(out),
+        "--seq-len",
+        "64",
+    ])
 }
