@@ -15,6 +15,10 @@ pub struct Cli {
     /// Warnings and errors only: no progress, no info lines.
     #[arg(long, global = true)]
     pub quiet: bool,
+    /// One line of JSON on stdout at the end, whatever way the command ends: its summary
+    /// (each command's fields: docs/commands/), else a failure line naming the error.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// When stderr is not a terminal (cron, Slurm, a log file): seconds between plain progress
     /// lines (done/total, rate, ETA).
     #[arg(long, global = true, default_value_t = 30, value_name = "SECS",
@@ -96,7 +100,7 @@ pub fn main() -> Result<()> {
     ) || matches!(&cli.command, Command::Decontam(a) if a.drop.is_some());
     let grace = std::time::Duration::from_secs(if writes { 4 } else { 0 });
     crate::signals::install_with_deadline(grace, stop_now);
-    dispatch(cli.command)
+    dispatch(cli.command, cli.json)
 }
 
 /// The stop watchdog's end ([`crate::signals::install_with_deadline`]): the error line, the
@@ -112,18 +116,21 @@ fn stop_now(sig: i32) {
     unsafe { libc::_exit(128 + sig) };
 }
 
-/// Run one parsed command (also how `dlm-data run` runs its steps).
-pub fn dispatch(command: Command) -> Result<()> {
+/// Run one parsed command (also how `dlm-data run` runs its steps); `json`: the global
+/// `--json`, handed to the command's arguments.
+pub fn dispatch(command: Command, json: bool) -> Result<()> {
     match command {
-        Command::Fetch(a) => crate::hub::run_fetch(a),
-        Command::Pack(a) => crate::pack::run(a),
-        Command::Mcq(a) => crate::mcq::run(a),
-        Command::Decontam(a) => crate::decontam::run(a),
-        Command::Audit(a) => crate::audit::run(a),
-        Command::Distill(a) => crate::distill::run(a),
-        Command::Merge(a) => crate::merge::run(a),
-        Command::Inspect(a) => crate::inspect::run(a),
-        Command::Lineage(a) => crate::model::lineage::run(a, crate::hub::log::now_rfc3339()),
+        Command::Fetch(a) => crate::hub::run_fetch(crate::hub::FetchArgs { json, ..a }),
+        Command::Pack(a) => crate::pack::run(crate::pack::PackArgs { json, ..a }),
+        Command::Mcq(a) => crate::mcq::run(crate::mcq::McqArgs { json, ..a }),
+        Command::Decontam(a) => crate::decontam::run(crate::decontam::DecontamArgs { json, ..a }),
+        Command::Audit(a) => crate::audit::run(crate::audit::AuditArgs { json, ..a }),
+        Command::Distill(a) => crate::distill::run(crate::distill::DistillArgs { json, ..a }),
+        Command::Merge(a) => crate::merge::run(crate::merge::MergeArgs { json, ..a }),
+        Command::Inspect(a) => crate::inspect::run(crate::inspect::InspectArgs { json, ..a }),
+        Command::Lineage(a) => {
+            crate::model::lineage::run(a.with_json(json), crate::hub::log::now_rfc3339())
+        }
         Command::HubEmulator(a) => {
             if a.fixtures {
                 std::fs::create_dir_all(&a.root)?;
@@ -136,9 +143,9 @@ pub fn dispatch(command: Command) -> Result<()> {
             }
             crate::hub::emulator::run(a)
         }
-        Command::Fixtures(a) => crate::fixtures::run(a),
+        Command::Fixtures(a) => crate::fixtures::run(crate::fixtures::FixturesArgs { json, ..a }),
         Command::Run(a) => crate::run::run(
-            a,
+            crate::run::RunArgs { json, ..a },
             crate::run::Cli {
                 exec: &run_step,
                 parse: &|argv| parse_step(argv).map(|_| ()),
@@ -159,14 +166,15 @@ fn subcommand_names() -> Vec<String> {
 /// One step of `dlm-data run`: its command line parsed and run as if typed (never `run`
 /// itself).
 fn run_step(argv: &[String]) -> Result<()> {
-    let r = dispatch(parse_step(argv)?);
+    let (command, json) = parse_step(argv)?;
+    let r = dispatch(command, json);
     // A step's own `--json` line went to stderr with its stdout: the run owes its own.
     crate::cron::forget_line();
     r
 }
 
 /// A step's command line through the real parser (`run`'s preflight parses every one first).
-fn parse_step(argv: &[String]) -> Result<Command> {
+fn parse_step(argv: &[String]) -> Result<(Command, bool)> {
     let cli =
         Cli::try_parse_from(std::iter::once("dlm-data".to_string()).chain(argv.iter().cloned()))
             .map_err(|e| crate::error::usage(e.to_string().trim().to_string()))?;
@@ -181,7 +189,7 @@ fn parse_step(argv: &[String]) -> Result<Command> {
             "a pipeline step cannot be `run` itself",
         ));
     }
-    Ok(cli.command)
+    Ok((cli.command, cli.json))
 }
 
 /// Logs to stderr, each event redacted ([`crate::secret`]); `RUST_LOG` filters (default

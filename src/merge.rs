@@ -24,7 +24,8 @@ pub struct MergeArgs {
     /// The shared output (a pack/mcq directory, or a distill --out file with parts beside it).
     pub out: PathBuf,
     /// Print a one-line JSON summary on stdout at the end.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     #[command(flatten)]
     pub threads: crate::tuning::ThreadsArg,

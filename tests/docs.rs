@@ -98,9 +98,21 @@ fn page_problems(name: &str, page: &str, args: &BTreeSet<String>) -> Vec<String>
     out
 }
 
+/// Whether a "documents args the command does not have" problem names only global flags.
+fn only_globals(problem: &str, globals: &BTreeSet<String>) -> bool {
+    let list = problem.rsplit(": ").next().unwrap_or("");
+    list.split(", ").all(|a| globals.contains(a))
+}
+
 #[test]
 fn flags_are_documented() {
     let cli = Cli::command();
+    let globals: BTreeSet<String> = cli
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    assert!(globals.contains("--json"), "{globals:?}");
     let mut problems = Vec::new();
     let mut seen = 0;
     for sub in cli.get_subcommands() {
@@ -117,7 +129,11 @@ fn flags_are_documented() {
             ));
             continue;
         };
-        problems.extend(page_problems(name, &page, &cli_args(sub)));
+        // The global flags (`--json`, `--quiet`, …) may have a row on a page (what `--json`
+        // prints for this command) without being the command's own.
+        let mut documented = page_problems(name, &page, &cli_args(sub));
+        documented.retain(|p| !p.contains("documents args") || !only_globals(p, &globals));
+        problems.extend(documented);
     }
     assert!(seen >= 9, "expected every subcommand, saw {seen}");
     assert!(

@@ -53,7 +53,8 @@ pub struct AuditArgs {
     #[arg(long)]
     pub distilled: Option<PathBuf>,
     /// Print the report as JSON on stdout.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     /// Re-hash every cached locked file (default: sizes only; shards are always re-hashed).
     #[arg(long)]

@@ -52,7 +52,8 @@ pub struct DecontamArgs {
     #[arg(long, requires = "drop")]
     pub force: bool,
     /// Print the report as JSON on stdout.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     #[command(flatten)]
     pub threads: crate::tuning::ThreadsArg,

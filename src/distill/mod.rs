@@ -127,8 +127,8 @@ pub struct DistillArgs {
     pub cache_refresh: Option<usize>,
     /// --device cuda: the residual stream's precision, bf16 (HF/PyTorch's) or f32 (closer
     /// to the CPU path, slower). Recorded in the resume fingerprint.
-    #[arg(long, default_value = "bf16", value_parser = ["bf16", "f32"])]
-    pub gpu_residual: String,
+    #[arg(long, value_enum, default_value = "bf16")]
+    pub gpu_residual: settings::GpuResidual,
     /// --device cuda: time cuBLASLt's candidate kernels for each GEMM shape once and use the
     /// fastest (about 3 % per step at batch 64 on an H200). The choices are saved in
     /// OUT.parts/IIIII-of-NNNNN.gemm-plans.json (one per worker) and reused, so a resumed run
@@ -177,7 +177,8 @@ pub struct DistillArgs {
     pub top_k: Option<usize>,
     /// Print one line of JSON on stdout at the end: prompts, timings, rows finished early,
     /// mean blocks decoded, forward passes saved, MCQ accuracy.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     /// The CPU teacher's threads (and the prompts' tokenizing threads on any device).
     #[command(flatten)]

@@ -176,10 +176,12 @@ impl fmt::Display for Device {
     }
 }
 
-/// `--gpu-residual`: the GPU residual stream's precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `--gpu-residual`: the GPU residual stream's precision (the flag's values are these names).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuResidual {
+    #[value(name = "bf16")]
     Bf16,
+    #[value(name = "f32")]
     F32,
 }
 
@@ -371,10 +373,7 @@ impl DistillSettings {
                 "--gemm-tune tunes the GPU's cuBLASLt GEMMs: it needs --device cuda".to_string(),
             ));
         }
-        let gpu_residual = match a.gpu_residual.as_str() {
-            "f32" => GpuResidual::F32,
-            _ => GpuResidual::Bf16,
-        };
+        let gpu_residual = a.gpu_residual;
         let out = absolute("--out", &a.out)?;
         if out.is_dir() {
             return Err(crate::error::usage(format!(

@@ -92,7 +92,8 @@ pub struct FetchArgs {
     #[arg(long, default_value_t = 1024, value_parser = crate::sizes::u64_in(1, 1 << 40))]
     pub min_rate: u64,
     /// Print a one-line JSON summary on stdout at the end (files, cached, bytes, commits, lock).
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
 }
 

@@ -36,7 +36,8 @@ pub struct InspectArgs {
     #[arg(long, default_value_t = 400)]
     pub chars: usize,
     /// Print only the summary, as one line of JSON on stdout.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     /// Largest record of prompts.jsonl / distilled.json read (bytes, e.g. 64MiB): a longer
     /// one ends the inspection naming it, having read no more than this.

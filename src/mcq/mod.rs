@@ -102,7 +102,8 @@ pub struct McqArgs {
     #[arg(long)]
     pub force: bool,
     /// Print a one-line JSON summary on stdout at the end (items, skipped rows with reasons).
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     #[command(flatten)]
     pub threads: crate::tuning::ThreadsArg,

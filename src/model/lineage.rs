@@ -269,8 +269,20 @@ pub struct AddArgs {
     pub lineage: PathBuf,
     /// Print one line of JSON on stdout at the end: the stage as recorded, the lineage file,
     /// and whether this run added it (`false`: already recorded).
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
+}
+
+impl LineageArgs {
+    /// The global `--json`, handed to the subcommand.
+    pub fn with_json(self, json: bool) -> LineageArgs {
+        match self.command {
+            LineageCommand::Add(a) => LineageArgs {
+                command: LineageCommand::Add(AddArgs { json, ..a }),
+            },
+        }
+    }
 }
 
 /// Run a `lineage` command; `now` is the RFC3339 time recorded (the caller's clock).

@@ -192,7 +192,8 @@ pub struct PackArgs {
     #[arg(long, value_parser = parse_bytes, default_value = "32MiB")]
     pub shard_bytes: u64,
     /// Print a one-line JSON summary on stdout at the end.
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     #[command(flatten)]
     pub threads: crate::tuning::ThreadsArg,

@@ -45,7 +45,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub rerun: bool,
     /// Print one line of JSON on stdout at the end (steps, their status and time, the verdict).
-    #[arg(long)]
+    /// Set from the global `--json` by the CLI (not a flag of its own).
+    #[arg(skip)]
     pub json: bool,
     /// Check the pipeline and exit: every step's command line parsed, every input that must
     /// exist readable, no step writing what another reads (exit 2 naming every problem).
