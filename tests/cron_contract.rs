@@ -286,6 +286,46 @@ fn json_prints_one_line_on_refusals_and_usage_errors() {
     assert!(o.stdout.is_empty());
 }
 
+/// `--json` is a global flag: before the subcommand or after it, the same one line; inside a
+/// pipeline's step (no `--json` there) the step prints none of its own.
+#[test]
+fn json_is_global_before_or_after_the_subcommand() {
+    let d = tempfile::tempdir().unwrap();
+    let before = bin()
+        .args(["--json", "fixtures", "--out"])
+        .arg(d.path().join("a"))
+        .output()
+        .unwrap();
+    let after = bin()
+        .args(["fixtures", "--out"])
+        .arg(d.path().join("b"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(code(&before), 0, "{}", err(&before));
+    assert_eq!(code(&after), 0, "{}", err(&after));
+    let (a, b) = (one_line(&before), one_line(&after));
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&a), keys(&b), "{a} vs {b}");
+    assert!(
+        a.to_string()
+            .contains(&d.path().join("a").display().to_string()),
+        "{a}"
+    );
+    // Without it, nothing on stdout.
+    let none = bin()
+        .args(["fixtures", "--out"])
+        .arg(d.path().join("c"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&none), 0, "{}", err(&none));
+    assert!(
+        none.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&none.stdout)
+    );
+}
+
 // ------------------------------------------------------------------------- distill
 
 fn write_prompts(path: &Path, n: usize) {
