@@ -31,8 +31,8 @@
 //! the rule that text from data never becomes an added (control or mask) token; [`build_info`]
 //! the tool build (version, commit, features) every output records; [`digest`] the
 //! one digest rule (any case read, lowercase held); [`cron`] the
-//! one-JSON-line-on-every-exit contract of `--json`; [`doc_tokens`]
-//! the one rule for EOS/BOS that pack and mcq share; [`lock`] (one
+//! one-JSON-line-on-every-exit contract of `--json`; [`tokenize::files`]
+//! the tokenizer's files read once and the EOS/BOS/mask/pad rules every stage shares; [`lock`] (one
 //! writer per output, never an input overwritten) and [`signals`] (stop at a safe point) guard
 //! every command that writes; [`tuning`] decides once how many threads a command uses and
 //! every count derived from it (no step asks the pool or the environment). No two top-level
@@ -47,7 +47,6 @@ pub mod cron;
 pub mod decontam;
 pub mod digest;
 pub mod distill;
-pub mod doc_tokens;
 pub mod error;
 pub mod fixtures;
 #[cfg(feature = "cuda")]

@@ -1,4 +1,4 @@
-//! pack and mcq resolve EOS and BOS by one rule (src/doc_tokens.rs): a tokenizer without
+//! pack and mcq resolve EOS and BOS by one rule (src/tokenize/files.rs): a tokenizer without
 //! tokenizer_config.json (falcon-7b's shape) gets the EOS tokenizer.json knows in both; a config
 //! with `add_bos_token: true` (Mistral's) puts its bos_token before every document (pack) and
 //! every SFT row, inside prompt_len (mcq); `--no-bos` and `--bos-token` override; both log it.
@@ -49,7 +49,7 @@ fn mcq_follows_the_tokenizer_config() {
     // No tokenizer_config.json: mcq used to refuse; now the EOS tokenizer.json knows.
     let bare = variant(&w.tokenizer, &root.join("tok-bare"), None);
     let (rows, _, _) = sft("bare", &bare, &[]);
-    let want_eos = dlm_data::doc_tokens::EOS_CANDIDATES
+    let want_eos = dlm_data::tokenize::files::EOS_CANDIDATES
         .iter()
         .find_map(|t| {
             tokenizers::Tokenizer::from_file(bare.join("tokenizer.json"))

@@ -179,7 +179,7 @@ fn shard_tokenizer(
     tokenizer_override: Option<&Path>,
 ) -> Result<tokenizers::Tokenizer> {
     let tok_path = tokenizer_override
-        .map(crate::mcq::tokenizer::resolve)
+        .map(crate::tokenize::files::locate)
         .unwrap_or_else(|| PathBuf::from(&index.tokenizer.path));
     let tok = tokenizers::Tokenizer::from_file(&tok_path).map_err(|e| {
         anyhow!(

@@ -149,7 +149,7 @@ pub(crate) fn decoder(
     recorded: Option<&crate::shards::index::TokenizerInfo>,
 ) -> Result<Option<tokenizers::Tokenizer>> {
     let path = match (flag, recorded) {
-        (Some(p), _) => crate::mcq::tokenizer::resolve(p),
+        (Some(p), _) => crate::tokenize::files::locate(p),
         (None, Some(r)) if Path::new(&r.path).is_file() => PathBuf::from(&r.path),
         (None, Some(r)) => {
             tracing::warn!(

@@ -27,7 +27,7 @@ pub struct McqSettings {
     pub template: Option<PathBuf>,
     pub answer_template: String,
     /// `--eos-token`, `--bos-token`, `--no-bos`.
-    pub boundaries: crate::doc_tokens::Flags,
+    pub boundaries: crate::tokenize::files::Flags,
     pub special_tokens_in_text: SpecialTokensInText,
     pub mask_token: Option<String>,
     pub seq_len: usize,
@@ -62,7 +62,7 @@ impl McqSettings {
             seed: args.seed,
             template: args.template.clone(),
             answer_template: args.answer_template.clone(),
-            boundaries: crate::doc_tokens::Flags {
+            boundaries: crate::tokenize::files::Flags {
                 eos_token: args.eos_token.clone(),
                 bos_token: args.bos_token.clone(),
                 no_bos: args.no_bos,

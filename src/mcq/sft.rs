@@ -1,6 +1,6 @@
 //! The stage-2 SFT set: each item tokenized as `[BOS] prompt ++ answer ++ EOS`, with
 //! `prompt_len` (BOS included) so the trainer never masks (or takes loss on) the prompt; one
-//! row per item. BOS is there when [`crate::doc_tokens`]'s rule gives one (`--bos-token`, or
+//! row per item. BOS is there when [`crate::tokenize::files`]'s rule gives one (`--bos-token`, or
 //! tokenizer_config.json `add_bos_token: true`).
 //!
 //! Prompt and answer are encoded separately and concatenated, so `input_ids[..prompt_len]`

@@ -89,17 +89,12 @@ impl TeacherTokenizer {
         );
         let tok = Tokenizer::from_file(&tj)
             .map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", tj.display()))?;
-        let tc = dir.join("tokenizer_config.json");
-        let cfg: Value = if tc.is_file() {
-            let text = super::config::read_bounded(&tc, super::config::MAX_CONFIG_BYTES)?;
-            serde_json::from_str(&text)
-                .with_context(|| format!("{}: invalid JSON", tc.display()))?
-        } else {
-            Value::Null
-        };
-        if !cfg.is_null() && !cfg.is_object() {
-            anyhow::bail!("{}: not a JSON object", tc.display());
-        }
+        // tokenizer_config.json read once, checked (bounded, valid JSON, an object).
+        let files = crate::tokenize::files::TokenizerFiles::open_checked(dir, |p| {
+            super::config::read_bounded(p, super::config::MAX_CONFIG_BYTES)
+        })?;
+        let tc = files.config_path.clone();
+        let cfg: Value = files.config.map(|c| c.raw).unwrap_or(Value::Null);
         let bad = |what: String| anyhow::anyhow!("{}: field `chat_template` {what}", tc.display());
         let chat_template = match cfg.get("chat_template") {
             None | Some(Value::Null) => None,

@@ -16,6 +16,7 @@
 pub use crate::added_text::trie as added;
 pub mod bpe;
 pub mod fast;
+pub mod files;
 pub mod json;
 pub mod pre_tokenize;
 pub use crate::added_text::ranged;
@@ -33,13 +34,15 @@ use ranged::Ranged;
 
 use crate::added_text::{Hit, SpecialTokensInText};
 
-pub use crate::doc_tokens::EOS_CANDIDATES;
+pub use files::EOS_CANDIDATES;
 
 /// A loaded tokenizer with the document-boundary policy.
 pub struct DocTokenizer {
     /// The `tokenizers` crate's tokenizer: loaded only when the fast path does not apply.
     pub inner: Option<Tokenizer>,
     pub json_path: PathBuf,
+    /// tokenizer.json and tokenizer_config.json, read once (the mask and pad rules).
+    pub files: files::TokenizerFiles,
     pub sha256: String,
     pub eos: Option<(String, u32)>,
     pub bos: Option<(String, u32)>,
@@ -67,21 +70,12 @@ pub struct Encoded {
     pub hits: Vec<Hit>,
 }
 
-/// `tokenizer.json` for a file or directory argument.
-pub fn resolve_json(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        path.join("tokenizer.json")
-    } else {
-        path.to_path_buf()
-    }
-}
-
 /// How `pack` loads its tokenizer: the document-boundary flags (one rule for every command:
-/// [`crate::doc_tokens`]) and pack's own.
+/// [`crate::tokenize::files`]) and pack's own.
 #[derive(Debug, Clone, Default)]
 pub struct BoundaryFlags {
     /// `--eos-token`, `--no-eos`, `--bos`, `--bos-token`, `--no-bos`.
-    pub boundary: crate::doc_tokens::Flags,
+    pub boundary: crate::tokenize::files::Flags,
     /// Force the `tokenizers` crate path.
     pub no_fast: bool,
     /// `--special-tokens-in-text`.
@@ -94,7 +88,7 @@ impl BoundaryFlags {
     /// No EOS appended (tests and tools that want the bare ids).
     pub fn no_eos() -> BoundaryFlags {
         BoundaryFlags {
-            boundary: crate::doc_tokens::Flags {
+            boundary: crate::tokenize::files::Flags {
                 no_eos: true,
                 ..Default::default()
             },
@@ -105,7 +99,8 @@ impl BoundaryFlags {
 
 impl DocTokenizer {
     pub fn load(arg: &Path, flags: &BoundaryFlags) -> Result<DocTokenizer> {
-        let json_path = resolve_json(arg);
+        let files = files::TokenizerFiles::open(arg);
+        let json_path = files.json.clone();
         if !json_path.is_file() {
             return Err(crate::error::usage(format!(
                 "--tokenizer {}: no tokenizer.json there",
@@ -143,25 +138,13 @@ impl DocTokenizer {
             (None, Some(c)) => c.token_to_id(t),
             (None, None) => None,
         };
-        let id = |t: &str, what: &str| -> Result<u32> {
-            lookup(t).ok_or_else(|| {
-                crate::error::usage(format!(
-                    "{what} {t:?} is not in the vocabulary of {}",
-                    json_path.display()
-                ))
-            })
-        };
-        let crate::doc_tokens::Boundaries {
+        let files::Boundaries {
             eos,
             eos_choice,
             bos,
             bos_choice,
-        } = crate::doc_tokens::resolve(&json_path, &flags.boundary, lookup)?;
-        let mask = match &flags.mask_token {
-            Some(t) => Some((t.clone(), id(t, "--mask-token")?)),
-            None => crate::doc_tokens::config_token(&json_path, "mask_token")
-                .and_then(|t| lookup(&t).map(|i| (t, i))),
-        };
+        } = files.boundaries(&flags.boundary, lookup)?;
+        let mask = files.mask(flags.mask_token.as_deref(), lookup)?;
         let ranged = match &inner {
             Some(c) => Some(Ranged::new(c)?),
             None => None,
@@ -174,6 +157,7 @@ impl DocTokenizer {
         Ok(DocTokenizer {
             inner,
             json_path,
+            files,
             sha256,
             eos,
             bos,

@@ -144,7 +144,7 @@ impl RunSettings {
                 None => format!("{{{}}}", a.text_column),
             },
             boundary: BoundaryFlags {
-                boundary: crate::doc_tokens::Flags {
+                boundary: crate::tokenize::files::Flags {
                     eos_token: a.eos_token.clone(),
                     no_eos: a.no_eos,
                     bos: a.bos,

@@ -190,7 +190,7 @@ fn plan_units(
 /// The tokenizer with the document-boundary flags (`--eos-token`, `--no-eos`, `--bos`, …).
 fn load_tokenizer(rs: &RunSettings) -> Result<DocTokenizer> {
     let tok = DocTokenizer::load(&rs.tokenizer, &rs.boundary)?;
-    let boundaries = crate::doc_tokens::Boundaries {
+    let boundaries = crate::tokenize::files::Boundaries {
         eos: tok.eos.clone(),
         eos_choice: tok.eos_choice.clone(),
         bos: tok.bos.clone(),
@@ -261,21 +261,9 @@ pub(super) fn settings(
     }
 }
 
-/// The id `--pad-last` pads with: tokenizer_config.json's `pad_token`, else `<|pad|>`, else EOS.
+/// The id `--pad-last` pads with: tokenizer_config.json's `pad_token`, else `<|pad|>`, else EOS
+/// ([`crate::tokenize::files::TokenizerFiles::pad_id`]).
 pub(super) fn pad_id(tok: &DocTokenizer) -> Option<u32> {
-    let dir = tok
-        .json_path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let cfg = std::fs::read_to_string(dir.join("tokenizer_config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| {
-            v.get("pad_token")
-                .and_then(|p| p.as_str().map(str::to_string))
-        });
-    cfg.and_then(|t| tok.token_to_id(&t))
-        .or_else(|| tok.token_to_id("<|pad|>"))
-        .or_else(|| tok.eos.as_ref().map(|e| e.1))
+    tok.files
+        .pad_id(|t| tok.token_to_id(t), tok.eos.as_ref().map(|e| e.1))
 }
