@@ -39,18 +39,19 @@ pub fn locate(out: &Path, name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The directory to read an output's shards from: the staging directory while the output is
-/// incomplete and has one, else `out` itself.
-pub fn shard_dir(out: &Path, idx: &Index) -> PathBuf {
+/// The directory to read listed file `name` of `out` from: the staging directory while the
+/// output is incomplete (`complete` false) and holds it there, else `out` itself.
+pub fn dir_of(out: &Path, complete: bool, name: &str) -> PathBuf {
     let staged = dir(out);
-    if !idx.complete && staged.is_dir() {
+    if !complete && staged.join(name).is_file() {
         staged
     } else {
         out.to_path_buf()
     }
 }
 
-/// Rename `from` to `to` (same filesystem), making `to`'s directory if missing.
+/// Rename `from` to `to` (same filesystem), making `to`'s directory if missing; the caller
+/// fsyncs the directories.
 fn move_file(from: &Path, to: &Path) -> Result<()> {
     if let Some(parent) = to.parent() {
         if !parent.is_dir() {
@@ -59,7 +60,21 @@ fn move_file(from: &Path, to: &Path) -> Result<()> {
             crate::util::fsync_dir(parent);
         }
     }
-    crate::util::commit_rename(from, to)
+    std::fs::rename(from, to)
+        .with_context(|| format!("renaming {} to {}", from.display(), to.display()))
+}
+
+/// fsync the directories holding `names` in `base` (each once).
+fn fsync_dirs(base: &Path, names: &[String]) {
+    // One file's path per directory: fsync_dir syncs the directory holding it.
+    let by_dir: std::collections::BTreeMap<PathBuf, PathBuf> = names
+        .iter()
+        .map(|n| base.join(n))
+        .filter_map(|p| Some((p.parent()?.to_path_buf(), p)))
+        .collect();
+    for p in by_dir.values() {
+        crate::util::fsync_dir(p);
+    }
 }
 
 /// A resume: every listed file found in its final place and not staged is moved into the
@@ -74,6 +89,8 @@ pub fn stage(out: &Path, names: &[String]) -> Result<()> {
             move_file(&here, &there)?;
         }
     }
+    fsync_dirs(out, names);
+    fsync_dirs(&staged, names);
     Ok(())
 }
 
@@ -93,6 +110,8 @@ pub fn promote(out: &Path, names: &[String]) -> Result<()> {
             );
         }
     }
+    // Every rename durable before the index that says complete is written.
+    fsync_dirs(out, names);
     if !staged.exists() {
         return Ok(());
     }
@@ -136,6 +155,9 @@ mod tests {
         std::fs::write(out.join(&names[1]), b"b").unwrap();
         assert_eq!(locate(out, &names[0]), Some(dir(out).join(&names[0])));
         assert_eq!(locate(out, &names[1]), Some(out.join(&names[1])));
+        assert_eq!(dir_of(out, false, &names[0]), dir(out));
+        assert_eq!(dir_of(out, false, &names[1]), out);
+        assert_eq!(dir_of(out, true, &names[0]), out);
         // A resume stages both again.
         stage(out, &names).unwrap();
         assert!(!out.join(&names[1]).exists());
