@@ -214,7 +214,7 @@ mod tests {
             Ok(Cli {
                 command: Command::Distill(a),
                 ..
-            }) => match crate::distill::settings::Settings::resolve(&a) {
+            }) => match crate::distill::settings::DistillSettings::resolve(&a) {
                 Ok(_) => 0,
                 Err(e) => crate::error::exit_code(&e),
             },

@@ -1019,6 +1019,155 @@ fn the_settings_checker_sees_code_not_comments() {
     assert!(found[2].starts_with("src/g.rs:1"));
 }
 
+// A settings type per command (issue 56): a command's clap struct is read where it is
+// declared (the command's entry, which resolves it) and in `settings.rs` files; every step
+// file takes the resolved settings, never a clap struct (as uv's commands take `*Settings`).
+
+/// The clap structs of `files`: each `struct`/`enum` whose derive list names `Args`,
+/// `Parser` or `Subcommand`, with the file declaring it.
+fn clap_structs(files: &[(PathBuf, String)]) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for (rel, text) in files {
+        let code = blank_non_code(text);
+        let mut derive_clap = false;
+        for line in code.lines() {
+            let l = line.trim();
+            if l.starts_with("#[derive(") {
+                let names: Vec<&str> = l["#[derive(".len()..]
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .collect();
+                derive_clap |= names
+                    .iter()
+                    .any(|n| matches!(*n, "Args" | "Parser" | "Subcommand"));
+                continue;
+            }
+            if l.starts_with("#[") || l.is_empty() {
+                continue;
+            }
+            if derive_clap {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                if let Some(k) = words.iter().position(|w| *w == "struct" || *w == "enum") {
+                    if let Some(name) = words.get(k + 1) {
+                        let name: String = name
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect();
+                        out.push((name, rel.clone()));
+                    }
+                }
+            }
+            derive_clap = false;
+        }
+    }
+    out
+}
+
+/// Whether `rel` may take a clap struct: a file declaring one (a command's entry, which
+/// resolves its flags, or composes flattened ones), a `settings.rs`, the CLI.
+fn may_take_clap(rel: &Path, structs: &[(String, PathBuf)]) -> bool {
+    structs.iter().any(|(_, d)| d == rel)
+        || rel.file_name().is_some_and(|n| n == "settings.rs")
+        || rel == Path::new("cli.rs")
+}
+
+/// The type named right after each single `:` of `line` (a parameter's or field's type):
+/// `&`, a lifetime and `mut` skipped, the last segment of its path.
+fn ascribed_types(line: &str) -> Vec<String> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    for i in 0..b.len() {
+        if b[i] != b':' || (i > 0 && b[i - 1] == b':') || b.get(i + 1) == Some(&b':') {
+            continue;
+        }
+        let mut t = line[i + 1..].trim_start();
+        if let Some(r) = t.strip_prefix('&') {
+            t = r.trim_start();
+        }
+        if let Some(r) = t.strip_prefix('\'') {
+            t = r
+                .trim_start_matches(|c: char| c.is_ascii_alphanumeric() || c == '_')
+                .trim_start();
+        }
+        if let Some(r) = t.strip_prefix("mut ") {
+            t = r.trim_start();
+        }
+        let path: String = t
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        if let Some(last) = path.rsplit("::").next() {
+            out.push(last.to_string());
+        }
+    }
+    out
+}
+
+/// Each `file:line` outside [`may_take_clap`] where a parameter or field is of a clap
+/// struct's type (`x: Name`, `x: &Name`, `x: &'a Name`, `x: &mut super::Name`), code only.
+fn clap_takers(files: &[(PathBuf, String)]) -> Vec<String> {
+    let structs = clap_structs(files);
+    let mut found = Vec::new();
+    for (rel, text) in files {
+        if may_take_clap(rel, &structs) {
+            continue;
+        }
+        let code = blank_non_code(text);
+        for (k, line) in code.lines().enumerate() {
+            for t in ascribed_types(line) {
+                if let Some((_, decl)) = structs.iter().find(|(n, _)| *n == t) {
+                    found.push(format!(
+                        "src/{}:{}: {} (declared in src/{})",
+                        rel.display(),
+                        k + 1,
+                        text.lines().nth(k).unwrap_or("").trim(),
+                        decl.display()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_step_file_takes_a_clap_struct() {
+    let found = clap_takers(&src_files(&src()));
+    assert!(
+        found.is_empty(),
+        "resolve the flags into the command's settings type (<cmd>/settings.rs) and pass that \
+         to the step:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_clap_checker_finds_takers_and_ignores_paths_and_comments() {
+    let f = |p: &str, t: &str| (PathBuf::from(p), t.to_string());
+    let files = [
+        f(
+            "cmd/mod.rs",
+            "#[derive(Args, Debug)]\npub struct CmdArgs {\n    pub x: u32,\n}\n\
+             pub fn run(args: CmdArgs) {}\n",
+        ),
+        f("cmd/settings.rs", "pub fn resolve(a: &CmdArgs) {}\n"),
+        f("cmd/step.rs", "pub fn step(args: &'a CmdArgs, n: u32) {}\n"),
+        f(
+            "cmd/other.rs",
+            "// fn old(args: &CmdArgs)\nuse super::CmdArgs;\n",
+        ),
+        f(
+            "cmd/job.rs",
+            "struct Job<'a> {\n    pub args: &'a mut super::CmdArgs,\n}\n",
+        ),
+        f("cli.rs", "fn dispatch(a: CmdArgs) {}\n"),
+    ];
+    assert_eq!(clap_structs(&files).len(), 1);
+    let found = clap_takers(&files);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].starts_with("src/cmd/step.rs:1"), "{found:?}");
+    assert!(found[1].starts_with("src/cmd/job.rs:2"), "{found:?}");
+}
+
 /// `make test` runs each fuzz target once: `fuzz-ci` runs the fuzz binary's every test, and
 /// the plain `cargo test` skips FUZZ_TARGETS by exact name — so FUZZ_TARGETS lists exactly the
 /// fuzz binary's tests, and no other test binary has a top-level test of one of those names.

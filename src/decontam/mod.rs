@@ -17,6 +17,7 @@ pub mod report;
 pub mod rewrite;
 pub mod rows;
 pub mod scan;
+pub mod settings;
 pub mod targets;
 pub mod time;
 pub mod uptodate;
@@ -72,49 +73,34 @@ pub struct DecontamArgs {
 /// index, the scan, the report (and the `--drop` copy with its own report).
 pub fn run(args: DecontamArgs) -> Result<()> {
     let t0 = Instant::now();
-    check_flags(&args)?;
-    // The pool the scan's parallel loops run on (`--threads`).
-    crate::tuning::Tuning::resolve(args.threads)?;
+    let mut st = settings::DecontamSettings::resolve(&args)?;
     // --drop: before any work, no input as the output and one writer.
-    let _lock = match &args.drop {
-        Some(out) => Some(claim_drop(&args, out)?),
+    let _lock = match &st.drop {
+        Some(out) => Some(claim_drop(&st, out)?),
         None => None,
     };
-    let settings = uptodate::DecontamSettings::resolve(&args)?;
-    if up_to_date(&args, &settings)? {
+    st.digest()?;
+    if up_to_date(&st)? {
         return Ok(());
     }
     // One writer of the report (audit reads it): a second scan writing it exits 75.
-    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
-    let _report_lock = match scanned {
-        Some(scanned) => Some(crate::lock::OutputLock::beside(
-            &args
-                .report
-                .clone()
-                .unwrap_or_else(|| report::default_path(scanned, args.shards.is_some())),
-            "decontam",
-        )?),
-        None => None,
-    };
-    let cache = args.cache.resolve();
-    let (benches, items) = reference::load(&args.against, &cache)?;
-    let idx = index::NgramIndex::build(args.ngram, items);
+    let _report_lock = crate::lock::OutputLock::beside(&st.report, "decontam")?;
+    let (benches, items) = reference::load(&st.against, &st.cache)?;
+    let idx = index::NgramIndex::build(st.ngram, items);
     tracing::info!(
         "index: {} n-grams from {} items ({} MB table)",
         idx.len(),
         idx.items.len(),
         idx.table_bytes() / 1_000_000
     );
-    let target = match (&args.shards, &args.prompts) {
-        (Some(d), _) => targets::load_shards(d, args.tokenizer.as_deref())?,
-        (None, Some(p)) => targets::load_prompts(p)?,
-        (None, None) => return Err(crate::error::usage("give --shards DIR or --prompts FILE")),
+    let target = match &st.scanned {
+        settings::Scanned::Shards(d) => targets::load_shards(d, st.tokenizer.as_deref())?,
+        settings::Scanned::Prompts(p) => targets::load_prompts(p)?,
     };
     let t_scan = Instant::now();
     let hits = scan::scan(&idx, &target.texts);
     let scan_seconds = t_scan.elapsed().as_secs_f64();
     let bad: HashSet<usize> = hits.iter().map(|h| h.doc).collect();
-    let is_shards = args.shards.is_some();
     let text_bytes: u64 = target.texts.iter().map(|t| t.len() as u64).sum();
     let mb_per_s = if scan_seconds > 0.0 {
         text_bytes as f64 / 1e6 / scan_seconds
@@ -125,7 +111,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         version: 1,
         tool: crate::shards::index::Index::tool_name(),
         time: time::now_rfc3339(),
-        ngram: args.ngram,
+        ngram: st.ngram,
         scanned: report::Scanned {
             kind: target.kind_name().into(),
             path: target.path.display().to_string(),
@@ -139,89 +125,37 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         index_items_too_short: idx.too_short.len() as u64,
         hits: hit_records(&idx, &benches, &target, &hits),
         contaminated_documents: bad.len() as u64,
-        dropped_copy: args.drop.as_ref().map(|p| p.display().to_string()),
+        dropped_copy: st.drop.as_ref().map(|p| p.display().to_string()),
         filtered_from: None,
         seconds: 0.0,
         scan_seconds,
         mb_per_s,
-        args: Some(settings),
+        args: Some(st.recorded.clone()),
     };
-    if let Some(out) = &args.drop {
-        write_drop(&args, out, &target, &bad, &rep, t0)?;
+    if let Some(out) = &st.drop {
+        write_drop(&st, out, &target, &bad, &rep, t0)?;
     }
     rep.seconds = t0.elapsed().as_secs_f64();
-    let rpath = args
-        .report
-        .clone()
-        .unwrap_or_else(|| report::default_path(&target.path, is_shards));
-    report::save(&rpath, &rep)?;
-    print_report(&args, &rep, &rpath)
-}
-
-/// The flags no parser checks: `--ngram`'s range, no `--shard`, and every report path fits
-/// NAME_MAX (checked before the scan, not after it).
-fn check_flags(args: &DecontamArgs) -> Result<()> {
-    if !(ngram::MIN_N..=ngram::MAX_N).contains(&args.ngram) {
-        return Err(crate::error::usage(format!(
-            "--ngram {}: must be between {} and {}",
-            args.ngram,
-            ngram::MIN_N,
-            ngram::MAX_N
-        )));
-    }
-    if args.worker.shard.is_some() {
-        return Err(crate::error::usage(
-            "decontam scans one output in one process (it runs at disk speed); --shard is not supported",
-        ));
-    }
-    let scanned = args.shards.as_deref().or(args.prompts.as_deref());
-    let is_shards = args.shards.is_some();
-    let reports = [
-        args.report
-            .clone()
-            .or_else(|| scanned.map(|p| report::default_path(p, is_shards))),
-        args.drop
-            .as_deref()
-            .map(|d| report::default_path(d, is_shards)),
-    ];
-    for r in reports.iter().flatten() {
-        if r.file_name()
-            .is_some_and(|n| n.len() > crate::util::NAME_MAX)
-        {
-            return Err(crate::error::usage(format!(
-                "the report {} would have a name longer than {} bytes: name a shorter file, or \
-                 give --report",
-                r.display(),
-                crate::util::NAME_MAX
-            )));
-        }
-    }
-    Ok(())
+    report::save(&st.report, &rep)?;
+    print_report(&st, &rep, &st.report)
 }
 
 /// The recorded report still describes the scanned data with these settings: printed again,
 /// nothing else done (`true`).
-fn up_to_date(args: &DecontamArgs, settings: &uptodate::DecontamSettings) -> Result<bool> {
-    let Some(scanned) = args.shards.as_deref().or(args.prompts.as_deref()) else {
-        return Ok(false);
-    };
-    let is_shards = args.shards.is_some();
-    let rpath = args
-        .report
-        .clone()
-        .unwrap_or_else(|| report::default_path(scanned, is_shards));
-    match uptodate::check(&rpath, scanned, is_shards, settings) {
+fn up_to_date(st: &settings::DecontamSettings) -> Result<bool> {
+    let scanned = st.scanned.path();
+    match uptodate::check(&st.report, scanned, st.scanned.is_shards(), &st.recorded) {
         Ok(rep) => {
             tracing::info!(
                 "up to date: {} describes {} as it is now, with the same arguments; nothing to do",
-                rpath.display(),
+                st.report.display(),
                 scanned.display()
             );
-            print_report(args, &rep, &rpath)?;
+            print_report(st, &rep, &st.report)?;
             Ok(true)
         }
         Err(why) => {
-            tracing::debug!("{}: not up to date: {why}", rpath.display());
+            tracing::debug!("{}: not up to date: {why}", st.report.display());
             Ok(false)
         }
     }
@@ -257,15 +191,15 @@ fn hit_records(
 /// `--drop OUT`: the copy without the contaminated documents, and the copy's own report (same
 /// benchmarks, no hits, where it came from).
 fn write_drop(
-    args: &DecontamArgs,
+    st: &settings::DecontamSettings,
     out: &std::path::Path,
     target: &targets::Target,
     bad: &HashSet<usize>,
     rep: &report::DecontamReport,
     t0: Instant,
 ) -> Result<()> {
-    let is_shards = args.shards.is_some();
-    let d = drop::write(target, bad, out, args.force)?;
+    let is_shards = st.scanned.is_shards();
+    let d = drop::write(target, bad, out, st.force)?;
     let copy_sha = if is_shards {
         crate::util::sha256_file(&out.join("index.json"))?
     } else {
@@ -294,11 +228,11 @@ fn write_drop(
 
 /// The report on stdout: one line of JSON with `--json`, else the human summary.
 fn print_report(
-    args: &DecontamArgs,
+    st: &settings::DecontamSettings,
     rep: &report::DecontamReport,
     rpath: &std::path::Path,
 ) -> Result<()> {
-    if args.json {
+    if st.json {
         crate::cron::json_line(serde_json::to_string(rep)?);
     } else if !crate::progress::settings().quiet || rep.contaminated_documents > 0 {
         // --quiet: the report file is written; printed only when something overlapped.
@@ -311,18 +245,19 @@ fn print_report(
 /// `--drop OUT`: UTF-8 paths, never one of the inputs (the scanned shards or prompts, the
 /// benchmark files, the tokenizer), then the exclusive lock (in the directory for --shards,
 /// beside the file for --prompts).
-fn claim_drop(args: &DecontamArgs, out: &std::path::Path) -> Result<crate::lock::OutputLock> {
+fn claim_drop(
+    st: &settings::DecontamSettings,
+    out: &std::path::Path,
+) -> Result<crate::lock::OutputLock> {
     let mut inputs: Vec<(&str, &std::path::Path)> = Vec::new();
-    if let Some(d) = &args.shards {
-        inputs.push(("--shards", d));
+    match &st.scanned {
+        settings::Scanned::Shards(d) => inputs.push(("--shards", d)),
+        settings::Scanned::Prompts(p) => inputs.push(("--prompts", p)),
     }
-    if let Some(p) = &args.prompts {
-        inputs.push(("--prompts", p));
-    }
-    if let Some(t) = &args.tokenizer {
+    if let Some(t) = &st.tokenizer {
         inputs.push(("--tokenizer", t));
     }
-    for a in &args.against {
+    for a in &st.against {
         inputs.push(("--against", a));
     }
     crate::lock::require_utf8_all(
@@ -332,7 +267,7 @@ fn claim_drop(args: &DecontamArgs, out: &std::path::Path) -> Result<crate::lock:
             .chain(std::iter::once(("--drop", out))),
     )?;
     crate::lock::refuse_inputs("--drop", out, &inputs)?;
-    if args.shards.is_some() {
+    if st.scanned.is_shards() {
         crate::lock::OutputLock::dir(out, "decontam --drop")
     } else {
         crate::lock::OutputLock::beside(out, "decontam --drop")

@@ -68,7 +68,7 @@ pub struct DecontamReport {
     pub mb_per_s: f64,
     /// The run's arguments, digested: a rerun with the same ones on the same data is a no-op.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args: Option<DecontamSettings>,
+    pub args: Option<RecordedArgs>,
 }
 
 /// Where the report for a scanned prompts file or shard directory lives.
@@ -177,7 +177,7 @@ pub struct AgainstDigest {
 /// Everything a decontam report depends on besides the scanned content (which the report's
 /// `scanned.sha256` covers; for shards that index pins the tokenizer's sha256 too).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DecontamSettings {
+pub struct RecordedArgs {
     pub ngram: usize,
     pub against: Vec<AgainstDigest>,
     /// `--drop` as given.

@@ -1,5 +1,5 @@
 //! Reruns of `decontam` with the same arguments on unchanged inputs are no-ops: the report
-//! records the run's [`DecontamSettings`] (`"args"`), and a rerun whose settings match, whose
+//! records the run's [`RecordedArgs`] (`"args"`), and a rerun whose settings match, whose
 //! scanned prompts.jsonl / index.json still has the recorded sha256, and (with `--drop`) whose
 //! copy is still the one its report describes, leaves every file untouched — no index build,
 //! no scan, no new `time`.
@@ -7,34 +7,7 @@
 use std::path::Path;
 
 use super::report::{self, DecontamReport};
-pub use super::report::{AgainstDigest, DecontamSettings};
-
-impl DecontamSettings {
-    /// Digest the arguments (reads each `--against` file; errors name it).
-    pub fn resolve(args: &super::DecontamArgs) -> anyhow::Result<DecontamSettings> {
-        let mut against = Vec::new();
-        for a in &args.against {
-            let is_manifest = a
-                .extension()
-                .is_some_and(|e| e.eq_ignore_ascii_case("toml"));
-            let lock = a.with_extension("lock");
-            against.push(AgainstDigest {
-                path: a.display().to_string(),
-                sha256: crate::util::sha256_file(a)?,
-                lock_sha256: if is_manifest && lock.is_file() {
-                    Some(crate::util::sha256_file(&lock)?)
-                } else {
-                    None
-                },
-            });
-        }
-        Ok(DecontamSettings {
-            ngram: args.ngram,
-            against,
-            drop: args.drop.as_ref().map(|p| p.display().to_string()),
-        })
-    }
-}
+pub use super::report::{AgainstDigest, RecordedArgs};
 
 /// sha256 of what decontam scans at `path`: prompts.jsonl itself, or a shard directory's
 /// index.json.
@@ -53,7 +26,7 @@ pub fn check(
     rpath: &Path,
     scanned: &Path,
     is_shards: bool,
-    want: &DecontamSettings,
+    want: &RecordedArgs,
 ) -> Result<DecontamReport, String> {
     let rep = report::load(rpath).map_err(|_| "no readable report".to_string())?;
     if !rep.tool.starts_with("dlm-data") {

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::mcq::ANSWER_TEMPLATE;
-use super::settings::Settings;
+use super::settings::DistillSettings;
 use crate::sampling::GenParams;
 use crate::teacher::Teacher;
 
@@ -56,7 +56,7 @@ fn kernels_id() -> Option<String> {
 
 /// Everything that determines the output bytes; a resume must match it exactly.
 pub fn fingerprint(
-    st: &Settings,
+    st: &DistillSettings,
     teacher: &Teacher,
     prompts_sha256: &str,
     n_prompts: usize,

@@ -184,4 +184,7 @@ pub struct DistillArgs {
     pub threads: crate::tuning::ThreadsArg,
 }
 
-pub use run::run;
+/// `dlm-data distill`: the flags resolved once ([`settings::DistillSettings`]), then the run.
+pub fn run(args: DistillArgs) -> anyhow::Result<()> {
+    run::run(settings::DistillSettings::resolve(&args)?)
+}

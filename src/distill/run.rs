@@ -17,8 +17,8 @@ use super::mcq::{answer_batch, Answer, ANSWER_TEMPLATE};
 use super::output::{self, PartWriter};
 use super::prompts::{read_prompts, PromptItem};
 use super::record::{record, TrajectoryFields};
-use super::settings::{Device, GpuResidual, Settings};
-use super::{plan, rng, DistillArgs};
+use super::settings::{Device, DistillSettings, GpuResidual};
+use super::{plan, rng};
 use crate::sampling::early_exit::{ExitStats, RowOut, RowSchedule};
 use crate::sampling::finite::NonFiniteLogit;
 use crate::sampling::trajectory::RowTrace;
@@ -76,8 +76,8 @@ struct Setup {
 }
 
 /// The output claimed and the teacher opened; `st` completed with what only the teacher knows
-/// ([`Settings::bind_teacher`]). Every flag was checked by [`Settings::resolve`] before.
-fn setup(st: &mut Settings) -> Result<Setup> {
+/// ([`DistillSettings::bind_teacher`]). Every flag was checked by [`DistillSettings::resolve`] before.
+fn setup(st: &mut DistillSettings) -> Result<Setup> {
     // One writer per worker part, never an input overwritten; held for the whole run.
     let lock = output::claim(&st.out, st.worker, &st.prompts, &st.teacher)?;
     let teacher = Teacher::open(&st.given.teacher, &st.teacher_options)?;
@@ -110,7 +110,7 @@ struct Encoded {
     added: crate::added_text::AddedTextCounts,
 }
 
-fn encode_prompts(st: &Settings, s: &Setup) -> Result<Encoded> {
+fn encode_prompts(st: &DistillSettings, s: &Setup) -> Result<Encoded> {
     let mut items = read_prompts(&st.given.prompts)?;
     if let Some(n) = st.limit {
         items.truncate(n);
@@ -169,7 +169,7 @@ fn extra_positions(p: &GenParams, e: &Encoded) -> usize {
 
 /// The units of work (each committed whole): continuous-batching windows, or with
 /// `--no-early-exit` the fixed batches.
-fn plan_units(st: &Settings, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
+fn plan_units(st: &DistillSettings, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
     let lengths: Vec<usize> = e.ids.iter().map(Vec::len).collect();
     if st.early_exit {
         return plan::windows(&lengths, st.window_prompts);
@@ -181,7 +181,7 @@ fn plan_units(st: &Settings, s: &Setup, e: &Encoded) -> Vec<Vec<usize>> {
 
 /// Whether `rows` prompts whose longest is `longest` tokens fit one forward's memory budget,
 /// with their generation (and the MCQ answer slot when any prompt is MCQ).
-fn fits(st: &Settings, s: &Setup, e: &Encoded, rows: usize, longest: usize) -> bool {
+fn fits(st: &DistillSettings, s: &Setup, e: &Encoded, rows: usize, longest: usize) -> bool {
     let shape = st.shape(&s.teacher);
     let need = longest.saturating_add(extra_positions(&st.gen, e));
     limits::fits(&shape, rows, need, st.budget())
@@ -195,7 +195,12 @@ struct Output {
     todo: Vec<usize>,
 }
 
-fn open_output(st: &Settings, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> Result<Output> {
+fn open_output(
+    st: &DistillSettings,
+    s: &Setup,
+    e: &Encoded,
+    units: &[Vec<usize>],
+) -> Result<Output> {
     let prompts_sha256 = crate::util::sha256_file(&st.given.prompts)?;
     let fp = fingerprint(st, &s.teacher, &prompts_sha256, e.items.len());
     let hdr = output::header(st.worker, units.len(), e.items.len(), &fp);
@@ -221,7 +226,7 @@ fn open_output(st: &Settings, s: &Setup, e: &Encoded, units: &[Vec<usize>]) -> R
 }
 
 /// Whether rows record a [`RowTrace`] (`--trajectory`, `--top-k`).
-fn traced(st: &Settings) -> bool {
+fn traced(st: &DistillSettings) -> bool {
     st.trajectory || st.top_k.is_some()
 }
 
@@ -229,7 +234,7 @@ fn traced(st: &Settings) -> bool {
 /// passes run; with [`traced`] each row's [`RowTrace`] goes to `traces` (else it stays empty).
 fn decode_unit(
     be: &mut dyn TeacherBackend,
-    st: &Settings,
+    st: &DistillSettings,
     s: &Setup,
     e: &Encoded,
     unit: &[usize],
@@ -321,7 +326,7 @@ fn cut<'a>(rows: &'a [RowOut], stop_ids: &[u32]) -> Vec<(&'a [u32], bool)> {
 /// response, in batches of at most `--batch-size` rows in unit order.
 fn answer_unit(
     be: &mut dyn TeacherBackend,
-    st: &Settings,
+    st: &DistillSettings,
     s: &Setup,
     e: &Encoded,
     unit: &[usize],
@@ -413,7 +418,7 @@ fn unit_records(
 
 /// Every record's `gen`: the sampler's settings, plus with `--top-k` its K and with
 /// `--trajectory` the sha256 of the chat template rendered (null when none was).
-fn record_gen(st: &Settings, s: &Setup) -> Value {
+fn record_gen(st: &DistillSettings, s: &Setup) -> Value {
     let mut gen = gen_json(&st.gen);
     if let Some(k) = st.top_k {
         gen["top_k"] = json!(k);
@@ -438,8 +443,8 @@ struct Tally {
     exit: ExitStats,
 }
 
-pub fn run(args: DistillArgs) -> Result<()> {
-    let mut st = Settings::resolve(&args)?;
+/// One distill run, from its resolved settings.
+pub fn run(mut st: DistillSettings) -> Result<()> {
     let s = setup(&mut st)?;
     let st = st;
     let e = encode_prompts(&st, &s)?;
@@ -558,7 +563,7 @@ pub fn run(args: DistillArgs) -> Result<()> {
 /// Commit unit `k`: with `--top-k` its sidecar rows first (a committed unit always has them;
 /// their sha256 goes into the commit line), then its records and commit line.
 fn commit_unit(
-    st: &Settings,
+    st: &DistillSettings,
     e: &Encoded,
     o: &mut Output,
     k: usize,
@@ -585,7 +590,7 @@ fn commit_unit(
 /// (rows run one by one on the host), every batch its full steps without; one more per
 /// `--batch-size` MCQ rows for the answers.
 fn forward_estimate(
-    st: &Settings,
+    st: &DistillSettings,
     e: &Encoded,
     units: &[Vec<usize>],
     todo: &[usize],
@@ -605,7 +610,7 @@ fn forward_estimate(
 }
 
 /// The summary (log line, `--json`) and, for a single process, the finalised output.
-fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
+fn finish(st: &DistillSettings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
     let x = &t.exit;
     let tok_equiv = t.prompts.saturating_mul(st.gen.gen_length);
     tracing::info!(
@@ -696,7 +701,7 @@ fn finish(st: &Settings, e: &Encoded, t: &Tally, secs: f64) -> Result<()> {
 fn drop_too_long(
     items: Vec<PromptItem>,
     ids: Vec<Vec<u32>>,
-    st: &Settings,
+    st: &DistillSettings,
     shape: &ForwardShape,
     budget: u64,
     gen_length: usize,

@@ -1,11 +1,11 @@
 //! Why `distill` resolves its flags once: a default, a bound or a rule between flags decided in
-//! one place cannot disagree with itself. [`Settings::resolve`] turns the parsed flags
+//! one place cannot disagree with itself. [`DistillSettings::resolve`] turns the parsed flags
 //! ([`DistillArgs`]) into one typed value — the [`Device`], non-zero sizes with their device
 //! defaults (`--batch-size` 8 on the CPU / 64 on a GPU, `--window-prompts` 16 batches), the
 //! device's own limits (a batch the GPU sampler cannot hold is refused at start, naming the
 //! limit and the flag), the sampler's [`GenParams`] validated once, absolute paths — and every
 //! step after it reads only that value. What only the teacher knows (its mask and EOS ids, its
-//! vocabulary) completes it in [`Settings::bind_teacher`], here too. The resume fingerprint
+//! vocabulary) completes it in [`DistillSettings::bind_teacher`], here too. The resume fingerprint
 //! ([`super::fingerprint`]) is serialized from it.
 
 use std::fmt;
@@ -203,7 +203,7 @@ pub struct GivenPaths {
 
 /// Everything `distill` runs with, resolved from its flags once.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct DistillSettings {
     /// The teacher checkpoint directory, the prompts file and the output file, absolute.
     pub teacher: PathBuf,
     pub prompts: PathBuf,
@@ -350,16 +350,16 @@ fn absolute(flag: &str, path: &Path) -> Result<PathBuf> {
         .map_err(|e| crate::error::usage(format!("{flag} {}: {e}", path.display())))
 }
 
-impl Settings {
+impl DistillSettings {
     /// Every flag of `distill` checked and defaulted, before any file is opened; `--device`
     /// made concrete on this machine ([`choose_device`]).
-    pub fn resolve(a: &DistillArgs) -> Result<Settings> {
+    pub fn resolve(a: &DistillArgs) -> Result<DistillSettings> {
         Self::resolve_on(a, choose_device(&a.device, &a.teacher)?)
     }
 
-    /// [`Settings::resolve`] for a device already chosen (the unit tests check the GPU's
+    /// [`DistillSettings::resolve`] for a device already chosen (the unit tests check the GPU's
     /// defaults and limits on machines without one).
-    fn resolve_on(a: &DistillArgs, device: Device) -> Result<Settings> {
+    fn resolve_on(a: &DistillArgs, device: Device) -> Result<DistillSettings> {
         let worker = a.worker.resolve()?;
         let batch_size = batch_size(a.batch_size, device)?;
         let window_prompts = window_prompts(a.window_prompts, batch_size)?;
@@ -382,7 +382,7 @@ impl Settings {
                 a.out.display()
             )));
         }
-        Ok(Settings {
+        Ok(DistillSettings {
             teacher: absolute("--teacher", &a.teacher)?,
             prompts: absolute("--prompts", &a.prompts)?,
             out,
@@ -470,7 +470,7 @@ mod tests {
         a: DistillArgs,
     }
 
-    fn resolve(extra: &[&str]) -> Result<Settings> {
+    fn resolve(extra: &[&str]) -> Result<DistillSettings> {
         let mut v = vec!["x", "--teacher", "t", "--prompts", "p", "--out", "o"];
         v.extend_from_slice(extra);
         let a = Cli::try_parse_from(v)?.a;
@@ -479,7 +479,7 @@ mod tests {
             "auto" => Device::Cpu,
             d => Device::parse(d)?,
         };
-        Settings::resolve_on(&a, device)
+        DistillSettings::resolve_on(&a, device)
     }
 
     #[test]
@@ -529,7 +529,7 @@ mod tests {
         }
     }
 
-    fn ok(extra: &[&str]) -> Settings {
+    fn ok(extra: &[&str]) -> DistillSettings {
         resolve(extra).unwrap()
     }
 

@@ -10,10 +10,9 @@ use anyhow::{Context, Result};
 use super::cache::Cache;
 use super::plan::models::{self, ModelPlan};
 use super::plan::SourcePlan;
+use super::settings::FetchSettings;
 use super::transfers::Fetched;
-use super::FetchArgs;
 use crate::manifest::{Lock, LockedModel, LockedSource};
-use crate::worker::WorkerSlice;
 
 /// Each source's revision → commit ref in the cache (not offline: the refs are there).
 pub(super) fn write_refs(cache: &Cache, plans: &[SourcePlan]) -> Result<()> {
@@ -31,28 +30,26 @@ pub(super) fn write_refs(cache: &Cache, plans: &[SourcePlan]) -> Result<()> {
 /// The whole job's `architecture.json` beside the lock (its path) and, with `--local-dir`,
 /// the models copied there; a worker leaves both to the unsharded run.
 pub(super) fn architecture(
-    args: &FetchArgs,
-    cache: &Cache,
-    lock_path: &Path,
-    slice: WorkerSlice,
+    st: &FetchSettings,
     model_plans: &[ModelPlan],
     results: &[Fetched],
 ) -> Result<Option<String>> {
+    let (cache, lock_path, slice) = (&st.cache, st.lock_path.as_path(), st.slice);
     let mut architecture = None;
     if slice.is_whole() && !model_plans.is_empty() {
         let a = models::write_architecture(cache, lock_path, model_plans)?;
         crate::progress::note(&format!("fetch: architecture {}", a.display()));
         architecture = Some(a.display().to_string());
-        if let Some(dir) = &args.local_dir {
+        if let Some(dir) = &st.local_dir {
             let shas = verified_shas(results);
             let sha = |t: &super::download::FileTask| {
                 shas.get(&(t.repo.clone(), t.path.clone()))
                     .cloned()
                     .unwrap_or_default()
             };
-            super::local_dir::materialise(cache, dir, model_plans, &sha, args.overwrite)?;
+            super::local_dir::materialise(cache, dir, model_plans, &sha, st.overwrite)?;
         }
-    } else if args.local_dir.is_some() {
+    } else if st.local_dir.is_some() {
         crate::progress::note(&format!(
             "fetch: --local-dir is left to the unsharded run (this is worker {}/{})",
             slice.index, slice.count
@@ -63,12 +60,8 @@ pub(super) fn architecture(
 
 /// What the run did, for its summary.
 pub(super) struct Summary<'a> {
-    pub args: &'a FetchArgs,
-    pub slice: WorkerSlice,
-    pub offline: bool,
+    pub st: &'a FetchSettings,
     pub t0: Instant,
-    pub log_path: &'a Path,
-    pub lock_path: &'a Path,
     /// This run wrote the lock.
     pub wrote_lock: bool,
     /// A whole-job run that honoured an existing lock (and left it as it was).
@@ -103,14 +96,14 @@ impl Summary<'_> {
             self.cached(),
             self.downloaded() as f64 / 1e6,
             self.t0.elapsed().as_secs_f64(),
-            self.log_path.display(),
+            self.st.log_path.display(),
             if self.wrote_lock {
-                format!("; lock {}", self.lock_path.display())
+                format!("; lock {}", self.st.lock_path.display())
             } else {
                 String::new()
             }
         ));
-        if self.args.json {
+        if self.st.json {
             crate::cron::json_line(self.json());
         }
     }
@@ -152,17 +145,17 @@ impl Summary<'_> {
         let secs = self.t0.elapsed().as_secs_f64();
         let cached = self.cached();
         serde_json::json!({
-            "manifest": self.args.manifest.display().to_string(),
-            "worker": self.slice.to_string(),
-            "offline": self.offline,
+            "manifest": self.st.manifest.path.display().to_string(),
+            "worker": self.st.slice.to_string(),
+            "offline": self.st.offline,
             "files": results.len(),
             "cached": cached,
             "fetched": results.len() - cached,
             "downloaded_bytes": self.downloaded(),
             "seconds": (secs * 1000.0).round() / 1000.0,
-            "log": self.log_path.display().to_string(),
-            "lock": self.wrote_lock.then(|| self.lock_path.display().to_string()),
-            "lock_unchanged": self.lock_unchanged.then(|| self.lock_path.display().to_string()),
+            "log": self.st.log_path.display().to_string(),
+            "lock": self.wrote_lock.then(|| self.st.lock_path.display().to_string()),
+            "lock_unchanged": self.lock_unchanged.then(|| self.st.lock_path.display().to_string()),
             "architecture": self.architecture,
             "sources": sources,
             "models": models,

@@ -29,6 +29,7 @@ pub mod names;
 pub mod plan;
 pub mod progress;
 pub mod retry;
+pub mod settings;
 pub mod stall;
 pub mod stream;
 mod transfers;
@@ -40,9 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::manifest::{Lock, Manifest, ModelLock};
-use crate::worker::WorkerSlice;
-use cache::Cache;
+use crate::manifest::{Lock, ModelLock};
 use client::HubClient;
 
 /// `dlm-data fetch --manifest FILE [--cache DIR] [--log FILE] [--jobs N] [--locked]`
@@ -110,51 +109,12 @@ pub fn offline() -> bool {
 }
 
 pub fn run_fetch(args: FetchArgs) -> Result<()> {
-    if args.jobs == 0 {
-        return Err(crate::error::usage("--jobs must be at least 1"));
-    }
-    let paths = [
-        ("--manifest", Some(args.manifest.as_path())),
-        ("--cache", args.cache.dir.as_deref()),
-        ("--log", args.log.file.as_deref()),
-    ];
-    crate::lock::require_utf8_all(paths.iter().filter_map(|(f, p)| p.map(|p| (*f, p))))?;
-    let manifest = Manifest::load(&args.manifest)?;
-    if args.local_dir.is_some() && manifest.models.is_empty() {
-        return Err(crate::error::usage(format!(
-            "--local-dir: manifest {} declares no [[model]]",
-            args.manifest.display()
-        )));
-    }
-    let slice = args.worker.resolve()?;
-    let cache = args.cache.resolve();
-    let mut log_path = cache.log_path(args.log.file.as_deref());
-    if !slice.is_whole() {
-        log_path = log::part_path(&log_path, slice.index, slice.count);
-    }
-    let lock_path = manifest.lock_path();
-    let offline = offline();
-    let lock = if args.locked || offline {
-        if !lock_path.exists() {
-            let why = if offline {
-                "HF_HUB_OFFLINE=1"
-            } else {
-                "--locked"
-            };
-            return Err(crate::error::usage(format!(
-                "{why} needs the lock {} (run `dlm-data fetch --manifest {}` online first)",
-                lock_path.display(),
-                args.manifest.display()
-            )));
-        }
-        Some((Lock::load(&lock_path)?, ModelLock::load(&lock_path)?))
-    } else {
-        None
-    };
+    let mut st = settings::FetchSettings::resolve(&args)?;
+    let locks = st.locks.take();
     // One writer: a whole run writes the lock (unless --locked/offline) and architecture.json
     // (models) beside the manifest; a second such run on the manifest exits 75 naming this one.
-    let _writer = if slice.is_whole() && (lock.is_none() || !manifest.models.is_empty()) {
-        Some(crate::lock::OutputLock::beside(&lock_path, "fetch")?)
+    let _writer = if st.slice.is_whole() && (locks.is_none() || !st.manifest.models.is_empty()) {
+        Some(crate::lock::OutputLock::beside(&st.lock_path, "fetch")?)
     } else {
         None
     };
@@ -167,7 +127,7 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
     // partial downloads (resume state) and the log consistent.
     let r = rt.block_on(async {
         tokio::select! {
-            r = fetch(args, manifest, slice, cache, log_path, lock_path, lock, offline) => r,
+            r = fetch(&st, locks) => r,
             i = crate::signals::stopped() => Err(anyhow::Error::new(i)),
         }
     });
@@ -178,24 +138,15 @@ pub fn run_fetch(args: FetchArgs) -> Result<()> {
 }
 
 /// The run, step by step (each step a function of [`plan::steps`], [`transfers`], [`finish`]).
-#[allow(clippy::too_many_arguments)]
-async fn fetch(
-    args: FetchArgs,
-    manifest: Manifest,
-    slice: WorkerSlice,
-    cache: Cache,
-    log_path: PathBuf,
-    lock_path: PathBuf,
-    locks: Option<(Lock, ModelLock)>,
-    offline: bool,
-) -> Result<()> {
+async fn fetch(st: &settings::FetchSettings, locks: Option<(Lock, ModelLock)>) -> Result<()> {
     let (lock, model_lock) = match locks {
         Some((l, m)) => (Some(l), Some(m)),
         None => (None, None),
     };
+    let (manifest, slice, cache, offline) = (&st.manifest, st.slice, &st.cache, st.offline);
     let t0 = Instant::now();
-    let client = Arc::new(client(&args)?);
-    let lock_name = lock_path.display().to_string();
+    let client = Arc::new(client(st)?);
+    let lock_name = st.lock_path.display().to_string();
     let honoured = plan::steps::Honoured {
         lock: lock.as_ref(),
         model_lock: model_lock.as_ref(),
@@ -204,41 +155,26 @@ async fn fetch(
     };
     // 1. Plan every source concurrently (no data downloaded yet); local sources hashed;
     //    models planned the same way.
-    let plans = plan::steps::sources(&client, &manifest, &honoured).await?;
-    let locals = plan::steps::local_sources(&manifest, &honoured)?;
-    let model_plans = plan::steps::models(&client, &manifest, &honoured).await?;
+    let plans = plan::steps::sources(&client, manifest, &honoured).await?;
+    let locals = plan::steps::local_sources(manifest, &honoured)?;
+    let model_plans = plan::steps::models(&client, manifest, &honoured).await?;
     // 2. The split policy, on every training source, before any download.
     plan::steps::refuse_eval_splits(&plans)?;
     // 3. This worker's files, in a global deterministic order.
-    let results = transfers::download_all(
-        &args,
-        &client,
-        &cache,
-        &log_path,
-        slice,
-        offline,
-        &plans,
-        &model_plans,
-    )
-    .await?;
+    let results = transfers::download_all(st, &client, &plans, &model_plans).await?;
     // 4. Refs, then the lock (whole job only; unchanged under --locked/offline), the
     //    architecture and --local-dir, the summary.
     if !offline {
-        finish::write_refs(&cache, &plans)?;
+        finish::write_refs(cache, &plans)?;
     }
     let wrote_lock = slice.is_whole() && lock.is_none();
     if wrote_lock {
-        finish::write_lock(&lock_path, &plans, &locals, &model_plans, &results)?;
+        finish::write_lock(&st.lock_path, &plans, &locals, &model_plans, &results)?;
     }
-    let architecture =
-        finish::architecture(&args, &cache, &lock_path, slice, &model_plans, &results)?;
+    let architecture = finish::architecture(st, &model_plans, &results)?;
     finish::Summary {
-        args: &args,
-        slice,
-        offline,
+        st,
         t0,
-        log_path: &log_path,
-        lock_path: &lock_path,
         wrote_lock,
         lock_unchanged: slice.is_whole() && lock.is_some(),
         architecture,
@@ -251,17 +187,9 @@ async fn fetch(
 }
 
 /// The Hub client with `--retries`, `--retry-base-ms`, `--retry-max-ms` and the stall rule.
-fn client(args: &FetchArgs) -> Result<HubClient> {
-    let retry = retry::RetryPolicy {
-        retries: args.retries,
-        base: Duration::from_millis(args.retry_base_ms.max(1)),
-        max: Duration::from_millis(args.retry_max_ms),
-    };
-    let mut client = HubClient::from_env(retry)?;
-    client.stall = stall::StallPolicy {
-        window: Duration::from_secs(args.stall_secs),
-        min_bytes_per_sec: args.min_rate,
-    };
+fn client(st: &settings::FetchSettings) -> Result<HubClient> {
+    let mut client = HubClient::from_env(st.retry)?;
+    client.stall = st.stall;
     Ok(client)
 }
 

@@ -2,7 +2,6 @@
 //! downloaded with `--jobs` parallel transfers (or, offline, verified in the cache), each
 //! appended to the download log as it ends; any failure fails the run, naming every file.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +13,8 @@ use super::download::{self, Downloader, FileTask, Outcome};
 use super::log::{self, DownloadLog, LogRecord};
 use super::plan::models::ModelPlan;
 use super::plan::SourcePlan;
-use super::{short, FetchArgs};
+use super::settings::FetchSettings;
+use super::short;
 use crate::worker::WorkerSlice;
 
 /// One file's end: (global number, index of its source or model, the file, how it went).
@@ -44,17 +44,13 @@ fn worker_files(
 
 /// Download (or verify offline) this worker's files, logging each; the results in global
 /// order, or an error naming every failed file (no lock is written then).
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn download_all(
-    args: &FetchArgs,
+    st: &FetchSettings,
     client: &Arc<HubClient>,
-    cache: &Cache,
-    log_path: &Path,
-    slice: WorkerSlice,
-    offline: bool,
     plans: &[SourcePlan],
     model_plans: &[ModelPlan],
 ) -> Result<Vec<Fetched>> {
+    let (cache, log_path, slice, offline) = (&st.cache, &st.log_path, st.slice, st.offline);
     // Nothing on the Hub at all (a manifest of local sources only): nothing is downloaded,
     // so nothing is written outside the manifest's own lock — no empty log in the cache.
     if plans.iter().all(|p| p.files.is_empty()) && model_plans.iter().all(|m| m.files.is_empty()) {
@@ -63,15 +59,10 @@ pub(super) async fn download_all(
     let mine = worker_files(plans, model_plans, slice);
     let dlog = Arc::new(DownloadLog::open(log_path)?);
     let dl = Arc::new(
-        Downloader::new(
-            client.clone(),
-            cache.clone(),
-            args.jobs,
-            args.chunk_mb.max(1) << 20,
-        )
-        .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()),
+        Downloader::new(client.clone(), cache.clone(), st.jobs, st.chunk_bytes)
+            .expect_bytes(mine.iter().map(|(_, _, t)| t.size).sum()),
     );
-    let file_sem = Arc::new(tokio::sync::Semaphore::new(args.jobs));
+    let file_sem = Arc::new(tokio::sync::Semaphore::new(st.jobs));
     let mut handles = Vec::new();
     for (k, i, t) in mine {
         let (dl, dlog, file_sem) = (dl.clone(), dlog.clone(), file_sem.clone());

@@ -8,6 +8,7 @@
 //! [`shards`] reads shard outputs, [`records`] the two JSON files, [`stats`] holds the counts.
 
 pub mod records;
+pub mod settings;
 pub mod shards;
 pub mod stats;
 pub mod trajectory;
@@ -209,12 +210,10 @@ pub(crate) fn cut(text: &str, chars: usize) -> String {
     }
 }
 
-pub fn run(mut args: InspectArgs) -> Result<()> {
-    // A committed bucket output is read from a local copy of its objects.
-    args.path = crate::storage::materialize::local_copy(&args.path, "PATH")?;
-    crate::lock::require_utf8("PATH", &args.path)?;
+pub fn run(args: InspectArgs) -> Result<()> {
+    let args = settings::InspectSettings::resolve(&args)?;
     let mut text = String::new();
-    let stats = match classify(&args.path, records::bound(&args))? {
+    let stats = match classify(&args.path, args.bound)? {
         Target::Shards(dir, only) => shards::inspect(&dir, only, &args, &mut text)?,
         Target::Prompts(p) => records::prompts(&p, &args, &mut text)?,
         Target::Distilled(p) => records::distilled(&p, &args, &mut text)?,

@@ -8,8 +8,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
+use super::settings::InspectSettings;
 use super::stats::Stats;
-use super::{cut, show, InspectArgs};
+use super::{cut, show};
 
 /// The first record of a `.json` array or JSON-lines file (None: no record), read alone.
 pub fn first_record(path: &Path, bound: crate::bounded::Bound) -> Result<Option<Value>> {
@@ -21,18 +22,9 @@ pub fn first_record(path: &Path, bound: crate::bounded::Bound) -> Result<Option<
     Ok(first)
 }
 
-/// The bound on one record, from `--max-record-bytes`.
-pub(super) fn bound(args: &InspectArgs) -> crate::bounded::Bound {
-    crate::bounded::Bound::new(args.max_record_bytes, "--max-record-bytes")
-}
-
-fn shown(args: &InspectArgs, k: usize) -> bool {
-    (args.from..args.from.saturating_add(args.rows as u64)).contains(&(k as u64))
-}
-
 /// prompts.jsonl (MCQ items or open prompts, read as `distill` reads them): items per source,
 /// prompt lengths (tokens with `--tokenizer`, else chars).
-pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stats> {
+pub fn prompts(path: &Path, args: &InspectSettings, out: &mut String) -> Result<Stats> {
     let tok = super::decoder(args.tokenizer.as_deref(), None)?;
     let mut st = Stats {
         path: path.display().to_string(),
@@ -75,7 +67,7 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
         if r.options.is_some() {
             mcq += 1;
         }
-        if shown(args, k) {
+        if args.shown(k) {
             let p = &r.provenance;
             out.push_str(&format!(
                 "-- record {k}  {}  ({} {} row {})  gold {}\n  prompt {}\n",
@@ -101,7 +93,7 @@ pub fn prompts(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stat
 }
 
 /// distilled.json: records per source, response tokens, stop reasons, answer accuracy.
-pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<Stats> {
+pub fn distilled(path: &Path, args: &InspectSettings, out: &mut String) -> Result<Stats> {
     let tok = super::decoder(args.tokenizer.as_deref(), None)?;
     let mut st = Stats {
         path: path.display().to_string(),
@@ -110,7 +102,7 @@ pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<St
         ..Default::default()
     };
     let (mut eos, mut length, mut answered, mut correct, mut with_gold) = (0u64, 0, 0, 0, 0);
-    crate::model::lineage::for_each_record(path, bound(args), &mut |k, r| {
+    crate::model::lineage::for_each_record(path, args.bound, &mut |k, r| {
         let k = k as usize;
         let at = || format!("{} record {k}", path.display());
         let id = r
@@ -146,7 +138,7 @@ pub fn distilled(path: &Path, args: &InspectArgs, out: &mut String) -> Result<St
         if r.get("correct") == Some(&Value::Bool(true)) {
             correct += 1;
         }
-        if shown(args, k) {
+        if args.shown(k) {
             let prompt = r.get("prompt").and_then(Value::as_str).unwrap_or("");
             let response = r.get("response").and_then(Value::as_str).unwrap_or("");
             out.push_str(&format!(

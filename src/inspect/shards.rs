@@ -6,8 +6,9 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use super::settings::InspectSettings;
+use super::show;
 use super::stats::Stats;
-use super::{show, InspectArgs};
 use crate::mcq::sft::SftRow;
 use crate::shards::index::{self, Index, Kind};
 use crate::shards::{Column, RowBatch};
@@ -17,7 +18,7 @@ use crate::shards::{Column, RowBatch};
 pub fn inspect(
     dir: &Path,
     only: Option<usize>,
-    args: &InspectArgs,
+    args: &InspectSettings,
     out: &mut String,
 ) -> Result<Stats> {
     let idx = index::load(dir)?;
@@ -98,7 +99,7 @@ fn header(dir: &Path, only: Option<usize>, idx: &Index) -> Stats {
 
 /// One pass over the shards: the counts so far, and the rows shown.
 struct Scan<'a> {
-    args: &'a InspectArgs,
+    args: &'a InspectSettings,
     tok: Option<tokenizers::Tokenizer>,
     only: Option<usize>,
     /// The rows to show, by row number across the output.

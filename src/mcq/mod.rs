@@ -18,6 +18,7 @@ pub mod load;
 pub mod merge;
 pub mod prompts;
 pub mod read;
+pub mod settings;
 pub mod sft;
 mod sft_set;
 pub mod sft_shards;
@@ -34,7 +35,6 @@ use clap::Args;
 
 use crate::shards::outdir::{self, Claim};
 use crate::shards::ShardFormat;
-use crate::worker::WorkerSlice;
 
 pub use load::{load_items, Loaded};
 
@@ -111,24 +111,20 @@ pub struct McqArgs {
 /// Worker parts only: the `--rows-per-shard` of the run, an index.json key `merge` reads.
 pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
-pub(super) fn out_dir(args: &McqArgs, slice: WorkerSlice) -> PathBuf {
-    slice.out_dir(&args.out)
-}
-
 /// The run, step by step ([`steps`], [`load`], [`sft_set`]).
 pub fn run(args: McqArgs) -> Result<()> {
-    let slice = args.worker.resolve()?;
-    let tuning = crate::tuning::Tuning::resolve(args.threads)?;
+    let st = settings::McqSettings::resolve(&args)?;
+    let (args, slice) = (&st, st.slice);
     // 1. Paths, manifest, one writer, policy, templates, lock, tokenizer.
-    let o = steps::open(&args, slice)?;
-    let out = out_dir(&args, slice);
+    let o = steps::open(args)?;
+    let out = args.out_dir();
     let prompts_path = out.join("prompts.jsonl");
     let sft_dir = out.join("sft");
-    let settings = steps::settings(&args, &o)?;
+    let settings = steps::fingerprint(args, &o)?;
     if let Some(want) = &settings {
         let manifest_abs = crate::shards::index::abs_path(&o.m.path);
         match uptodate::check(&sft_dir, &prompts_path, &manifest_abs, want) {
-            Ok(()) => return up_to_date(&args, &out, &prompts_path, Some(&sft_dir)),
+            Ok(()) => return up_to_date(args, &out, &prompts_path, Some(&sft_dir)),
             Err(why) => tracing::debug!("{}: not up to date: {why}", sft_dir.display()),
         }
     }
@@ -143,17 +139,17 @@ pub fn run(args: McqArgs) -> Result<()> {
     // Prompts only: rewritten only when their bytes would change.
     if o.tok.is_none() && std::fs::read(&prompts_path).is_ok_and(|b| b == prompts::encode(&records))
     {
-        return up_to_date(&args, &out, &prompts_path, None);
+        return up_to_date(args, &out, &prompts_path, None);
     }
     // 3. The output claimed; prompts.jsonl.
-    let reports = steps::claim(&args, &o, &out, &prompts_path, &sft_dir)?;
+    let reports = steps::claim(args, &o, &out, &prompts_path, &sft_dir)?;
     crate::signals::check()?;
     steps::write_prompts(&prompts_path, &records, &reports)?;
     // 4. The SFT set.
     let sft_summary = match &o.tok {
         Some(tok) => {
             let job = sft_set::SftJob {
-                args: &args,
+                args,
                 slice,
                 o: &o,
                 tok,
@@ -163,7 +159,7 @@ pub fn run(args: McqArgs) -> Result<()> {
                 sft_dir: &sft_dir,
                 prompts_path: &prompts_path,
                 reports: &reports,
-                row_groups: tuning.row_groups,
+                row_groups: args.tuning.row_groups,
             };
             sft_set::write(&job, ranges)?
         }
@@ -174,7 +170,7 @@ pub fn run(args: McqArgs) -> Result<()> {
         card::write(&out, &records)?;
     }
     steps::summary(
-        &args,
+        args,
         slice,
         &out,
         &prompts_path,
@@ -188,7 +184,7 @@ pub fn run(args: McqArgs) -> Result<()> {
 /// A rerun of an identical, complete run: nothing is read beyond the journal and nothing is
 /// written. The `--json` summary says so (`"up_to_date": true`) with the recorded counts.
 fn up_to_date(
-    args: &McqArgs,
+    args: &settings::McqSettings,
     out: &std::path::Path,
     prompts_path: &std::path::Path,
     sft_dir: Option<&std::path::Path>,

@@ -11,21 +11,22 @@ use anyhow::{Context, Result};
 
 use super::item::McqItem;
 use super::load::Loaded;
+use super::settings::McqSettings;
 use super::steps::{Opened, Reports};
 use super::tokenizer::LoadedTokenizer;
-use super::{sft, sft_write, uptodate, McqArgs, PART_ROWS_PER_SHARD};
+use super::{sft, sft_write, uptodate, PART_ROWS_PER_SHARD};
 use crate::shards::index::{Index, Kind, ProvenanceRange, Totals};
 use crate::worker::WorkerSlice;
 
 /// What the SFT step reads.
 pub(super) struct SftJob<'a> {
-    pub args: &'a McqArgs,
+    pub args: &'a McqSettings,
     pub slice: WorkerSlice,
     pub o: &'a Opened,
     pub tok: &'a LoadedTokenizer,
     pub items: &'a [McqItem],
     pub loaded: &'a Loaded,
-    pub settings: Option<&'a uptodate::McqSettings>,
+    pub settings: Option<&'a uptodate::McqFingerprint>,
     pub sft_dir: &'a Path,
     pub prompts_path: &'a Path,
     pub reports: &'a Reports,

@@ -9,9 +9,10 @@ use anyhow::{Context, Result};
 
 use super::item::McqItem;
 use super::load::{check_policy, Loaded};
+use super::settings::McqSettings;
 use super::template::Templates;
 use super::tokenizer::{self, LoadedTokenizer};
-use super::{claim_sft, out_dir, prompts, uptodate, McqArgs};
+use super::{claim_sft, prompts, uptodate};
 use crate::hub::cache::Cache;
 use crate::manifest::{Lock, Manifest};
 use crate::shards::outdir::{self, Claim};
@@ -31,24 +32,23 @@ pub(super) struct Opened {
 
 /// Before any work: paths recorded exactly, no input as the output, one writer; then the
 /// policy, the templates, the lock and the tokenizer.
-pub(super) fn open(args: &McqArgs, slice: WorkerSlice) -> Result<Opened> {
+pub(super) fn open(args: &McqSettings) -> Result<Opened> {
     let given: Vec<(&str, &Path)> = [
         ("--out", Some(args.out.as_path())),
         ("--manifest", Some(args.manifest.as_path())),
         ("--tokenizer", args.tokenizer.as_deref()),
         ("--template", args.template.as_deref()),
-        ("--cache", args.cache.dir.as_deref()),
+        ("--cache", args.cache_flag.as_deref()),
     ]
     .into_iter()
     .filter_map(|(f, p)| p.map(|p| (f, p)))
     .collect();
-    crate::lock::require_utf8_all(given.iter().copied())?;
     let m = Manifest::load_data(&args.manifest)?;
     let lock_file = m.lock_path();
     let mut inputs: Vec<(&str, &Path)> = given[1..].to_vec();
     inputs.push(("lock", lock_file.as_path()));
     crate::lock::refuse_inputs("--out", &args.out, &inputs)?;
-    let guard = crate::lock::OutputLock::dir(&out_dir(args, slice), "mcq")?;
+    let guard = crate::lock::OutputLock::dir(&args.out_dir(), "mcq")?;
     check_policy(&m)?;
     let templates = Templates::load(args.template.as_deref(), &args.answer_template)?;
     let lock_path = m.lock_path();
@@ -58,16 +58,11 @@ pub(super) fn open(args: &McqArgs, slice: WorkerSlice) -> Result<Opened> {
             m.path.display()
         )
     })?;
-    let cache = args.cache.resolve();
+    let cache = args.cache.clone();
     let tok = match &args.tokenizer {
         Some(p) => Some(tokenizer::load(
             p,
-            &crate::doc_tokens::Flags {
-                eos_token: args.eos_token.clone(),
-                bos_token: args.bos_token.clone(),
-                no_bos: args.no_bos,
-                ..Default::default()
-            },
+            &args.boundaries,
             args.mask_token.as_deref(),
             args.special_tokens_in_text,
         )?),
@@ -86,11 +81,14 @@ pub(super) fn open(args: &McqArgs, slice: WorkerSlice) -> Result<Opened> {
 
 /// The run's settings (the fingerprint a rerun must match to be a no-op); none without a
 /// tokenizer (prompts only).
-pub(super) fn settings(args: &McqArgs, o: &Opened) -> Result<Option<uptodate::McqSettings>> {
+pub(super) fn fingerprint(
+    args: &McqSettings,
+    o: &Opened,
+) -> Result<Option<uptodate::McqFingerprint>> {
     let Some(t) = &o.tok else {
         return Ok(None);
     };
-    Ok(Some(uptodate::McqSettings {
+    Ok(Some(uptodate::McqFingerprint {
         manifest_sha256: crate::util::sha256_file(&o.m.path)?,
         lock_sha256: crate::util::sha256_file(&o.lock_path)?,
         seed: args.seed,
@@ -131,7 +129,7 @@ pub(super) struct Reports {
 /// mcq run wrote there; never an input. decontam's reports are this tool's own files, kept
 /// while they may still describe what this run writes.
 pub(super) fn claim(
-    args: &McqArgs,
+    args: &McqSettings,
     o: &Opened,
     out: &Path,
     prompts_path: &Path,
@@ -209,7 +207,7 @@ pub(super) fn write_prompts(
 
 /// A worker's note on what to run next; with `--json`, the summary on stdout.
 pub(super) fn summary(
-    args: &McqArgs,
+    args: &McqSettings,
     slice: WorkerSlice,
     out: &Path,
     prompts_path: &Path,

@@ -1,5 +1,5 @@
 //! Reruns of `mcq` with the same arguments on unchanged inputs are no-ops: the SFT index
-//! records the run's [`McqSettings`] (index.json `"mcq_args"`), and a rerun whose settings,
+//! records the run's [`McqFingerprint`] (index.json `"mcq_args"`), and a rerun whose settings,
 //! manifest path and prompts.jsonl (by sha256) match a complete journal leaves every file
 //! untouched. Without `--tokenizer` there is no journal: the prompts are rebuilt (cheap) and
 //! the file is rewritten only when its bytes would change.
@@ -17,7 +17,7 @@ pub const KEY: &str = "mcq_args";
 /// Everything that changes mcq's output bytes, resolved (the same for every worker of a run:
 /// the worker itself is `extra.mcq.worker`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McqSettings {
+pub struct McqFingerprint {
     /// sha256 of the manifest file and of its lock (which pins each locked file's sha256).
     pub manifest_sha256: String,
     pub lock_sha256: String,
@@ -41,7 +41,7 @@ pub fn check(
     sft_dir: &Path,
     prompts: &Path,
     manifest_abs: &str,
-    want: &McqSettings,
+    want: &McqFingerprint,
 ) -> Result<(), String> {
     let Some(idx) = crate::shards::outdir::own_index(sft_dir) else {
         return Err("no journal".into());
@@ -49,7 +49,7 @@ pub fn check(
     if !idx.complete {
         return Err("the recorded run did not finish".into());
     }
-    let got: Option<McqSettings> = idx
+    let got: Option<McqFingerprint> = idx
         .extra
         .get(KEY)
         .and_then(|v| serde_json::from_value(v.clone()).ok());

@@ -255,15 +255,41 @@ pub enum MissingText {
 pub fn run(mut args: PackArgs) -> Result<()> {
     keep_freed_memory();
     match crate::storage::Location::of_path(&args.out, "--out")? {
-        crate::storage::Location::Object(url) => pipeline::run_to_bucket(args, &url),
+        crate::storage::Location::Object(url) => run_to_bucket(args, &url),
         crate::storage::Location::Local(p) => {
             args.out = p;
-            pipeline::run(args)
+            pipeline::run(pipeline::settings::RunSettings::resolve(&args)?)
         }
         crate::storage::Location::Hub(_) => Err(crate::error::usage(
             "--out: an hf:// URL names an input; write to a local path or a bucket",
         )),
     }
+}
+
+/// `--out s3://...` (gs://, az://): the run on a staging directory, uploaded as it is
+/// journaled and committed with `index.json` last ([`crate::storage::output`]).
+fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let json = args.json;
+    let worker = args.worker.resolve()?;
+    let c = crate::storage::output::run(url, worker, "pack", |staging| {
+        let local = PackArgs {
+            out: staging,
+            json: false,
+            ..args
+        };
+        pipeline::run(pipeline::settings::RunSettings::resolve(&local)?)
+    })?;
+    if json {
+        let out = std::path::PathBuf::from(c.url.to_string());
+        crate::cron::json_line(pipeline::summary(
+            &c.index,
+            &out,
+            t0.elapsed().as_secs_f64(),
+            c.already,
+        ));
+    }
+    Ok(())
 }
 
 /// glibc's malloc, told to keep what `pack` frees: the row-group and shard buffers (megabytes,

@@ -19,7 +19,7 @@ mod journal;
 mod profile;
 mod progress;
 mod read;
-mod settings;
+pub(in crate::pack) mod settings;
 mod setup;
 mod write;
 
@@ -33,7 +33,6 @@ use std::time::Instant;
 use anyhow::{anyhow, Result};
 
 use super::resume::Cursor;
-use super::PackArgs;
 use crate::shards::index::Index;
 use crate::shards::ShardFormat;
 use crate::worker::WorkerSlice;
@@ -42,9 +41,9 @@ use read::ReadMsg;
 use setup::Setup;
 use write::{WriteMsg, WriterStopped};
 
-pub fn run(args: PackArgs) -> Result<()> {
+/// One pack run on a local `--out`, from its resolved settings.
+pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
     let t0 = Instant::now();
-    let rs = settings::RunSettings::resolve(&args)?;
     profile::start(rs.tuning.profile);
     let mut s = setup::prepare(&rs)?;
     let Journal {
@@ -259,7 +258,7 @@ fn input_documents(idx: &Index) -> Vec<(String, u64)> {
     out
 }
 
-fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
+pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
     serde_json::json!({
         "out": dir.display().to_string(),
         "format": idx.format,
@@ -284,31 +283,6 @@ fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
         "already_complete": already,
     })
     .to_string()
-}
-
-/// `--out s3://...` (gs://, az://): the run on a staging directory, uploaded as it is
-/// journaled and committed with `index.json` last ([`crate::storage::output`]).
-pub fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
-    let t0 = Instant::now();
-    let json = args.json;
-    let worker = args.worker.resolve()?;
-    let c = crate::storage::output::run(url, worker, "pack", |staging| {
-        run(PackArgs {
-            out: staging,
-            json: false,
-            ..args
-        })
-    })?;
-    if json {
-        let out = std::path::PathBuf::from(c.url.to_string());
-        crate::cron::json_line(summary(
-            &c.index,
-            &out,
-            t0.elapsed().as_secs_f64(),
-            c.already,
-        ));
-    }
-    Ok(())
 }
 
 /// Where a run writes for this worker (exposed for tests and merge).

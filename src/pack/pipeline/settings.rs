@@ -20,7 +20,7 @@ use crate::worker::WorkerSlice;
 
 /// The flags of one pack run, resolved.
 #[derive(Debug, Clone)]
-pub(super) struct RunSettings {
+pub(in crate::pack) struct RunSettings {
     /// `--out` (a worker writes `OUT/parts/IIIII-of-NNNNN`).
     pub out: PathBuf,
     /// This process's slice (`--shard`, else the array environment, else the whole job).
