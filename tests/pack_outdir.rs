@@ -180,12 +180,17 @@ fn resume_removes_only_the_next_unjournaled_shard() {
     idx = serde_json::from_str(&std::fs::read_to_string(out2.join("index.json")).unwrap()).unwrap();
     let k = idx["shards"].as_array().unwrap().len();
     assert!(k < n, "the run finished before the kill");
-    // The next shard (renamed, not journaled) and a temp file: ours, removed on resume.
-    let next = format!("data/part-{k:05}.parquet");
+    // The next shard (renamed, not journaled) and a temp file: ours, removed on resume. They
+    // sit where the writer puts shards until the index commits, the staging dot-directory.
+    let next = format!(".incomplete/data/part-{k:05}.parquet");
     std::fs::write(out2.join(&next), b"half-journaled").unwrap();
-    std::fs::write(out2.join(format!("data/.part-{k:05}.parquet.tmp")), b"tmp").unwrap();
+    std::fs::write(
+        out2.join(format!(".incomplete/data/.part-{k:05}.parquet.tmp")),
+        b"tmp",
+    )
+    .unwrap();
     // A shard two further on cannot be ours: refused, nothing removed.
-    let far = format!("data/part-{:05}.parquet", k + 5);
+    let far = format!(".incomplete/data/part-{:05}.parquet", k + 5);
     std::fs::write(out2.join(&far), b"foreign").unwrap();
     let o = pack(&input, &tok, &out2, &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

@@ -1,8 +1,10 @@
 //! Issue 57: `pack` lets nothing partial or empty look done — an output of 0 documents is an
 //! error, an output inside its own input is refused the first night, an oversized row under
-//! `--on-oversize skip` is skipped and named.
+//! `--on-oversize skip` is skipped and named, and a killed pack's shards stay hidden from
+//! loaders until its index commits.
 
 mod pack_common;
+mod pause_support;
 
 use pack_common::*;
 
@@ -201,4 +203,106 @@ fn txt_files_are_one_document_each_or_one_per_paragraph() {
             .sum::<u64>(),
         2
     );
+}
+
+/// Every file of `out` outside its staging dot-directory `.incomplete/`, relative.
+fn visible(out: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = tree(out)
+        .into_keys()
+        .filter(|f| !f.starts_with(".incomplete/"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// With DLM_PYTHON: how many parquet files pyarrow's dataset discovery finds under `out`
+/// (what `pq.read_table(OUT/data)` and `load_dataset` read; dot-directories are skipped).
+fn discovered_parquet(out: &std::path::Path) -> Option<usize> {
+    let py = std::env::var("DLM_PYTHON").ok()?;
+    let o = std::process::Command::new(py)
+        .args([
+            "-c",
+            "import sys, pyarrow.dataset as ds; \
+             print(len(ds.dataset(sys.argv[1], format='parquet', exclude_invalid_files=True).files))",
+        ])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some(String::from_utf8_lossy(&o.stdout).trim().parse().unwrap())
+}
+
+/// Row 4: `pack` killed (-9) after its 2nd journaled shard, in every format: the output shows
+/// no shard — its shards wait in `OUT/.incomplete/` under their final names, at their
+/// recorded sizes; pyarrow's discovery finds no parquet file; `inspect` still reads them — and
+/// the same command resumes to the bytes of an uninterrupted run, the dot-directory gone. An
+/// output written before shards were staged (its shards in place) resumes alike, and so does
+/// a kill after the shards were moved into place but before the index said complete.
+#[test]
+fn a_killed_packs_shards_are_invisible_to_loaders_until_the_index_commits() {
+    let t = tempfile::tempdir().unwrap();
+    let tok = tokenizer(t.path());
+    let input = t.path().join("in.parquet");
+    let texts: Vec<Option<String>> = docs(5, 120).into_iter().map(Some).collect();
+    write_parquet(&input, &texts, 30);
+    for format in ["parquet", "mds", "megatron"] {
+        let flags = ["--seq-len", "16", "--shard-bytes", "1K", "--format", format];
+        let reference = t.path().join(format!("reference-{format}"));
+        ok(&run_pack(&input, &tok, &reference, &flags, &[]));
+        assert!(!reference.join(".incomplete").exists(), "{format}");
+        let killed = |name: &str, point: &str| {
+            let out = t.path().join(format!("{name}-{format}"));
+            let (child, pause) =
+                pause_support::spawn_paused(pack_cmd(&input, &tok, &out, &flags), point, t.path());
+            pause_support::signal(&child, libc::SIGKILL);
+            child.wait_with_output().unwrap();
+            let _ = std::fs::remove_file(&pause);
+            out
+        };
+        let out = killed("killed", "pack-shard:2");
+        let idx = dlm_data::shards::index::load(&out).unwrap();
+        assert!(!idx.complete, "{format}");
+        assert_eq!(idx.shards.len(), 2, "{format}");
+        assert_eq!(
+            visible(&out),
+            vec![".dlm-data.lock".to_string(), "index.json".to_string()]
+                .into_iter()
+                .filter(|f| out.join(f).exists())
+                .collect::<Vec<_>>(),
+            "{format}: a partial shard is visible"
+        );
+        for s in &idx.shards {
+            let f = out.join(".incomplete").join(&s.file);
+            assert_eq!(std::fs::metadata(&f).unwrap().len(), s.bytes, "{f:?}");
+        }
+        if format == "parquet" {
+            if let Some(n) = discovered_parquet(&out) {
+                assert_eq!(n, 0, "pyarrow found the killed run's shards");
+                assert!(discovered_parquet(&reference).unwrap() > 0);
+            }
+        }
+        let o = run(&["inspect", out.to_str().unwrap()], &[]);
+        ok(&o);
+        if format == "megatron" {
+            // An output killed before shards were staged: its shards in place.
+            let staged = out.join(".incomplete");
+            for s in &idx.shards {
+                for f in std::iter::once(&s.file).chain(s.extra_files.keys()) {
+                    std::fs::rename(staged.join(f), out.join(f)).unwrap();
+                }
+            }
+        }
+        let o = run_pack(&input, &tok, &out, &flags, &[]);
+        ok(&o);
+        assert!(stderr(&o).contains("resuming after 2"), "{}", stderr(&o));
+        assert!(!out.join(".incomplete").exists(), "{format}");
+        assert_eq!(tree(&out), tree(&reference), "{format}: resumed bytes");
+
+        // Killed with every shard moved into place, the index not yet complete.
+        let out = killed("promoted", "pack-promoted");
+        assert!(!dlm_data::shards::index::load(&out).unwrap().complete);
+        ok(&run_pack(&input, &tok, &out, &flags, &[]));
+        assert!(!out.join(".incomplete").exists(), "{format}");
+        assert_eq!(tree(&out), tree(&reference), "{format}: resumed bytes");
+    }
 }

@@ -290,9 +290,12 @@ fn pack_one_writer_force_never_takes_a_live_dir_and_sigterm_resumes() {
         inputs[0].sha256,
         dlm_data::util::sha256_file(&input).unwrap()
     );
+    // The journaled shards wait in the staging dot-directory until the index commits.
     for s in &idx.shards {
         assert_eq!(
-            std::fs::metadata(out.join(&s.file)).unwrap().len(),
+            std::fs::metadata(out.join(".incomplete").join(&s.file))
+                .unwrap()
+                .len(),
             s.bytes,
             "{}",
             s.file

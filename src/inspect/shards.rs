@@ -58,7 +58,9 @@ pub fn inspect(
     let mut row0 = 0u64;
     for (k, sh) in idx.shards.iter().enumerate() {
         if only.is_none_or(|o| o == k) {
-            scan.shard(dir, &idx, k, row0)?;
+            // An incomplete output's shards wait in its staging directory.
+            let d = crate::shards::staged::dir_of(dir, idx.complete, &sh.file);
+            scan.shard(&d, &idx, k, row0)?;
         }
         row0 += sh.rows;
     }

@@ -5,9 +5,11 @@
 //! remaining shards byte-identically to an uninterrupted run.
 //!
 //! A rerun refuses an output directory written with different arguments (the `args`
-//! fingerprint), re-verifies the recorded shards (size of each, sha256 of the last); the
-//! caller's [`crate::shards::outdir::Claim`] then removes the leftovers of the interrupted
-//! write (temp files, the one shard renamed before it was journaled) and refuses anything else.
+//! fingerprint), re-verifies the recorded shards (size of each, sha256 of the last; found in
+//! the staging directory `OUT/.incomplete/`, or in place for an output written before shards
+//! were staged); the caller's [`crate::shards::outdir::Claim`] then removes the leftovers of
+//! the interrupted write (temp files, the one shard renamed before it was journaled) and
+//! refuses anything else.
 //! With `--force` a foreign or unreadable index counts as no index (a fresh start whose claim
 //! may clear dlm-data's own files).
 
@@ -132,7 +134,8 @@ pub fn inspect(
         );
     }
     for (k, s) in idx.shards.iter().enumerate() {
-        let f = dir.join(&s.file);
+        // Staged until the output is complete (an older output: in place).
+        let f = crate::shards::staged::locate(dir, &s.file).unwrap_or_else(|| dir.join(&s.file));
         let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(u64::MAX);
         if len != s.bytes {
             bail!(

@@ -16,6 +16,7 @@ pub mod megatron;
 pub mod outdir;
 pub mod parquet;
 pub mod settings;
+pub mod staged;
 
 use std::collections::BTreeMap;
 use std::io::Write;

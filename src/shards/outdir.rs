@@ -5,7 +5,9 @@
 //! ([`Claim::apply`]). Every entry already there is one of:
 //! - **kept**: files this run continues from (a resumed pack's recorded shards) and the
 //!   subdirectories the command owns (`parts/`, `sft/`); parquet's `data/` is checked entry by
-//!   entry (`data/part-NNNNN.parquet`) by the same rules;
+//!   entry (`data/part-NNNNN.parquet`) by the same rules, and so is the staging directory
+//!   `.incomplete/` of an unfinished pack ([`super::staged`]), each file there under the
+//!   name of its final place;
 //! - **removable**: files a dlm-data journal there proves this tool wrote ([`journal_files`]:
 //!   the shards an `index.json` lists, the index itself, and the one shard an interrupted
 //!   writer may have renamed before journaling it), and this tool's own temp files
@@ -23,6 +25,7 @@ use anyhow::{Context, Result};
 
 use super::index::Index;
 use super::parquet::DATA_DIR;
+use super::staged::STAGED_DIR;
 
 /// What a command may do with the entries of its output directory.
 #[derive(Debug, Default, Clone)]
@@ -70,24 +73,39 @@ impl Claim {
         self.inputs.iter().any(|i| i == &c || i.starts_with(&c))
     }
 
-    /// Check every entry of `dir` (missing is fine) — and of its parquet `data/` subdirectory,
-    /// entry by entry as `data/NAME` — then remove the removable ones. Nothing is removed when
-    /// any entry is refused.
+    /// Check every entry of `dir` (missing is fine) — of its parquet `data/` subdirectory
+    /// entry by entry as `data/NAME`, and of its staging directory (`.incomplete/`, where an
+    /// unfinished pack keeps its shards) by the same rules under the same names — then remove
+    /// the removable ones. Nothing is removed when any entry is refused.
     pub fn apply(&self, dir: &Path) -> Result<()> {
-        let rd = match std::fs::read_dir(dir) {
+        let mut doomed = Vec::new();
+        self.scan(dir, dir, "", &mut doomed)?;
+        for p in doomed {
+            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The entries of `level` — `dir` itself (`shown` empty) or its staging directory
+    /// (`shown` = `.incomplete/`, the prefix messages name them with).
+    fn scan(&self, dir: &Path, level: &Path, shown: &str, doomed: &mut Vec<PathBuf>) -> Result<()> {
+        let rd = match std::fs::read_dir(level) {
             Ok(rd) => rd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+            Err(e) => return Err(e).with_context(|| format!("listing {}", level.display())),
         };
-        let mut doomed = Vec::new();
         for e in rd {
-            let e = e.with_context(|| format!("listing {}", dir.display()))?;
+            let e = e.with_context(|| format!("listing {}", level.display()))?;
             let name = e.file_name().to_string_lossy().into_owned();
             // The lock of the run claiming the directory is never touched.
-            if name == crate::lock::DIR_LOCK {
+            if shown.is_empty() && name == crate::lock::DIR_LOCK {
                 continue;
             }
             let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir && shown.is_empty() && name == STAGED_DIR && !self.keep.contains(&name) {
+                self.scan(dir, &e.path(), &format!("{STAGED_DIR}/"), doomed)?;
+                continue;
+            }
             if is_dir && name == DATA_DIR && !self.keep.contains(&name) {
                 let sub = e.path();
                 for f in
@@ -96,9 +114,10 @@ impl Claim {
                     let f = f.with_context(|| format!("listing {}", sub.display()))?;
                     let base = f.file_name().to_string_lossy().into_owned();
                     let is_file = f.file_type().map(|t| !t.is_dir()).unwrap_or(false);
+                    let logical = format!("{DATA_DIR}/{base}");
                     doomed.extend(self.check(
                         dir,
-                        &format!("{DATA_DIR}/{base}"),
+                        (&logical, &format!("{shown}{logical}")),
                         &base,
                         f.path(),
                         is_file,
@@ -106,20 +125,24 @@ impl Claim {
                 }
                 continue;
             }
-            doomed.extend(self.check(dir, &name, &name, e.path(), !is_dir)?);
-        }
-        for p in doomed {
-            std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+            doomed.extend(self.check(
+                dir,
+                (&name, &format!("{shown}{name}")),
+                &name,
+                e.path(),
+                !is_dir,
+            )?);
         }
         Ok(())
     }
 
-    /// One entry (`name` relative to `dir`, `base` its file name): `None` when kept, its path
-    /// when removable, an error naming it otherwise.
+    /// One entry (`name` relative to `dir` — its final place for a staged shard — and
+    /// `shown` as messages name it, `base` its file name): `None` when kept, its path when
+    /// removable, an error naming it otherwise.
     fn check(
         &self,
         dir: &Path,
-        name: &str,
+        (name, shown): (&str, &str),
         base: &str,
         path: PathBuf,
         is_file: bool,
@@ -136,7 +159,7 @@ impl Claim {
             return Err(crate::error::refused(format!(
                 "{}: {} is an input of this {} run; it is never deleted or overwritten: choose another --out",
                 dir.display(),
-                name,
+                shown,
                 self.what
             )));
         }
@@ -149,7 +172,7 @@ impl Claim {
                 "choose an empty or new --out (--force clears only dlm-data's own shard and index files)"
             };
             return Err(crate::error::refused(format!(
-                "{}: holds {name}, which no dlm-data journal there says this tool wrote; {} refuses to delete or overwrite it: {hint}",
+                "{}: holds {shown}, which no dlm-data journal there says this tool wrote; {} refuses to delete or overwrite it: {hint}",
                 dir.display(),
                 self.what
             )));

@@ -71,7 +71,8 @@ impl Mirror {
     }
 
     /// Where the local writer keeps `name`: `DIR/name`, or inside one of its dot-directories
-    /// (an incomplete output's shards may wait in one until the index commits).
+    /// (an incomplete output's shards wait in `.incomplete/` until the index commits; they
+    /// may be moved into place between two looks, so the final place is looked at last too).
     fn local_file(&self, name: &str) -> Result<PathBuf> {
         let p = self.local.join(name);
         if p.is_file() {
@@ -85,6 +86,9 @@ impl Mirror {
                     return Ok(q);
                 }
             }
+        }
+        if p.is_file() {
+            return Ok(p);
         }
         bail!(
             "{}: {name} is listed in the journal but not on disk",
@@ -218,7 +222,9 @@ pub fn restore(bucket: &Bucket, local: &Path, rel_root: &str) -> Result<bool> {
         h.args == remote.args
             && h.shards.len() >= remote.shards.len()
             && h.shards[..remote.shards.len()] == remote.shards[..]
-            && data_files(h).iter().all(|(n, _)| local.join(n).is_file())
+            && data_files(h)
+                .iter()
+                .all(|(n, _)| crate::shards::staged::locate(local, n).is_some())
     });
     if ahead {
         return Ok(false);

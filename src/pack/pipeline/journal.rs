@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::settings::RunSettings;
@@ -13,6 +13,7 @@ use crate::pack::resume::{self, Cursor, Found};
 use crate::shards::index::{self, Index, Kind, TokenizerInfo};
 use crate::shards::outdir::{self, Claim};
 use crate::shards::settings::PackSettings;
+use crate::shards::staged;
 use crate::shards::ShardFormat;
 
 /// What the journal says about `--out`.
@@ -101,6 +102,12 @@ pub(super) fn open(args: &RunSettings, s: &mut Setup) -> Result<Opened> {
             },
         ),
     };
+    // The recorded shards wait in the staging directory until the output is complete: an
+    // output written before they did (or killed while moving them into place) has some in
+    // their final place, put back first.
+    if let Some(p) = &prior {
+        staged::stage(out_dir, &staged::listed(p))?;
+    }
     // Delete or overwrite only what the journal proves this tool wrote; never an input.
     let mut claim = Claim::new("pack", args.force)
         .inputs(s.plan.units.iter().map(|u| u.path.as_path()))
@@ -119,6 +126,8 @@ pub(super) fn open(args: &RunSettings, s: &mut Setup) -> Result<Opened> {
             .remove(outdir::shard_files(old.format, 0));
     }
     claim.apply(out_dir)?;
+    let staging = staged::dir(out_dir);
+    std::fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
 
     let base = base_index(args, s, prior.as_deref(), &cursor, fingerprint)?;
     let is_mds = s.part_format == ShardFormat::Mds;

@@ -1,7 +1,8 @@
 //! The writer side of a pack run: the writer thread encodes finished shards (shuffled first
 //! when `--shuffle-seed` says so) on encoder threads, several at once, and a committer thread
 //! writes each durably and journals it in `index.json` with the resume cursor, in shard order,
-//! so a killed run resumes after the last shard recorded; the end marks the index complete.
+//! so a killed run resumes after the last shard recorded; the end moves the shards out of the
+//! staging dot-directory into place and marks the index complete.
 
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -15,7 +16,9 @@ use super::setup::settle_inputs;
 use crate::pack::packer::shuffle_rows;
 use crate::pack::resume::Cursor;
 use crate::shards::index::{self, Index, ProvenanceRange, Totals};
-use crate::shards::{parquet, EncodedShard, RowBatch, ShardCodec, ShardFormat, ShardWriter};
+use crate::shards::{
+    parquet, staged, EncodedShard, RowBatch, ShardCodec, ShardFormat, ShardWriter,
+};
 use crate::sources::files::PendingHashes;
 use crate::tuning::Tuning;
 
@@ -246,8 +249,9 @@ fn open_streamed(k: usize, zstd_level: u8, row_groups: parquet::RowGroups) -> Re
     Ok(OpenShard { tx, handle })
 }
 
-/// The committer thread: wait for each shard's encoder in order, write the shard durably and
-/// journal it with its resume cursor; at the end mark the index complete. `None`: the router
+/// The committer thread: wait for each shard's encoder in order, write the shard durably into
+/// the staging directory (`OUT/.incomplete/`, [`staged`]) and journal it with its resume
+/// cursor; at the end move the shards into place, then mark the index complete. `None`: the router
 /// stopped before the end (a signal, an error it reports), with every shard before it
 /// journaled.
 fn commit_shards(
@@ -275,6 +279,10 @@ fn commit_shards(
                 idx.extra.remove("resume");
                 idx.complete = true;
                 settle_inputs(&mut hashes, &mut idx)?;
+                // The shards leave the staging directory before the index says complete: a
+                // kill in between leaves an incomplete output that resumes.
+                staged::promote(dir, &staged::listed(&idx))?;
+                crate::signals::pause_point("pack-promoted");
                 index::save(dir, &idx, is_mds.then_some(&mds[..]))?;
                 return Ok(Some(idx));
             }
@@ -286,7 +294,7 @@ fn commit_shards(
             .with_context(|| format!("encoding shard {k} in {}", dir.display()))?;
         c.lap(|p| &p.write_wait);
         let w = enc
-            .commit(dir)
+            .commit(&staged::dir(dir))
             .with_context(|| format!("writing shard {k} in {}", dir.display()))?;
         k += 1;
         idx.shards.push(w.entry);
