@@ -179,6 +179,17 @@ pub fn run(mut args: AuditArgs) -> Result<()> {
     for s in &mut args.shards {
         *s = crate::storage::materialize::local_copy(s, "--shards")?;
     }
+    // Single files in a bucket: read from a local copy (distilled.json with its top-k sidecar).
+    use crate::storage::materialize::local_file;
+    for (flag, p, siblings) in [
+        ("--prompts", &mut args.prompts, &[][..]),
+        ("--distilled", &mut args.distilled, &[".topk.parquet"][..]),
+        ("--lineage", &mut args.lineage, &[][..]),
+    ] {
+        if let Some(p) = p {
+            *p = local_file(p, flag, siblings)?;
+        }
+    }
     let r = audit(&args)?;
     if args.json {
         crate::cron::json_line(serde_json::to_string(&r)?);

@@ -381,13 +381,17 @@ impl DistillSettings {
                 a.out.display()
             )));
         }
+        // A bucket URL: the object, read from its local copy (named in messages from here on;
+        // the records name prompts by sha256, never by path, so the output is the local run's
+        // byte for byte).
+        let prompts = crate::storage::materialize::local_file(&a.prompts, "--prompts", &[])?;
         Ok(DistillSettings {
             teacher: absolute("--teacher", &a.teacher)?,
-            prompts: absolute("--prompts", &a.prompts)?,
+            prompts: absolute("--prompts", &prompts)?,
             out,
             given: GivenPaths {
                 teacher: a.teacher.clone(),
-                prompts: a.prompts.clone(),
+                prompts,
                 out: a.out.clone(),
             },
             device,

@@ -40,6 +40,10 @@ const OBJECT_OK: &[(&str, &str)] = &[
     ("merge", "<path>"),
     ("inspect", "<path>"),
     ("audit", "--shards"),
+    ("audit", "--prompts"),
+    ("audit", "--distilled"),
+    ("audit", "--lineage"),
+    ("distill", "--prompts"),
 ];
 
 /// Check a command line (program name first): its command is the first argument that is one

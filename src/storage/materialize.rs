@@ -97,6 +97,54 @@ pub fn local_copy(path: &Path, flag: &str) -> Result<PathBuf> {
     }
 }
 
+/// A reading command's input file (`distill --prompts`, `audit --prompts` / `--distilled` /
+/// `--lineage`): a bucket URL names one object, downloaded (streamed, temp + rename) into the
+/// URL's local read directory, with `siblings` (suffixes appended to the object's name that
+/// travel with it, e.g. distilled.json's `.topk.parquet`) when they exist; the local file is
+/// returned. A local path is returned as it is.
+pub fn local_file(path: &Path, flag: &str, siblings: &[&str]) -> Result<PathBuf> {
+    match super::Location::of_path(path, flag)? {
+        super::Location::Local(p) => Ok(p),
+        super::Location::Object(url) => {
+            let (parent, name) = match url.prefix.rsplit_once('/') {
+                Some((d, n)) => (d.to_string(), n.to_string()),
+                None => (String::new(), url.prefix.clone()),
+            };
+            if name.is_empty() {
+                return Err(crate::error::usage(format!(
+                    "{flag} {url}: names a prefix, not an object"
+                )));
+            }
+            let dir_url = ObjectUrl {
+                prefix: parent,
+                ..url.clone()
+            };
+            let bucket = Bucket::open(&dir_url)?;
+            if bucket.head(&name)?.is_none() {
+                return Err(crate::error::usage(format!("{flag} {url}: no such object")));
+            }
+            let local = read_dir_for(&url).join(&name);
+            bucket.download_file(&name, &local)?;
+            for suffix in siblings {
+                let sib = format!("{name}{suffix}");
+                let dst = read_dir_for(&url).join(&sib);
+                if bucket.head(&sib)?.is_some() {
+                    bucket.download_file(&sib, &dst)?;
+                } else if dst.exists() {
+                    // What an earlier copy held is not what the bucket holds now.
+                    std::fs::remove_file(&dst)
+                        .map_err(|e| anyhow::anyhow!("removing {}: {e}", dst.display()))?;
+                }
+            }
+            tracing::info!("{flag} {url}: read from the local copy {}", local.display());
+            Ok(local)
+        }
+        super::Location::Hub(_) => Err(crate::error::usage(format!(
+            "{flag}: an hf:// URL names a dataset file; `pack --input` is where those are read"
+        ))),
+    }
+}
+
 /// `merge s3://OUT`: every worker part under `OUT/parts/` copied into `local/parts/` (complete
 /// ones with their shards, incomplete ones as their journal, for merge to name).
 pub fn parts(bucket: &Bucket, local: &Path) -> Result<usize> {
