@@ -243,3 +243,8 @@ impl<'a> TokJson<'a> {
         }
     }
 }
+
+/// A tokenizer.json section's `type` field ("" when absent).
+pub(super) fn ty(v: &serde_json::Value) -> &str {
+    v.get("type").and_then(|t| t.as_str()).unwrap_or("")
+}

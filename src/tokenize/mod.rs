@@ -18,6 +18,7 @@ pub mod bpe;
 pub mod fast;
 pub mod files;
 pub mod json;
+pub mod normalize;
 pub mod pre_tokenize;
 pub use crate::added_text::ranged;
 pub use pre_tokenize::{gpt2, regex, unicode};
