@@ -5,6 +5,7 @@
 //! ([`deepseek_split`]) over Oniguruma's classes ([`scan_classes`], [`unicode`]), else the
 //! generic backtracking matcher ([`regex`]) — the same pieces either way.
 
+pub mod config;
 pub(crate) mod deepseek_split;
 pub mod gpt2;
 pub(crate) mod gpt4_split;
