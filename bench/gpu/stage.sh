@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage what a device run needs into the lead's checkout (/work/main/.dev/gpu, git-ignored
 # there): the device tool sends that checkout, not this worktree. Run from the repo root:
-#   bench/gpu/stage.sh [PROFILE]   (PROFILE: debug (default; deps are opt-level 3) or release)
+#   bench/gpu/stage.sh [PROFILE]   (PROFILE: debug (default; candle-core, gemm and the other hot deps are opt-level 3, Cargo.toml) or release)
 set -euo pipefail
 prof=${1:-debug}
 dst=${DLM_STAGE_DIR:-/work/main/.dev/gpu}
