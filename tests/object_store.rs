@@ -7,6 +7,7 @@
 mod objstore_support;
 mod pack_common;
 mod pause_support;
+mod teacher_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -411,12 +412,7 @@ fn a_file_url_is_the_local_path() {
 fn distill_and_audit_read_prompts_and_distilled_from_the_bucket() {
     let fx = fixture();
     let d = fx.dir.path();
-    let teacher = d.join("teacher");
-    dlm_data::fixtures::teacher::write_teacher(
-        &teacher,
-        &dlm_data::fixtures::teacher::TinyTeacher::default(),
-    )
-    .unwrap();
+    let teacher = teacher_support::teacher_dir();
     let mut prompts = String::new();
     for i in 0..5 {
         let v = serde_json::json!({"id": format!("p-{i}"), "source": "fixture",
@@ -427,22 +423,11 @@ fn distill_and_audit_read_prompts_and_distilled_from_the_bucket() {
     }
     std::fs::write(d.join("prompts.jsonl"), &prompts).unwrap();
     fx.s3.put(BUCKET, "in/prompts.jsonl", &prompts);
-    let sampler = [
-        "--gen-length",
-        "8",
-        "--block-length",
-        "4",
-        "--steps",
-        "4",
-        "--batch-size",
-        "2",
-        "--device",
-        "cpu",
-    ];
+    let sampler = teacher_support::small_sampler_args(&["--device", "cpu"], "2");
     let distill = |p: &str, out: &Path| {
         let mut c = Command::new(bin());
-        c.args(["distill", "--teacher"]).arg(&teacher);
-        c.args(["--prompts", p, "--out"]).arg(out).args(sampler);
+        c.args(["distill", "--teacher"]).arg(teacher);
+        c.args(["--prompts", p, "--out"]).arg(out).args(&sampler);
         fx.s3.apply(&mut c, &fx.staging());
         c.output().unwrap()
     };
