@@ -5,6 +5,8 @@
 //! killed when the test ends. Objects are read back through boto3 from the same venv.
 #![allow(dead_code)]
 
+pub mod faults;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,7 +18,7 @@ pub const KEY_ID: &str = "AKIDOBJSTORETEST0001";
 pub const SECRET: &str = "s3cr3t/Key+ObjStore=Never-Printed-7f3a";
 pub const SESSION: &str = "FwoGZXIvYXdzSessionTokenObjStore//Never+Printed==";
 
-fn venv() -> PathBuf {
+pub fn venv() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-s3")
 }
 
@@ -34,7 +36,7 @@ impl Drop for S3Server {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -45,6 +47,11 @@ fn free_port() -> u16 {
 impl S3Server {
     /// Start moto and wait until it answers.
     pub fn start() -> S3Server {
+        S3Server::start_with(&[])
+    }
+
+    /// Start moto with `env` set on it (e.g. moto's `S3_UPLOAD_PART_MIN_SIZE`).
+    pub fn start_with(env: &[(&str, &str)]) -> S3Server {
         let exe = std::env::var_os("DLM_MOTO_SERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| venv().join("bin/moto_server"));
@@ -57,6 +64,7 @@ impl S3Server {
             let port = free_port();
             let child = Command::new(&exe)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -162,4 +170,25 @@ impl S3Server {
         );
         String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
     }
+}
+
+/// Shards equal byte for byte, and index.json lists the same shards (names, sha256, sizes).
+pub fn same_shards(
+    local: &std::collections::BTreeMap<String, Vec<u8>>,
+    remote: &std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    let shard = |k: &String| k.starts_with("data/");
+    let l: Vec<_> = local.iter().filter(|(k, _)| shard(k)).collect();
+    let r: Vec<_> = remote.iter().filter(|(k, _)| shard(k)).collect();
+    assert!(l.len() > 3, "expected several shards, got {}", l.len());
+    assert_eq!(l.len(), r.len(), "shard sets differ");
+    for ((lk, lv), (rk, rv)) in l.iter().zip(&r) {
+        assert_eq!(lk, rk);
+        assert!(lv == rv, "{lk} differs from the local run's");
+    }
+    let li: serde_json::Value = serde_json::from_slice(&local["index.json"]).unwrap();
+    let ri: serde_json::Value = serde_json::from_slice(&remote["index.json"]).unwrap();
+    assert_eq!(li["shards"], ri["shards"]);
+    assert_eq!(li["totals"], ri["totals"]);
+    assert_eq!(ri["complete"], true);
 }
