@@ -36,11 +36,7 @@ fn py(venv: &str, target: &str, script: &str, args: &[&str], env: &[(&str, Strin
         .env("HF_ENDPOINT", "http://127.0.0.1:9")
         .output()
         .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 

@@ -139,7 +139,9 @@ impl Mirror {
             for _ in 0..FILES_IN_FLIGHT.min(todo.len()) {
                 sc.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some((name, sha)) = todo.get(i) else { break };
+                    let Some((name, sha)) = todo.get(i) else {
+                        break;
+                    };
                     match self.ensure(name, sha) {
                         Ok(n) => done.lock().unwrap().push((i, n)),
                         Err(e) => {
