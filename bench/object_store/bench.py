@@ -103,7 +103,7 @@ try:
                 if best[where] is None or w < best[where][0]:
                     best[where] = (w, cpu)
                 if where == "local":
-                    ratio_bytes.append(du(os.path.join(WORK, "out-local")) / os.path.getsize(c))
+                    ratio_bytes.append(du(os.path.join(WORK, "out-local")) / (MB * 1e6))
             empty(f"pack-{kind}-{r}/")
         (lw, lc), (sw, sc) = best["local"], best["s3"]
         res["pack"][kind] = {"mb": MB, "local_s": round(lw, 3), "local_cpu_s": round(lc, 3), "s3_s": round(sw, 3),

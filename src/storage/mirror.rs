@@ -20,9 +20,6 @@ use anyhow::{bail, Context, Result};
 use super::store::Bucket;
 use crate::shards::index::{self, Index, INDEX_FILE};
 
-/// Files uploaded at once (each a multipart upload of up to 4 parts in flight when large).
-const FILES_IN_FLIGHT: usize = 4;
-
 /// The journal object's name, relative to the output prefix.
 pub const JOURNAL_FILE: &str = ".dlm-data.journal.json";
 
@@ -124,7 +121,7 @@ impl Mirror {
         }
     }
 
-    /// [`Mirror::ensure`] every file of `files` not yet known sent, [`FILES_IN_FLIGHT`] at a
+    /// [`Mirror::ensure`] every file of `files` not yet known sent, `DLM_DATA_UPLOADS` at a
     /// time (a commit of many finished shards goes up in parallel). Every file that went up is
     /// recorded even when another failed; the first error is returned.
     fn ensure_all(&mut self, files: Vec<(String, String)>) -> Result<()> {
@@ -136,7 +133,7 @@ impl Mirror {
         let done = std::sync::Mutex::new(Vec::new());
         let first_err = std::sync::Mutex::new(None);
         std::thread::scope(|sc| {
-            for _ in 0..FILES_IN_FLIGHT.min(todo.len()) {
+            for _ in 0..super::settings::uploads_in_flight().min(todo.len()) {
                 sc.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some((name, sha)) = todo.get(i) else {

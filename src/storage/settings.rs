@@ -58,3 +58,13 @@ pub fn part_bytes() -> anyhow::Result<usize> {
             }),
     }
 }
+
+/// `DLM_DATA_UPLOADS`: files uploaded at once by a bucket output's commit (default 8, 1 to
+/// 64; each file above the part size has up to 4 parts in flight besides).
+pub fn uploads_in_flight() -> usize {
+    std::env::var("DLM_DATA_UPLOADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map(|n| n.clamp(1, 64))
+        .unwrap_or(8)
+}
