@@ -651,7 +651,7 @@ fn finish(st: &DistillSettings, e: &Encoded, t: &Tally, secs: f64) -> Result<()>
     );
     let mut summary = json!({
         "command": "distill",
-        "out": st.given.out.display().to_string(),
+        "out": st.out_url.as_ref().map_or_else(|| st.given.out.display().to_string(), |u| u.to_string()),
         "worker": st.worker.to_string(),
         "prompts": e.items.len(),
         "generated": t.prompts,

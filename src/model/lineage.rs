@@ -201,7 +201,26 @@ pub fn index_kind(path: &Path) -> Result<DataKind> {
 }
 
 /// A `--data PATH`: a shard directory (its index.json), an index.json, or a distilled.json.
+/// A bucket URL names the object (or the prefix whose index.json it is), read from its local
+/// copy ([`crate::storage::materialize::local_file`]) and recorded by its URL.
 pub fn data_input(path: &Path) -> Result<DataInput> {
+    if let crate::storage::Location::Object(url) =
+        crate::storage::Location::of_path(path, "--data")?
+    {
+        use crate::storage::materialize::local_file;
+        let index = url.child(crate::shards::index::INDEX_FILE);
+        let (shown, file) = match local_file(path, "--data", &[]) {
+            Ok(f) => (url.to_string(), f),
+            Err(first) => match local_file(Path::new(&index.to_string()), "--data", &[]) {
+                Ok(f) => (index.to_string(), f),
+                Err(_) => return Err(first),
+            },
+        };
+        return Ok(DataInput {
+            path: shown,
+            ..data_input(&file)?
+        });
+    }
     let file = if path.is_dir() {
         path.join(crate::shards::index::INDEX_FILE)
     } else {
