@@ -184,7 +184,8 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
     assert_eq!(r.len(), 2, "{:?}", r.keys());
 }
 
-/// The distill arguments over `prompts` into `out` (tiny CPU teacher, `--top-k 3`).
+/// The distill arguments over `prompts` into `out` (tiny CPU teacher, `--top-k 3`, windows of
+/// 4 prompts: 10 units).
 fn distill_args(prompts: &str, out: &str) -> Vec<String> {
     let mut a: Vec<String> = vec!["distill".into(), "--teacher".into()];
     a.push(p(teacher_support::teacher_dir()).into());
@@ -195,7 +196,7 @@ fn distill_args(prompts: &str, out: &str) -> Vec<String> {
         out.into(),
     ]);
     a.extend(teacher_support::small_sampler_args(
-        &["--device", "cpu", "--top-k", "3"],
+        &["--device", "cpu", "--top-k", "3", "--window-prompts", "4"],
         "2",
     ));
     a
@@ -307,9 +308,30 @@ fn killed_distill_resumes_from_the_bucket_alone_and_a_second_writer_exits_75() {
     let (prompts, want) = local_distill(&fx);
     let url = "s3://dlm-test/k/distilled.json";
     let args = distill_args(p(&prompts), url);
-    // Paused after the part went up with some batches: no distilled.json yet.
+    // Paused before its third unit, once the bucket's part holds the first two: no
+    // distilled.json yet.
     let c = fx.cmd(&strs(&args));
-    let (mut child, _pause) = pause_support::spawn_paused(c, "object-distill-part:3", fx.root());
+    let (mut child, _pause) = pause_support::spawn_paused(c, "distill-batch:3", fx.root());
+    let t0 = std::time::Instant::now();
+    loop {
+        let part = fx
+            .remote("k")
+            .remove("distilled.json.parts/00000-of-00001.jsonl");
+        let commits = part.map_or(0, |b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .filter(|l| l.starts_with("{\"batch\":"))
+                .count()
+        });
+        if commits >= 2 {
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the part never reached the bucket"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let keys = fx.s3.keys(BUCKET, "k");
     assert!(!keys.iter().any(|k| k == "distilled.json"), "{keys:?}");
     assert!(
