@@ -253,6 +253,28 @@ fn distill_to_s3_is_the_local_bytes_and_audits_clean() {
         "distilled.json",
         &["distilled.json.topk.parquet", "distilled.json.parts/"],
     );
+    // Two workers with no shared directory, then `merge` in the bucket: the one process's
+    // bytes.
+    let wurl = "s3://dlm-test/w/distilled.json";
+    for (k, shard) in ["0/2", "1/2"].into_iter().enumerate() {
+        let mut a = distill_args(p(&prompts), wurl);
+        a.extend(["--shard".to_string(), shard.to_string()]);
+        let mut c = fx.cmd(&strs(&a));
+        c.env("DLM_DATA_STAGING", fx.root().join(format!("staging-w{k}")));
+        ok(&c.output().unwrap());
+    }
+    assert!(!fx
+        .s3
+        .keys(BUCKET, "w")
+        .iter()
+        .any(|k| k == "distilled.json"));
+    let mut c = fx.cmd(&["--json", "merge", wurl]);
+    c.env("DLM_DATA_STAGING", fx.root().join("staging-m"));
+    let o = c.output().unwrap();
+    ok(&o);
+    let line: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(line["out"], wurl);
+    assert_same(&want, &output_objects(&fx, "w"));
     // audit reads the written output from the bucket and passes.
     let w = &fx.w;
     let o = fx.run(&[

@@ -26,6 +26,7 @@ use anyhow::{anyhow, Context, Result};
 use super::output;
 use super::settings::DistillSettings;
 use crate::storage::file_output::FileOutput;
+use crate::storage::lease::Lease;
 use crate::storage::{Bucket, ObjectUrl};
 
 /// The name under the parent prefix of the `.parts` directory.
@@ -200,4 +201,65 @@ fn restore(bucket: &Bucket, dir: &Path, rel: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Whether a bucket URL given to `merge` names a distill output (`….json` / `….jsonl`, its
+/// workers' parts in `NAME.parts/` beside it) rather than a directory with `parts/`.
+pub fn names_a_file(url: &ObjectUrl) -> bool {
+    url.prefix.ends_with(".json") || url.prefix.ends_with(".jsonl")
+}
+
+/// `merge URL` of distill workers' parts on a bucket: each worker's lease taken (one still
+/// writing: exit 75 naming it), every part and unit file downloaded into the staging
+/// `.parts`, `local_merge` run on the staging output, then the sidecar and the output (last)
+/// committed. The parts stay on the bucket.
+pub fn merge<T>(url: &ObjectUrl, local_merge: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let (_, name) = crate::storage::file_output::split(url, "merge OUT")?;
+    let rel = parts_rel(&name);
+    let fo = FileOutput::open(url, "merge OUT", &format!("{rel}/merge.lease"), "merge")?;
+    let ran = merge_leased(&fo, &name, local_merge);
+    let finished = fo.finish(ran.is_ok());
+    let v = ran?;
+    finished?;
+    Ok(v)
+}
+
+fn merge_leased<T>(
+    fo: &FileOutput,
+    name: &str,
+    local_merge: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
+    let rel = parts_rel(name);
+    let mut held = Vec::new();
+    for (key, _) in fo.bucket.list(&rel)? {
+        let stem = key
+            .strip_prefix(&format!("{rel}/"))
+            .and_then(|n| n.strip_suffix(".jsonl"));
+        if let Some(stem) = stem.filter(|s| !s.contains('/')) {
+            let lease = format!("{rel}/{stem}.lease");
+            held.push(Lease::acquire_at(
+                fo.bucket.clone(),
+                &key,
+                lease,
+                "distill worker",
+            )?);
+        }
+    }
+    if held.is_empty() {
+        return Err(crate::error::usage(format!(
+            "{}: no distill parts under {}: nothing to merge (distill workers write NAME.parts/IIIII-of-NNNNN.jsonl)",
+            fo.url,
+            fo.bucket.name(&rel)
+        )));
+    }
+    let local = fo.local();
+    restore(&fo.bucket, &output::parts_dir(&local), &rel)?;
+    let merged = local_merge(&local);
+    for l in held {
+        let _ = l.release();
+    }
+    let v = merged?;
+    let sidecar = super::topk_sidecar::sidecar_path(Path::new(name));
+    fo.commit(&[sidecar.display().to_string(), name.to_string()])?;
+    Ok(v)
 }
