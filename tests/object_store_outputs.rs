@@ -236,6 +236,16 @@ fn distill_to_s3_is_the_local_bytes_and_audits_clean() {
     let o = fx.run(&strs(&distill_args(p(&prompts), url)));
     ok(&o);
     assert_same(&want, &output_objects(&fx, "d"));
+    // No credential in what it printed or wrote (the parts included).
+    let mut texts = vec![stderr(&o), String::from_utf8_lossy(&o.stdout).into_owned()];
+    texts.extend(
+        fx.remote("d")
+            .values()
+            .map(|v| String::from_utf8_lossy(v).into_owned()),
+    );
+    for t in &texts {
+        assert!(!t.contains(SECRET) && !t.contains(SESSION), "{t}");
+    }
     let keys = fx.s3.keys(BUCKET, "d");
     assert!(keys.iter().any(|k| k.starts_with("distilled.json.parts/")));
     assert!(!keys.iter().any(|k| k.ends_with(".lease")), "{keys:?}");

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 
@@ -67,6 +67,7 @@ fn run_leased(
         rel: parts_rel(name),
         own: format!("{part}."),
         sent: BTreeMap::new(),
+        next_part: Instant::now(),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let uploader = {
@@ -75,7 +76,7 @@ fn run_leased(
             .name("distill-uploader".into())
             .spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
-                    if let Err(e) = sync.pass() {
+                    if let Err(e) = sync.pass(false) {
                         tracing::warn!("uploading distill parts (will retry): {e:#}");
                     }
                     std::thread::park_timeout(Duration::from_millis(500));
@@ -90,7 +91,7 @@ fn run_leased(
         .join()
         .map_err(|_| anyhow!("the distill uploader thread panicked"))?;
     // What the run committed reaches the bucket even when it failed: the rerun resumes there.
-    let synced = sync.pass();
+    let synced = sync.pass(true);
     ran?;
     synced?;
     if whole {
@@ -115,10 +116,15 @@ struct PartSync {
     own: String,
     /// Name → (size, sha256) last uploaded.
     sent: BTreeMap<String, (u64, String)>,
+    /// The part is sent whole each time (a bucket has no append): not again before this, four
+    /// times the last part upload's duration later, so uploading takes at most a fifth of
+    /// the run however long the part grows. The final pass sends it regardless.
+    next_part: Instant,
 }
 
 impl PartSync {
-    fn pass(&mut self) -> Result<()> {
+    /// One upload pass; `last`: the run is over, the part goes up now.
+    fn pass(&mut self, last: bool) -> Result<()> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return Ok(());
         };
@@ -130,8 +136,12 @@ impl PartSync {
         // Unit files and plans first; the part (which names the units) last.
         names.sort_by_key(|n| (n.ends_with(".jsonl"), n.clone()));
         for n in names {
+            let is_part = n.ends_with(".jsonl");
+            if is_part && !last && Instant::now() < self.next_part {
+                continue;
+            }
             let path = self.dir.join(&n);
-            let bytes = if n.ends_with(".jsonl") {
+            let bytes = if is_part {
                 let part = output::read_part(&path)?;
                 let mut b =
                     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -146,11 +156,12 @@ impl PartSync {
                 continue;
             }
             let rel = format!("{}/{n}", self.rel);
+            let t0 = Instant::now();
             self.bucket
                 .put(&rel, bytes, object_store::PutMode::Overwrite)?;
             self.sent.insert(n.clone(), key);
-            if n.ends_with(".jsonl") {
-                crate::signals::pause_point("object-distill-part");
+            if is_part {
+                self.next_part = Instant::now() + t0.elapsed() * 4;
             }
         }
         Ok(())
