@@ -136,6 +136,33 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
         &["sft/data/", "prompts.jsonl", "README.md"],
     );
     assert_same(&mcq_local, &fx.remote("mcq2"));
+    // Killed with two shards journaled on the bucket, rerun with nothing local: the same bytes.
+    let args = mcq_args(w, Path::new("s3://dlm-test/mcqk"), &tok);
+    let (mut child, _pause) = pause_support::spawn_paused(fx.cmd(&args), "mcq-shard:3", fx.root());
+    let t0 = std::time::Instant::now();
+    while !fx
+        .s3
+        .keys(BUCKET, "mcqk")
+        .iter()
+        .any(|k| k == "sft/.dlm-data.journal.json")
+    {
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the journal never reached the bucket"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    pause_support::signal(&child, libc::SIGKILL);
+    let _ = child.wait();
+    std::fs::remove_dir_all(fx.staging()).unwrap();
+    let o = fx.run(&args);
+    ok(&o);
+    assert!(
+        stderr(&o).contains("resuming from the bucket's journal"),
+        "{}",
+        stderr(&o)
+    );
+    assert_same(&mcq_local, &fx.remote("mcqk"));
     // Prompts only: README.md, then prompts.jsonl (the marker).
     let plocal = fx.root().join("mcq-prompts");
     ok(&fx.run(&mcq_args(w, &plocal, &[])));
