@@ -136,6 +136,34 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
         &["sft/data/", "prompts.jsonl", "README.md"],
     );
     assert_same(&mcq_local, &fx.remote("mcq2"));
+    // lineage add --data of the bucket's SFT prefix records its index.json by URL.
+    let (from, to) = (fx.root().join("ck0"), fx.root().join("ck1"));
+    for (d, b) in [(&from, "a"), (&to, "b")] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("notes.txt"), b).unwrap();
+    }
+    let lineage = fx.root().join("lineage.json");
+    let o = fx.run(&[
+        "lineage",
+        "add",
+        "--stage",
+        "sft",
+        "--from",
+        p(&from),
+        "--data",
+        "s3://dlm-test/mcq/sft",
+        "--to",
+        p(&to),
+        "--lineage",
+        p(&lineage),
+    ]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&lineage).unwrap()).unwrap();
+    let data = &v["stages"][0]["data"][0];
+    assert_eq!(data["path"], "s3://dlm-test/mcq/sft/index.json");
+    assert_eq!(data["kind"], "sft");
+    let sha = dlm_data::util::sha256_hex(&mcq_local["sft/index.json"]);
+    assert_eq!(data["sha256"], sha.as_str());
     // Killed with two shards journaled on the bucket, rerun with nothing local: the same bytes.
     let args = mcq_args(w, Path::new("s3://dlm-test/mcqk"), &tok);
     let (mut child, _pause) = pause_support::spawn_paused(fx.cmd(&args), "mcq-shard:3", fx.root());
