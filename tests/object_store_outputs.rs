@@ -164,6 +164,26 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
     assert_eq!(data["kind"], "sft");
     let sha = dlm_data::util::sha256_hex(&mcq_local["sft/index.json"]);
     assert_eq!(data["sha256"], sha.as_str());
+    // A file:// URL is the local path.
+    let lineage2 = fx.root().join("lineage2.json");
+    let url = format!("file://{}", local.join("sft").display());
+    let o = fx.run(&[
+        "lineage",
+        "add",
+        "--stage",
+        "sft",
+        "--from",
+        p(&from),
+        "--data",
+        &url,
+        "--to",
+        p(&to),
+        "--lineage",
+        p(&lineage2),
+    ]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&lineage2).unwrap()).unwrap();
+    assert_eq!(v["stages"][0]["data"][0]["sha256"], sha.as_str());
     // Killed with two shards journaled on the bucket, rerun with nothing local: the same bytes.
     let args = mcq_args(w, Path::new("s3://dlm-test/mcqk"), &tok);
     let (mut child, _pause) = pause_support::spawn_paused(fx.cmd(&args), "mcq-shard:3", fx.root());
