@@ -235,6 +235,11 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
     assert_eq!(rep["scanned"]["path"], "s3://dlm-test/clean");
     assert!(l.keys().any(|k| k.starts_with("data/")));
     assert_same(&l, &r);
+    // Rerun: the same objects.
+    ok(&fx.run(&drop("s3://dlm-test/clean")));
+    let mut r = fx.remote("clean");
+    r.remove("decontam.json");
+    assert_same(&l, &r);
     paused_before_marker(
         &fx,
         &drop("s3://dlm-test/clean2"),
