@@ -46,7 +46,19 @@ pub fn run(mut st: DistillSettings, url: &ObjectUrl) -> Result<()> {
     let whole = st.worker.is_whole();
     let ran = run_leased(&fo, st, &name, &part, whole);
     let ok = ran.is_ok();
-    let finished = fo.finish(ok);
+    // A worker removes only its own files: others of this machine may share the staging copy.
+    if ok && !whole && !crate::storage::staging::keep() {
+        let parts = output::parts_dir(&local);
+        let own = format!("{part}.");
+        if let Ok(rd) = std::fs::read_dir(&parts) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with(&own) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    let finished = fo.finish(ok && whole);
     ran?;
     finished
 }
@@ -125,8 +137,10 @@ struct PartSync {
 impl PartSync {
     /// One upload pass; `last`: the run is over, the part goes up now.
     fn pass(&mut self, last: bool) -> Result<()> {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return Ok(());
+        let rd = match std::fs::read_dir(&self.dir) {
+            Ok(rd) => rd,
+            Err(_) if !last => return Ok(()),
+            Err(e) => anyhow::bail!("reading {}: {e}", self.dir.display()),
         };
         let mut names: Vec<String> = rd
             .flatten()
