@@ -57,6 +57,9 @@ pub fn run(args: MergeArgs) -> Result<()> {
     if let crate::storage::Location::Object(url) =
         crate::storage::Location::of_path(&args.out, "merge OUT")?
     {
+        if crate::distill::bucket::names_a_file(&url) {
+            return run_distill_in_bucket(args, &url);
+        }
         return run_in_bucket(args, &url);
     }
     let out = &args.out;
@@ -228,6 +231,21 @@ pub fn join_fetch_logs(
         "workers": workers,
         "lines": lines,
     }))
+}
+
+/// `merge s3://…/distilled.json`: the distill workers' parts copied from the bucket, merged on
+/// the staging copy, the result committed (the sidecar first, the output last;
+/// [`crate::distill::bucket::merge`]).
+fn run_distill_in_bucket(args: MergeArgs, url: &crate::storage::ObjectUrl) -> Result<()> {
+    let mut summary = crate::distill::bucket::merge(url, |local| {
+        let _locks = take_locks(local, None, None)?;
+        merge_distill(local, args.format)
+    })?;
+    summary["out"] = url.to_string().into();
+    if args.json {
+        crate::cron::json_line(summary);
+    }
+    Ok(())
 }
 
 /// `merge s3://OUT`: the workers' parts copied from the bucket into the staging directory, the

@@ -221,10 +221,21 @@ fn unsupported_schemes_and_missing_buckets_fail_by_name() {
     );
     assert!(!fx.dir.path().join("ftp:").exists());
     let mut c = Command::new(bin());
-    c.args(["mcq", "--manifest", "m.toml", "--out", "s3://dlm-test/mcq"]);
+    c.args([
+        "distill",
+        "--teacher",
+        "s3://dlm-test/t",
+        "--prompts",
+        "p.jsonl",
+    ]);
+    c.args(["--out", "d.json"]);
     let o = c.output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("--out of `mcq`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--teacher of `distill`"),
+        "{}",
+        stderr(&o)
+    );
     let o = fx.pack("s3://no-such-bucket/x", &[]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("s3://no-such-bucket"), "{}", stderr(&o));

@@ -74,7 +74,47 @@ pub struct DecontamArgs {
 /// index, the scan, the report (and the `--drop` copy with its own report).
 pub fn run(args: DecontamArgs) -> Result<()> {
     let t0 = Instant::now();
-    let mut st = settings::DecontamSettings::resolve(&args)?;
+    let st = settings::DecontamSettings::resolve(&args)?;
+    let Some(url) = st.drop_url.clone() else {
+        return run_with(st, t0);
+    };
+    let is_shards = st.scanned.is_shards();
+    let staged = |drop: PathBuf| settings::DecontamSettings {
+        drop: Some(drop),
+        ..st
+    };
+    if is_shards {
+        // A shard directory: its shards as they are written, the report, index.json last.
+        let shape = crate::storage::output::Shape {
+            index_dir: Some(""),
+            files: &[crate::shards::outdir::DECONTAM_REPORT],
+        };
+        let whole = crate::worker::WorkerSlice::WHOLE;
+        crate::storage::output::run_shaped(&url, whole, "decontam --drop", shape, |dir| {
+            run_with(staged(dir), t0)
+        })?;
+        return Ok(());
+    }
+    // A prompts file: its report beside it first, the file (the commit marker) last.
+    let (_, name) = crate::storage::file_output::split(&url, "--drop")?;
+    let lease = format!(".{name}.dlm-data.lease");
+    let fo =
+        crate::storage::file_output::FileOutput::open(&url, "--drop", &lease, "decontam --drop")?;
+    let local = fo.local();
+    let report = report::default_path(&local, false);
+    let report_name = report
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ran = run_with(staged(local), t0).and_then(|()| fo.commit(&[report_name, name]));
+    let ok = ran.is_ok();
+    let finished = fo.finish(ok);
+    ran?;
+    finished
+}
+
+/// The run on local paths (a bucket `--drop` already replaced by its staging copy).
+fn run_with(mut st: settings::DecontamSettings, t0: Instant) -> Result<()> {
     // --drop: before any work, no input as the output and one writer.
     let _lock = match &st.drop {
         Some(out) => Some(claim_drop(&st, out)?),
@@ -126,7 +166,7 @@ pub fn run(args: DecontamArgs) -> Result<()> {
         index_items_too_short: idx.too_short.len() as u64,
         hits: hit_records(&idx, &benches, &target, &hits),
         contaminated_documents: bad.len() as u64,
-        dropped_copy: st.drop.as_ref().map(|p| p.display().to_string()),
+        dropped_copy: st.drop_shown(),
         filtered_from: None,
         seconds: 0.0,
         scan_seconds,
@@ -207,7 +247,7 @@ fn write_drop(
         crate::util::sha256_file(out)?
     };
     let mut copy = rep.clone();
-    copy.scanned.path = out.display().to_string();
+    copy.scanned.path = st.drop_shown().unwrap_or_else(|| out.display().to_string());
     copy.scanned.sha256 = copy_sha;
     copy.scanned.documents -= d.documents;
     copy.scanned.bytes = copy

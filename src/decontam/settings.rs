@@ -37,7 +37,11 @@ pub struct DecontamSettings {
     pub against: Vec<PathBuf>,
     pub scanned: Scanned,
     pub ngram: usize,
+    /// Where the `--drop` copy is written: the path given, or for a bucket URL the staging
+    /// copy committed to [`DecontamSettings::drop_url`].
     pub drop: Option<PathBuf>,
+    /// `--drop s3://…` (gs://, az://): a directory for `--shards`, an object for `--prompts`.
+    pub drop_url: Option<crate::storage::ObjectUrl>,
     pub force: bool,
     pub json: bool,
     pub cache: Cache,
@@ -92,13 +96,26 @@ impl DecontamSettings {
                 )));
             }
         }
+        use crate::storage::Location;
+        let given = args.drop.as_deref();
+        let (drop, drop_url) = match given.map(|d| Location::of_path(d, "--drop")).transpose()? {
+            None => (None, None),
+            Some(Location::Local(p)) => (Some(p), None),
+            Some(Location::Object(u)) => (args.drop.clone(), Some(u)),
+            Some(Location::Hub(_)) => {
+                return Err(crate::error::usage(
+                    "--drop: an hf:// URL names an input; write to a local path or a bucket",
+                ))
+            }
+        };
         // The pool the scan's parallel loops run on (`--threads`).
         crate::tuning::Tuning::resolve(args.threads)?;
         Ok(DecontamSettings {
             against: args.against.clone(),
             scanned,
             ngram: args.ngram,
-            drop: args.drop.clone(),
+            drop,
+            drop_url,
             force: args.force,
             json: args.json,
             cache: args.cache.resolve(),
@@ -110,6 +127,15 @@ impl DecontamSettings {
                 drop: args.drop.as_ref().map(|p| p.display().to_string()),
             },
         })
+    }
+
+    /// The `--drop` copy as reports and messages name it: the URL for a bucket output.
+    pub fn drop_shown(&self) -> Option<String> {
+        match (&self.drop_url, &self.drop) {
+            (Some(u), _) => Some(u.to_string()),
+            (None, Some(p)) => Some(p.display().to_string()),
+            (None, None) => None,
+        }
     }
 
     /// Digest the `--against` files into [`DecontamSettings::recorded`] (errors name the file).

@@ -10,6 +10,7 @@
 //! process then finalises the parts into `--out`; workers of `--shard I/N` leave that to
 //! `dlm-data merge`.
 
+pub mod bucket;
 pub mod encode;
 pub mod fingerprint;
 pub mod host_loop;
@@ -187,5 +188,9 @@ pub struct DistillArgs {
 
 /// `dlm-data distill`: the flags resolved once ([`settings::DistillSettings`]), then the run.
 pub fn run(args: DistillArgs) -> anyhow::Result<()> {
-    run::run(settings::DistillSettings::resolve(&args)?)
+    let st = settings::DistillSettings::resolve(&args)?;
+    match st.out_url.clone() {
+        Some(url) => bucket::run(st, &url),
+        None => run::run(st),
+    }
 }

@@ -651,7 +651,7 @@ fn finish(st: &DistillSettings, e: &Encoded, t: &Tally, secs: f64) -> Result<()>
     );
     let mut summary = json!({
         "command": "distill",
-        "out": st.given.out.display().to_string(),
+        "out": st.out_url.as_ref().map_or_else(|| st.given.out.display().to_string(), |u| u.to_string()),
         "worker": st.worker.to_string(),
         "prompts": e.items.len(),
         "generated": t.prompts,
@@ -684,7 +684,9 @@ fn finish(st: &DistillSettings, e: &Encoded, t: &Tally, secs: f64) -> Result<()>
             "worker {} done: {}; run `dlm-data merge {}` once all {} workers are done",
             st.worker,
             output::part_path(&st.given.out, st.worker).display(),
-            st.given.out.display(),
+            st.out_url
+                .as_ref()
+                .map_or_else(|| st.given.out.display().to_string(), |u| u.to_string()),
             st.worker.count
         ));
     }

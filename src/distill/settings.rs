@@ -209,7 +209,11 @@ pub struct DistillSettings {
     /// The teacher checkpoint directory, the prompts file and the output file, absolute.
     pub teacher: PathBuf,
     pub prompts: PathBuf,
+    /// For a bucket `--out`, the staging copy's file ([`DistillSettings::out_url`]).
     pub out: PathBuf,
+    /// `--out s3://…/NAME` (gs://, az://): the object the staging copy is committed to, the
+    /// parts mirrored to `NAME.parts/` beside it ([`super::bucket`]).
+    pub out_url: Option<crate::storage::ObjectUrl>,
     /// The three paths as typed: what the user reads (log lines, errors naming a prompt, the
     /// summary's `out`, the `merge` hint) keeps their spelling; the absolute ones above decide
     /// identity (the claim: one writer, no input as the output).
@@ -374,7 +378,19 @@ impl DistillSettings {
             ));
         }
         let gpu_residual = a.gpu_residual;
-        let out = absolute("--out", &a.out)?;
+        let (out_given, out_url) = match crate::storage::Location::of_path(&a.out, "--out")? {
+            crate::storage::Location::Local(p) => (p, None),
+            crate::storage::Location::Object(u) => {
+                let (_, name) = crate::storage::file_output::split(&u, "--out")?;
+                (crate::storage::staging::dir_for(&u).join(name), Some(u))
+            }
+            crate::storage::Location::Hub(_) => {
+                return Err(crate::error::usage(
+                    "--out: an hf:// URL names an input; write to a local path or a bucket",
+                ))
+            }
+        };
+        let out = absolute("--out", &out_given)?;
         if out.is_dir() {
             return Err(crate::error::usage(format!(
                 "--out {}: is a directory; distill writes one file (and OUT.parts beside it)",
@@ -389,10 +405,11 @@ impl DistillSettings {
             teacher: absolute("--teacher", &a.teacher)?,
             prompts: absolute("--prompts", &prompts)?,
             out,
+            out_url,
             given: GivenPaths {
                 teacher: a.teacher.clone(),
                 prompts,
-                out: a.out.clone(),
+                out: out_given,
             },
             device,
             worker,

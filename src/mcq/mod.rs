@@ -112,9 +112,35 @@ pub struct McqArgs {
 /// Worker parts only: the `--rows-per-shard` of the run, an index.json key `merge` reads.
 pub const PART_ROWS_PER_SHARD: &str = "rows_per_shard";
 
-/// The run, step by step ([`steps`], [`load`], [`sft_set`]).
+/// The flags resolved ([`settings`]), then the run: on a local directory, or on a staging
+/// directory committed to the bucket `--out` names ([`crate::storage::output`]: the SFT
+/// shards as they are journaled, then prompts.jsonl and the card, `sft/index.json` last; without
+/// `--tokenizer`, the card then prompts.jsonl).
 pub fn run(args: McqArgs) -> Result<()> {
     let st = settings::McqSettings::resolve(&args)?;
+    let Some(url) = st.bucket.clone() else {
+        return run_local(st);
+    };
+    let shape = if st.tokenizer.is_some() {
+        crate::storage::output::Shape {
+            index_dir: Some("sft"),
+            files: &["prompts.jsonl", crate::shards::card::CARD_FILE],
+        }
+    } else {
+        crate::storage::output::Shape {
+            index_dir: None,
+            files: &[crate::shards::card::CARD_FILE, "prompts.jsonl"],
+        }
+    };
+    let whole = crate::worker::WorkerSlice::WHOLE;
+    crate::storage::output::run_shaped(&url, whole, "mcq", shape, |staging| {
+        run_local(settings::McqSettings { out: staging, ..st })
+    })?;
+    Ok(())
+}
+
+/// The run, step by step ([`steps`], [`load`], [`sft_set`]), into a local directory.
+fn run_local(st: settings::McqSettings) -> Result<()> {
     let (args, slice) = (&st, st.slice);
     // 1. Paths, manifest, one writer, policy, templates, lock, tokenizer.
     let o = steps::open(args)?;

@@ -16,8 +16,12 @@ use crate::worker::WorkerSlice;
 /// One `mcq` run, resolved.
 pub struct McqSettings {
     pub manifest: PathBuf,
-    /// `--out` as given (a worker writes its part under it: [`McqSettings::out_dir`]).
+    /// `--out` as given (a worker writes its part under it: [`McqSettings::out_dir`]); for a
+    /// bucket output, the staging directory the local writer fills.
     pub out: PathBuf,
+    /// `--out s3://…` (gs://, az://): the bucket output the staging directory is committed to
+    /// ([`crate::storage::output`]).
+    pub bucket: Option<crate::storage::ObjectUrl>,
     pub cache: Cache,
     /// `--cache` as given (an input `--out` may not be).
     pub cache_flag: Option<PathBuf>,
@@ -52,9 +56,26 @@ impl McqSettings {
         crate::lock::require_utf8_all(given.iter().filter_map(|(f, p)| p.map(|p| (*f, p))))?;
         let slice = args.worker.resolve()?;
         let tuning = crate::tuning::Tuning::resolve(args.threads)?;
+        let (out, bucket) = match crate::storage::Location::of_path(&args.out, "--out")? {
+            crate::storage::Location::Local(p) => (p, None),
+            crate::storage::Location::Object(u) if slice.is_whole() => {
+                (PathBuf::from(u.to_string()), Some(u))
+            }
+            crate::storage::Location::Object(u) => {
+                return Err(crate::error::usage(format!(
+                    "--out {u} with --shard {slice}: mcq workers write their parts to a local or shared directory (`merge` of mcq parts on a bucket is not supported yet); give one process the bucket --out"
+                )))
+            }
+            crate::storage::Location::Hub(_) => {
+                return Err(crate::error::usage(
+                    "--out: an hf:// URL names an input; write to a local path or a bucket",
+                ))
+            }
+        };
         Ok(McqSettings {
             manifest: args.manifest.clone(),
-            out: args.out.clone(),
+            out,
+            bucket,
             cache: args.cache.resolve(),
             cache_flag: args.cache.dir.clone(),
             tokenizer: args.tokenizer.clone(),

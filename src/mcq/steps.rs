@@ -225,7 +225,7 @@ pub(super) fn summary(
     }
     if args.json {
         crate::cron::json_line(serde_json::json!({
-            "out": out.display().to_string(),
+            "out": args.bucket.as_ref().map_or_else(|| out.display().to_string(), |u| u.to_string()),
             "prompts": prompts_path.display().to_string(),
             "items": items,
             "skipped_empty": loaded.skipped_empty,

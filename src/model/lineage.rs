@@ -201,7 +201,37 @@ pub fn index_kind(path: &Path) -> Result<DataKind> {
 }
 
 /// A `--data PATH`: a shard directory (its index.json), an index.json, or a distilled.json.
+/// A bucket URL names the object (or the prefix whose index.json it is), read from its local
+/// copy ([`crate::storage::materialize::local_file`]) and recorded by its URL.
 pub fn data_input(path: &Path) -> Result<DataInput> {
+    use crate::storage::Location;
+    let url = match Location::of_path(path, "--data")? {
+        Location::Object(url) => url,
+        Location::Local(p) if p != path => return data_input(&p), // file:///PATH
+        Location::Local(_) => return local_data_input(path),
+        Location::Hub(_) => {
+            return Err(crate::error::usage(
+                "--data: an hf:// URL names a dataset input, not a stage's data output",
+            ))
+        }
+    };
+    use crate::storage::materialize::local_file;
+    let index = url.child(crate::shards::index::INDEX_FILE);
+    let (shown, file) = match local_file(path, "--data", &[]) {
+        Ok(f) => (url.to_string(), f),
+        Err(first) => match local_file(Path::new(&index.to_string()), "--data", &[]) {
+            Ok(f) => (index.to_string(), f),
+            Err(_) => return Err(first),
+        },
+    };
+    Ok(DataInput {
+        path: shown,
+        ..local_data_input(&file)?
+    })
+}
+
+/// [`data_input`] of a local path.
+fn local_data_input(path: &Path) -> Result<DataInput> {
     let file = if path.is_dir() {
         path.join(crate::shards::index::INDEX_FILE)
     } else {

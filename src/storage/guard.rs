@@ -44,6 +44,10 @@ const OBJECT_OK: &[(&str, &str)] = &[
     ("audit", "--distilled"),
     ("audit", "--lineage"),
     ("distill", "--prompts"),
+    ("distill", "--out"),
+    ("mcq", "--out"),
+    ("decontam", "--drop"),
+    ("lineage", "--data"),
 ];
 
 /// Check a command line (program name first): its command is the first argument that is one
@@ -126,13 +130,36 @@ mod tests {
         let e = check_argv("pack", &argv("dlm-data --quiet pack --out ftp://h/x")).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("ftp://"), "{e}");
-        let e = check_argv("mcq", &argv("dlm-data mcq --out s3://bkt/x")).unwrap_err();
+        let e = check_argv("distill", &argv("dlm-data distill --teacher s3://bkt/t")).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
-        assert!(e.to_string().contains("--out of `mcq`"), "{e}");
+        assert!(e.to_string().contains("--teacher of `distill`"), "{e}");
+        for (c, line) in [
+            ("mcq", "dlm-data mcq --manifest m.toml --out s3://bkt/x"),
+            (
+                "decontam",
+                "dlm-data decontam --against a.toml --shards d --drop gs://bkt/x",
+            ),
+            (
+                "distill",
+                "dlm-data distill --prompts p --out s3://bkt/d/distilled.json",
+            ),
+            (
+                "lineage",
+                "dlm-data lineage add --data s3://bkt/x --from a --to b",
+            ),
+        ] {
+            assert!(ok(c, line), "{line}");
+        }
+        let e = check_argv(
+            "decontam",
+            &argv("dlm-data decontam --against s3://bkt/a.toml"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--against of `decontam`"), "{e}");
         assert!(ok("inspect", "dlm-data inspect gs://bkt/x"));
         let e = check_argv("run", &argv("dlm-data run s3://bkt/p.toml")).unwrap_err();
         assert!(e.to_string().contains("a path argument of `run`"), "{e}");
-        assert!(!ok("mcq", "dlm-data mcq --out file:///tmp/x"));
+        assert!(!ok("pack", "dlm-data pack --tokenizer file:///tmp/x"));
         assert!(ok("merge", "dlm-data merge --json s3://bkt/x"));
         assert!(!ok("merge", "dlm-data merge --json ftp://bkt/x"));
     }

@@ -130,6 +130,12 @@ impl Lease {
         } else {
             format!("{dir}/{LEASE_FILE}")
         };
+        Self::acquire_at(bucket, dir, rel, what)
+    }
+
+    /// [`Lease::acquire`] of the lease object `rel` guarding the output `dir` (a single-object
+    /// output's lease sits beside it, not in a directory of its own: [`super::file_output`]).
+    pub fn acquire_at(bucket: Arc<Bucket>, dir: &str, rel: String, what: &str) -> Result<Lease> {
         let ttl = ttl().as_secs();
         let mut record = LeaseRecord {
             pid: std::process::id(),

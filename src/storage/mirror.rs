@@ -36,6 +36,10 @@ pub struct Mirror {
     journal: Option<Vec<u8>>,
     /// Bytes uploaded by this process.
     pub bytes_sent: u64,
+    /// Other files of the output (local path, name under the bucket prefix) that go up at the
+    /// commit after the data and before the card and `index.json`, when the writer left them
+    /// (mcq's prompts.jsonl, decontam's report).
+    pub before_index: Vec<(PathBuf, String)>,
 }
 
 /// Every data file an index lists, with its sha256: shards, then each shard's extra files.
@@ -58,6 +62,7 @@ impl Mirror {
             sent: BTreeMap::new(),
             journal: None,
             bytes_sent: 0,
+            before_index: Vec::new(),
         }
     }
 
@@ -191,6 +196,12 @@ impl Mirror {
                 self.local.display()
             );
         }
+        for (src, rel) in self.before_index.clone() {
+            if src.is_file() {
+                self.bytes_sent += put_file_if_changed(&self.bucket, &src, &rel)?;
+            }
+        }
+        crate::signals::pause_point("object-commit");
         let card = crate::shards::card::CARD_FILE;
         for name in [card, INDEX_FILE] {
             let src = self.local.join(name);
@@ -208,6 +219,22 @@ impl Mirror {
         self.bucket.delete(&self.rel(JOURNAL_FILE))?;
         Ok(idx)
     }
+}
+
+/// Upload `src` to `rel` unless an object there already has its size and sha256; the bytes
+/// sent.
+pub fn put_file_if_changed(bucket: &Bucket, src: &Path, rel: &str) -> Result<u64> {
+    let sha = crate::util::sha256_file(src)?;
+    let len = std::fs::metadata(src)
+        .with_context(|| format!("reading {}", src.display()))?
+        .len();
+    if let Some((size, Some(s))) = bucket.stat(rel)? {
+        if size == len && s == sha {
+            return Ok(0);
+        }
+    }
+    bucket.upload_file(src, rel, &sha)?;
+    Ok(len)
 }
 
 /// Make the staging directory `local` match the bucket output under `rel_root` before the

@@ -9,10 +9,13 @@
 //! - [`lease`]: one writer per bucket output (a conditional-PUT lease object, exit 75);
 //! - [`staging`], [`mirror`], [`output`]: a directory output written through a local staging
 //!   copy by the unchanged local writer, uploaded as it is journaled, `index.json` last;
+//! - [`file_output`]: a single-object output (distilled.json, a dropped prompts file), the
+//!   files beside it first and the object last;
 //! - [`settings`]: the `DLM_DATA_*` variables this layer reads;
 //! - [`materialize`]: a committed bucket output copied locally for the reading commands
 //!   (`inspect`, `audit --shards`, `merge`'s parts).
 
+pub mod file_output;
 pub mod guard;
 pub mod lease;
 pub mod location;
