@@ -474,3 +474,105 @@ fn killed_distill_resumes_from_the_bucket_alone_and_a_second_writer_exits_75() {
     );
     assert_same(&want, &output_objects(&fx, "k"));
 }
+
+/// The `decontam` check of an `audit --json` run: (status, summary + problems + notes).
+fn decontam_check(o: &Output) -> (String, String) {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    let c = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "decontam")
+        .unwrap()
+        .clone();
+    (c["status"].to_string(), c.to_string())
+}
+
+#[test]
+fn decontam_scans_bucket_outputs_and_audit_finds_its_reports_there() {
+    let fx = fixture();
+    let w = &fx.w;
+    let tok = ["--tokenizer", p(&w.tokenizer), "--rows-per-shard", "7"];
+    let local = fx.root().join("mcq-local");
+    ok(&fx.run(&mcq_args(w, &local, &tok)));
+    ok(&fx.run(&mcq_args(w, Path::new("s3://dlm-test/m"), &tok)));
+    let (sft, prompts) = (local.join("sft"), local.join("prompts.jsonl"));
+    let scans = [
+        (
+            p(&sft),
+            "s3://dlm-test/m/sft",
+            "--shards",
+            "m/sft/decontam.json",
+        ),
+        (
+            p(&prompts),
+            "s3://dlm-test/m/prompts.jsonl",
+            "--prompts",
+            "m/prompts.decontam.json",
+        ),
+    ];
+    for (path, url, flag, report_key) in scans {
+        // The local scan, then the same output scanned on the bucket: the same findings, the
+        // report beside the scanned objects, naming the URL.
+        let lo = fx.run(&decontam_args(w, &[flag, path, "--json"]));
+        let ro = fx.run(&decontam_args(w, &[flag, url, "--json"]));
+        assert_eq!(lo.status.code(), ro.status.code(), "{}", stderr(&ro));
+        let key = report_key.split_once('/').unwrap();
+        let keys = fx.s3.keys(BUCKET, key.0);
+        assert!(keys.iter().any(|k| k == key.1), "{flag}: {keys:?}");
+        let d = fx.root().join("rep");
+        std::fs::create_dir_all(&d).unwrap();
+        fx.s3.download(BUCKET, key.0, &d);
+        let remote: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(key.1)).unwrap()).unwrap();
+        let local_rep = if flag == "--shards" {
+            sft.join("decontam.json")
+        } else {
+            local.join("prompts.decontam.json")
+        };
+        let lrep: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(local_rep).unwrap()).unwrap();
+        assert_eq!(remote["scanned"]["path"], url);
+        assert_eq!(remote["scanned"]["sha256"], lrep["scanned"]["sha256"]);
+        assert_eq!(remote["hits"], lrep["hits"]);
+        assert_eq!(
+            remote["contaminated_documents"],
+            lrep["contaminated_documents"]
+        );
+        // Run again: the report on the bucket describes the output as it is: up to date, not
+        // rewritten (its `time` would change).
+        let before = std::fs::read(d.join(key.1)).unwrap();
+        let again = fx.run(&decontam_args(w, &[flag, url]));
+        assert_eq!(again.status.code(), ro.status.code(), "{}", stderr(&again));
+        fx.s3.download(BUCKET, key.0, &d);
+        assert!(
+            std::fs::read(d.join(key.1)).unwrap() == before,
+            "{flag}: report rewritten"
+        );
+    }
+    // audit of the bucket outputs finds the reports there, as audit of the local ones does.
+    let audit = |shards: &str, prompts: &str| {
+        let mut c = fx.cmd(&[
+            "audit",
+            "--json",
+            "--manifest",
+            p(&w.manifest),
+            "--cache",
+            p(&w.cache),
+            "--shards",
+            shards,
+            "--prompts",
+            prompts,
+        ]);
+        c.env("RUST_LOG", "info");
+        c.output().unwrap()
+    };
+    let (ls, lc) = decontam_check(&audit(p(&sft), p(&prompts)));
+    let (rs, rc) = decontam_check(&audit(
+        "s3://dlm-test/m/sft",
+        "s3://dlm-test/m/prompts.jsonl",
+    ));
+    assert_eq!(ls, rs, "local: {lc}\nbucket: {rc}");
+    assert!(!rc.contains("not run"), "{rc}");
+}

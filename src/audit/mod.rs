@@ -187,7 +187,15 @@ pub fn run(mut args: AuditArgs) -> Result<()> {
         ("--lineage", &mut args.lineage, &[][..]),
     ] {
         if let Some(p) = p {
-            *p = local_file(p, flag, siblings)?;
+            let given = p.clone();
+            *p = local_file(&given, flag, siblings)?;
+            if flag == "--prompts" {
+                // decontam's report on these prompts sits beside them (`<stem>.decontam.json`).
+                let rep = crate::decontam::report::default_path(p, false);
+                if let Some(name) = rep.file_name() {
+                    crate::storage::materialize::beside(&given, flag, &name.to_string_lossy())?;
+                }
+            }
         }
     }
     let r = audit(&args)?;

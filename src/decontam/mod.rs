@@ -9,6 +9,7 @@
 //! - [`report`]: `decontam.json` (read by `audit`) and the human summary; [`drop`](mod@drop): the copy
 //!   (parquet filtered in place, MDS and Megatron re-encoded by [`rewrite`]).
 
+pub mod bucket_input;
 pub mod drop;
 pub mod index;
 pub mod ngram;
@@ -74,7 +75,17 @@ pub struct DecontamArgs {
 /// index, the scan, the report (and the `--drop` copy with its own report).
 pub fn run(args: DecontamArgs) -> Result<()> {
     let t0 = Instant::now();
-    let st = settings::DecontamSettings::resolve(&args)?;
+    let mut st = settings::DecontamSettings::resolve(&args)?;
+    // A bucket --shards/--prompts: scanned from a local copy, the report put back beside it.
+    let report_back = bucket_input::localize(&mut st)?;
+    run_resolved(st, t0)?;
+    match report_back {
+        Some(b) => b.send(),
+        None => Ok(()),
+    }
+}
+
+fn run_resolved(st: settings::DecontamSettings, t0: Instant) -> Result<()> {
     let Some(url) = st.drop_url.clone() else {
         return run_with(st, t0);
     };
@@ -155,7 +166,7 @@ fn run_with(mut st: settings::DecontamSettings, t0: Instant) -> Result<()> {
         ngram: st.ngram,
         scanned: report::Scanned {
             kind: target.kind_name().into(),
-            path: target.path.display().to_string(),
+            path: st.scanned_name(),
             sha256: target.sha256.clone(),
             documents: target.texts.len() as u64,
             bytes: text_bytes,
@@ -185,7 +196,14 @@ fn run_with(mut st: settings::DecontamSettings, t0: Instant) -> Result<()> {
 /// nothing else done (`true`).
 fn up_to_date(st: &settings::DecontamSettings) -> Result<bool> {
     let scanned = st.scanned.path();
-    match uptodate::check(&st.report, scanned, st.scanned.is_shards(), &st.recorded) {
+    let shown = st.scanned_name();
+    match uptodate::check(
+        &st.report,
+        scanned,
+        &shown,
+        st.scanned.is_shards(),
+        &st.recorded,
+    ) {
         Ok(rep) => {
             tracing::info!(
                 "up to date: {} describes {} as it is now, with the same arguments; nothing to do",

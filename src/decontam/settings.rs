@@ -51,6 +51,12 @@ pub struct DecontamSettings {
     pub report: PathBuf,
     /// What the report records of the arguments (`"args"`): a rerun matching it is a no-op.
     pub recorded: RecordedArgs,
+    /// `--report` was given (else the report sits beside the scanned output, on the bucket
+    /// too when that is where it lives).
+    pub report_given: bool,
+    /// How the report names the scanned output when it is not [`Scanned::path`]: the bucket
+    /// URL a local copy was made of.
+    pub scanned_shown: Option<String>,
 }
 
 impl DecontamSettings {
@@ -126,7 +132,16 @@ impl DecontamSettings {
                 against: Vec::new(),
                 drop: args.drop.as_ref().map(|p| p.display().to_string()),
             },
+            report_given: args.report.is_some(),
+            scanned_shown: None,
         })
+    }
+
+    /// The scanned output as the report names it: its path, or the bucket URL it came from.
+    pub fn scanned_name(&self) -> String {
+        self.scanned_shown
+            .clone()
+            .unwrap_or_else(|| self.scanned.path().display().to_string())
     }
 
     /// The `--drop` copy as reports and messages name it: the URL for a bucket output.

@@ -21,10 +21,12 @@ pub fn scanned_sha(path: &Path, is_shards: bool) -> Option<String> {
 }
 
 /// The recorded report when this run would rewrite it unchanged (bar `time` and speeds);
-/// else why not.
+/// else why not. `shown` is how the report names the scanned data (its path, or the bucket
+/// URL a local copy was made of).
 pub fn check(
     rpath: &Path,
     scanned: &Path,
+    shown: &str,
     is_shards: bool,
     want: &RecordedArgs,
 ) -> Result<DecontamReport, String> {
@@ -35,7 +37,7 @@ pub fn check(
     if rep.args.as_ref() != Some(want) {
         return Err("arguments or benchmark files differ".into());
     }
-    if rep.scanned.path != scanned.display().to_string()
+    if rep.scanned.path != shown
         || Some(&rep.scanned.sha256) != scanned_sha(scanned, is_shards).as_ref()
     {
         return Err("the scanned data changed".into());

@@ -47,6 +47,8 @@ const OBJECT_OK: &[(&str, &str)] = &[
     ("distill", "--out"),
     ("mcq", "--out"),
     ("decontam", "--drop"),
+    ("decontam", "--shards"),
+    ("decontam", "--prompts"),
     ("lineage", "--data"),
 ];
 

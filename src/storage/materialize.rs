@@ -72,9 +72,16 @@ pub fn output(bucket: &Bucket, rel: &str, local: &Path, allow_incomplete: bool) 
             );
         }
     }
-    let card = crate::shards::card::CARD_FILE;
-    if let Some((c, _)) = bucket.get(&join(card))? {
-        crate::util::atomic_write(&local.join(card), &c)?;
+    // The card and decontam's report travel with the shards (audit reads the report); one
+    // an earlier copy held that the bucket no longer has is removed.
+    for name in [
+        crate::shards::card::CARD_FILE,
+        crate::shards::outdir::DECONTAM_REPORT,
+    ] {
+        match bucket.get(&join(name))? {
+            Some((c, _)) => crate::util::atomic_write(&local.join(name), &c)?,
+            None => remove_stale(&local.join(name))?,
+        }
     }
     crate::util::atomic_write(&index::index_path(local), &bytes)?;
     Ok(())
@@ -130,10 +137,8 @@ pub fn local_file(path: &Path, flag: &str, siblings: &[&str]) -> Result<PathBuf>
                 let dst = read_dir_for(&url).join(&sib);
                 if bucket.head(&sib)?.is_some() {
                     bucket.download_file(&sib, &dst)?;
-                } else if dst.exists() {
-                    // What an earlier copy held is not what the bucket holds now.
-                    std::fs::remove_file(&dst)
-                        .map_err(|e| anyhow::anyhow!("removing {}: {e}", dst.display()))?;
+                } else {
+                    remove_stale(&dst)?;
                 }
             }
             tracing::info!("{flag} {url}: read from the local copy {}", local.display());
@@ -165,4 +170,33 @@ pub fn parts(bucket: &Bucket, local: &Path) -> Result<usize> {
         output(bucket, &rel, &local.join(&rel), true)?;
     }
     Ok(dirs.len())
+}
+
+/// What an earlier copy held that the bucket no longer holds: removed.
+fn remove_stale(p: &Path) -> Result<()> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("removing {}: {e}", p.display())),
+    }
+}
+
+/// A file that sits beside an input object: for a bucket URL `path` (one object), its sibling
+/// `name` (same prefix) copied into the URL's local read directory when the bucket has it —
+/// removed there when not — and the local place returned; for a local path, `name` beside it.
+pub fn beside(path: &Path, flag: &str, name: &str) -> Result<PathBuf> {
+    match super::Location::of_path(path, flag)? {
+        super::Location::Object(url) => {
+            let (parent, _) = super::file_output::split(&url, flag)?;
+            let bucket = Bucket::open(&parent)?;
+            let dst = read_dir_for(&url).join(name);
+            if bucket.head(name)?.is_some() {
+                bucket.download_file(name, &dst)?;
+            } else {
+                remove_stale(&dst)?;
+            }
+            Ok(dst)
+        }
+        _ => Ok(path.with_file_name(name)),
+    }
 }
