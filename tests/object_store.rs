@@ -76,24 +76,6 @@ impl Fx {
     }
 }
 
-/// Shards equal byte for byte, and index.json lists the same shards (names, sha256, sizes).
-fn same_shards(local: &BTreeMap<String, Vec<u8>>, remote: &BTreeMap<String, Vec<u8>>) {
-    let shard = |k: &String| k.starts_with("data/");
-    let l: Vec<_> = local.iter().filter(|(k, _)| shard(k)).collect();
-    let r: Vec<_> = remote.iter().filter(|(k, _)| shard(k)).collect();
-    assert!(l.len() > 3, "expected several shards, got {}", l.len());
-    assert_eq!(l.len(), r.len(), "shard sets differ");
-    for ((lk, lv), (rk, rv)) in l.iter().zip(&r) {
-        assert_eq!(lk, rk);
-        assert!(lv == rv, "{lk} differs from the local run's");
-    }
-    let li: serde_json::Value = serde_json::from_slice(&local["index.json"]).unwrap();
-    let ri: serde_json::Value = serde_json::from_slice(&remote["index.json"]).unwrap();
-    assert_eq!(li["shards"], ri["shards"]);
-    assert_eq!(li["totals"], ri["totals"]);
-    assert_eq!(ri["complete"], true);
-}
-
 #[test]
 fn pack_to_s3_is_byte_identical_and_commits_index_last() {
     let fx = fixture();

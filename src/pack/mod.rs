@@ -48,6 +48,7 @@
 //! any other file. On a write failure (a full disk) the error names the file and the OS error,
 //! no temp file is left, and index.json stays `"complete": false`.
 
+pub mod inputs;
 pub mod merge;
 pub mod oversize;
 pub mod packer;
@@ -105,8 +106,10 @@ pub struct PackArgs {
     /// A manifest (manifests/*.toml): the sources and their mixture weights, read from the fetched lock.
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
-    /// Local data instead of a manifest: a file, a directory (its files, recursively) or a
-    /// glob; repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst.
+    /// Data instead of a manifest: a file, a directory (its files, recursively) or a glob;
+    /// repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst. Also
+    /// a bucket URL (s3://, gs://, az://: an object, a prefix or a glob) or
+    /// hf://datasets/OWNER/NAME[@REV]/PATH (a file or a glob), read in place by range.
     #[arg(long)]
     pub input: Vec<PathBuf>,
     /// With --input: the column (parquet) or field (JSON) holding the text.
@@ -160,13 +163,14 @@ pub struct PackArgs {
     /// sources; the lock beside the manifest is used when present).
     #[arg(long, requires = "manifest", conflicts_with = "input")]
     pub stream: bool,
-    /// With --stream: the download log (default: <cache>/download.log).
-    #[arg(long, requires = "stream")]
+    /// With --stream or an hf:// --input: the download log (default: <cache>/download.log).
+    #[arg(long)]
     pub log: Option<PathBuf>,
-    /// With --stream: failed attempts tolerated per request before giving up.
+    /// With --stream or an hf:// --input: failed attempts tolerated per request before giving up.
     #[arg(long, default_value_t = 8, value_parser = crate::sizes::u32_in(0, crate::sizes::MAX_RETRIES))]
     pub retries: u32,
-    /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
+    /// With --stream or an hf:// --input: first retry backoff in milliseconds (doubles each
+    /// retry, capped at 60 s).
     #[arg(long, default_value_t = 500, value_parser = crate::sizes::u64_in(0, crate::sizes::MAX_RETRY_BASE_MS))]
     pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).

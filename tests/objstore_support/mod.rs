@@ -146,6 +146,14 @@ impl S3Server {
             .collect()
     }
 
+    /// Upload every file under `dir` (hidden ones too) to `prefix/REL` of `bucket`.
+    pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &Path) {
+        self.boto(
+            "import os\nb, p, d = sys.argv[1:4]\nfor root, _, files in os.walk(d):\n    for f in files:\n        full = os.path.join(root, f)\n        s3.upload_file(full, b, p + '/' + os.path.relpath(full, d))\n",
+            &[bucket, prefix, &dir.display().to_string()],
+        );
+    }
+
     /// Put `body` at `key`.
     pub fn put(&self, bucket: &str, key: &str, body: &str) {
         self.boto(
@@ -162,4 +170,26 @@ impl S3Server {
         );
         String::from_utf8_lossy(&o.stdout).trim().parse().unwrap()
     }
+}
+
+/// Shards equal byte for byte, and index.json lists the same shards (names, sha256, sizes)
+/// and totals, complete (`local` and `remote`: relative name → bytes of two outputs).
+pub fn same_shards(
+    local: &std::collections::BTreeMap<String, Vec<u8>>,
+    remote: &std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    let shard = |k: &String| k.starts_with("data/");
+    let l: Vec<_> = local.iter().filter(|(k, _)| shard(k)).collect();
+    let r: Vec<_> = remote.iter().filter(|(k, _)| shard(k)).collect();
+    assert!(l.len() > 3, "expected several shards, got {}", l.len());
+    assert_eq!(l.len(), r.len(), "shard sets differ");
+    for ((lk, lv), (rk, rv)) in l.iter().zip(&r) {
+        assert_eq!(lk, rk);
+        assert!(lv == rv, "{lk} differs from the local run's");
+    }
+    let li: serde_json::Value = serde_json::from_slice(&local["index.json"]).unwrap();
+    let ri: serde_json::Value = serde_json::from_slice(&remote["index.json"]).unwrap();
+    assert_eq!(li["shards"], ri["shards"]);
+    assert_eq!(li["totals"], ri["totals"]);
+    assert_eq!(ri["complete"], true);
 }

@@ -152,7 +152,13 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
         (Ok(()), Err(e)) => return Err(e),
         (Ok(()), Ok(idx)) => idx,
     };
-    report(&rs, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
+    report(
+        &rs,
+        &final_idx,
+        &s.out_dir,
+        t0.elapsed().as_secs_f64(),
+        object_reads(&s.units),
+    );
     profile::report(
         t0.elapsed().as_secs_f64(),
         final_idx.totals.tokens,
@@ -191,7 +197,33 @@ fn spawn_reader(
 }
 
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
-fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
+/// What this run's reads of bucket objects used, per object read (the `--json` summary's
+/// `object_reads`: only the bytes ranged GETs fetched, not the sha256 pass).
+fn object_reads(units: &[crate::pack::plan::Unit]) -> Vec<serde_json::Value> {
+    let mut seen = std::collections::HashSet::new();
+    units
+        .iter()
+        .filter_map(|u| match &u.remote {
+            Some(crate::pack::plan::Remote::Object(o)) if seen.insert(o.url.clone()) => {
+                Some(serde_json::json!({
+                    "url": o.url,
+                    "size": o.size,
+                    "bytes_read": o.count.bytes(),
+                    "requests": o.count.requests(),
+                }))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn report(
+    rs: &settings::RunSettings,
+    idx: &Index,
+    out_dir: &Path,
+    secs: f64,
+    reads: Vec<serde_json::Value>,
+) {
     let t = &idx.totals;
     crate::progress::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
@@ -241,7 +273,11 @@ fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
         tracing::warn!("{}", c.summary("documents"));
     }
     if rs.json {
-        crate::cron::json_line(summary(idx, out_dir, secs, false));
+        let mut v = summary_value(idx, out_dir, secs, false);
+        if !reads.is_empty() {
+            v["object_reads"] = serde_json::Value::Array(reads);
+        }
+        crate::cron::json_line(v.to_string());
     }
 }
 
@@ -259,6 +295,10 @@ fn input_documents(idx: &Index) -> Vec<(String, u64)> {
 }
 
 pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
+    summary_value(idx, dir, secs, already).to_string()
+}
+
+fn summary_value(idx: &Index, dir: &Path, secs: f64, already: bool) -> serde_json::Value {
     serde_json::json!({
         "out": dir.display().to_string(),
         "format": idx.format,
@@ -282,7 +322,6 @@ pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> Stri
         "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },
         "already_complete": already,
     })
-    .to_string()
 }
 
 /// Where a run writes for this worker (exposed for tests and merge).
