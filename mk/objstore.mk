@@ -17,4 +17,4 @@ TEST_DEPS += objstore-venv
 
 # Only the object-storage tests.
 test-object-store: objstore-venv
-	$(CARGO) test --test object_store -- --test-threads=2
+	$(CARGO) test --test object_store --test object_store_inputs -- --test-threads=2
