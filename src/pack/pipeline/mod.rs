@@ -152,13 +152,8 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
         (Ok(()), Err(e)) => return Err(e),
         (Ok(()), Ok(idx)) => idx,
     };
-    report(
-        &rs,
-        &final_idx,
-        &s.out_dir,
-        t0.elapsed().as_secs_f64(),
-        object_reads(&s.units),
-    );
+    let secs = t0.elapsed().as_secs_f64();
+    report(&rs, &final_idx, &s.out_dir, secs, &s.units);
     profile::report(
         t0.elapsed().as_secs_f64(),
         final_idx.totals.tokens,
@@ -196,7 +191,6 @@ fn spawn_reader(
         })?)
 }
 
-/// The end-of-run line on stderr, and the `--json` summary on stdout.
 /// What this run's reads of bucket objects used, per object read (the `--json` summary's
 /// `object_reads`: only the bytes ranged GETs fetched, not the sha256 pass).
 fn object_reads(units: &[crate::pack::plan::Unit]) -> Vec<serde_json::Value> {
@@ -217,12 +211,13 @@ fn object_reads(units: &[crate::pack::plan::Unit]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The end-of-run line on stderr, and the `--json` summary on stdout.
 fn report(
     rs: &settings::RunSettings,
     idx: &Index,
     out_dir: &Path,
     secs: f64,
-    reads: Vec<serde_json::Value>,
+    units: &[crate::pack::plan::Unit],
 ) {
     let t = &idx.totals;
     crate::progress::note(&format!(
@@ -274,6 +269,7 @@ fn report(
     }
     if rs.json {
         let mut v = summary_value(idx, out_dir, secs, false);
+        let reads = object_reads(units);
         if !reads.is_empty() {
             v["object_reads"] = serde_json::Value::Array(reads);
         }
