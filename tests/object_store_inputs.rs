@@ -160,6 +160,27 @@ fn pack_from_an_s3_object_equals_the_local_pack_and_reads_only_the_projected_chu
     );
     assert!(requests >= 2, "{requests}: footer then column chunks");
 
+    // The same command again: complete (the inputs' sha256, from the bucket, match the
+    // fingerprint), nothing read.
+    let o = fx.pack("s3://dlm-in/in/a.parquet", "one", &["--json"]);
+    ok(&o);
+    let again: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(again["already_complete"], true, "{}", stderr(&o));
+    // Bucket to bucket: the same shards.
+    let mut c = Command::new(bin());
+    c.args(pack_args(
+        Path::new("s3://dlm-in/in/a.parquet"),
+        &fx.tok,
+        Path::new("s3://dlm-in/out/a"),
+        EXTRA,
+    ));
+    fx.s3.apply(&mut c, &fx.path("staging"));
+    ok(&c.output().unwrap());
+    let got = fx.path("got");
+    std::fs::create_dir_all(&got).unwrap();
+    fx.s3.download(BUCKET, "out/a", &got);
+    same_shards(&tree(&fx.path("one")), &tree(&got));
+
     // A compressed JSON Lines object: streamed, decompressed on the fly, read once whole.
     let line = fx.same_as_local("in/c.jsonl.zst", "s3://dlm-in/in/c.jsonl.zst", "zst");
     let r = &line["object_reads"][0];

@@ -37,7 +37,7 @@ impl Streaming {
     ) -> Result<Streaming> {
         if crate::hub::offline() {
             return Err(crate::error::usage(
-                "--stream reads from the Hub, but HF_HUB_OFFLINE=1: fetch first and pack from the cache",
+                "--stream and hf:// inputs read from the Hub, but HF_HUB_OFFLINE=1: fetch first and pack from the cache",
             ));
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
