@@ -325,28 +325,27 @@ mod hub {
 
         // Evaluation data through hf://: refused by name (exit 2), a named file before any
         // request, a glob once it lists one.
+        let refused = |input: &str, out: &str| -> String {
+            let o = cmd(
+                &emu,
+                dir.path(),
+                &args(input, out, &["--text", "{question}"]),
+            );
+            assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+            assert!(!dir.path().join(out).join("index.json").exists());
+            stderr(&o)
+        };
         let n = emu.request_count();
         let test = "hf://datasets/allenai/sciq/data/test-00000-of-00001.parquet";
-        let o = cmd(
-            &emu,
-            dir.path(),
-            &args(test, "t1", &["--text", "{question}"]),
-        );
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        assert!(stderr(&o).contains(test), "{}", stderr(&o));
+        let e = refused(test, "t1");
+        assert!(e.contains(test), "{e}");
         assert_eq!(emu.request_count(), n, "a request before the refusal");
-        let glob = "hf://datasets/allenai/sciq/data/*.parquet";
-        let o = cmd(
-            &emu,
-            dir.path(),
-            &args(glob, "t2", &["--text", "{question}"]),
-        );
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = refused("hf://datasets/allenai/sciq/data/*.parquet", "t2");
         for f in [
             "test-00000-of-00001.parquet",
             "validation-00000-of-00001.parquet",
         ] {
-            assert!(stderr(&o).contains(f), "{}", stderr(&o));
+            assert!(e.contains(f), "{e}");
         }
         assert!(!dir.path().join("t2/index.json").exists());
     }

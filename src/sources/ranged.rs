@@ -170,3 +170,55 @@ impl Read for RangeRead<'_> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file in memory, answering every range.
+    struct Mem(Bytes);
+
+    impl RangeSource for Mem {
+        fn fetch(&self, start: u64, end: u64) -> BoxFuture<'_, Result<Bytes>> {
+            let b = self.0.slice(start as usize..end as usize);
+            Box::pin(async move { Ok(b) })
+        }
+    }
+
+    #[test]
+    fn chunks_in_order_and_the_footer_kept() {
+        let data: Vec<u8> = (0..2 * CHUNK as usize + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let n = data.len() as u64;
+        let count = Arc::new(ReadCount::default());
+        let f = RangedFile::new(Arc::new(Mem(Bytes::from(data.clone()))), n, count.clone());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut out = Vec::new();
+        RangeRead::new(&f, &rt).read_to_end(&mut out).unwrap();
+        assert!(out == data);
+        assert_eq!((count.requests(), count.bytes()), (3, n));
+
+        // The file's last bytes, once read, serve reads inside them; a read straddling their
+        // start fetches only the part before.
+        let mut g = f.clone();
+        let at = |a: u64, b: u64| data[a as usize..b as usize].to_vec();
+        assert_eq!(
+            rt.block_on(g.get_bytes(n - 100..n)).unwrap(),
+            at(n - 100, n)
+        );
+        let (r, b) = (count.requests(), count.bytes());
+        assert_eq!(
+            rt.block_on(g.get_bytes(n - 50..n - 10)).unwrap(),
+            at(n - 50, n - 10)
+        );
+        assert_eq!((count.requests(), count.bytes()), (r, b));
+        assert_eq!(
+            rt.block_on(g.get_bytes(n - 150..n - 20)).unwrap(),
+            at(n - 150, n - 20)
+        );
+        assert_eq!((count.requests(), count.bytes()), (r + 1, b + 50));
+    }
+}
