@@ -160,6 +160,33 @@ fn pack_from_an_s3_object_equals_the_local_pack_and_reads_only_the_projected_chu
     );
     assert!(requests >= 2, "{requests}: footer then column chunks");
 
+    // audit finds the input objects as recorded; with --hash it re-reads them, and an object
+    // changed since (same size, other bytes) fails naming its URL.
+    let audit = |hash: bool| -> Output {
+        let mut c = Command::new(bin());
+        c.args(["audit", "--shards", fx.path("one").to_str().unwrap()]);
+        if hash {
+            c.arg("--hash");
+        }
+        fx.s3.apply(&mut c, &fx.path("staging"));
+        c.output().unwrap()
+    };
+    ok(&audit(true));
+    let mut bytes = std::fs::read(fx.path("in/a.parquet")).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::create_dir_all(fx.path("tampered")).unwrap();
+    std::fs::write(fx.path("tampered/a.parquet"), &bytes).unwrap();
+    fx.s3.upload_dir(BUCKET, "in", &fx.path("tampered"));
+    ok(&audit(false));
+    let o = audit(true);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(
+        said.contains("s3://dlm-in/in/a.parquet has sha256"),
+        "{said}"
+    );
+    fx.s3.upload_dir(BUCKET, "in", &fx.path("in"));
+
     // The same command again: complete (the inputs' sha256, from the bucket, match the
     // fingerprint), nothing read.
     let o = fx.pack("s3://dlm-in/in/a.parquet", "one", &["--json"]);
