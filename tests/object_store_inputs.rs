@@ -201,8 +201,16 @@ fn pack_from_an_s3_object_equals_the_local_pack_and_reads_only_the_projected_chu
         Path::new("s3://dlm-in/out/a"),
         EXTRA,
     ));
+    c.arg("--json");
     fx.s3.apply(&mut c, &fx.path("staging"));
-    ok(&c.output().unwrap());
+    let o = c.output().unwrap();
+    ok(&o);
+    let line: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(line["out"], "s3://dlm-in/out/a");
+    assert_eq!(
+        line["object_reads"][0]["url"], "s3://dlm-in/in/a.parquet",
+        "{line}"
+    );
     let got = fx.path("got");
     std::fs::create_dir_all(&got).unwrap();
     fx.s3.download(BUCKET, "out/a", &got);

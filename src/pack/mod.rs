@@ -263,7 +263,7 @@ pub fn run(mut args: PackArgs) -> Result<()> {
         crate::storage::Location::Object(url) => run_to_bucket(args, &url),
         crate::storage::Location::Local(p) => {
             args.out = p;
-            pipeline::run(pipeline::settings::RunSettings::resolve(&args)?)
+            pipeline::run(pipeline::settings::RunSettings::resolve(&args)?).map(|_| ())
         }
         crate::storage::Location::Hub(_) => Err(crate::error::usage(
             "--out: an hf:// URL names an input; write to a local path or a bucket",
@@ -277,22 +277,21 @@ fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> 
     let t0 = std::time::Instant::now();
     let json = args.json;
     let worker = args.worker.resolve()?;
+    let mut reads = Vec::new();
     let c = crate::storage::output::run(url, worker, "pack", |staging| {
         let local = PackArgs {
             out: staging,
             json: false,
             ..args
         };
-        pipeline::run(pipeline::settings::RunSettings::resolve(&local)?)
+        reads = pipeline::run(pipeline::settings::RunSettings::resolve(&local)?)?;
+        Ok(())
     })?;
     if json {
         let out = std::path::PathBuf::from(c.url.to_string());
-        crate::cron::json_line(pipeline::summary(
-            &c.index,
-            &out,
-            t0.elapsed().as_secs_f64(),
-            c.already,
-        ));
+        let secs = t0.elapsed().as_secs_f64();
+        let v = pipeline::summary_value(&c.index, &out, secs, c.already);
+        crate::cron::json_line(pipeline::with_reads(v, reads));
     }
     Ok(())
 }

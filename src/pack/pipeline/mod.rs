@@ -41,8 +41,9 @@ use read::ReadMsg;
 use setup::Setup;
 use write::{WriteMsg, WriterStopped};
 
-/// One pack run on a local `--out`, from its resolved settings.
-pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
+/// One pack run on a local `--out`, from its resolved settings; what its reads of bucket
+/// objects used ([`object_reads`]).
+pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<Vec<serde_json::Value>> {
     let t0 = Instant::now();
     profile::start(rs.tuning.profile);
     let mut s = setup::prepare(&rs)?;
@@ -64,7 +65,7 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
             if rs.json {
                 crate::cron::json_line(summary(&idx, &s.out_dir, 0.0, true));
             }
-            return Ok(());
+            return Ok(Vec::new());
         }
         Opened::Run(j) => j,
     };
@@ -159,7 +160,7 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
         final_idx.totals.tokens,
         &rs.tuning,
     );
-    Ok(())
+    Ok(object_reads(&s.units))
 }
 
 /// The reader thread, from the cursor's unit and row (it takes the `--stream` client).
@@ -268,12 +269,10 @@ fn report(
         tracing::warn!("{}", c.summary("documents"));
     }
     if rs.json {
-        let mut v = summary_value(idx, out_dir, secs, false);
-        let reads = object_reads(units);
-        if !reads.is_empty() {
-            v["object_reads"] = serde_json::Value::Array(reads);
-        }
-        crate::cron::json_line(v.to_string());
+        crate::cron::json_line(with_reads(
+            summary_value(idx, out_dir, secs, false),
+            object_reads(units),
+        ));
     }
 }
 
@@ -290,11 +289,25 @@ fn input_documents(idx: &Index) -> Vec<(String, u64)> {
     out
 }
 
+/// A summary with `object_reads` added when there were any (a local input's summary is
+/// unchanged).
+pub(super) fn with_reads(mut v: serde_json::Value, reads: Vec<serde_json::Value>) -> String {
+    if !reads.is_empty() {
+        v["object_reads"] = serde_json::Value::Array(reads);
+    }
+    v.to_string()
+}
+
 pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
     summary_value(idx, dir, secs, already).to_string()
 }
 
-fn summary_value(idx: &Index, dir: &Path, secs: f64, already: bool) -> serde_json::Value {
+pub(super) fn summary_value(
+    idx: &Index,
+    dir: &Path,
+    secs: f64,
+    already: bool,
+) -> serde_json::Value {
     serde_json::json!({
         "out": dir.display().to_string(),
         "format": idx.format,
