@@ -14,14 +14,16 @@ bench-pack: $(VENV)/.stamp
 # is the CUDA build (~6 GB with its nvidia-* wheels; a CI run once died of ENOSPC here). CPU
 # torch and torchvision come from Debian instead (python3-torch 1.13, ~150 MB of .debs), seen
 # by a --system-site-packages venv of Debian's python3; streaming itself goes in with
-# --no-deps plus what its import needs (its cloud SDKs are imported only for remote paths).
+# --no-deps plus what its import needs (its cloud SDKs are imported only for remote paths;
+# boto3 for the s3:// remote of tests/object_store_readers.rs).
 # One test run with DLM_REQUIRE_STREAMING=1: the MDS shards must be read by
 # streaming.StreamingDataset itself, never by the numpy fallback. Part of `make test`.
 VENV_MDS := .venv-mds
 MDS_DEBS := python3-torch python3-torchvision python3-pil python3-venv
 MDS_PKG := mosaicml-streaming==0.13.0
 MDS_IMPORT_DEPS := "transformers>=4.21.3,<5" "Brotli>=1.0.9" "python-snappy>=0.6.1,<1" \
-	"xxhash>=3,<4" "zstd>=1.5.2.5,<2" "catalogue>=2,<3" "tqdm>=4.64,<5" pyarrow==22.0.0 tokenizers==0.22.1
+	"xxhash>=3,<4" "zstd>=1.5.2.5,<2" "catalogue>=2,<3" "tqdm>=4.64,<5" pyarrow==22.0.0 tokenizers==0.22.1 \
+	boto3==1.44.18
 $(VENV_MDS)/.stamp: mk/pack.mk
 	@dpkg -s $(MDS_DEBS) >/dev/null 2>&1 || { echo "installing $(MDS_DEBS) (Debian)"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(MDS_DEBS); }

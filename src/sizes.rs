@@ -47,3 +47,26 @@ pub fn tokens() -> RangedU64ValueParser<usize> {
 pub fn workers() -> RangedU64ValueParser<usize> {
     usize_in(1, MAX_WORKERS)
 }
+
+/// A size as users write it (`64MiB`, `512K`, `1000000`), at least 1 byte and at most
+/// [`MAX_BYTES`].
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
+    let (num, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a size like 64MiB, 512K or 1000000"))?;
+    if !(v.is_finite() && v >= 1.0) {
+        return Err(format!("{s:?}: must be at least 1 byte"));
+    }
+    let bytes = v * mult as f64;
+    if bytes > MAX_BYTES as f64 {
+        return Err(format!("{s:?}: more than {} GiB", MAX_BYTES >> 30));
+    }
+    Ok(bytes as u64)
+}

@@ -76,29 +76,7 @@ pub enum DtypeArg {
 
 pub use crate::shards::settings::Oversize;
 
-pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
-    let (num, mult) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a size like 64MiB, 512K or 1000000"))?;
-    if !(v.is_finite() && v >= 1.0) {
-        return Err(format!("{s:?}: must be at least 1 byte"));
-    }
-    let bytes = v * mult as f64;
-    if bytes > crate::sizes::MAX_BYTES as f64 {
-        return Err(format!(
-            "{s:?}: more than {} GiB",
-            crate::sizes::MAX_BYTES >> 30
-        ));
-    }
-    Ok(bytes as u64)
-}
+pub use crate::sizes::parse_bytes;
 
 /// `dlm-data pack (--manifest FILE | --input PATH... [--text-column NAME | --text TEMPLATE]) --tokenizer PATH --out DIR ...`
 #[derive(Args, Debug, Clone)]

@@ -216,15 +216,36 @@ impl Pipeline {
             )));
         }
         let dir = canon.parent().unwrap_or(Path::new("/")).to_path_buf();
-        p.resolve(&dir);
+        let mut url = None;
+        p.resolve(&dir, &mut url);
+        if let Some(u) = url {
+            return Err(crate::error::usage(format!(
+                "pipeline file {}: {u}: `run` does not take object-store or hf:// URLs yet \
+                 (its journal and rebuild-beside-and-swap are local); run the commands one by \
+                 one, each takes them (docs/object-storage.md)",
+                path.display()
+            )));
+        }
         Ok(p)
     }
 
-    fn resolve(&mut self, dir: &Path) {
-        let r = |p: &mut PathBuf| *p = normalize(&dir.join(&*p));
+    /// Make every path absolute against `dir`; the first one that is a URL (`s3://…`) is put
+    /// in `url` (never joined to a directory: that would make a directory named `s3:`).
+    fn resolve(&mut self, dir: &Path, url: &mut Option<String>) {
+        let found = std::cell::RefCell::new(None);
+        let one = |p: &mut PathBuf| {
+            let text = p.to_string_lossy().into_owned();
+            if crate::storage::location::scheme_of(&text).is_some() {
+                let shown = text.split(['?', '#']).next().unwrap_or("").to_string();
+                found.borrow_mut().get_or_insert(shown);
+            } else {
+                *p = normalize(&dir.join(&*p));
+            }
+        };
+        let r = |p: &mut PathBuf| one(p);
         let ro = |p: &mut Option<PathBuf>| {
             if let Some(p) = p {
-                *p = normalize(&dir.join(&*p));
+                one(p);
             }
         };
         ro(&mut self.cache);
@@ -251,6 +272,7 @@ impl Pipeline {
         ro(&mut self.audit.lineage);
         ro(&mut self.audit.shipped);
         ro(&mut self.audit.teacher);
+        *url = found.into_inner();
     }
 
     /// Every manifest the fetch step fetches, base first.
@@ -320,6 +342,21 @@ mod tests {
                 "eval-reference.toml"
             ]
         );
+    }
+
+    #[test]
+    fn a_bucket_url_is_refused_by_name_not_joined_to_a_directory() {
+        let (d, f) = crate::testkit::temp_file(
+            "p.toml",
+            "tokenizer = \"t\"\n[pack]\ninputs = [\"c.jsonl\"]\nout = \"s3://bkt/shards\"\n",
+        );
+        let e = Pipeline::load(&f).unwrap_err();
+        assert_eq!(crate::error::exit_code(&e), 2);
+        assert!(
+            format!("{e:#}").contains("s3://bkt/shards: `run` does not take"),
+            "{e:#}"
+        );
+        assert!(!d.path().join("s3:").exists());
     }
 
     #[test]

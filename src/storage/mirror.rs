@@ -97,20 +97,14 @@ impl Mirror {
     }
 
     /// Make `name` (sha256 `sha`) present on the bucket: kept when an object there already has
-    /// its size and sha256, else uploaded.
-    fn ensure(&mut self, name: &str, sha: &str) -> Result<()> {
-        if self.sent.get(name).map(|s| s.as_str()) == Some(sha) {
-            return Ok(());
-        }
+    /// its size and sha256, else uploaded. Returns the bytes uploaded.
+    fn ensure(&self, name: &str, sha: &str) -> Result<u64> {
         let rel = self.rel(name);
         let src = match self.local_file(name) {
             Ok(p) => p,
             // An output found complete on the bucket has no local copy: it must be there.
             Err(e) => match self.bucket.stat(&rel)? {
-                Some((_, Some(s))) if s == sha => {
-                    self.sent.insert(name.to_string(), sha.to_string());
-                    return Ok(());
-                }
+                Some((_, Some(s))) if s == sha => return Ok(0),
                 _ => return Err(e),
             },
         };
@@ -118,14 +112,52 @@ impl Mirror {
         match self.bucket.stat(&rel)? {
             Some((size, Some(s))) if size == len && s == sha => {
                 tracing::debug!("{}: already uploaded", self.bucket.name(&rel));
+                Ok(0)
             }
             _ => {
                 self.bucket.upload_file(&src, &rel, sha)?;
-                self.bytes_sent += len;
+                Ok(len)
             }
         }
-        self.sent.insert(name.to_string(), sha.to_string());
-        Ok(())
+    }
+
+    /// [`Mirror::ensure`] every file of `files` not yet known sent, `DLM_DATA_UPLOADS` at a
+    /// time (a commit of many finished shards goes up in parallel). Every file that went up is
+    /// recorded even when another failed; the first error is returned.
+    fn ensure_all(&mut self, files: Vec<(String, String)>) -> Result<()> {
+        let todo: Vec<(String, String)> = files
+            .into_iter()
+            .filter(|(n, s)| self.sent.get(n) != Some(s))
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done = std::sync::Mutex::new(Vec::new());
+        let first_err = std::sync::Mutex::new(None);
+        std::thread::scope(|sc| {
+            for _ in 0..super::settings::uploads_in_flight().min(todo.len()) {
+                sc.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, sha)) = todo.get(i) else {
+                        break;
+                    };
+                    match self.ensure(name, sha) {
+                        Ok(n) => done.lock().unwrap().push((i, n)),
+                        Err(e) => {
+                            first_err.lock().unwrap().get_or_insert(e);
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        for (i, n) in done.into_inner().unwrap() {
+            let (name, sha) = &todo[i];
+            self.sent.insert(name.clone(), sha.clone());
+            self.bytes_sent += n;
+        }
+        match first_err.into_inner().unwrap() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// One pass: upload what the local journal lists and is not yet on the bucket, then the
@@ -136,9 +168,7 @@ impl Mirror {
             return Ok(None);
         };
         let idx = index::parse(&String::from_utf8_lossy(&bytes), &path)?;
-        for (name, sha) in data_files(&idx) {
-            self.ensure(&name, &sha)?;
-        }
+        self.ensure_all(data_files(&idx))?;
         if !idx.complete && self.journal.as_deref() != Some(&bytes[..]) {
             let rel = self.rel(JOURNAL_FILE);
             self.bucket

@@ -13,16 +13,15 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::path::Path as Key;
 use object_store::{
-    Attribute, Attributes, GetOptions, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode,
-    PutMultipartOptions, PutOptions, PutPayload, UpdateVersion, WriteMultipart,
+    Attribute, Attributes, GetOptions, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
+    PutMode, PutMultipartOptions, PutOptions, PutPayload, UpdateVersion,
 };
 
 use super::location::{ObjectUrl, Scheme};
 
 /// The user metadata key holding an uploaded file's sha256 (S3: `x-amz-meta-dlm-sha256`).
 pub const SHA_META: &str = "dlm-sha256";
-/// Files above this go up as a multipart upload (parts of this size, 4 in flight).
-pub const PART_BYTES: usize = 16 << 20;
+/// Multipart parts in flight per upload (the part size is [`super::settings::part_bytes`]).
 const PARTS_IN_FLIGHT: usize = 4;
 
 /// One bucket (container) and key prefix, with the runtime its calls run on.
@@ -30,6 +29,8 @@ pub struct Bucket {
     store: Arc<dyn ObjectStore>,
     url: ObjectUrl,
     rt: tokio::runtime::Runtime,
+    /// Files above this go up as multipart uploads of parts this size.
+    part_bytes: usize,
 }
 
 /// One object of a listing.
@@ -95,6 +96,8 @@ impl Bucket {
     /// Connect to `url`'s bucket with the environment's credentials and endpoint.
     pub fn open(url: &ObjectUrl) -> Result<Bucket> {
         register_secrets();
+        let part_bytes = super::settings::part_bytes()?;
+        let retry = super::settings::retry();
         let store: Arc<dyn ObjectStore> = match url.scheme {
             Scheme::S3 => {
                 let mut b =
@@ -106,17 +109,23 @@ impl Bucket {
                 {
                     b = b.with_region("us-east-1");
                 }
-                Arc::new(b.build().map_err(|e| open_error(url, e))?)
+                Arc::new(
+                    b.with_retry(retry)
+                        .build()
+                        .map_err(|e| open_error(url, e))?,
+                )
             }
             Scheme::Gcs => Arc::new(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(&url.bucket)
+                    .with_retry(retry.clone())
                     .build()
                     .map_err(|e| open_error(url, e))?,
             ),
             Scheme::Azure => Arc::new(
                 object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_container_name(&url.bucket)
+                    .with_retry(retry)
                     .build()
                     .map_err(|e| open_error(url, e))?,
             ),
@@ -130,6 +139,7 @@ impl Bucket {
             store,
             url: url.clone(),
             rt,
+            part_bytes,
         })
     }
 
@@ -353,7 +363,7 @@ impl Bucket {
     }
 
     /// Upload the local file `src` to `rel`, recording `sha256` as user metadata: one PUT up
-    /// to [`PART_BYTES`], else a multipart upload that is completed, or aborted on any error.
+    /// to the part size, else a multipart upload that is completed, or aborted on any error.
     pub fn upload_file(&self, src: &Path, rel: &str, sha256: &str) -> Result<()> {
         let mut attributes = Attributes::new();
         attributes.insert(
@@ -363,7 +373,7 @@ impl Bucket {
         let mut f = std::fs::File::open(src)
             .with_context(|| format!("opening {} to upload it", src.display()))?;
         let len = f.metadata()?.len();
-        if len <= PART_BYTES as u64 {
+        if len <= self.part_bytes as u64 {
             let mut buf = Vec::with_capacity(len as usize);
             f.read_to_end(&mut buf)
                 .with_context(|| format!("reading {}", src.display()))?;
@@ -383,45 +393,61 @@ impl Bucket {
             ..Default::default()
         };
         self.rt.block_on(async {
-            let up = match self.store.put_multipart_opts(&key, opts).await {
+            let mut up = match self.store.put_multipart_opts(&key, opts).await {
                 Ok(u) => u,
                 Err(e) => return Err(self.fail("starting the multipart upload of", rel, e)),
             };
-            let mut w = WriteMultipart::new_with_chunk_size(up, PART_BYTES);
-            let mut buf = vec![0u8; 1 << 20];
-            let sent = async {
-                loop {
-                    let n = f
-                        .read(&mut buf)
-                        .with_context(|| format!("reading {}", src.display()))?;
-                    if n == 0 {
-                        break;
-                    }
-                    w.wait_for_capacity(PARTS_IN_FLIGHT)
-                        .await
-                        .map_err(|e| self.fail("uploading a part of", rel, e))?;
-                    w.write(&buf[..n]);
-                }
-                Ok::<(), anyhow::Error>(())
-            }
-            .await;
-            match sent {
-                Ok(()) => w
-                    .finish()
+            let sent = self.send_parts(&mut *up, &mut f, src, rel).await;
+            let done = match sent {
+                Ok(()) => up
+                    .complete()
                     .await
                     .map(|_| ())
                     .map_err(|e| self.fail("completing the multipart upload of", rel, e)),
-                Err(e) => {
-                    if let Err(ae) = w.abort().await {
-                        tracing::warn!(
-                            "{}",
-                            self.fail("aborting the multipart upload of", rel, ae)
-                        );
-                    }
-                    Err(e)
+                Err(e) => Err(e),
+            };
+            // Never leave an upload open: a failed part or a failed completion aborts it.
+            if done.is_err() {
+                if let Err(ae) = up.abort().await {
+                    tracing::warn!("{}", self.fail("aborting the multipart upload of", rel, ae));
                 }
             }
+            done
         })
+    }
+
+    /// Read `f` in parts of the part size and send them, [`PARTS_IN_FLIGHT`] at a time.
+    async fn send_parts(
+        &self,
+        up: &mut dyn MultipartUpload,
+        f: &mut std::fs::File,
+        src: &Path,
+        rel: &str,
+    ) -> Result<()> {
+        let mut flying = futures::stream::FuturesUnordered::<object_store::UploadPart>::new();
+        loop {
+            let mut part = Vec::with_capacity(self.part_bytes);
+            let n = Read::by_ref(f)
+                .take(self.part_bytes as u64)
+                .read_to_end(&mut part)
+                .with_context(|| format!("reading {}", src.display()))?;
+            if n == 0 {
+                break;
+            }
+            while flying.len() >= PARTS_IN_FLIGHT {
+                if let Some(r) = flying.next().await {
+                    r.map_err(|e| self.fail("uploading a part of", rel, e))?;
+                }
+            }
+            flying.push(up.put_part(PutPayload::from(part)));
+            if n < self.part_bytes {
+                break;
+            }
+        }
+        while let Some(r) = flying.next().await {
+            r.map_err(|e| self.fail("uploading a part of", rel, e))?;
+        }
+        Ok(())
     }
 
     /// Download `rel` to the local file `dst` (temp + fsync + rename); its sha256.

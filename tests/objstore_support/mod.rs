@@ -5,6 +5,8 @@
 //! killed when the test ends. Objects are read back through boto3 from the same venv.
 #![allow(dead_code)]
 
+pub mod faults;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -16,7 +18,7 @@ pub const KEY_ID: &str = "AKIDOBJSTORETEST0001";
 pub const SECRET: &str = "s3cr3t/Key+ObjStore=Never-Printed-7f3a";
 pub const SESSION: &str = "FwoGZXIvYXdzSessionTokenObjStore//Never+Printed==";
 
-fn venv() -> PathBuf {
+pub fn venv() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-s3")
 }
 
@@ -34,7 +36,7 @@ impl Drop for S3Server {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -45,6 +47,11 @@ fn free_port() -> u16 {
 impl S3Server {
     /// Start moto and wait until it answers.
     pub fn start() -> S3Server {
+        S3Server::start_with(&[])
+    }
+
+    /// Start moto with `env` set on it (e.g. moto's `S3_UPLOAD_PART_MIN_SIZE`).
+    pub fn start_with(env: &[(&str, &str)]) -> S3Server {
         let exe = std::env::var_os("DLM_MOTO_SERVER")
             .map(PathBuf::from)
             .unwrap_or_else(|| venv().join("bin/moto_server"));
@@ -57,6 +64,7 @@ impl S3Server {
             let port = free_port();
             let child = Command::new(&exe)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
