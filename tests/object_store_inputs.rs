@@ -4,7 +4,9 @@
 //! packed from local disk — index.json and the card too, but for the inputs' names (the URL
 //! where the local run has the path); a parquet object is read by ranged GETs of its footer
 //! and projected column chunk only; a missing object or bucket fails naming it; an hf://
-//! file packs as its local copy does, pinned to its commit, and an evaluation file is refused.
+//! file packs as its local copy does, pinned to its commit, and an evaluation file is refused;
+//! 503 SlowDown and connection resets on the inputs' GETs (through tests/objstore_support's
+//! fault proxy) are retried to the same bytes; `audit --hash` finds a changed input object.
 
 mod objstore_support;
 mod pack_common;
@@ -276,6 +278,42 @@ fn a_missing_object_prefix_or_bucket_fails_naming_it() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn input_reads_through_503s_and_resets_are_retried_to_the_same_bytes() {
+    let fx = fixture();
+    let proxy = objstore_support::faults::FaultProxy::start(&fx.s3, fx.dir.path());
+    proxy.arm(serde_json::json!([
+        {"method": "GET", "path": "^/dlm-in/in/a\\.parquet$", "fault": "status", "status": 503, "code": "SlowDown", "times": 2},
+        {"method": "GET", "path": "^/dlm-in/in/c\\.jsonl\\.zst$", "fault": "reset", "times": 1},
+    ]));
+    ok(&fx.pack(&fx.path("in").display().to_string(), "local", &[]));
+    let mut c = Command::new(bin());
+    c.args(pack_args(
+        Path::new("s3://dlm-in/in/"),
+        &fx.tok,
+        &fx.path("faulty"),
+        EXTRA,
+    ));
+    proxy.apply(&fx.s3, &mut c, &fx.path("staging"));
+    let o = c.output().unwrap();
+    ok(&o);
+    assert!(!stderr(&o).contains(SECRET) && !stderr(&o).contains(SESSION));
+    same_shards(&tree(&fx.path("local")), &tree(&fx.path("faulty")));
+    let seen = proxy.seen();
+    let fired = |tail: &str, fault: &str| {
+        let hits: Vec<_> = seen.iter().filter(|r| r.path.ends_with(tail)).collect();
+        let f = hits
+            .iter()
+            .filter(|r| r.fault.as_deref() == Some(fault))
+            .count();
+        (f, hits.len())
+    };
+    let (f, n) = fired("/in/a.parquet", "status");
+    assert!(f == 2 && n > f, "a.parquet: {f} SlowDowns of {n} GETs");
+    let (f, n) = fired("/in/c.jsonl.zst", "reset");
+    assert!(f == 1 && n > f, "c.jsonl.zst: {f} resets of {n} GETs");
 }
 
 mod hub {
