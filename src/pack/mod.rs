@@ -48,6 +48,7 @@
 //! any other file. On a write failure (a full disk) the error names the file and the OS error,
 //! no temp file is left, and index.json stays `"complete": false`.
 
+pub mod inputs;
 pub mod merge;
 pub mod oversize;
 pub mod packer;
@@ -83,8 +84,10 @@ pub struct PackArgs {
     /// A manifest (manifests/*.toml): the sources and their mixture weights, read from the fetched lock.
     #[arg(long, conflicts_with = "input", required_unless_present = "input")]
     pub manifest: Option<PathBuf>,
-    /// Local data instead of a manifest: a file, a directory (its files, recursively) or a
-    /// glob; repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst.
+    /// Data instead of a manifest: a file, a directory (its files, recursively) or a glob;
+    /// repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst. Also
+    /// a bucket URL (s3://, gs://, az://: an object, a prefix or a glob) or
+    /// hf://datasets/OWNER/NAME[@REV]/PATH (a file or a glob), read in place by range.
     #[arg(long)]
     pub input: Vec<PathBuf>,
     /// With --input: the column (parquet) or field (JSON) holding the text.
@@ -138,13 +141,14 @@ pub struct PackArgs {
     /// sources; the lock beside the manifest is used when present).
     #[arg(long, requires = "manifest", conflicts_with = "input")]
     pub stream: bool,
-    /// With --stream: the download log (default: <cache>/download.log).
-    #[arg(long, requires = "stream")]
+    /// With --stream or an hf:// --input: the download log (default: <cache>/download.log).
+    #[arg(long)]
     pub log: Option<PathBuf>,
-    /// With --stream: failed attempts tolerated per request before giving up.
+    /// With --stream or an hf:// --input: failed attempts tolerated per request before giving up.
     #[arg(long, default_value_t = 8, value_parser = crate::sizes::u32_in(0, crate::sizes::MAX_RETRIES))]
     pub retries: u32,
-    /// With --stream: first retry backoff in milliseconds (doubles each retry, capped at 60 s).
+    /// With --stream or an hf:// --input: first retry backoff in milliseconds (doubles each
+    /// retry, capped at 60 s).
     #[arg(long, default_value_t = 500, value_parser = crate::sizes::u64_in(0, crate::sizes::MAX_RETRY_BASE_MS))]
     pub retry_base_ms: u64,
     /// Keep the final partial row, padded (pad token: <|pad|>/tokenizer_config pad_token, else EOS).
@@ -237,7 +241,7 @@ pub fn run(mut args: PackArgs) -> Result<()> {
         crate::storage::Location::Object(url) => run_to_bucket(args, &url),
         crate::storage::Location::Local(p) => {
             args.out = p;
-            pipeline::run(pipeline::settings::RunSettings::resolve(&args)?)
+            pipeline::run(pipeline::settings::RunSettings::resolve(&args)?).map(|_| ())
         }
         crate::storage::Location::Hub(_) => Err(crate::error::usage(
             "--out: an hf:// URL names an input; write to a local path or a bucket",
@@ -251,22 +255,21 @@ fn run_to_bucket(args: PackArgs, url: &crate::storage::ObjectUrl) -> Result<()> 
     let t0 = std::time::Instant::now();
     let json = args.json;
     let worker = args.worker.resolve()?;
+    let mut reads = Vec::new();
     let c = crate::storage::output::run(url, worker, "pack", |staging| {
         let local = PackArgs {
             out: staging,
             json: false,
             ..args
         };
-        pipeline::run(pipeline::settings::RunSettings::resolve(&local)?)
+        reads = pipeline::run(pipeline::settings::RunSettings::resolve(&local)?)?;
+        Ok(())
     })?;
     if json {
         let out = std::path::PathBuf::from(c.url.to_string());
-        crate::cron::json_line(pipeline::summary(
-            &c.index,
-            &out,
-            t0.elapsed().as_secs_f64(),
-            c.already,
-        ));
+        let secs = t0.elapsed().as_secs_f64();
+        let v = pipeline::summary_value(&c.index, &out, secs, c.already);
+        crate::cron::json_line(pipeline::with_reads(v, reads));
     }
     Ok(())
 }

@@ -48,8 +48,53 @@ pub struct Unit {
     pub bytes: u64,
     /// The file's format (a source's, or for `--input` each file's own).
     pub format: Format,
-    /// `--stream`: the Hub file to read by range instead of `path`.
-    pub remote: Option<Arc<crate::hub::stream::RemoteSpec>>,
+    /// A remote file read by range instead of `path` (`--stream`, `--input s3://…` / `hf://…`).
+    pub remote: Option<Remote>,
+}
+
+/// Where a unit's bytes come from when they are not a local file's.
+#[derive(Debug, Clone)]
+pub enum Remote {
+    /// `--stream`, `--input hf://…`: a Hub file read by HTTP Range.
+    Hub(Arc<crate::hub::stream::RemoteSpec>),
+    /// `--input s3://…` (gs://, az://): a bucket object read by ranged GETs.
+    Object(Arc<crate::sources::bucket::ObjectInput>),
+}
+
+/// One `--input` file, wherever it lies.
+#[derive(Debug, Clone)]
+pub enum InputItem {
+    Local(PathBuf),
+    Object(Arc<crate::sources::bucket::ObjectInput>),
+    /// A Hub file pinned to its commit.
+    Hub(Arc<crate::hub::stream::RemoteSpec>),
+}
+
+impl InputItem {
+    /// What index.json and errors name: the local path made absolute, or the URL (an hf://
+    /// one at its commit).
+    pub fn name(&self) -> String {
+        match self {
+            InputItem::Local(p) => crate::shards::index::abs_path(p),
+            InputItem::Object(o) => o.url.clone(),
+            InputItem::Hub(h) => hub_url(h),
+        }
+    }
+}
+
+impl InputItem {
+    /// The format its name says (a local path as given).
+    pub fn format(&self) -> Result<Format> {
+        match self {
+            InputItem::Local(p) => format_of(p),
+            _ => format_of(Path::new(&self.name())),
+        }
+    }
+}
+
+/// `hf://datasets/REPO@COMMIT/PATH`.
+pub fn hub_url(h: &crate::hub::stream::RemoteSpec) -> String {
+    format!("hf://datasets/{}@{}/{}", h.repo, h.commit, h.path)
 }
 
 /// The ordered inputs.
@@ -87,13 +132,14 @@ impl Plan {
     /// `--input PATH...` (files, directories, globs; see [`crate::sources::files`]) with the text
     /// template (`--text`, or `{COLUMN}` from `--text-column`). One source: named by the file
     /// stem when there is one file, else `input`.
-    pub fn from_input(files: &[PathBuf], text: &str, budget: Option<u64>) -> Result<Plan> {
+    pub fn from_input(files: &[InputItem], text: &str, budget: Option<u64>) -> Result<Plan> {
         // Own data is strict: a missing or non-string field is never silently filtered.
         let tpl = Template::parse(text)
             .map_err(|e| crate::error::usage(format!("--text: {e}")))?
             .strict();
-        let name: Arc<str> = Arc::from(match files {
-            [one] => std::path::Path::new(&crate::sources::codec::Codec::strip(one))
+        let names: Vec<String> = files.iter().map(InputItem::name).collect();
+        let name: Arc<str> = Arc::from(match &names[..] {
+            [one] => std::path::Path::new(&crate::sources::codec::Codec::strip(Path::new(one)))
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "input".into()),
@@ -107,24 +153,37 @@ impl Plan {
             commit: String::new(),
             split: "train".into(),
             role: "train".into(),
-            format: format_of(&files[0])?,
+            format: files[0].format()?,
             tpl,
             weight: 1.0,
             budget,
             epochs: 1,
         });
-        for path in files {
-            let meta =
-                std::fs::metadata(path).with_context(|| format!("--input {}", path.display()))?;
+        for (item, file) in files.iter().zip(names) {
+            let format = item.format()?;
+            let (path, bytes, remote) = match item {
+                InputItem::Local(path) => {
+                    let meta = std::fs::metadata(path)
+                        .with_context(|| format!("--input {}", path.display()))?;
+                    (path.clone(), meta.len(), None)
+                }
+                InputItem::Object(o) => (
+                    PathBuf::from(&o.url),
+                    o.size,
+                    Some(Remote::Object(o.clone())),
+                ),
+                InputItem::Hub(h) => (PathBuf::from(&file), h.size, Some(Remote::Hub(h.clone()))),
+            };
             units.push(Unit {
                 source: src.clone(),
                 // Absolute and resolved, like every other path the index records: a rerun from
-                // another directory (or spelled differently) is the same input.
-                file: crate::shards::index::abs_path(path),
-                path: path.to_path_buf(),
-                bytes: meta.len(),
-                format: format_of(path)?,
-                remote: None,
+                // another directory (or spelled differently) is the same input. A URL as given
+                // (an hf:// one at its commit).
+                file,
+                path,
+                bytes,
+                format,
+                remote,
             });
         }
         Ok(Plan {
@@ -381,7 +440,7 @@ impl<'a> SourceAt<'a> {
             path: PathBuf::from(format!("{}@{}/{}", ls.repo, ls.commit, f.path)),
             bytes: f.size,
             format: s.format,
-            remote: Some(Arc::new(spec)),
+            remote: Some(Remote::Hub(Arc::new(spec))),
         }
     }
 

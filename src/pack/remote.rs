@@ -2,7 +2,7 @@
 //! there is no lock (same listing and split policy as `fetch`), read each unit by HTTP Range
 //! ([`crate::hub::stream`]) and append one download.log line per streamed file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,9 +13,8 @@ use crate::hub::client::HubClient;
 use crate::hub::log::{self, DownloadLog};
 use crate::hub::plan as hplan;
 use crate::hub::retry::RetryPolicy;
-use crate::hub::stream::{RangeRead, RemoteFile, RemoteSpec};
-use crate::manifest::{Format, Lock, Manifest};
-use crate::sources::records::Layout;
+use crate::hub::stream::{HubSource, RemoteSpec};
+use crate::manifest::{Lock, Manifest};
 use crate::sources::{self, Sink};
 use crate::worker::WorkerSlice;
 
@@ -38,7 +37,7 @@ impl Streaming {
     ) -> Result<Streaming> {
         if crate::hub::offline() {
             return Err(crate::error::usage(
-                "--stream reads from the Hub, but HF_HUB_OFFLINE=1: fetch first and pack from the cache",
+                "--stream and hf:// inputs read from the Hub, but HF_HUB_OFFLINE=1: fetch first and pack from the cache",
             ));
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -93,52 +92,124 @@ impl Streaming {
         Ok(lock)
     }
 
+    /// `--input hf://datasets/REPO[@REV]/PATH`: the revision resolved to its commit (what the
+    /// units and index.json name), the file PATH names at that commit — or every supported
+    /// file under it (a directory) or matching it (a glob), sorted by path — each refused
+    /// (exit 2, naming it) when its path is evaluation data, as a manifest source's files are.
+    pub fn input_files(&self, h: &crate::storage::HubPath) -> Result<Vec<RemoteSpec>> {
+        let shown = |rev: &str, path: &str| format!("hf://datasets/{}@{rev}/{path}", h.repo);
+        let rev = h.revision.as_deref().unwrap_or("main");
+        let given = match &h.revision {
+            Some(r) => shown(r, &h.path),
+            None => format!("hf://datasets/{}/{}", h.repo, h.path),
+        };
+        // The split policy on the path as given, before any request.
+        crate::policy::refuse_eval(&h.path, |k| {
+            format!(
+                "--input {given}: the path names evaluation data ({k:?}); training inputs may not use test/validation/dev data (nothing was read)"
+            )
+        })?;
+        let commit = self.rt.block_on(self.client.commit_of(&h.repo, rev))?;
+        let listing = self.rt.block_on(self.client.list_files(&h.repo, &commit))?;
+        let known = |p: &str| crate::sources::files::format_of_name(Path::new(p)).is_some();
+        let picked: Vec<&crate::hub::client::TreeEntry> = if crate::sources::files::is_glob(&h.path)
+        {
+            let m = globset::GlobBuilder::new(&h.path)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| crate::error::usage(format!("--input {given}: bad glob: {e}")))?
+                .compile_matcher();
+            listing.iter().filter(|e| m.is_match(&e.path)).collect()
+        } else if let Some(e) = listing.iter().find(|e| e.path == h.path) {
+            vec![e]
+        } else {
+            let dir = format!("{}/", h.path.trim_end_matches('/'));
+            listing
+                .iter()
+                .filter(|e| e.path.starts_with(&dir) && known(&e.path))
+                .collect()
+        };
+        if picked.is_empty() {
+            return Err(crate::error::usage(format!(
+                "--input {given}: no such file at commit {commit}, and no .parquet, .json, .jsonl or .txt file under it"
+            )));
+        }
+        let bad = crate::policy::eval_files(picked.iter().map(|e| e.path.as_str()));
+        if !bad.is_empty() {
+            return Err(crate::error::refused(format!(
+                "--input {given}: evaluation files selected: {}; training inputs may not use test/validation/dev data (nothing was read)",
+                bad.iter()
+                    .map(|p| shown(&commit, p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let mut out = Vec::with_capacity(picked.len());
+        for e in picked {
+            crate::sources::files::format_of(Path::new(&shown(&commit, &e.path)))?;
+            out.push(RemoteSpec {
+                source: h.repo.clone(),
+                repo: h.repo.clone(),
+                revision: rev.to_string(),
+                commit: commit.clone(),
+                path: e.path.clone(),
+                size: e.lfs.as_ref().map_or(e.size, |l| l.size),
+                etag: Some(e.lfs.as_ref().map_or(e.oid.clone(), |l| l.oid.clone())),
+            });
+        }
+        Ok(out)
+    }
+
     /// Read one unit's rows from `start_row` on; logs the file whatever the outcome.
     pub fn read(
         &self,
         u: &Unit,
         spec: &RemoteSpec,
         start_row: u64,
-        row_max: crate::bounded::Bound,
+        bounds: crate::bounded::ReadBounds,
+        decoding: crate::sources::Decoding,
         sink: &mut Sink,
     ) -> Result<()> {
         let t0 = Instant::now();
-        let f = RemoteFile::new(self.client.clone(), spec.clone());
-        let (name, tpl) = (u.file.as_str(), &u.source.tpl);
-        let r = match u.format {
-            Format::Parquet => {
-                sources::parquet::read_async(&self.rt, f.clone(), name, tpl, start_row, sink)
-            }
-            Format::Text => Err(crate::error::usage(format!(
-                "{name}: `.txt` sources are read from the cache, not with --stream"
-            ))),
-            Format::Json | Format::Jsonl => sources::records::rendered(
-                RangeRead::new(&f, &self.rt),
-                name,
-                match u.format {
-                    Format::Json => Layout::Array,
-                    _ => Layout::Lines,
-                },
-                row_max,
-                tpl,
-                start_row,
-                sink,
-            ),
+        let (f, stats) = HubSource::open(self.client.clone(), spec.clone());
+        let at = sources::RemoteRows {
+            rt: &self.rt,
+            file: f,
+            name: u.file.as_str(),
+            start_row,
         };
-        let r = match r {
-            Err(e) if sources::is_stop(&e) => Ok(()),
-            r => r,
-        };
+        let r = sources::read_remote_rows(at, u.format, bounds, decoding, &u.source.tpl, sink);
         let url = self
             .client
             .resolve_url(&spec.repo, &spec.commit, &spec.path);
-        let rec = f
-            .stats
-            .log_record(spec, url, t0, r.as_ref().err().map(|e| format!("{e:#}")));
+        let rec = stats.log_record(spec, url, t0, r.as_ref().err().map(|e| format!("{e:#}")));
         let logged = self
             .log
             .append(&rec)
             .with_context(|| format!("download log {}", self.log_path.display()));
         r.and(logged)
     }
+}
+
+/// The sha256 of a Hub file that has no LFS sha256 (a small file kept in git), read whole by
+/// range on a runtime of its own (the hasher thread's); `name` in errors.
+pub fn hash_hub_file(client: Arc<HubClient>, spec: &RemoteSpec, name: &str) -> Result<String> {
+    use sha2::Digest;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (f, _) = HubSource::open(client, spec.clone());
+    let mut r = crate::sources::ranged::RangeRead::new(&f, &rt);
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n =
+            std::io::Read::read(&mut r, &mut buf).with_context(|| format!("{name}: reading"))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
 }

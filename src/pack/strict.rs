@@ -11,11 +11,7 @@ use anyhow::Result;
 use crate::shards::index::{ProvenanceRange, Totals};
 
 /// What `--strict` refuses in a finished run's totals and provenance (empty: nothing).
-pub fn problems(
-    inputs: &[std::path::PathBuf],
-    totals: &Totals,
-    provenance: &[ProvenanceRange],
-) -> Vec<String> {
+pub fn problems<T>(inputs: &[T], totals: &Totals, provenance: &[ProvenanceRange]) -> Vec<String> {
     let mut out = Vec::new();
     if !inputs.is_empty() {
         let mut per_file: Vec<(&str, u64)> = Vec::new();
@@ -57,11 +53,7 @@ pub fn problems(
 }
 
 /// `--strict`: an error naming every problem (exit 1), so index.json is never marked complete.
-pub fn check(
-    inputs: &[std::path::PathBuf],
-    totals: &Totals,
-    provenance: &[ProvenanceRange],
-) -> Result<()> {
+pub fn check<T>(inputs: &[T], totals: &Totals, provenance: &[ProvenanceRange]) -> Result<()> {
     let p = problems(inputs, totals, provenance);
     if p.is_empty() {
         return Ok(());
@@ -76,8 +68,8 @@ pub fn check(
 /// An output of 0 documents in all is never complete, `--strict` or not: an error (exit 1)
 /// naming why the rows gave none (the skips counted, the inputs that contributed nothing),
 /// before index.json is marked complete.
-pub fn check_not_empty(
-    inputs: &[std::path::PathBuf],
+pub fn check_not_empty<T>(
+    inputs: &[T],
     totals: &Totals,
     provenance: &[ProvenanceRange],
 ) -> Result<()> {

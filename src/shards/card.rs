@@ -76,9 +76,15 @@ fn sources(idx: &Index) -> String {
     let mut s = String::new();
     for ((source, repo, commit, split), (ranges, docs)) in &by {
         if commit.is_empty() || repo.is_empty() || *repo == "local" {
+            // `--input` URLs (a bucket's objects, hf:// files) are named in full.
+            let urls = idx
+                .provenance
+                .iter()
+                .any(|p| p.source == *source && p.file.contains("://"));
+            let kind = if urls { "input files" } else { "local files" };
             let _ = writeln!(
                 s,
-                "- `{source}` (local files, split `{split}`): {docs} documents"
+                "- `{source}` ({kind}, split `{split}`): {docs} documents"
             );
             for p in idx.provenance.iter().filter(|p| p.source == *source) {
                 let name = shown

@@ -49,9 +49,19 @@ impl Codec {
 /// ([`crate::bounded::open_regular`]: a FIFO or device is refused, exit 2).
 pub fn open(path: &Path, name: &str) -> Result<Box<dyn Read + Send>> {
     let f = crate::bounded::open_regular(path).with_context(|| name.to_string())?;
-    // Counted, so progress can follow the bytes read (compressed ones for .gz / .zst).
+    decode(f, Codec::of(path), name)
+}
+
+/// The decompressed bytes of a stream compressed as `codec` (a local file, or a remote one
+/// read by range), `name` in errors. The raw bytes read are counted, so progress can follow
+/// them (compressed ones for .gz / .zst).
+pub fn decode<'a>(
+    f: impl Read + Send + 'a,
+    codec: Codec,
+    name: &str,
+) -> Result<Box<dyn Read + Send + 'a>> {
     let f = crate::bounded::Consumed::new(f);
-    Ok(match Codec::of(path) {
+    Ok(match codec {
         Codec::Plain => Box::new(f),
         Codec::Gzip => Box::new(Named {
             inner: flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 20, f)),
@@ -125,12 +135,17 @@ pub const TEMP_MAX: Bound = Bound::new(
 /// Decompress `path` into a temporary file beside the system temp dir (`TMPDIR`), refused
 /// (naming the file, the limit and the flag) once it would hold more than `max`.
 pub fn decompress_to_temp(path: &Path, name: &str, max: Bound) -> Result<Decompressed> {
+    decode_to_temp(open(path, name)?, name, max)
+}
+
+/// [`decompress_to_temp`] of an already decoded stream (a remote `.parquet.gz` read by range).
+pub fn decode_to_temp(input: impl Read, name: &str, max: Bound) -> Result<Decompressed> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let k = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp =
         std::env::temp_dir().join(format!(".dlm-data-{}-{k}.parquet.tmp", std::process::id()));
     let out = Decompressed { path: tmp };
-    let mut r = crate::bounded::Capped::new(open(path, name)?, max, format!("{name} decompressed"));
+    let mut r = crate::bounded::Capped::new(input, max, format!("{name} decompressed"));
     let mut w = File::create(&out.path)
         .with_context(|| format!("{name}: creating {}", out.path.display()))?;
     std::io::copy(&mut r, &mut w).with_context(|| format!("{name}: decompressing"))?;

@@ -41,7 +41,8 @@ pub fn format_of(path: &Path) -> Result<Format> {
     })
 }
 
-fn is_glob(s: &str) -> bool {
+/// Whether an `--input` value is a glob pattern.
+pub fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '[', '{'])
 }
 
@@ -158,6 +159,22 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// One `--input` to hash: a local file, or a remote one that hashes itself (a bucket
+/// object's streamed GET, a Hub file's LFS sha256 or ranged read).
+pub enum ToHash {
+    File(PathBuf),
+    Remote(Box<dyn Fn() -> Result<InputFile> + Send + Sync>),
+}
+
+impl ToHash {
+    fn hash(&self) -> Result<InputFile> {
+        match self {
+            ToHash::File(p) => hash_one(p),
+            ToHash::Remote(f) => f(),
+        }
+    }
+}
+
 /// [`hash_all`] on a thread of its own, so that `pack` tokenizes while its inputs are hashed:
 /// one sha256 pass over a 1 GB corpus's parquet is ~0.1–0.2 s of one core, a tenth of a
 /// 16-thread run when it comes first. [`PendingHashes::wait`] joins it.
@@ -168,9 +185,14 @@ impl PendingHashes {
     /// is the tokenizer's: on a pool of one thread, a many-file input's hashing held up
     /// tokenization while it ran there).
     pub fn spawn(files: Vec<PathBuf>, threads: usize) -> Result<Self> {
+        Self::spawn_each(files.into_iter().map(ToHash::File).collect(), threads)
+    }
+
+    /// [`PendingHashes::spawn`] of inputs that may be remote.
+    pub fn spawn_each(items: Vec<ToHash>, threads: usize) -> Result<Self> {
         let h = std::thread::Builder::new()
             .name("input-sha256".into())
-            .spawn(move || hash_all(&files, threads))
+            .spawn(move || hash_each(&items, threads))
             .context("starting the thread that hashes --input files")?;
         Ok(Self(h))
     }
@@ -199,17 +221,23 @@ fn hash_one(p: &Path) -> Result<InputFile> {
 /// order), hashed on `threads` threads of this call's own (this one and `threads - 1` more),
 /// each taking the next file not yet taken.
 pub fn hash_all(files: &[PathBuf], threads: usize) -> Result<Vec<InputFile>> {
-    let threads = threads.min(files.len()).max(1);
+    let items: Vec<ToHash> = files.iter().cloned().map(ToHash::File).collect();
+    hash_each(&items, threads)
+}
+
+/// [`hash_all`] of inputs that may be remote.
+fn hash_each(items: &[ToHash], threads: usize) -> Result<Vec<InputFile>> {
+    let threads = threads.min(items.len()).max(1);
     if threads == 1 {
-        return files.iter().map(|p| hash_one(p)).collect();
+        return items.iter().map(ToHash::hash).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let slots: Vec<std::sync::Mutex<Option<Result<InputFile>>>> =
-        files.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let work = || loop {
         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(p) = files.get(i) else { return };
-        let r = hash_one(p);
+        let Some(p) = items.get(i) else { return };
+        let r = p.hash();
         *slots[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
     };
     std::thread::scope(|s| {

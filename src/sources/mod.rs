@@ -13,7 +13,11 @@
 //! Every reader calls a sink with `(row, Outcome)` for each row from `start_row` on (rows are
 //! 0-based: parquet row, JSON array element, JSONL line). Errors name the file and the row.
 //! A sink may stop the read early by returning [`Stop`].
+//! [`ranged`] reads a remote file (a Hub file, a bucket object) by byte ranges, and
+//! [`read_remote_rows`] gives its rows exactly as [`read_rows`] gives a local file's;
+//! [`bucket`] expands `--input s3://…` URLs into the objects read that way.
 
+pub mod bucket;
 pub mod codec;
 pub mod columns;
 pub mod files;
@@ -21,6 +25,7 @@ pub mod local;
 pub mod parquet;
 pub mod parquet_batch;
 mod parquet_par;
+pub mod ranged;
 pub mod records;
 pub mod template;
 pub mod text;
@@ -105,6 +110,76 @@ pub fn read_rows(
     sink: &mut Sink,
 ) -> Result<()> {
     match reader(format, bounds, decoding).rendered(at, tpl, sink) {
+        Err(e) if is_stop(&e) => Ok(()),
+        r => r,
+    }
+}
+
+/// Which rows of a remote file [`read_remote_rows`] gives: `file`'s from `start_row` on,
+/// its requests awaited on `rt`; `name` is the file as errors show it (its URL).
+pub struct RemoteRows<'a> {
+    pub rt: &'a tokio::runtime::Runtime,
+    pub file: ranged::RangedFile,
+    pub name: &'a str,
+    pub start_row: u64,
+}
+
+/// [`read_rows`] of a remote file read by range on `rt`: a plain parquet file through its
+/// footer and projected column chunks; every other format (and a `.parquet.gz` /
+/// `.parquet.zst`, which needs random access: decompressed into a temporary copy bounded by
+/// `--max-decompressed-bytes`) as a stream of bounded sequential ranges, decompressed as it
+/// is read. `name` (the file's URL) names it in errors; its codec comes from that name.
+pub fn read_remote_rows(
+    at: RemoteRows,
+    format: Format,
+    bounds: ReadBounds,
+    decoding: Decoding,
+    tpl: &Template,
+    sink: &mut Sink,
+) -> Result<()> {
+    let RemoteRows {
+        rt,
+        file,
+        name,
+        start_row,
+    } = at;
+    let codec = codec::Codec::of(Path::new(name));
+    let stream = || codec::decode(ranged::RangeRead::new(&file, rt), codec, name);
+    let r = match format {
+        Format::Parquet if codec == codec::Codec::Plain => {
+            parquet::read_async(rt, file.clone(), name, tpl, start_row, sink)
+        }
+        Format::Parquet => {
+            let copy = codec::decode_to_temp(stream()?, name, bounds.decompressed)?;
+            let at = RowsOf {
+                path: &copy.path,
+                name,
+                start_row,
+            };
+            parquet::Parquet(bounds.decompressed, decoding).rendered(at, tpl, sink)
+        }
+        Format::Json | Format::Jsonl => records::rendered(
+            stream()?,
+            name,
+            match format {
+                Format::Json => records::Layout::Array,
+                _ => records::Layout::Lines,
+            },
+            bounds.row,
+            tpl,
+            start_row,
+            sink,
+        ),
+        Format::Text => text::for_each(
+            stream()?,
+            name,
+            bounds.paragraphs,
+            bounds.row,
+            start_row,
+            &mut |row, v| render_row(name, tpl, sink, row, &v),
+        ),
+    };
+    match r {
         Err(e) if is_stop(&e) => Ok(()),
         r => r,
     }

@@ -37,6 +37,7 @@ const PATH_POSITIONALS: &[&str] = &["merge", "inspect", "run"];
 /// Where a bucket URL is accepted: (command, flag or `<path>` for the positional).
 const OBJECT_OK: &[(&str, &str)] = &[
     ("pack", "--out"),
+    ("pack", "--input"),
     ("merge", "<path>"),
     ("inspect", "<path>"),
     ("audit", "--shards"),
@@ -129,6 +130,18 @@ mod tests {
         assert!(ok("pack", "dlm-data pack --input a.jsonl --out s3://bkt/x"));
         assert!(ok("pack", "dlm-data pack --input a.jsonl --out=s3://bkt/x"));
         assert!(ok("pack", "dlm-data pack --text see-http://x --out o"));
+        assert!(ok(
+            "pack",
+            "dlm-data pack --input s3://bkt/d/ --input=gs://bkt/*.parquet --out o"
+        ));
+        assert!(ok(
+            "pack",
+            "dlm-data pack --input hf://datasets/o/n@abc/x.jsonl --out o"
+        ));
+        let e = check_argv("pack", &argv("dlm-data pack --input ftp://h/x --out o")).unwrap_err();
+        assert!(e.to_string().contains("ftp://"), "{e}");
+        let e = check_argv("mcq", &argv("dlm-data mcq --input s3://bkt/x --out o")).unwrap_err();
+        assert!(e.to_string().contains("--input of `mcq`"), "{e}");
         let e = check_argv("pack", &argv("dlm-data --quiet pack --out ftp://h/x")).unwrap_err();
         assert_eq!(crate::error::exit_code(&e), 2);
         assert!(e.to_string().contains("ftp://"), "{e}");

@@ -33,6 +33,15 @@ pub struct Bucket {
     part_bytes: usize,
 }
 
+/// One object of a listing.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// Its name relative to the bucket prefix.
+    pub rel: String,
+    pub size: u64,
+    pub e_tag: Option<String>,
+}
+
 /// What a conditional put found.
 #[derive(Debug)]
 pub enum Put {
@@ -256,6 +265,15 @@ impl Bucket {
 
     /// Every object under `rel/` (recursive): names relative to the bucket prefix, and sizes.
     pub fn list(&self, rel: &str) -> Result<Vec<(String, u64)>> {
+        Ok(self
+            .list_objects(rel)?
+            .into_iter()
+            .map(|o| (o.rel, o.size))
+            .collect())
+    }
+
+    /// Every object under `rel/` (recursive), with its size and ETag.
+    pub fn list_objects(&self, rel: &str) -> Result<Vec<Listed>> {
         let prefix = self.key(rel);
         let base = self.key("");
         let r: Result<Vec<ObjectMeta>, _> = self
@@ -274,9 +292,74 @@ impl Bucket {
                 } else {
                     k.get(strip + 1..).unwrap_or(k)
                 };
-                (rel.to_string(), m.size)
+                Listed {
+                    rel: rel.to_string(),
+                    size: m.size,
+                    e_tag: m.e_tag,
+                }
             })
             .collect())
+    }
+
+    /// The runtime this bucket's calls run on (a caller awaiting [`Bucket::read_range`]).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// Bytes `range` of an object as a future (await it on [`Bucket::runtime`]); with `e_tag`,
+    /// only of that version (`If-Match`: an object replaced since it was listed fails, naming
+    /// it, rather than mixing two versions' bytes).
+    pub async fn read_range(
+        &self,
+        rel: &str,
+        range: std::ops::Range<u64>,
+        e_tag: Option<&str>,
+    ) -> Result<Bytes> {
+        let want = range.end - range.start;
+        let opts = GetOptions {
+            range: Some(range.into()),
+            if_match: e_tag.map(str::to_string),
+            ..Default::default()
+        };
+        let r = async {
+            let g = self.store.get_opts(&self.key(rel), opts).await?;
+            g.bytes().await
+        }
+        .await;
+        let b = r.map_err(|e| self.fail("GET (range)", rel, e))?;
+        if b.len() as u64 != want {
+            anyhow::bail!(
+                "GET (range) {}: {} bytes answered for a range of {want}",
+                self.name(rel),
+                b.len()
+            );
+        }
+        Ok(b)
+    }
+
+    /// The sha256 of an object's bytes (of the version `e_tag`, when given) and their count,
+    /// by one streamed GET (nothing kept).
+    pub fn sha256(&self, rel: &str, e_tag: Option<&str>) -> Result<(String, u64)> {
+        use sha2::Digest;
+        let opts = GetOptions {
+            if_match: e_tag.map(str::to_string),
+            ..Default::default()
+        };
+        self.rt.block_on(async {
+            let g = self
+                .store
+                .get_opts(&self.key(rel), opts)
+                .await
+                .map_err(|e| self.fail("GET", rel, e))?;
+            let (mut h, mut n) = (sha2::Sha256::new(), 0u64);
+            let mut s = g.into_stream();
+            while let Some(chunk) = s.next().await {
+                let chunk = chunk.map_err(|e| self.fail("GET", rel, e))?;
+                h.update(&chunk);
+                n += chunk.len() as u64;
+            }
+            Ok((hex::encode(h.finalize()), n))
+        })
     }
 
     /// Upload the local file `src` to `rel`, recording `sha256` as user metadata: one PUT up

@@ -154,6 +154,14 @@ impl S3Server {
             .collect()
     }
 
+    /// Upload every file under `dir` (hidden ones too) to `prefix/REL` of `bucket`.
+    pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &Path) {
+        self.boto(
+            "import os\nb, p, d = sys.argv[1:4]\nfor root, _, files in os.walk(d):\n    for f in files:\n        full = os.path.join(root, f)\n        s3.upload_file(full, b, p + '/' + os.path.relpath(full, d))\n",
+            &[bucket, prefix, &dir.display().to_string()],
+        );
+    }
+
     /// Put `body` at `key`.
     pub fn put(&self, bucket: &str, key: &str, body: &str) {
         self.boto(
@@ -172,7 +180,8 @@ impl S3Server {
     }
 }
 
-/// Shards equal byte for byte, and index.json lists the same shards (names, sha256, sizes).
+/// Shards equal byte for byte, and index.json lists the same shards (names, sha256, sizes)
+/// and totals, complete (`local` and `remote`: relative name → bytes of two outputs).
 pub fn same_shards(
     local: &std::collections::BTreeMap<String, Vec<u8>>,
     remote: &std::collections::BTreeMap<String, Vec<u8>>,

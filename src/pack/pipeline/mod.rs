@@ -41,8 +41,9 @@ use read::ReadMsg;
 use setup::Setup;
 use write::{WriteMsg, WriterStopped};
 
-/// One pack run on a local `--out`, from its resolved settings.
-pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
+/// One pack run on a local `--out`, from its resolved settings; what its reads of bucket
+/// objects used ([`object_reads`]).
+pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<Vec<serde_json::Value>> {
     let t0 = Instant::now();
     profile::start(rs.tuning.profile);
     let mut s = setup::prepare(&rs)?;
@@ -64,7 +65,7 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
             if rs.json {
                 crate::cron::json_line(summary(&idx, &s.out_dir, 0.0, true));
             }
-            return Ok(());
+            return Ok(Vec::new());
         }
         Opened::Run(j) => j,
     };
@@ -152,13 +153,14 @@ pub(in crate::pack) fn run(rs: settings::RunSettings) -> Result<()> {
         (Ok(()), Err(e)) => return Err(e),
         (Ok(()), Ok(idx)) => idx,
     };
-    report(&rs, &final_idx, &s.out_dir, t0.elapsed().as_secs_f64());
+    let secs = t0.elapsed().as_secs_f64();
+    report(&rs, &final_idx, &s.out_dir, secs, &s.units);
     profile::report(
         t0.elapsed().as_secs_f64(),
         final_idx.totals.tokens,
         &rs.tuning,
     );
-    Ok(())
+    Ok(object_reads(&s.units))
 }
 
 /// The reader thread, from the cursor's unit and row (it takes the `--stream` client).
@@ -190,8 +192,34 @@ fn spawn_reader(
         })?)
 }
 
+/// What this run's reads of bucket objects used, per object read (the `--json` summary's
+/// `object_reads`: only the bytes ranged GETs fetched, not the sha256 pass).
+fn object_reads(units: &[crate::pack::plan::Unit]) -> Vec<serde_json::Value> {
+    let mut seen = std::collections::HashSet::new();
+    units
+        .iter()
+        .filter_map(|u| match &u.remote {
+            Some(crate::pack::plan::Remote::Object(o)) if seen.insert(o.url.clone()) => {
+                Some(serde_json::json!({
+                    "url": o.url,
+                    "size": o.size,
+                    "bytes_read": o.count.bytes(),
+                    "requests": o.count.requests(),
+                }))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// The end-of-run line on stderr, and the `--json` summary on stdout.
-fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
+fn report(
+    rs: &settings::RunSettings,
+    idx: &Index,
+    out_dir: &Path,
+    secs: f64,
+    units: &[crate::pack::plan::Unit],
+) {
     let t = &idx.totals;
     crate::progress::note(&format!(
         "pack: {} rows, {} tokens, {} documents in {} shards under {} ({:.1} s, {:.2} Mtok/s); dropped tail {} tokens, skipped {} empty / {} filtered",
@@ -241,7 +269,10 @@ fn report(rs: &settings::RunSettings, idx: &Index, out_dir: &Path, secs: f64) {
         tracing::warn!("{}", c.summary("documents"));
     }
     if rs.json {
-        crate::cron::json_line(summary(idx, out_dir, secs, false));
+        crate::cron::json_line(with_reads(
+            summary_value(idx, out_dir, secs, false),
+            object_reads(units),
+        ));
     }
 }
 
@@ -258,7 +289,25 @@ fn input_documents(idx: &Index) -> Vec<(String, u64)> {
     out
 }
 
+/// A summary with `object_reads` added when there were any (a local input's summary is
+/// unchanged).
+pub(super) fn with_reads(mut v: serde_json::Value, reads: Vec<serde_json::Value>) -> String {
+    if !reads.is_empty() {
+        v["object_reads"] = serde_json::Value::Array(reads);
+    }
+    v.to_string()
+}
+
 pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> String {
+    summary_value(idx, dir, secs, already).to_string()
+}
+
+pub(super) fn summary_value(
+    idx: &Index,
+    dir: &Path,
+    secs: f64,
+    already: bool,
+) -> serde_json::Value {
     serde_json::json!({
         "out": dir.display().to_string(),
         "format": idx.format,
@@ -282,7 +331,6 @@ pub(super) fn summary(idx: &Index, dir: &Path, secs: f64, already: bool) -> Stri
         "mtok_per_s": if secs > 0.0 { idx.totals.tokens as f64 / secs / 1e6 } else { 0.0 },
         "already_complete": already,
     })
-    .to_string()
 }
 
 /// Where a run writes for this worker (exposed for tests and merge).

@@ -8,8 +8,9 @@ use std::sync::mpsc::SyncSender;
 use anyhow::Result;
 
 use super::profile::Clock;
-use crate::pack::plan::Unit;
+use crate::pack::plan::{Remote, Unit};
 use crate::pack::remote::Streaming;
+use crate::sources::bucket::ObjectInput;
 use crate::sources::{Outcome, Stop};
 
 use crate::tuning::{Tuning, BATCH_MAX_ROWS};
@@ -83,8 +84,15 @@ pub(super) fn read_units(
                 Ok(())
             };
             let r = match (&u.remote, streaming) {
-                (Some(spec), Some(st)) => st.read(u, spec, first, bounds.row, &mut sink),
-                _ => {
+                (Some(Remote::Hub(spec)), Some(st)) => {
+                    st.read(u, spec, first, bounds, tuning.decoding, &mut sink)
+                }
+                (Some(Remote::Object(o)), _) => read_object(u, o, first, bounds, tuning, &mut sink),
+                (Some(Remote::Hub(_)), None) => Err(anyhow::anyhow!(
+                    "{}: a Hub file without a Hub client",
+                    u.file
+                )),
+                (None, _) => {
                     let at = crate::sources::RowsOf {
                         path: &u.path,
                         name: &u.file,
@@ -124,4 +132,37 @@ pub(super) fn read_units(
             return;
         }
     }
+}
+
+/// One bucket object's rows from `first` on, read by range; what its reads used logged.
+fn read_object(
+    u: &Unit,
+    o: &ObjectInput,
+    first: u64,
+    bounds: crate::bounded::ReadBounds,
+    tuning: Tuning,
+    sink: &mut crate::sources::Sink,
+) -> Result<()> {
+    let at = crate::sources::RemoteRows {
+        rt: o.bucket.runtime(),
+        file: o.file(),
+        name: &u.file,
+        start_row: first,
+    };
+    let r = crate::sources::read_remote_rows(
+        at,
+        u.format,
+        bounds,
+        tuning.decoding,
+        &u.source.tpl,
+        sink,
+    );
+    tracing::info!(
+        "{}: read {} of {} bytes in {} ranged GETs",
+        o.url,
+        o.count.bytes(),
+        o.size,
+        o.count.requests()
+    );
+    r
 }

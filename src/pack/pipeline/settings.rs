@@ -48,18 +48,20 @@ pub(in crate::pack) struct RunSettings {
     pub json: bool,
     /// `--strict`: warnings a nightly job wants fatal are errors (see `pack::strict`).
     pub strict: bool,
-    /// The `--input` files as given (`--strict` names the ones that gave no document).
-    pub inputs: Vec<PathBuf>,
+    /// The `--input` values, each a local path or a URL (`s3://`, `gs://`, `az://`,
+    /// `hf://datasets/…`), parsed once here.
+    pub inputs: Vec<crate::storage::Location>,
     /// `--threads`, the pool it built and every count derived from it.
     pub tuning: crate::tuning::Tuning,
     /// `--manifest` (else `--input`).
     pub manifest: Option<PathBuf>,
     /// `--cache` (the cache root the manifest's sources were fetched into).
     pub cache: CacheArg,
-    /// `--log` (with `--stream`: the download log).
+    /// `--log` (with `--stream` or an hf:// input: the download log).
     pub log: Option<PathBuf>,
-    /// `--stream`: the Hub read by HTTP Range with this retry budget.
-    pub stream: Option<RetryPolicy>,
+    /// The Hub's retry budget (`--retries`, `--retry-base-ms`) when the Hub is read: with
+    /// `--stream`, or for `--input hf://…` files.
+    pub hub_retry: Option<RetryPolicy>,
     /// The `--input` text template: `--text`, else `{COLUMN}` of `--text-column`.
     pub text_template: String,
     /// The tokenizer's document-boundary flags and pack's own (`--eos-token`, `--bos`, …,
@@ -79,6 +81,24 @@ impl RunSettings {
             ));
         }
         let from_input = !a.input.is_empty();
+        let inputs = a
+            .input
+            .iter()
+            .map(|p| crate::storage::Location::of_path(p, "--input"))
+            .collect::<Result<Vec<_>>>()?;
+        let retry = RetryPolicy {
+            retries: a.retries,
+            base: std::time::Duration::from_millis(a.retry_base_ms.max(1)),
+            max: std::time::Duration::from_secs(60),
+        };
+        let from_hub = inputs
+            .iter()
+            .any(|l| matches!(l, crate::storage::Location::Hub(_)));
+        if a.log.is_some() && !a.stream && !from_hub {
+            return Err(crate::error::usage(
+                "--log is the download log of Hub reads: give it with --stream or an hf:// --input",
+            ));
+        }
         // Parquet pages take the level: a whole run's parquet output, or any worker's parts.
         let parquet = a.format == ShardFormat::Parquet || !worker.is_whole();
         if a.zstd_level.is_some() && a.format != ShardFormat::Parquet {
@@ -129,16 +149,12 @@ impl RunSettings {
             force: a.force,
             json: a.json,
             strict: a.strict,
-            inputs: a.input.clone(),
+            inputs,
             tuning: crate::tuning::Tuning::resolve(a.threads)?,
             manifest: a.manifest.clone(),
             cache: a.cache.clone(),
             log: a.log.clone(),
-            stream: a.stream.then(|| RetryPolicy {
-                retries: a.retries,
-                base: std::time::Duration::from_millis(a.retry_base_ms.max(1)),
-                max: std::time::Duration::from_secs(60),
-            }),
+            hub_retry: (a.stream || from_hub).then_some(retry),
             text_template: match &a.text {
                 Some(t) => t.clone(),
                 None => format!("{{{}}}", a.text_column),

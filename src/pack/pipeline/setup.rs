@@ -63,7 +63,7 @@ pub(super) fn prepare(rs: &RunSettings) -> Result<Setup> {
     let worker = rs.worker;
     let out_dir = rs.out_dir();
     let lock = claim_output(rs, &out_dir)?;
-    let streaming = match rs.stream {
+    let streaming = match rs.hub_retry {
         Some(retry) => Some(Arc::new(Streaming::new(
             retry,
             &rs.cache.resolve(),
@@ -124,6 +124,7 @@ pub(super) fn prepare(rs: &RunSettings) -> Result<Setup> {
 /// Before any work: paths we can record exactly, no input as the output, one writer (the lock
 /// on `out_dir`, `None` when read-only).
 fn claim_output(rs: &RunSettings, out_dir: &Path) -> Result<Option<crate::lock::OutputLock>> {
+    let local_inputs = crate::pack::inputs::local_paths(&rs.inputs);
     let given: Vec<(&str, &Path)> = [
         ("--out", Some(rs.out.as_path())),
         ("--manifest", rs.manifest.as_deref()),
@@ -133,7 +134,7 @@ fn claim_output(rs: &RunSettings, out_dir: &Path) -> Result<Option<crate::lock::
     ]
     .into_iter()
     .filter_map(|(f, p)| p.map(|p| (f, p)))
-    .chain(rs.inputs.iter().map(|p| ("--input", p.as_path())))
+    .chain(local_inputs.iter().map(|p| ("--input", *p)))
     .collect();
     crate::lock::require_utf8_all(given.iter().copied())?;
     let lock_file = rs
@@ -150,7 +151,7 @@ fn claim_output(rs: &RunSettings, out_dir: &Path) -> Result<Option<crate::lock::
         inputs.push(("lock", l.as_path()));
     }
     crate::lock::refuse_inputs("--out", &rs.out, &inputs)?;
-    let dirs: Vec<(&str, &Path)> = rs.inputs.iter().map(|p| ("--input", p.as_path())).collect();
+    let dirs: Vec<(&str, &Path)> = local_inputs.iter().map(|p| ("--input", *p)).collect();
     crate::lock::refuse_inside_input_dirs("--out", &rs.out, &dirs)?;
     crate::lock::OutputLock::dir_or_read_only(out_dir, "pack")
 }
@@ -171,7 +172,7 @@ fn plan_units(
             None,
         )),
         (None, false) => {
-            let files = crate::sources::files::expand(&rs.inputs)?;
+            let files = crate::pack::inputs::expand(&rs.inputs, streaming)?;
             let plan = Plan::from_input(&files, &rs.text_template, tokens)?;
             tracing::info!(
                 "--input: {} files, {} bytes (sha256 recorded in index.json)",
@@ -179,7 +180,14 @@ fn plan_units(
                 plan.units.iter().map(|u| u.bytes).sum::<u64>()
             );
             // Hashed while the tokenizer loads and the run starts (see [`prepare`]).
-            Ok((plan, Some(PendingHashes::spawn(files, rs.tuning.hashers)?)))
+            let hashes = files
+                .iter()
+                .map(|f| crate::pack::inputs::to_hash(f, streaming))
+                .collect();
+            Ok((
+                plan,
+                Some(PendingHashes::spawn_each(hashes, rs.tuning.hashers)?),
+            ))
         }
         _ => Err(crate::error::usage(
             "give exactly one of --manifest or --input",
