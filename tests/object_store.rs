@@ -292,7 +292,7 @@ fn py(script: &str, args: &[&str]) -> Option<String> {
 #[test]
 fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
     let fx = fixture();
-    let inputs: Vec<PathBuf> = (0..3u64)
+    let inputs: Vec<PathBuf> = (0..4u64)
         .map(|k| {
             let p = fx.dir.path().join(format!("in{k}.parquet"));
             let t: Vec<Option<String>> = docs(40 + k, 150).into_iter().map(Some).collect();
@@ -318,21 +318,31 @@ fn workers_merge_in_the_bucket_and_readers_see_the_local_rows() {
     let local = fx.dir.path().join("whole");
     let a = args(&local.display().to_string(), &[]);
     ok(&run(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]));
-    // Two workers and the merge, each with its own staging: the bucket is all they share.
-    for (k, cmd) in [
-        args("s3://dlm-test/w", &["--shard", "0/2"]),
-        args("s3://dlm-test/w", &["--shard", "1/2"]),
-        vec!["merge".into(), "s3://dlm-test/w".into()],
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    // A 4-worker array at once, then the merge, each with its own staging directory: the
+    // bucket is all they share.
+    let cmd = |k: usize, a: Vec<String>| {
         let mut c = Command::new(bin());
-        c.args(&cmd);
+        c.args(&a);
         fx.s3
             .apply(&mut c, &fx.dir.path().join(format!("staging-{k}")));
-        ok(&c.output().unwrap());
+        c
+    };
+    let workers: Vec<_> = (0..4)
+        .map(|k| {
+            let shard = format!("{k}/4");
+            cmd(k, args("s3://dlm-test/w", &["--shard", &shard]))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for w in workers {
+        ok(&w.wait_with_output().unwrap());
     }
+    ok(&cmd(4, vec!["merge".into(), "s3://dlm-test/w".into()])
+        .output()
+        .unwrap());
     let (_, remote) = fx.remote("w");
     same_shards(&tree(&local), &remote);
 
