@@ -23,7 +23,7 @@ pub mod pre_tokenize;
 pub use crate::added_text::ranged;
 pub use pre_tokenize::{gpt2, regex, unicode};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use anyhow::{anyhow, Context, Result};
@@ -41,7 +41,6 @@ pub use files::EOS_CANDIDATES;
 pub struct DocTokenizer {
     /// The `tokenizers` crate's tokenizer: loaded only when the fast path does not apply.
     pub inner: Option<Tokenizer>,
-    pub json_path: PathBuf,
     /// tokenizer.json and tokenizer_config.json, read once (the mask and pad rules).
     pub files: files::TokenizerFiles,
     pub sha256: String,
@@ -99,6 +98,11 @@ impl BoundaryFlags {
 }
 
 impl DocTokenizer {
+    /// The tokenizer.json read ([`files::TokenizerFiles::json`]).
+    pub fn json_path(&self) -> &Path {
+        &self.files.json
+    }
+
     pub fn load(arg: &Path, flags: &BoundaryFlags) -> Result<DocTokenizer> {
         let files = files::TokenizerFiles::open(arg);
         let json_path = files.json.clone();
@@ -157,7 +161,6 @@ impl DocTokenizer {
         };
         Ok(DocTokenizer {
             inner,
-            json_path,
             files,
             sha256,
             eos,

@@ -169,7 +169,7 @@ fn base_index(
         seq_len: args.seq_len as u64,
         dtype: s.dtype,
         tokenizer: TokenizerInfo {
-            path: index::abs_path(&tok.json_path),
+            path: index::abs_path(tok.json_path()),
             sha256: tok.sha256.clone(),
             eos_token: tok.eos.as_ref().map(|e| e.0.clone()).unwrap_or_default(),
             eos_id: tok.eos.as_ref().map(|e| e.1).unwrap_or(u32::MAX),

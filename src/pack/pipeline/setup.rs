@@ -211,7 +211,7 @@ fn load_tokenizer(rs: &RunSettings) -> Result<DocTokenizer> {
     };
     tracing::info!(
         "tokenizer {} (path: {}), {boundaries}, mask {mask_desc}, added-token text in documents: {}",
-        tok.json_path.display(),
+        tok.json_path().display(),
         tok.path(),
         tok.mode.as_str()
     );
