@@ -1,6 +1,6 @@
 //! Issue 54's end to end: the README's pipeline (read from README.md itself, as
 //! tests/pipeline.rs runs it) with every shard, prompts and distilled output on a bucket (moto
-//! on loopback): each command exits 0, the audit of the bucket outputs says every link holds,
+//! on loopback), lineage.json too: each command exits 0, the audit of the bucket outputs says every link holds,
 //! the objects are the local run's bytes, and a second round is a no-op.
 
 mod fixture_dirs;
@@ -15,7 +15,7 @@ const BUCKET: &str = "dlm-test";
 
 /// A README path that is an output (or an output read back), on the bucket.
 fn on_bucket(arg: &str) -> String {
-    if arg.starts_with("shards/") || arg == "distilled.json" {
+    if arg.starts_with("shards/") || arg == "distilled.json" || arg == "lineage.json" {
         format!("s3://{BUCKET}/{arg}")
     } else {
         arg.to_string()
@@ -42,7 +42,14 @@ fn the_readme_pipeline_runs_with_every_output_on_a_bucket_and_audits_clean() {
     s3.create_bucket(BUCKET);
     let bucket_cmds: Vec<Vec<String>> = cmds
         .iter()
-        .map(|c| c.iter().map(|a| on_bucket(a)).collect())
+        .map(|c| {
+            let mut v: Vec<String> = c.iter().map(|a| on_bucket(a)).collect();
+            // `lineage add` writes lineage.json (by default beside the working directory).
+            if c[0] == "lineage" && !c.iter().any(|a| a == "--lineage") {
+                v.extend(["--lineage".into(), format!("s3://{BUCKET}/lineage.json")]);
+            }
+            v
+        })
         .collect();
     assert!(
         bucket_cmds
@@ -67,9 +74,10 @@ fn the_readme_pipeline_runs_with_every_output_on_a_bucket_and_audits_clean() {
                 assert!(out.contains("every link holds"), "{out}");
             }
         }
-        // Nothing of the outputs is local: no shards/ directory, no distilled.json.
-        assert!(!w.root().join("shards").exists());
-        assert!(!w.root().join("distilled.json").exists());
+        // Nothing of the outputs is local: no shards/ directory, distilled.json, lineage.json.
+        for name in ["shards", "distilled.json", "lineage.json"] {
+            assert!(!w.root().join(name).exists(), "{name} was written locally");
+        }
     }
     // The bucket holds the local run's bytes: every file of shards/ and distilled.json.
     let got = w.root().join("got");

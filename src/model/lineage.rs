@@ -319,6 +319,11 @@ impl LineageArgs {
 pub fn run(args: LineageArgs, now: String) -> Result<()> {
     match args.command {
         LineageCommand::Add(a) => {
+            if let crate::storage::Location::Object(url) =
+                crate::storage::Location::of_path(&a.lineage, "--lineage")?
+            {
+                return add_on_bucket(a, &url, now);
+            }
             // One writer: the lock is held until the --json line has counted the stages.
             let _lock = claim(&a)?;
             let (stage, added) = add_stage(&a, now)?;
@@ -333,6 +338,49 @@ pub fn run(args: LineageArgs, now: String) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `--lineage s3://…/lineage.json`: the object as the bucket holds it now, extended on a
+/// staging copy under a lease beside it (`.lineage.json.dlm-data.lease`: a second writer
+/// exits 75 naming the holder), and put back whole (not when unchanged). Every stage another
+/// machine recorded is kept: the read comes after the lease is taken.
+fn add_on_bucket(a: AddArgs, url: &crate::storage::ObjectUrl, now: String) -> Result<()> {
+    use crate::storage::file_output::{split, FileOutput};
+    let (_, name) = split(url, "--lineage")?;
+    let lease = format!(".{name}.dlm-data.lease");
+    let fo = FileOutput::open(url, "--lineage", &lease, "lineage add")?;
+    let local = fo.local();
+    let ran = (|| {
+        match fo.bucket.get(&fo.name)? {
+            Some((b, _)) => crate::util::atomic_write(&local, &b)?,
+            None => match std::fs::remove_file(&local) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(anyhow::anyhow!("removing {}: {e}", local.display()))
+                }
+                _ => {}
+            },
+        }
+        let staged = AddArgs {
+            lineage: local.clone(),
+            ..a.clone()
+        };
+        let (stage, added) = add_stage(&staged, now)?;
+        let stages = Lineage::load(&local)?.stages.len();
+        fo.commit(std::slice::from_ref(&fo.name))?;
+        Ok((stage, added, stages))
+    })();
+    let finished = fo.finish(ran.is_ok());
+    let (stage, added, stages) = ran?;
+    finished?;
+    if a.json {
+        crate::cron::json_line(serde_json::json!({
+            "lineage": url.to_string(),
+            "added": added,
+            "stages": stages,
+            "stage": stage,
+        }));
+    }
+    Ok(())
 }
 
 /// Append one stage recorded at `time`; returns it.

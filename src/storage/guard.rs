@@ -51,6 +51,7 @@ const OBJECT_OK: &[(&str, &str)] = &[
     ("decontam", "--shards"),
     ("decontam", "--prompts"),
     ("lineage", "--data"),
+    ("lineage", "--lineage"),
 ];
 
 /// Check a command line (program name first): its command is the first argument that is one
