@@ -34,4 +34,4 @@ fmt:
 	$(CARGO) fmt --all
 
 clean:
-	rm -rf target $(VENV) .venv-mds .venv-s3 .venv-s3-readers demo-out dist
+	rm -rf target $(VENV) .venv-mds .venv-s3 .venv-s3-readers .venv-tok1 demo-out dist

@@ -54,7 +54,14 @@ GIGATOKEN_PKG := gigatoken==0.10.0
 $(VENV)/.gigatoken: $(VENV)/.stamp mk/pack.mk
 	$(VENV)/bin/pip install -q $(GIGATOKEN_PKG)
 	touch $@
-bench-tokenizers: $(VENV)/.gigatoken
+# HF tokenizers 1.0 beside gigatoken (issue 58): its own venv, the tests' .venv keeps 0.22.
+VENV_TOK1 := .venv-tok1
+TOK1_PKGS := tokenizers==1.0.0rc3 pyarrow==22.0.0
+$(VENV_TOK1)/.stamp: mk/pack.mk
+	$(PYTHON) -m venv $(VENV_TOK1)
+	$(VENV_TOK1)/bin/pip install -q $(TOK1_PKGS)
+	touch $@
+bench-tokenizers: $(VENV)/.gigatoken $(VENV_TOK1)/.stamp
 	$(CARGO) build --release --bins
 	$(PY) bench/tokenizers/bench.py target/release/dlm-data target/bench-tokenizers --mb $(BENCH_TOK_MB) $(BENCH_TOK_ARGS)
 

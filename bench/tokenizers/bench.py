@@ -35,8 +35,15 @@ reads that text as text).
 Paths: DLM_SHARED_TOKENIZERS (default ../shared/tokenizers) and DLM_PY_PACK_REF (default
 ../shared/bench/py_pack_ref.py), for checkouts where ../shared is elsewhere (a git worktree).
 
+HF tokenizers 1.0 (issue 58): `tokenizers==1.0.0rc3` in its own venv (`.venv-tok1`, mk/pack.mk;
+`--hf1 PYTHON` for another, `--no-hf1` to leave it out), timed the same way by hf1.py (cold whole
+process, `encode_batch(..., add_special_tokens=False)`): `pack/hf1` and `cpu p/h` as for
+gigatoken, `pack/best` and `cpu p/b` against the faster of the two peers in that cell (wall and
+CPU seconds each), `hf1 ids` = its ids of the first --check documents equal 0.22's; a summary
+line per thread count gives the geo-mean and the worst family against the best peer.
+
 usage: bench.py BIN WORKDIR [--mb N] [--only a,b] [--repeat R] [--corpus prose|code]
-                [--threads 1,2] [--vs-giga] [--no-giga] [--check N]
+                [--threads 1,2] [--vs-giga] [--no-giga] [--hf1 PYTHON] [--no-hf1] [--check N]
 """
 import glob, json, math, os, resource, subprocess, sys, time
 
@@ -59,7 +66,12 @@ VS_GIGA = "--vs-giga" in sys.argv
 GIGA = "--no-giga" not in sys.argv
 CHECK = int(sys.argv[sys.argv.index("--check") + 1]) if "--check" in sys.argv else 1000
 GIGA_PY = os.path.join(HERE, "giga.py")
+HF1_PY = os.path.join(HERE, "hf1.py")
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+# HF tokenizers 1.0 (issue 58): its own venv (.venv-tok1: the tests' .venv keeps 0.22), --hf1 PYTHON
+# or the default; --no-hf1 leaves the column out.
+HF1 = (sys.argv[sys.argv.index("--hf1") + 1] if "--hf1" in sys.argv else os.path.join(ROOT, ".venv-tok1", "bin", "python"))
+HF1 = HF1 if "--no-hf1" not in sys.argv and os.path.exists(HF1) else None
 SHARED = os.environ.get("DLM_SHARED_TOKENIZERS", os.path.join(ROOT, "..", "shared", "tokenizers"))
 REF = os.environ.get("DLM_PY_PACK_REF", os.path.join(ROOT, "..", "shared", "bench", "py_pack_ref.py"))
 SEQ = 2048
@@ -187,23 +199,31 @@ def main():
         sys.exit("ids differ: " + ", ".join(bad))
 
 
-def giga(c, tokp, threads=None, dump=0):
-    """gigatoken's cold whole-process seconds (less its own dump time) and its JSON, or None
-    when it refuses the tokenizer (the error is printed once)."""
+def peer(py, script, label, c, tokp, threads=None, dump=0):
+    """A peer tokenizer's cold whole-process seconds (less its own dump time) and its JSON, or
+    None when it refuses the tokenizer (the error is printed once)."""
     env = dict(os.environ)
     if threads:
         env["RAYON_NUM_THREADS"] = str(threads)
     c0 = child_cpu()
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, GIGA_PY, tokp, c] + (["--dump", str(dump)] if dump else []),
+    p = subprocess.run([py, script, tokp, c] + (["--dump", str(dump)] if dump else []),
                        capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     CPU[0] = child_cpu() - c0
     if p.returncode != 0:
-        print(f"  gigatoken failed on {tokp}: {p.stderr.strip().splitlines()[-1:]}", flush=True)
+        print(f"  {label} failed on {tokp}: {p.stderr.strip().splitlines()[-1:]}", flush=True)
         return None, None
     res = json.loads(p.stdout.strip().splitlines()[-1])
     return dt - res["dump_s"], res
+
+
+def giga(c, tokp, threads=None, dump=0):
+    return peer(sys.executable, GIGA_PY, "gigatoken", c, tokp, threads, dump)
+
+
+def hf1(c, tokp, threads=None, dump=0):
+    return peer(HF1, HF1_PY, "tokenizers 1.0", c, tokp, threads, dump)
 
 
 def hf_ids(tokp, texts):
@@ -226,6 +246,10 @@ def table(which, c, fams, wrap):
         head += f"{'pack ' + t:>9} " + (f"{'gig ' + t:>9} {'pack/gig':>8} {'cpu p/g':>7} " if GIGA else "")
         if GIGA and VS_GIGA:
             head += f"{'p cpu ' + t:>9} {'g cpu ' + t:>9} "
+    if HF1:
+        for t in tl:
+            head += f"{'hf1 ' + t:>9} {'pack/hf1':>8} {'cpu p/h':>7} {'pack/best':>9} {'cpu p/b':>7} "
+        head += f"{'hf1 ids':>7} "
     head += f"{'gig ids':>7} {'Mtok/s':>7} {'held':>5}  path" if GIGA else f"{'Mtok/s':>7} {'held':>5}  path"
     print(head)
     rows = []
@@ -239,6 +263,9 @@ def table(which, c, fams, wrap):
         cpu_rs = {t: float("inf") for t in THREADS}
         cpu_gg = {t: float("inf") for t in THREADS}
         gig_ok = GIGA
+        dt_h1 = {t: float("inf") for t in THREADS}
+        cpu_h1 = {t: float("inf") for t in THREADS}
+        h1_ok = bool(HF1)
         for _ in range(REPEAT):
             if not VS_GIGA:
                 dt_py = min(dt_py, timed([sys.executable, wrap, eos, REF, c, p, refout, str(SEQ)])[0])
@@ -253,6 +280,13 @@ def table(which, c, fams, wrap):
                     else:
                         dt_gg[t] = min(dt_gg[t], d)
                         cpu_gg[t] = min(cpu_gg[t], CPU[0])
+                if h1_ok:
+                    d, _ = hf1(c, p, t)
+                    if d is None:
+                        h1_ok = False
+                    else:
+                        dt_h1[t] = min(dt_h1[t], d)
+                        cpu_h1[t] = min(cpu_h1[t], CPU[0])
             if not VS_GIGA:
                 d, sidx = ours(c, p, eos, out + "-split", mode="split")
                 dt_sp = min(dt_sp, d)
@@ -278,13 +312,19 @@ def table(which, c, fams, wrap):
         if gig_ok:
             _, res = giga(c, p, THREADS[-1], dump=CHECK)
             gsame = res is not None and res["ids"] == want
+        hsame = "-"
+        if h1_ok:
+            if want is None:
+                hf, want = hf_ids(p, texts[:CHECK])
+            _, res = hf1(c, p, THREADS[-1], dump=CHECK)
+            hsame = res is not None and res["ids"] == want
         tokens = len(mine)
         enc = idx.get("tokenizer_encoder", "?")
         kind = KIND.get(name, "SP BPE" if "SentencePiece" in enc or name.startswith(("mistral", "phi-3")) else "BPE")
         tall = dt_rs[THREADS[0]]
         r = dt_py / tall
         gr = {t: dt_gg[t] / dt_rs[t] for t in THREADS} if gig_ok else {}
-        rows.append((name, kind, same, r, enc, tall / dt_sp, gr, gsame))
+        rows.append((name, kind, same, r, enc, tall / dt_sp, gr, gsame, {}, hsame))
         line = f"{name:28} {kind:10} {str(same):>5} "
         if not VS_GIGA:
             line += f"{dt_py:9.2f} {r:6.2f}x {dt_sp:7.2f} {tall / dt_sp:10.3f}x "
@@ -293,6 +333,18 @@ def table(which, c, fams, wrap):
                                             else f"{'-':>9} {'-':>8} {'-':>7} ") if GIGA else "")
             if GIGA and VS_GIGA:
                 line += f"{cpu_rs[t]:9.2f} " + (f"{cpu_gg[t]:9.2f} " if gig_ok else f"{'-':>9} ")
+        if HF1:
+            for t in THREADS:
+                if h1_ok:
+                    # The best peer: the faster of gigatoken and tokenizers 1.0 in this cell.
+                    bw = min(dt_h1[t], dt_gg[t] if gig_ok else float("inf"))
+                    bc = min(cpu_h1[t], cpu_gg[t] if gig_ok else float("inf"))
+                    line += (f"{dt_h1[t]:9.2f} {dt_h1[t] / dt_rs[t]:7.2f}x {cpu_h1[t] / cpu_rs[t]:6.2f}x "
+                             f"{bw / dt_rs[t]:8.2f}x {bc / cpu_rs[t]:6.2f}x ")
+                    rows[-1][8][t] = (bw / dt_rs[t], bc / cpu_rs[t])
+                else:
+                    line += f"{'-':>9} {'-':>8} {'-':>7} {'-':>9} {'-':>7} "
+            line += f"{str(hsame):>7} "
         line += (f"{str(gsame):>7} " if GIGA else "") + f"{tokens / tall / 1e6:7.2f} {held:5}  {enc}"
         print(line, flush=True)
     bpe = [r for r in rows if r[1] != "WordPiece" and r[1] != "Unigram"]
@@ -311,7 +363,17 @@ def table(which, c, fams, wrap):
                 g = math.exp(sum(math.log(r[6][t]) for r in gsel) / len(gsel))
                 w = min(gsel, key=lambda r: r[6][t])
                 print(f"{which} corpus, {label}, {tn}: pack/gigatoken geo-mean {g:.2f}x, worst {w[6][t]:.2f}x ({w[0]})")
+        for t, tn in zip(THREADS, tl):
+            bsel = [r for r in sel if t in r[8]]
+            if bsel:
+                gw = math.exp(sum(math.log(r[8][t][0]) for r in bsel) / len(bsel))
+                gc = math.exp(sum(math.log(r[8][t][1]) for r in bsel) / len(bsel))
+                w = min(bsel, key=lambda r: min(r[8][t]))
+                print(f"{which} corpus, {label}, {tn}: pack/best peer (gigatoken, tokenizers 1.0) geo-mean "
+                      f"wall {gw:.2f}x, CPU {gc:.2f}x; worst {min(w[8][t]):.2f}x ({w[0]})")
     for r in rows:
+        if r[9] is False:
+            print(f"note: tokenizers 1.0's ids differ from tokenizers 0.22 on {r[0]} ({which})")
         if r[7] is False:
             print(f"note: gigatoken's ids differ from HF tokenizers on {r[0]} ({which})")
     return [f"{r[0]} ({which})" for r in rows if r[2] is False]
