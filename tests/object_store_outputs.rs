@@ -69,6 +69,35 @@ impl Fx {
     }
 }
 
+impl Fx {
+    /// `lineage add --stage STAGE --data DATA` between two small checkpoints, into the local
+    /// lineage file `name`; returns the lineage JSON.
+    fn lineage_add(&self, stage: &str, data: &str, name: &str) -> serde_json::Value {
+        let (from, to) = (self.root().join("ck0"), self.root().join("ck1"));
+        for (d, b) in [(&from, "a"), (&to, "b")] {
+            std::fs::create_dir_all(d).unwrap();
+            std::fs::write(d.join("notes.txt"), b).unwrap();
+        }
+        let lineage = self.root().join(name);
+        let o = self.run(&[
+            "lineage",
+            "add",
+            "--stage",
+            stage,
+            "--from",
+            p(&from),
+            "--data",
+            data,
+            "--to",
+            p(&to),
+            "--lineage",
+            p(&lineage),
+        ]);
+        ok(&o);
+        serde_json::from_slice(&std::fs::read(&lineage).unwrap()).unwrap()
+    }
+}
+
 /// The files of a local output a reader sees (no lock or other hidden file).
 fn visible(t: BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
     t.into_iter()
@@ -137,52 +166,15 @@ fn mcq_and_decontam_drop_to_s3_are_the_local_bytes_with_index_json_last() {
     );
     assert_same(&mcq_local, &fx.remote("mcq2"));
     // lineage add --data of the bucket's SFT prefix records its index.json by URL.
-    let (from, to) = (fx.root().join("ck0"), fx.root().join("ck1"));
-    for (d, b) in [(&from, "a"), (&to, "b")] {
-        std::fs::create_dir_all(d).unwrap();
-        std::fs::write(d.join("notes.txt"), b).unwrap();
-    }
-    let lineage = fx.root().join("lineage.json");
-    let o = fx.run(&[
-        "lineage",
-        "add",
-        "--stage",
-        "sft",
-        "--from",
-        p(&from),
-        "--data",
-        "s3://dlm-test/mcq/sft",
-        "--to",
-        p(&to),
-        "--lineage",
-        p(&lineage),
-    ]);
-    ok(&o);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&lineage).unwrap()).unwrap();
+    let v = fx.lineage_add("sft", "s3://dlm-test/mcq/sft", "lineage.json");
     let data = &v["stages"][0]["data"][0];
     assert_eq!(data["path"], "s3://dlm-test/mcq/sft/index.json");
     assert_eq!(data["kind"], "sft");
     let sha = dlm_data::util::sha256_hex(&mcq_local["sft/index.json"]);
     assert_eq!(data["sha256"], sha.as_str());
     // A file:// URL is the local path.
-    let lineage2 = fx.root().join("lineage2.json");
     let url = format!("file://{}", local.join("sft").display());
-    let o = fx.run(&[
-        "lineage",
-        "add",
-        "--stage",
-        "sft",
-        "--from",
-        p(&from),
-        "--data",
-        &url,
-        "--to",
-        p(&to),
-        "--lineage",
-        p(&lineage2),
-    ]);
-    ok(&o);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&lineage2).unwrap()).unwrap();
+    let v = fx.lineage_add("sft", &url, "lineage2.json");
     assert_eq!(v["stages"][0]["data"][0]["sha256"], sha.as_str());
     // Killed with two shards journaled on the bucket, rerun with nothing local: the same bytes.
     let args = mcq_args(w, Path::new("s3://dlm-test/mcqk"), &tok);
@@ -385,28 +377,7 @@ fn distill_to_s3_is_the_local_bytes_and_audits_clean() {
         String::from_utf8_lossy(&o.stdout)
     );
     // lineage add --data names the object by its URL.
-    let (from, to) = (fx.root().join("ck0"), fx.root().join("ck1"));
-    for (d, b) in [(&from, "a"), (&to, "b")] {
-        std::fs::create_dir_all(d).unwrap();
-        std::fs::write(d.join("notes.txt"), b).unwrap();
-    }
-    let lineage = fx.root().join("lineage.json");
-    let o = fx.run(&[
-        "lineage",
-        "add",
-        "--stage",
-        "distill",
-        "--from",
-        p(&from),
-        "--data",
-        url,
-        "--to",
-        p(&to),
-        "--lineage",
-        p(&lineage),
-    ]);
-    ok(&o);
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&lineage).unwrap()).unwrap();
+    let v = fx.lineage_add("distill", url, "lineage.json");
     let data = &v["stages"][0]["data"][0];
     assert_eq!(data["path"], url);
     assert_eq!(data["kind"], "distilled");

@@ -113,19 +113,7 @@ pub fn local_file(path: &Path, flag: &str, siblings: &[&str]) -> Result<PathBuf>
     match super::Location::of_path(path, flag)? {
         super::Location::Local(p) => Ok(p),
         super::Location::Object(url) => {
-            let (parent, name) = match url.prefix.rsplit_once('/') {
-                Some((d, n)) => (d.to_string(), n.to_string()),
-                None => (String::new(), url.prefix.clone()),
-            };
-            if name.is_empty() {
-                return Err(crate::error::usage(format!(
-                    "{flag} {url}: names a prefix, not an object"
-                )));
-            }
-            let dir_url = ObjectUrl {
-                prefix: parent,
-                ..url.clone()
-            };
+            let (dir_url, name) = super::file_output::split(&url, flag)?;
             let bucket = Bucket::open(&dir_url)?;
             if bucket.head(&name)?.is_none() {
                 return Err(crate::error::usage(format!("{flag} {url}: no such object")));
