@@ -87,7 +87,7 @@ pub struct PackArgs {
     /// Data instead of a manifest: a file, a directory (its files, recursively) or a glob;
     /// repeatable. .parquet, .json (one array), .jsonl, .txt, each also as .gz or .zst. Also
     /// a bucket URL (s3://, gs://, az://: an object, a prefix or a glob) or
-    /// hf://datasets/OWNER/NAME[@REV]/PATH (a file or a glob), read in place by range.
+    /// hf://datasets/OWNER/NAME@REV/PATH (@REV optional; a file or a glob), read in place by range.
     #[arg(long)]
     pub input: Vec<PathBuf>,
     /// With --input: the column (parquet) or field (JSON) holding the text.
