@@ -115,9 +115,12 @@ try:
     need = UP_MB / max(min(ratio_bytes), 1e-3)
     big = corpus(WORK, int(need) + 1, f"upload-{int(need) + 1}mb.parquet", natural_docs())
     url = f"s3://{BUCKET}/up"
-    keep = dict(ENV, DLM_DATA_KEEP_STAGING="1")
+    # A staging area of this upload set's own: one kept from another set (another --mb) is
+    # another pack command's output, which pack rightly refuses to resume.
+    stage_base = os.path.join(WORK, "staging-" + os.path.basename(big).rsplit(".", 1)[0])
+    keep = dict(ENV, DLM_DATA_KEEP_STAGING="1", DLM_DATA_STAGING=stage_base)
     pack(big, url, env=keep)
-    stag = [os.path.join(ENV["DLM_DATA_STAGING"], d) for d in os.listdir(ENV["DLM_DATA_STAGING"])]
+    stag = [os.path.join(stage_base, d) for d in os.listdir(stage_base)]
     stag = [d for d in stag if os.path.exists(os.path.join(d, "index.json"))]
     assert len(stag) == 1, stag
     stag = stag[0]
