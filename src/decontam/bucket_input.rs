@@ -81,16 +81,7 @@ pub fn localize(st: &mut DecontamSettings) -> Result<Option<ReportBack>> {
 impl ReportBack {
     /// Put the report on the bucket (not when it holds these bytes already).
     pub fn send(self) -> Result<()> {
-        let bytes = std::fs::read(&self.local)
-            .map_err(|e| anyhow::anyhow!("reading {}: {e}", self.local.display()))?;
-        let same = self
-            .bucket
-            .get(&self.rel)?
-            .is_some_and(|(b, _)| b[..] == bytes[..]);
-        if !same {
-            self.bucket
-                .put(&self.rel, bytes, object_store::PutMode::Overwrite)?;
-        }
+        crate::storage::mirror::put_file_if_changed(&self.bucket, &self.local, &self.rel)?;
         crate::progress::note(&format!(
             "{}: report written beside the scanned output",
             self.bucket.name(&self.rel)

@@ -350,15 +350,10 @@ fn add_on_bucket(a: AddArgs, url: &crate::storage::ObjectUrl, now: String) -> Re
     let lease = format!(".{name}.dlm-data.lease");
     let fo = FileOutput::open(url, "--lineage", &lease, "lineage add")?;
     let local = fo.local();
-    let ran = (|| {
+    let ran = (|| -> Result<(Stage, bool, usize)> {
         match fo.bucket.get(&fo.name)? {
             Some((b, _)) => crate::util::atomic_write(&local, &b)?,
-            None => match std::fs::remove_file(&local) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(anyhow::anyhow!("removing {}: {e}", local.display()))
-                }
-                _ => {}
-            },
+            None => crate::storage::materialize::remove_stale(&local)?,
         }
         let staged = AddArgs {
             lineage: local.clone(),

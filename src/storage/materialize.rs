@@ -160,8 +160,8 @@ pub fn parts(bucket: &Bucket, local: &Path) -> Result<usize> {
     Ok(dirs.len())
 }
 
-/// What an earlier copy held that the bucket no longer holds: removed.
-fn remove_stale(p: &Path) -> Result<()> {
+/// What an earlier copy held that the bucket no longer holds: removed (absent is fine).
+pub fn remove_stale(p: &Path) -> Result<()> {
     match std::fs::remove_file(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -113,17 +113,7 @@ impl Mirror {
                 _ => return Err(e),
             },
         };
-        let len = std::fs::metadata(&src)?.len();
-        match self.bucket.stat(&rel)? {
-            Some((size, Some(s))) if size == len && s == sha => {
-                tracing::debug!("{}: already uploaded", self.bucket.name(&rel));
-                Ok(0)
-            }
-            _ => {
-                self.bucket.upload_file(&src, &rel, sha)?;
-                Ok(len)
-            }
-        }
+        put_if_changed(&self.bucket, &src, &rel, sha)
     }
 
     /// [`Mirror::ensure`] every file of `files` not yet known sent, `DLM_DATA_UPLOADS` at a
@@ -224,17 +214,24 @@ impl Mirror {
 /// Upload `src` to `rel` unless an object there already has its size and sha256; the bytes
 /// sent.
 pub fn put_file_if_changed(bucket: &Bucket, src: &Path, rel: &str) -> Result<u64> {
-    let sha = crate::util::sha256_file(src)?;
+    put_if_changed(bucket, src, rel, &crate::util::sha256_file(src)?)
+}
+
+/// [`put_file_if_changed`] of a file whose sha256 is known (`sha`).
+fn put_if_changed(bucket: &Bucket, src: &Path, rel: &str, sha: &str) -> Result<u64> {
     let len = std::fs::metadata(src)
         .with_context(|| format!("reading {}", src.display()))?
         .len();
-    if let Some((size, Some(s))) = bucket.stat(rel)? {
-        if size == len && s == sha {
-            return Ok(0);
+    match bucket.stat(rel)? {
+        Some((size, Some(s))) if size == len && s == sha => {
+            tracing::debug!("{}: already uploaded", bucket.name(rel));
+            Ok(0)
+        }
+        _ => {
+            bucket.upload_file(src, rel, sha)?;
+            Ok(len)
         }
     }
-    bucket.upload_file(src, rel, &sha)?;
-    Ok(len)
 }
 
 /// Make the staging directory `local` match the bucket output under `rel_root` before the

@@ -340,26 +340,36 @@ impl Bucket {
     /// The sha256 of an object's bytes (of the version `e_tag`, when given) and their count,
     /// by one streamed GET (nothing kept).
     pub fn sha256(&self, rel: &str, e_tag: Option<&str>) -> Result<(String, u64)> {
+        self.rt.block_on(self.streamed_get(rel, e_tag, |_| Ok(())))
+    }
+
+    /// One GET of `rel` (of the version `e_tag`, when given), each chunk handed to `sink` as
+    /// it arrives; the sha256 of the bytes and their count.
+    async fn streamed_get(
+        &self,
+        rel: &str,
+        e_tag: Option<&str>,
+        mut sink: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<(String, u64)> {
         use sha2::Digest;
         let opts = GetOptions {
             if_match: e_tag.map(str::to_string),
             ..Default::default()
         };
-        self.rt.block_on(async {
-            let g = self
-                .store
-                .get_opts(&self.key(rel), opts)
-                .await
-                .map_err(|e| self.fail("GET", rel, e))?;
-            let (mut h, mut n) = (sha2::Sha256::new(), 0u64);
-            let mut s = g.into_stream();
-            while let Some(chunk) = s.next().await {
-                let chunk = chunk.map_err(|e| self.fail("GET", rel, e))?;
-                h.update(&chunk);
-                n += chunk.len() as u64;
-            }
-            Ok((hex::encode(h.finalize()), n))
-        })
+        let g = self
+            .store
+            .get_opts(&self.key(rel), opts)
+            .await
+            .map_err(|e| self.fail("GET", rel, e))?;
+        let (mut h, mut n) = (sha2::Sha256::new(), 0u64);
+        let mut s = g.into_stream();
+        while let Some(chunk) = s.next().await {
+            let chunk = chunk.map_err(|e| self.fail("GET", rel, e))?;
+            h.update(&chunk);
+            n += chunk.len() as u64;
+            sink(&chunk)?;
+        }
+        Ok((hex::encode(h.finalize()), n))
     }
 
     /// Upload the local file `src` to `rel`, recording `sha256` as user metadata: one PUT up
@@ -452,31 +462,20 @@ impl Bucket {
 
     /// Download `rel` to the local file `dst` (temp + fsync + rename); its sha256.
     pub fn download_file(&self, rel: &str, dst: &Path) -> Result<String> {
-        use sha2::Digest;
         if let Some(d) = dst.parent() {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let tmp = crate::util::temp_path(dst);
-        let key = self.key(rel);
-        let r: Result<String> = self.rt.block_on(async {
+        let r: Result<String> = (|| {
             let mut f = std::fs::File::create(&tmp)
                 .with_context(|| format!("creating {}", tmp.display()))?;
-            let mut h = sha2::Sha256::new();
-            let g = self
-                .store
-                .get(&key)
-                .await
-                .map_err(|e| self.fail("GET", rel, e))?;
-            let mut s = g.into_stream();
-            while let Some(chunk) = s.next().await {
-                let chunk = chunk.map_err(|e| self.fail("GET", rel, e))?;
-                h.update(&chunk);
-                f.write_all(&chunk)
-                    .with_context(|| format!("writing {}", tmp.display()))?;
-            }
+            let (sha, _) = self.rt.block_on(self.streamed_get(rel, None, |chunk| {
+                f.write_all(chunk)
+                    .with_context(|| format!("writing {}", tmp.display()))
+            }))?;
             f.sync_all()?;
-            Ok::<String, anyhow::Error>(hex::encode(h.finalize()))
-        });
+            Ok(sha)
+        })();
         match r {
             Ok(sha) => {
                 crate::util::commit_rename(&tmp, dst)?;
