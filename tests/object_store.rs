@@ -16,30 +16,12 @@ use std::process::{Command, Output};
 use objstore_support::*;
 use pack_common::*;
 
-struct Fx {
-    dir: tempfile::TempDir,
-    tok: PathBuf,
-    input: PathBuf,
-    s3: S3Server,
-}
-
-const BUCKET: &str = "dlm-test";
-const EXTRA: &[&str] = &["--seq-len", "64", "--shard-bytes", "8KiB"];
+#[path = "objstore_support/pack_fixture.rs"]
+mod pack_fixture;
+use pack_fixture::{PackFx as Fx, BUCKET, EXTRA};
 
 fn fixture() -> Fx {
-    let dir = tempfile::tempdir().unwrap();
-    let tok = tokenizer(dir.path());
-    let texts: Vec<Option<String>> = docs(23, 400).into_iter().map(Some).collect();
-    let input = dir.path().join("corpus.parquet");
-    write_parquet(&input, &texts, 64);
-    let s3 = S3Server::start();
-    s3.create_bucket(BUCKET);
-    Fx {
-        dir,
-        tok,
-        input,
-        s3,
-    }
+    Fx::new(23, 400, &[])
 }
 
 impl Fx {
@@ -55,24 +37,6 @@ impl Fx {
     }
     fn pack(&self, out: &str, extra: &[&str]) -> Output {
         self.cmd(out, extra).output().unwrap()
-    }
-    /// The local reference run's files.
-    fn local(&self) -> BTreeMap<String, Vec<u8>> {
-        let out = self.dir.path().join("local");
-        ok(&run_pack(&self.input, &self.tok, &out, EXTRA, &[]));
-        tree(&out)
-    }
-    /// The objects under `prefix`, downloaded.
-    fn remote(&self, prefix: &str) -> (PathBuf, BTreeMap<String, Vec<u8>>) {
-        let d = self
-            .dir
-            .path()
-            .join(format!("got-{}", prefix.replace('/', "_")));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        self.s3.download(BUCKET, prefix, &d);
-        let t = tree(&d);
-        (d, t)
     }
 }
 

@@ -8,8 +8,7 @@
 mod objstore_support;
 mod pack_common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use objstore_support::faults::FaultProxy;
@@ -17,33 +16,27 @@ use objstore_support::*;
 use pack_common::*;
 use serde_json::json;
 
-const BUCKET: &str = "dlm-test";
-const EXTRA: &[&str] = &["--seq-len", "64", "--shard-bytes", "8KiB"];
+#[path = "objstore_support/pack_fixture.rs"]
+mod pack_fixture;
+use pack_fixture::{PackFx, BUCKET, EXTRA};
 
+/// The pack world with the fault proxy in front of its server.
 struct Fx {
-    dir: tempfile::TempDir,
-    tok: PathBuf,
-    input: PathBuf,
-    s3: S3Server,
+    p: PackFx,
     proxy: FaultProxy,
 }
 
-fn fixture(moto_env: &[(&str, &str)]) -> Fx {
-    let dir = tempfile::tempdir().unwrap();
-    let tok = tokenizer(dir.path());
-    let texts: Vec<Option<String>> = docs(23, 400).into_iter().map(Some).collect();
-    let input = dir.path().join("corpus.parquet");
-    write_parquet(&input, &texts, 64);
-    let s3 = S3Server::start_with(moto_env);
-    s3.create_bucket(BUCKET);
-    let proxy = FaultProxy::start(&s3, dir.path());
-    Fx {
-        dir,
-        tok,
-        input,
-        s3,
-        proxy,
+impl std::ops::Deref for Fx {
+    type Target = PackFx;
+    fn deref(&self) -> &PackFx {
+        &self.p
     }
+}
+
+fn fixture(moto_env: &[(&str, &str)]) -> Fx {
+    let p = PackFx::new(23, 400, moto_env);
+    let proxy = FaultProxy::start(&p.s3, p.dir.path());
+    Fx { p, proxy }
 }
 
 impl Fx {
@@ -55,21 +48,6 @@ impl Fx {
             .apply(&self.s3, &mut c, &self.dir.path().join("staging"));
         c.envs(env.iter().copied());
         c.output().unwrap()
-    }
-    fn local(&self) -> BTreeMap<String, Vec<u8>> {
-        let out = self.dir.path().join("local");
-        ok(&run_pack(&self.input, &self.tok, &out, EXTRA, &[]));
-        tree(&out)
-    }
-    fn remote(&self, prefix: &str) -> BTreeMap<String, Vec<u8>> {
-        let d = self
-            .dir
-            .path()
-            .join(format!("got-{}", prefix.replace('/', "_")));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        self.s3.download(BUCKET, prefix, &d);
-        tree(&d)
     }
     /// How many requests `method` on a path ending in `tail` the proxy saw, and how many of
     /// those it answered with `fault`.
@@ -108,7 +86,7 @@ fn transient_faults_are_retried_and_the_output_is_byte_identical() {
     let o = fx.pack("s3://dlm-test/runs/t", &[("AWS_TIMEOUT", "2s")]);
     ok(&o);
     no_secret(&o);
-    same_shards(&local, &fx.remote("runs/t"));
+    same_shards(&local, &fx.remote("runs/t").1);
     // Every fault fired, and each faulted request was sent again.
     let (n, f) = fx.count("PUT", "/data/part-00001.parquet", Some("status"));
     assert_eq!(f, 2, "503 SlowDown fired {f} times");
@@ -173,6 +151,6 @@ fn a_failing_multipart_completion_exits_1_naming_the_object_and_the_rerun_resume
     fx.proxy.arm(json!([]));
     let o = fx.pack("s3://dlm-test/runs/m", &env);
     ok(&o);
-    same_shards(&local, &fx.remote("runs/m"));
+    same_shards(&local, &fx.remote("runs/m").1);
     assert_eq!(fx.s3.open_uploads(BUCKET), 0);
 }

@@ -9,10 +9,7 @@ mod pack_common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use objstore_support::*;
 use pack_common::*;
-
-const BUCKET: &str = "dlm-test";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -40,27 +37,12 @@ fn py(venv: &str, target: &str, script: &str, args: &[&str], env: &[(&str, Strin
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-struct Fx {
-    dir: tempfile::TempDir,
-    tok: PathBuf,
-    input: PathBuf,
-    s3: S3Server,
-}
+#[path = "objstore_support/pack_fixture.rs"]
+mod pack_fixture;
+use pack_fixture::{PackFx as Fx, BUCKET, EXTRA};
 
 fn fixture() -> Fx {
-    let dir = tempfile::tempdir().unwrap();
-    let tok = tokenizer(dir.path());
-    let texts: Vec<Option<String>> = docs(29, 300).into_iter().map(Some).collect();
-    let input = dir.path().join("corpus.parquet");
-    write_parquet(&input, &texts, 64);
-    let s3 = S3Server::start();
-    s3.create_bucket(BUCKET);
-    Fx {
-        dir,
-        tok,
-        input,
-        s3,
-    }
+    Fx::new(29, 300, &[])
 }
 
 impl Fx {
@@ -76,8 +58,6 @@ impl Fx {
         local
     }
 }
-
-const EXTRA: &[&str] = &["--seq-len", "64", "--shard-bytes", "8KiB"];
 
 #[test]
 fn polars_and_hf_datasets_read_the_bucket_parquet_with_the_local_rows() {
