@@ -122,12 +122,7 @@ pub fn local_file(path: &Path, flag: &str, siblings: &[&str]) -> Result<PathBuf>
             bucket.download_file(&name, &local)?;
             for suffix in siblings {
                 let sib = format!("{name}{suffix}");
-                let dst = read_dir_for(&url).join(&sib);
-                if bucket.head(&sib)?.is_some() {
-                    bucket.download_file(&sib, &dst)?;
-                } else {
-                    remove_stale(&dst)?;
-                }
+                copy_or_clear(&bucket, &sib, &read_dir_for(&url).join(&sib))?;
             }
             tracing::info!("{flag} {url}: read from the local copy {}", local.display());
             Ok(local)
@@ -178,13 +173,20 @@ pub fn beside(path: &Path, flag: &str, name: &str) -> Result<PathBuf> {
             let (parent, _) = super::file_output::split(&url, flag)?;
             let bucket = Bucket::open(&parent)?;
             let dst = read_dir_for(&url).join(name);
-            if bucket.head(name)?.is_some() {
-                bucket.download_file(name, &dst)?;
-            } else {
-                remove_stale(&dst)?;
-            }
+            copy_or_clear(&bucket, name, &dst)?;
             Ok(dst)
         }
         _ => Ok(path.with_file_name(name)),
+    }
+}
+
+/// `rel` of `bucket` copied to `dst` when the bucket holds it; else an earlier copy at `dst`
+/// removed (what the bucket no longer holds is not read).
+fn copy_or_clear(bucket: &Bucket, rel: &str, dst: &Path) -> Result<()> {
+    if bucket.head(rel)?.is_some() {
+        bucket.download_file(rel, dst)?;
+        Ok(())
+    } else {
+        remove_stale(dst)
     }
 }
